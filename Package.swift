@@ -1,0 +1,63 @@
+// swift-tools-version:6.1
+import PackageDescription
+
+// Layers, bottom up (see docs/architecture.md):
+//   CDBus, CCurl            thin C shims over libdbus and libcurl
+//   DBus, HTTP              generic Swift layers over them
+//   BrokerAPI               the D-Bus contract's names and error table, plain values only
+//   BrokerCore              the broker's logic: no D-Bus, no HTTP, no files
+//   Identity                OpenID Connect client on top of HTTP
+//   BrokerDaemon, brokerd   the core adapted to the bus
+//   SharedDeviceClient      the library apps use; brokerctl is built on it
+//   IdpSim, idp-sim         a local OpenID Connect provider, never linked into brokerd
+let package = Package(
+    name: "shared-device-broker",
+    platforms: [.macOS(.v14)],
+    products: [
+        .executable(name: "brokerd", targets: ["brokerd"]),
+        .executable(name: "brokerctl", targets: ["brokerctl"]),
+        .executable(name: "idp-sim", targets: ["IdpSim"]),
+        .library(name: "SharedDeviceClient", targets: ["SharedDeviceClient"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
+        .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.0.0"),
+        .package(url: "https://github.com/vapor/jwt-kit", from: "5.0.0"),
+    ],
+    targets: [
+        .systemLibrary(name: "CDBus", pkgConfig: "dbus-1", providers: [.apt(["libdbus-1-dev"])]),
+        .systemLibrary(name: "CCurl", pkgConfig: "libcurl", providers: [.apt(["libcurl4-openssl-dev"])]),
+
+        .target(name: "DBus", dependencies: ["CDBus", .product(name: "Logging", package: "swift-log")]),
+        .target(name: "HTTP", dependencies: ["CCurl"]),
+        .target(name: "BrokerAPI"),
+        .target(name: "BrokerCore", dependencies: ["BrokerAPI", .product(name: "Logging", package: "swift-log")]),
+        .target(name: "Identity", dependencies: ["HTTP", "BrokerCore", .product(name: "Logging", package: "swift-log")]),
+        .target(name: "BrokerDaemon", dependencies: [
+            "DBus", "BrokerAPI", "BrokerCore", "Identity",
+            .product(name: "Logging", package: "swift-log"),
+        ]),
+        .executableTarget(name: "brokerd", dependencies: [
+            "BrokerDaemon",
+            .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            .product(name: "Logging", package: "swift-log"),
+        ]),
+        .target(name: "SharedDeviceClient", dependencies: ["DBus", "BrokerAPI"]),
+        .executableTarget(name: "brokerctl", dependencies: [
+            "SharedDeviceClient",
+            .product(name: "ArgumentParser", package: "swift-argument-parser"),
+        ]),
+        .executableTarget(name: "IdpSim", dependencies: [
+            .product(name: "Hummingbird", package: "hummingbird"),
+            .product(name: "JWTKit", package: "jwt-kit"),
+            .product(name: "ArgumentParser", package: "swift-argument-parser"),
+        ]),
+
+        .testTarget(name: "DBusTests", dependencies: ["DBus"]),
+        .testTarget(name: "HTTPTests", dependencies: ["HTTP"]),
+        .testTarget(name: "BrokerCoreTests", dependencies: ["BrokerCore", "BrokerAPI"]),
+        .testTarget(name: "IntegrationTests", dependencies: ["SharedDeviceClient", "HTTP", "DBus", "BrokerAPI"]),
+    ],
+    swiftLanguageModes: [.v6]
+)
