@@ -1,0 +1,69 @@
+/// The fixed names of the broker's D-Bus contract (see `dbus/io.shareddevice.Broker1.xml`).
+///
+/// Plain strings only: this module is shared by `brokerd` and the client library and
+/// knows nothing of D-Bus itself.
+public enum BrokerNames {
+    /// The well-known bus name `brokerd` owns on the session bus.
+    public static let busName = "io.shareddevice.Broker1"
+    /// The one object `brokerd` exports.
+    public static let objectPath = "/io/shareddevice/Broker1"
+    /// The broker's interface.
+    public static let interface = "io.shareddevice.Broker1"
+    /// Every broker error reply is named `errorPrefix + BrokerErrorCode.rawValue`.
+    public static let errorPrefix = "io.shareddevice.Broker1.Error."
+    /// The signal sent once per change of the device's account.
+    public static let accountChangedSignal = "AccountChanged"
+}
+
+/// The device modes, as the `DeviceMode` property spells them.
+public enum DeviceMode: String, Sendable, CaseIterable, Codable {
+    /// One account for the whole device; signing out anywhere signs out everywhere.
+    case shared
+    /// One account per app, as on a personal device.
+    case `default`
+}
+
+/// Why the device's account changed, as the `AccountChanged` signal's `reason` spells it.
+public enum AccountChangeReason: String, Sendable, CaseIterable, Codable {
+    case signedIn = "signed-in"
+    case signedOut = "signed-out"
+}
+
+/// Keys of the account dictionary (`a{sv}`).
+public enum AccountKey {
+    public static let username = "username"
+    public static let identifier = "identifier"
+    public static let tenantId = "tenantId"
+    public static let environment = "environment"
+    public static let name = "name"
+}
+
+/// Keys of the token result dictionary (`a{sv}`).
+public enum TokenResultKey {
+    public static let accessToken = "accessToken"
+    public static let expiresOn = "expiresOn"
+    public static let idToken = "idToken"
+    public static let scopes = "scopes"
+    public static let account = "account"
+    public static let authority = "authority"
+    public static let correlationId = "correlationId"
+    public static let authorizationHeader = "authorizationHeader"
+}
+
+/// Keys of `GetDeviceInformation`'s dictionary.
+public enum DeviceInformationKey {
+    public static let deviceMode = "deviceMode"
+    public static let brokerVersion = "brokerVersion"
+    public static let deviceId = "deviceId"
+    public static let tenantId = "tenantId"
+    public static let authority = "authority"
+    public static let extraDeviceInformation = "extraDeviceInformation"
+}
+
+/// Keys of the options dictionaries (`a{sv}`) methods accept.
+public enum OptionKey {
+    /// `b`, AcquireTokenSilent: skip the cache and use the refresh token.
+    public static let forceRefresh = "forceRefresh"
+    /// `b`, SignOut: also end the provider's browser session.
+    public static let signoutFromBrowser = "signoutFromBrowser"
+}

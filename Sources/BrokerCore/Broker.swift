@@ -1,0 +1,358 @@
+import Logging
+
+/// The broker: the device's one signed-in account, each app's previous account, the token
+/// cache and the sign-out rules. It knows no D-Bus, HTTP or files; those come in through
+/// ``IdentityProvider``, ``StateStore`` and ``WallClock``.
+///
+/// Every change follows one order: check the arguments, return early if nothing changes,
+/// validate, change a copy, write it atomically, adopt it, announce it, reply. A failed write
+/// leaves the broker as it was. Provider calls are awaited outside that order: the actor stays
+/// free for other callers meanwhile, and a change that raced with them is detected with
+/// ``generation`` and refused.
+public actor Broker {
+    public let configuration: BrokerConfiguration
+    private let provider: any IdentityProvider
+    private let store: any StateStore
+    private let clock: any WallClock
+    private let logger: Logger
+    private let onAccountChange: @Sendable (AccountChange) -> Void
+
+    private var state: BrokerState
+    /// Bumped whenever the signed-in account changes, so a provider call that straddled a
+    /// sign-out or sign-in knows its answer is stale.
+    private var generation: UInt64 = 0
+    /// At most one refresh per clientId at a time: refresh tokens rotate, so two refreshes with
+    /// one token would race (and a provider that detects reuse would revoke them all).
+    private var refreshes: [String: (scopes: Scopes, task: Task<TokenResult, any Error>)] = [:]
+
+    /// - Parameters:
+    ///   - initialState: what the store held at start, or nil for a new device.
+    ///   - onAccountChange: called once per change of the device's account, after the change
+    ///     is written and before the call that made it returns.
+    public init(configuration: BrokerConfiguration, provider: any IdentityProvider, store: any StateStore,
+                clock: any WallClock, initialState: BrokerState, logger: Logger,
+                onAccountChange: @escaping @Sendable (AccountChange) -> Void) {
+        self.configuration = configuration
+        self.provider = provider
+        self.store = store
+        self.clock = clock
+        self.logger = logger
+        self.onAccountChange = onAccountChange
+        self.state = initialState
+    }
+
+    // MARK: Queries
+
+    /// The device's account (shared mode); nil in default mode, where accounts belong to apps.
+    public var deviceAccount: Account? { configuration.deviceMode == .shared ? state.current : nil }
+
+    /// A copy of the whole state, for tests and diagnostics.
+    public var snapshot: BrokerState { state }
+
+    public func deviceInformation() -> DeviceInformation {
+        DeviceInformation(deviceMode: configuration.deviceMode, brokerVersion: configuration.brokerVersion,
+                          deviceId: state.deviceId, tenantId: configuration.tenantId,
+                          authority: provider.authority,
+                          extraDeviceInformation: configuration.extraDeviceInformation)
+    }
+
+    /// The app's current account and what it saw as current on its previous call.
+    ///
+    /// After a sign-out elsewhere an app gets (nil, alice) once, then (nil, nil).
+    public func currentAccount(clientId: String) throws(BrokerFailure) -> (current: Account?, previous: Account?) {
+        try checkClient(clientId)
+        let current = account(for: clientId)
+        let previous = state.clients[clientId]?.lastSeen
+        if previous != current {
+            var next = state
+            next.clients[clientId, default: ClientRecord()].lastSeen = current
+            next.clients[clientId]?.dropIfEmpty(in: &next, clientId: clientId)
+            try commit(next)
+        }
+        return (current, previous)
+    }
+
+    public func accounts(clientId: String) throws(BrokerFailure) -> [Account] {
+        try checkClient(clientId)
+        return account(for: clientId).map { [$0] } ?? []
+    }
+
+    // MARK: Sign-in
+
+    public func signInWithPassword(clientId: String, username: String, password: String,
+                                   scopes requested: [String]) async throws(BrokerFailure) -> TokenResult {
+        try checkClient(clientId)
+        try InputRules.username(username)
+        try InputRules.password(password)
+        try InputRules.scopes(requested)
+        if let holder = account(for: clientId), !holder.hasUsername(username) {
+            throw alreadySignedIn(holder)
+        }
+        let scopes = Scopes(requested)
+        let startGeneration = generation
+        let correlationId = Self.newCorrelationId()
+        logger.info("sign-in with password started", metadata: ["clientId": "\(clientId)", "correlationId": "\(correlationId)"])
+        let tokens = try await callProvider(correlationId) {
+            try await self.provider.signInWithPassword(clientId: clientId, username: username, password: password, scopes: scopes)
+        }
+        return try adoptSignIn(tokens, clientId: clientId, scopes: scopes, correlationId: correlationId,
+                               startGeneration: startGeneration)
+    }
+
+    /// Stores what a successful sign-in returned, makes its account current, and announces it.
+    private func adoptSignIn(_ tokens: ProviderTokens, clientId: String, scopes: Scopes, correlationId: String,
+                             startGeneration: UInt64) throws(BrokerFailure) -> TokenResult {
+        let holder = account(for: clientId)
+        if let holder, holder.identifier != tokens.account.identifier {
+            throw alreadySignedIn(holder)
+        }
+        if holder == nil, generation != startGeneration {
+            // Someone else signed in or out while the provider answered; let the caller retry on
+            // the new state rather than silently replacing it.
+            throw BrokerFailure(.accountAlreadySignedIn, "the device's account changed during the sign-in; try again")
+        }
+        var next = state
+        var record = next.clients[clientId] ?? ClientRecord()
+        if record.account?.identifier != tokens.account.identifier { record.dropTokens() }
+        record.account = tokens.account
+        record.refreshToken = tokens.refreshToken ?? record.refreshToken
+        record.accessTokens[scopes.joined] = CachedAccessToken(
+            accessToken: tokens.accessToken, expiresOn: tokens.expiresOn, idToken: tokens.idToken, scopes: scopes)
+        next.clients[clientId] = record
+        let signedIn = configuration.deviceMode == .shared && next.current == nil
+        if signedIn { next.current = tokens.account }
+        try commit(next)
+        logger.info("signed in", metadata: ["clientId": "\(clientId)", "correlationId": "\(correlationId)",
+                                            "account": "\(tokens.account.identifier)"])
+        if signedIn {
+            generation &+= 1
+            onAccountChange(AccountChange(current: tokens.account, previous: nil, reason: .signedIn))
+        }
+        return TokenResult(accessToken: tokens.accessToken, expiresOn: tokens.expiresOn, idToken: tokens.idToken,
+                           scopes: scopes, account: tokens.account, authority: provider.authority,
+                           correlationId: correlationId)
+    }
+
+    // MARK: Tokens
+
+    /// A token from the cache while it has more than the margin of life left, otherwise from
+    /// the refresh token. `.interactionRequired` when neither works.
+    public func acquireTokenSilent(clientId: String, scopes requested: [String], accountId: String,
+                                   forceRefresh: Bool) async throws(BrokerFailure) -> TokenResult {
+        try checkClient(clientId)
+        try InputRules.scopes(requested)
+        try InputRules.accountId(accountId)
+        let scopes = Scopes(requested)
+        var force = forceRefresh
+        while true {
+            let account = try signedInAccount(clientId: clientId, accountId: accountId)
+            if !force, let cached = cachedToken(clientId: clientId, scopes: scopes) {
+                return TokenResult(accessToken: cached.accessToken, expiresOn: cached.expiresOn, idToken: cached.idToken,
+                                   scopes: cached.scopes, account: account, authority: provider.authority,
+                                   correlationId: Self.newCorrelationId())
+            }
+            guard let running = refreshes[clientId] else { break }
+            let result: Result<TokenResult, any Error>
+            do { result = .success(try await running.task.value) } catch { result = .failure(error) }
+            if running.scopes == scopes {
+                // The same request was already on its way: share its answer.
+                return try Self.unwrap(result)
+            }
+            // A refresh for other scopes of this app rotated the refresh token; look again.
+            force = false
+        }
+        return try await refresh(clientId: clientId, scopes: scopes)
+    }
+
+    private func refresh(clientId: String, scopes: Scopes) async throws(BrokerFailure) -> TokenResult {
+        guard let refreshToken = state.clients[clientId]?.refreshToken else {
+            throw BrokerFailure(.interactionRequired,
+                "this app holds no refresh token for the signed-in account; sign in interactively")
+        }
+        let startGeneration = generation
+        let correlationId = Self.newCorrelationId()
+        let task = Task<TokenResult, any Error> {
+            self.logger.debug("refreshing tokens", metadata: ["clientId": "\(clientId)", "correlationId": "\(correlationId)"])
+            let outcome: ProviderTokens
+            do {
+                outcome = try await self.callProvider(correlationId) {
+                    try await self.provider.refresh(clientId: clientId, refreshToken: refreshToken, scopes: scopes)
+                }
+            } catch let error as BrokerFailure where error.code == .interactionRequired {
+                try self.forgetRejectedRefreshToken(clientId: clientId, refreshToken: refreshToken)
+                throw error
+            }
+            return try self.adoptRefresh(outcome, clientId: clientId, scopes: scopes, usedRefreshToken: refreshToken,
+                                         correlationId: correlationId, startGeneration: startGeneration)
+        }
+        refreshes[clientId] = (scopes, task)
+        let result: Result<TokenResult, any Error>
+        do { result = .success(try await task.value) } catch { result = .failure(error) }
+        refreshes[clientId] = nil
+        return try Self.unwrap(result)
+    }
+
+    private func adoptRefresh(_ tokens: ProviderTokens, clientId: String, scopes: Scopes, usedRefreshToken: String,
+                              correlationId: String, startGeneration: UInt64) throws(BrokerFailure) -> TokenResult {
+        guard generation == startGeneration, let account = account(for: clientId),
+              state.clients[clientId]?.refreshToken == usedRefreshToken
+        else {
+            throw BrokerFailure(.noAccount, "the account was signed out while its token was being refreshed")
+        }
+        guard tokens.account.identifier == account.identifier else {
+            throw BrokerFailure(.serverError,
+                "the provider answered the refresh for \(account.username) with another user (\(tokens.account.username))")
+        }
+        var next = state
+        next.clients[clientId]?.refreshToken = tokens.refreshToken ?? usedRefreshToken
+        next.clients[clientId]?.accessTokens[scopes.joined] = CachedAccessToken(
+            accessToken: tokens.accessToken, expiresOn: tokens.expiresOn, idToken: tokens.idToken, scopes: scopes)
+        try commit(next)
+        logger.info("tokens refreshed", metadata: ["clientId": "\(clientId)", "correlationId": "\(correlationId)"])
+        return TokenResult(accessToken: tokens.accessToken, expiresOn: tokens.expiresOn, idToken: tokens.idToken,
+                           scopes: scopes, account: account, authority: provider.authority, correlationId: correlationId)
+    }
+
+    /// The provider refused the refresh token for good: drop it (and the access tokens minted
+    /// with it) so the app goes interactive; the account itself stays signed in.
+    private func forgetRejectedRefreshToken(clientId: String, refreshToken: String) throws(BrokerFailure) {
+        guard state.clients[clientId]?.refreshToken == refreshToken else { return }
+        var next = state
+        next.clients[clientId]?.refreshToken = nil
+        next.clients[clientId]?.accessTokens = [:]
+        try commit(next)
+        logger.notice("the provider rejected the refresh token; interaction required", metadata: ["clientId": "\(clientId)"])
+    }
+
+    private func cachedToken(clientId: String, scopes: Scopes) -> CachedAccessToken? {
+        guard let cached = state.clients[clientId]?.accessTokens[scopes.joined],
+              cached.expiresOn - clock.now() > configuration.expiryMarginSeconds
+        else { return nil }
+        return cached
+    }
+
+    // MARK: Sign-out
+
+    /// Shared mode: signs the whole device out (every app's tokens go, refresh tokens are
+    /// revoked where the provider offers it, `AccountChanged` goes out). Default mode: removes
+    /// the account for this clientId only.
+    public func signOut(clientId: String, accountId: String) async throws(BrokerFailure) {
+        try checkClient(clientId)
+        try InputRules.accountId(accountId)
+        let account = try signedInAccount(clientId: clientId, accountId: accountId)
+        var next = state
+        var revoke: [(clientId: String, refreshToken: String)] = []
+        let affected = configuration.deviceMode == .shared ? Array(next.clients.keys) : [clientId]
+        for id in affected {
+            if let token = next.clients[id]?.refreshToken { revoke.append((id, token)) }
+            next.clients[id]?.dropTokens()
+            next.clients[id]?.dropIfEmpty(in: &next, clientId: id)
+        }
+        if configuration.deviceMode == .shared { next.current = nil }
+        try commit(next)
+        generation &+= 1
+        logger.info("signed out", metadata: ["clientId": "\(clientId)", "account": "\(account.identifier)",
+                                             "mode": "\(configuration.deviceMode.rawValue)"])
+        if configuration.deviceMode == .shared {
+            onAccountChange(AccountChange(current: nil, previous: account, reason: .signedOut))
+        }
+        for (id, token) in revoke {
+            do {
+                if try await provider.revoke(clientId: id, refreshToken: token) == .notSupported {
+                    logger.notice("the provider offers no token revocation; its refresh token expires on its own",
+                                  metadata: ["clientId": "\(id)"])
+                }
+            } catch {
+                logger.warning("could not revoke a refresh token at the provider", metadata: [
+                    "clientId": "\(id)", "error": "\(error)"])
+            }
+        }
+    }
+
+    // MARK: Helpers
+
+    /// The account this clientId sees as current: the device's in shared mode, its own otherwise.
+    private func account(for clientId: String) -> Account? {
+        configuration.deviceMode == .shared ? state.current : state.clients[clientId]?.account
+    }
+
+    private func signedInAccount(clientId: String, accountId: String) throws(BrokerFailure) -> Account {
+        guard let account = account(for: clientId) else {
+            throw BrokerFailure(.noAccount, "nobody is signed in; sign in first")
+        }
+        if !accountId.isEmpty && accountId != account.identifier {
+            throw BrokerFailure(.noAccount, "account \(accountId) is not signed in; the signed-in account is \(account.identifier)")
+        }
+        return account
+    }
+
+    private func checkClient(_ clientId: String) throws(BrokerFailure) {
+        try InputRules.clientId(clientId)
+        if let known = configuration.knownClientIds, !known.contains(clientId) {
+            throw BrokerFailure(.unknownClient, "clientId \(clientId) is not registered with this broker; add it to the configuration's clients")
+        }
+    }
+
+    private func alreadySignedIn(_ holder: Account) -> BrokerFailure {
+        BrokerFailure(.accountAlreadySignedIn,
+            "\(holder.username) is signed in on this device; sign out first to sign in as someone else")
+    }
+
+    /// Writes `next` and adopts it; on a failed write nothing changes.
+    private func commit(_ next: BrokerState) throws(BrokerFailure) {
+        do {
+            try store.save(next)
+        } catch {
+            logger.error("could not save the broker state; the change was not made", metadata: ["error": "\(error)"])
+            throw BrokerFailure(.storageFailed, "the broker could not save its state (\(error)); nothing was changed")
+        }
+        state = next
+    }
+
+    private func callProvider<T: Sendable>(_ correlationId: String,
+                                           _ body: @Sendable () async throws -> T) async throws(BrokerFailure) -> T {
+        do {
+            return try await body()
+        } catch let failure as BrokerFailure {
+            logger.info("provider refused", metadata: ["correlationId": "\(correlationId)", "error": "\(failure.code.rawValue)"])
+            throw failure
+        } catch is CancellationError {
+            throw BrokerFailure(.cancelled, "the request was cancelled")
+        } catch {
+            logger.warning("provider call failed", metadata: ["correlationId": "\(correlationId)", "error": "\(error)"])
+            throw BrokerFailure(.serverError, "the identity provider call failed: \(error)")
+        }
+    }
+
+    private static func unwrap(_ result: Result<TokenResult, any Error>) throws(BrokerFailure) -> TokenResult {
+        switch result {
+        case .success(let value): return value
+        case .failure(let failure as BrokerFailure): throw failure
+        case .failure(let error): throw BrokerFailure(.serverError, "\(error)")
+        }
+    }
+
+    /// A random RFC 4122 version 4 UUID string.
+    static func newCorrelationId() -> String {
+        var generator = SystemRandomNumberGenerator()
+        let high = generator.next() as UInt64
+        let low = generator.next() as UInt64
+        let bytes = (0..<8).map { UInt8(truncatingIfNeeded: high >> ($0 * 8)) } + (0..<8).map { UInt8(truncatingIfNeeded: low >> ($0 * 8)) }
+        var b = bytes
+        b[6] = (b[6] & 0x0F) | 0x40
+        b[8] = (b[8] & 0x3F) | 0x80
+        let hex = b.map { ($0 < 16 ? "0" : "") + String($0, radix: 16) }
+        return hex[0..<4].joined() + "-" + hex[4..<6].joined() + "-" + hex[6..<8].joined() + "-"
+            + hex[8..<10].joined() + "-" + hex[10..<16].joined()
+    }
+
+    /// A new device id (a random UUID), for a device without state.
+    public static func newDeviceId() -> String { newCorrelationId() }
+}
+
+extension ClientRecord {
+    /// Removes the record from `state` when nothing worth keeping is left in it.
+    fileprivate func dropIfEmpty(in state: inout BrokerState, clientId: String) {
+        if isEmpty { state.clients[clientId] = nil }
+    }
+}

@@ -1,0 +1,34 @@
+/// How one broker behaves; fixed for its lifetime.
+public struct BrokerConfiguration: Sendable {
+    public var deviceMode: DeviceMode
+    public var brokerVersion: String
+    /// The tenant the device belongs to, as the administrator configured it (may be empty).
+    public var tenantId: String
+    /// The clientIds allowed to use the broker; nil allows any well-formed clientId.
+    public var knownClientIds: Set<String>?
+    /// A cached access token is handed out only while it has more life left than this.
+    public var expiryMarginSeconds: Int64
+    /// Facts about the device for `extraDeviceInformation` (hostname, OS, ...).
+    public var extraDeviceInformation: [String: String]
+
+    public init(deviceMode: DeviceMode, brokerVersion: String, tenantId: String = "",
+                knownClientIds: Set<String>? = nil, expiryMarginSeconds: Int64 = 300,
+                extraDeviceInformation: [String: String] = [:]) {
+        self.deviceMode = deviceMode
+        self.brokerVersion = brokerVersion
+        self.tenantId = tenantId
+        self.knownClientIds = knownClientIds
+        self.expiryMarginSeconds = expiryMarginSeconds
+        self.extraDeviceInformation = extraDeviceInformation
+    }
+}
+
+/// `GetDeviceInformation`'s answer.
+public struct DeviceInformation: Sendable, Equatable {
+    public var deviceMode: DeviceMode
+    public var brokerVersion: String
+    public var deviceId: String
+    public var tenantId: String
+    public var authority: String
+    public var extraDeviceInformation: [String: String]
+}

@@ -1,0 +1,66 @@
+/// Everything the broker remembers across restarts. One value, saved whole and atomically.
+public struct BrokerState: Sendable, Equatable, Codable {
+    /// The format this build writes; a newer one is refused rather than misread.
+    public static let currentVersion = 1
+
+    public var version: Int
+    /// Stable for the life of the state; `GetDeviceInformation`'s `deviceId`.
+    public var deviceId: String
+    /// The device's signed-in account in shared mode.
+    public var current: Account?
+    /// Per clientId: what it saw last, its own account (default mode) and its tokens.
+    public var clients: [String: ClientRecord]
+
+    public init(deviceId: String, current: Account? = nil, clients: [String: ClientRecord] = [:]) {
+        self.version = Self.currentVersion
+        self.deviceId = deviceId
+        self.current = current
+        self.clients = clients
+    }
+}
+
+/// What the broker keeps for one clientId.
+public struct ClientRecord: Sendable, Equatable, Codable {
+    /// What this clientId got as `current` from its last `GetCurrentAccount`: its next `previous`.
+    public var lastSeen: Account?
+    /// The account this clientId signed in with and holds tokens for.
+    public var account: Account?
+    /// Refresh tokens belong to the clientId they were issued to, never shared with another.
+    public var refreshToken: String?
+    /// Access tokens by the normalized scope string they were asked for.
+    public var accessTokens: [String: CachedAccessToken]
+
+    public init(lastSeen: Account? = nil, account: Account? = nil, refreshToken: String? = nil,
+                accessTokens: [String: CachedAccessToken] = [:]) {
+        self.lastSeen = lastSeen
+        self.account = account
+        self.refreshToken = refreshToken
+        self.accessTokens = accessTokens
+    }
+
+    /// Whether nothing is left worth keeping (the record can be dropped).
+    var isEmpty: Bool { lastSeen == nil && account == nil && refreshToken == nil && accessTokens.isEmpty }
+
+    /// Forget the account and every token, keep what the app saw last.
+    mutating func dropTokens() {
+        account = nil
+        refreshToken = nil
+        accessTokens = [:]
+    }
+}
+
+/// An access token and what came with it.
+public struct CachedAccessToken: Sendable, Equatable, Codable {
+    public var accessToken: String
+    /// Unix seconds.
+    public var expiresOn: Int64
+    public var idToken: String?
+    public var scopes: Scopes
+
+    public init(accessToken: String, expiresOn: Int64, idToken: String?, scopes: Scopes) {
+        self.accessToken = accessToken
+        self.expiresOn = expiresOn
+        self.idToken = idToken
+        self.scopes = scopes
+    }
+}

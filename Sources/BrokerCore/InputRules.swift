@@ -1,0 +1,66 @@
+/// The limits on what callers may send; anything outside them is refused before any work.
+public enum InputRules {
+    public static let maxIdentifierBytes = 256
+    public static let maxUsernameBytes = 4096
+    public static let maxPasswordBytes = 4096
+    public static let maxScopes = 64
+    public static let maxScopeBytes = 256
+
+    /// A clientId: 1 to 256 bytes of printable ASCII without spaces.
+    public static func clientId(_ value: String) throws(BrokerFailure) {
+        try identifier(value, what: "clientId", allowEmpty: false)
+    }
+
+    /// An accountId: empty (meaning "the signed-in account") or an identifier.
+    public static func accountId(_ value: String) throws(BrokerFailure) {
+        try identifier(value, what: "accountId", allowEmpty: true)
+    }
+
+    public static func username(_ value: String) throws(BrokerFailure) {
+        if value.isEmpty { throw BrokerFailure(.invalidUsername, "the username is empty") }
+        if value.utf8.count > maxUsernameBytes {
+            throw BrokerFailure(.invalidUsername, "the username is longer than \(maxUsernameBytes) bytes")
+        }
+        if value.unicodeScalars.contains(where: { $0.properties.generalCategory == .control || $0 == " " }) {
+            throw BrokerFailure(.invalidUsername, "the username contains spaces or control characters")
+        }
+    }
+
+    public static func password(_ value: String) throws(BrokerFailure) {
+        if value.isEmpty { throw BrokerFailure(.invalidArgument, "the password is empty") }
+        if value.utf8.count > maxPasswordBytes {
+            throw BrokerFailure(.invalidArgument, "the password is longer than \(maxPasswordBytes) bytes")
+        }
+    }
+
+    public static func scopes(_ values: [String]) throws(BrokerFailure) {
+        if values.count > maxScopes {
+            throw BrokerFailure(.invalidArgument, "\(values.count) scopes given; at most \(maxScopes) are allowed")
+        }
+        for scope in values {
+            if scope.isEmpty || scope.utf8.count > maxScopeBytes
+                || scope.unicodeScalars.contains(where: { !isPrintableASCII($0) || $0 == " " || $0 == "\"" || $0 == "\\" })
+            {
+                throw BrokerFailure(.invalidArgument,
+                    "a scope must be 1 to \(maxScopeBytes) printable characters without spaces, quotes or backslashes")
+            }
+        }
+    }
+
+    private static func identifier(_ value: String, what: String, allowEmpty: Bool) throws(BrokerFailure) {
+        if value.isEmpty {
+            if allowEmpty { return }
+            throw BrokerFailure(.invalidArgument, "\(what) is empty")
+        }
+        if value.utf8.count > maxIdentifierBytes {
+            throw BrokerFailure(.invalidArgument, "\(what) is longer than \(maxIdentifierBytes) bytes")
+        }
+        if value.unicodeScalars.contains(where: { !isPrintableASCII($0) || $0 == " " }) {
+            throw BrokerFailure(.invalidArgument, "\(what) must be printable ASCII without spaces")
+        }
+    }
+
+    private static func isPrintableASCII(_ scalar: Unicode.Scalar) -> Bool {
+        scalar.value >= 0x21 && scalar.value <= 0x7E || scalar == " "
+    }
+}

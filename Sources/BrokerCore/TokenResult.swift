@@ -1,0 +1,15 @@
+/// What a successful sign-in or token request returns to the app.
+public struct TokenResult: Sendable, Equatable {
+    public var accessToken: String
+    /// Unix seconds.
+    public var expiresOn: Int64
+    public var idToken: String?
+    public var scopes: Scopes
+    public var account: Account
+    public var authority: String
+    /// Names this request in the broker's log, so an app's report can be matched to it.
+    public var correlationId: String
+
+    /// `Bearer <token>`, ready for an `Authorization` header.
+    public var authorizationHeader: String { "Bearer \(accessToken)" }
+}

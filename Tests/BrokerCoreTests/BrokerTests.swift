@@ -1,0 +1,203 @@
+import BrokerCore
+import Testing
+
+@Suite("Broker core: accounts, previous account, sign-out")
+struct AccountTests {
+    @Test func previousAccountIsWhatThisAppSawLastTime() async throws {
+        let h = Harness()
+        var seen = try await h.broker.currentAccount(clientId: "calendar")
+        #expect(seen.current == nil && seen.previous == nil)
+        _ = try await h.signIn(client: "mail")
+        let alice = ScriptedProvider.account("alice@contoso.example")
+        seen = try await h.broker.currentAccount(clientId: "calendar")
+        #expect(seen.current == alice && seen.previous == nil)
+        seen = try await h.broker.currentAccount(clientId: "calendar")
+        #expect(seen.current == alice && seen.previous == alice)
+        try await h.broker.signOut(clientId: "notes", accountId: "")
+        seen = try await h.broker.currentAccount(clientId: "calendar")
+        #expect(seen.current == nil && seen.previous == alice)
+        seen = try await h.broker.currentAccount(clientId: "calendar")
+        #expect(seen.current == nil && seen.previous == nil)
+    }
+
+    @Test func previousAccountSurvivesARestart() async throws {
+        let h = Harness()
+        _ = try await h.signIn()
+        _ = try await h.broker.currentAccount(clientId: "calendar")
+        try await h.broker.signOut(clientId: "mail", accountId: "")
+        let restarted = Harness(state: try #require(h.store.saved))
+        let seen = try await restarted.broker.currentAccount(clientId: "calendar")
+        #expect(seen.current == nil && seen.previous == ScriptedProvider.account("alice@contoso.example"))
+    }
+
+    @Test func unchangedQueriesWriteNothing() async throws {
+        let h = Harness()
+        _ = try await h.signIn()
+        _ = try await h.broker.currentAccount(clientId: "mail")
+        let saves = h.store.saves
+        for _ in 0..<10 { _ = try await h.broker.currentAccount(clientId: "mail") }
+        #expect(h.store.saves == saves)
+    }
+
+    @Test func sharedModeHoldsOneAccount() async throws {
+        let h = Harness()
+        _ = try await h.signIn("alice@contoso.example", client: "mail")
+        let code = await failureCode { _ = try await h.signIn("bob@contoso.example", client: "calendar") }
+        #expect(code == .accountAlreadySignedIn)
+        // The same user again, from another app, is fine and changes nothing device-wide.
+        _ = try await h.signIn("ALICE@contoso.example".lowercased(), client: "calendar")
+        #expect(h.changes.changes.count == 1)
+        #expect(h.provider.refreshCalls == 0)
+    }
+
+    @Test func signOutSignsEveryAppOutAndRevokesEveryRefreshToken() async throws {
+        let h = Harness()
+        _ = try await h.signIn(client: "mail")
+        _ = try await h.signIn(client: "calendar")
+        try await h.broker.signOut(clientId: "notes", accountId: "")
+        let alice = ScriptedProvider.account("alice@contoso.example")
+        #expect(h.changes.changes == [
+            AccountChange(current: alice, previous: nil, reason: .signedIn),
+            AccountChange(current: nil, previous: alice, reason: .signedOut),
+        ])
+        #expect(h.provider.revoked.count == 2)
+        let state = await h.broker.snapshot
+        #expect(state.current == nil)
+        #expect(state.clients.values.allSatisfy { $0.refreshToken == nil && $0.accessTokens.isEmpty })
+        let code = await failureCode { _ = try await h.broker.acquireTokenSilent(clientId: "mail", scopes: ["User.Read"], accountId: "", forceRefresh: false) }
+        #expect(code == .noAccount)
+    }
+
+    @Test func signOutOfAnotherAccountIdIsRefused() async throws {
+        let h = Harness()
+        _ = try await h.signIn()
+        let code = await failureCode { try await h.broker.signOut(clientId: "mail", accountId: "someone.else") }
+        #expect(code == .noAccount)
+        #expect(await h.broker.deviceAccount != nil)
+        let nobody = Harness()
+        #expect(await failureCode { try await nobody.broker.signOut(clientId: "mail", accountId: "") } == .noAccount)
+    }
+
+    @Test func defaultModeKeepsOneAccountPerApp() async throws {
+        let h = Harness(mode: .default)
+        _ = try await h.signIn("alice@contoso.example", client: "mail")
+        _ = try await h.signIn("bob@contoso.example", client: "calendar")
+        #expect(try await h.broker.accounts(clientId: "mail").map(\.username) == ["alice@contoso.example"])
+        #expect(try await h.broker.accounts(clientId: "calendar").map(\.username) == ["bob@contoso.example"])
+        try await h.broker.signOut(clientId: "mail", accountId: "")
+        #expect(try await h.broker.accounts(clientId: "mail").isEmpty)
+        #expect(try await h.broker.accounts(clientId: "calendar").count == 1)
+        #expect(h.changes.changes.isEmpty)
+        #expect(await h.broker.deviceAccount == nil)
+    }
+
+    @Test func aFailedWriteChangesNothingAndAnnouncesNothing() async throws {
+        let h = Harness()
+        h.store.failWrites = true
+        let code = await failureCode { _ = try await h.signIn() }
+        #expect(code == .storageFailed)
+        #expect(await h.broker.deviceAccount == nil)
+        #expect(h.changes.changes.isEmpty)
+    }
+
+    @Test func badInputIsRefusedBeforeAnyWork() async throws {
+        let h = Harness(knownClients: ["mail"])
+        let long = String(repeating: "x", count: 257)
+        #expect(await failureCode { _ = try await h.broker.currentAccount(clientId: "") } == .invalidArgument)
+        #expect(await failureCode { _ = try await h.broker.currentAccount(clientId: long) } == .invalidArgument)
+        #expect(await failureCode { _ = try await h.broker.currentAccount(clientId: "a b") } == .invalidArgument)
+        #expect(await failureCode { _ = try await h.broker.currentAccount(clientId: "other") } == .unknownClient)
+        #expect(await failureCode { _ = try await h.signIn("", client: "mail") } == .invalidUsername)
+        #expect(await failureCode {
+            _ = try await h.broker.signInWithPassword(clientId: "mail", username: "alice@contoso.example", password: "", scopes: [])
+        } == .invalidArgument)
+        #expect(await failureCode {
+            _ = try await h.signIn(client: "mail", scopes: (0..<65).map { "s\($0)" })
+        } == .invalidArgument)
+        #expect(await failureCode { _ = try await h.signIn("carol@contoso.example", client: "mail") } == .userNotFound)
+        #expect(h.store.saves == 0)
+        #expect(h.changes.changes.isEmpty)
+    }
+}
+
+@Suite("Broker core: tokens")
+struct TokenTests {
+    @Test func cachedTokenIsReturnedUntilTheMargin() async throws {
+        let h = Harness()
+        let first = try await h.signIn()
+        let cached = try await h.broker.acquireTokenSilent(clientId: "mail", scopes: ["User.Read"], accountId: "", forceRefresh: false)
+        #expect(cached.accessToken == first.accessToken)
+        #expect(h.provider.refreshCalls == 0)
+        h.clock.advance(3600 - 299)
+        let refreshed = try await h.broker.acquireTokenSilent(clientId: "mail", scopes: ["User.Read"], accountId: first.account.identifier, forceRefresh: false)
+        #expect(refreshed.accessToken != first.accessToken)
+        #expect(h.provider.refreshCalls == 1)
+        // The rotated refresh token is the one kept.
+        let state = await h.broker.snapshot
+        #expect(state.clients["mail"]?.refreshToken?.hasPrefix("rt-2|") == true)
+    }
+
+    @Test func forceRefreshSkipsTheCache() async throws {
+        let h = Harness()
+        let first = try await h.signIn()
+        let again = try await h.broker.acquireTokenSilent(clientId: "mail", scopes: ["user.read"], accountId: "", forceRefresh: true)
+        #expect(again.accessToken != first.accessToken)
+        #expect(h.provider.refreshCalls == 1)
+    }
+
+    @Test func rejectedRefreshTokenMeansInteractionRequired() async throws {
+        let h = Harness()
+        _ = try await h.signIn()
+        h.provider.rejectRefresh = true
+        let code = await failureCode { _ = try await h.broker.acquireTokenSilent(clientId: "mail", scopes: ["User.Read"], accountId: "", forceRefresh: true) }
+        #expect(code == .interactionRequired)
+        // The refresh token is gone, the account stays signed in.
+        #expect(await h.broker.snapshot.clients["mail"]?.refreshToken == nil)
+        #expect(await h.broker.deviceAccount != nil)
+    }
+
+    @Test func tokensAreNeverHandedToAnotherClientId() async throws {
+        let h = Harness()
+        _ = try await h.signIn(client: "mail")
+        let code = await failureCode { _ = try await h.broker.acquireTokenSilent(clientId: "calendar", scopes: ["User.Read"], accountId: "", forceRefresh: false) }
+        #expect(code == .interactionRequired)
+    }
+
+    @Test func concurrentSilentRequestsShareOneRefresh() async throws {
+        let h = Harness()
+        _ = try await h.signIn()
+        h.clock.advance(3600)
+        let (gate, open) = AsyncStream<Void>.makeStream()
+        h.provider.refreshGate = gate
+        async let a = h.broker.acquireTokenSilent(clientId: "mail", scopes: ["User.Read"], accountId: "", forceRefresh: false)
+        async let b = h.broker.acquireTokenSilent(clientId: "mail", scopes: ["User.Read", "openid"], accountId: "", forceRefresh: false)
+        while h.provider.refreshCalls == 0 { await Task.yield() }
+        open.yield()
+        open.finish()
+        let (first, second) = try await (a, b)
+        #expect(first.accessToken == second.accessToken)
+        #expect(h.provider.refreshCalls == 1)
+    }
+
+    @Test func aRefreshThatStraddlesASignOutIsDiscarded() async throws {
+        let h = Harness()
+        _ = try await h.signIn()
+        let (gate, open) = AsyncStream<Void>.makeStream()
+        h.provider.refreshGate = gate
+        let refreshed = Task { try await h.broker.acquireTokenSilent(clientId: "mail", scopes: ["User.Read"], accountId: "", forceRefresh: true) }
+        while h.provider.refreshCalls == 0 { await Task.yield() }
+        try await h.broker.signOut(clientId: "calendar", accountId: "")
+        open.yield()
+        open.finish()
+        let code = await failureCode { _ = try await refreshed.value }
+        #expect(code == .noAccount)
+        #expect(await h.broker.snapshot.clients["mail"]?.refreshToken == nil)
+    }
+
+    @Test func scopesAreNormalized() {
+        #expect(Scopes(["User.Read", "OpenID", "user.read", "User.Read"]).values
+            == ["User.Read", "offline_access", "openid", "profile", "user.read"])
+        #expect(Scopes([]).joined == "offline_access openid profile")
+        #expect(Scopes(["b", "a"]) == Scopes(["a", "b", "PROFILE"]))
+    }
+}
