@@ -1,0 +1,262 @@
+import CCurl
+import Synchronization
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// `curl_global_init`, run exactly once per process (Swift initialises globals once, thread-safely).
+enum CurlGlobal {
+    static let initialised: Bool = curl_global_init(ccurl_global_default()) == CURLE_OK
+}
+
+/// A request waiting for, or owned by, the worker thread.
+struct Job: Sendable {
+    let id: UInt64
+    let request: HTTPRequest
+    let continuation: CheckedContinuation<Result<HTTPResponse, HTTPError>, Never>
+}
+
+/// A libcurl multi handle. `@unchecked Sendable` because only the thread-safe
+/// `curl_multi_wakeup` is ever called on it off the worker thread, and only under the lock.
+struct MultiHandle: @unchecked Sendable {
+    let pointer: UnsafeMutableRawPointer
+
+    func wakeup() {
+        _ = curl_multi_wakeup(pointer)
+    }
+}
+
+/// What callers and the worker thread share, behind one lock.
+struct SharedState: ~Copyable {
+    /// The multi handle; nil when libcurl could not be set up or the worker has stopped.
+    /// Callers only use it for `curl_multi_wakeup`, under the lock.
+    var multi: MultiHandle?
+    /// Requests not yet picked up by the worker.
+    var queue: [Job] = []
+    /// Ids the worker owns (picked up, not yet finished).
+    var owned: Set<UInt64> = []
+    /// Ids whose cancellation the worker has yet to act on.
+    var cancellations: [UInt64] = []
+    /// Ids cancelled before they were enqueued; removed by `forget`.
+    var cancelledEarly: Set<UInt64> = []
+    var nextID: UInt64 = 1
+    var stopping = false
+}
+
+/// The shared half of the worker: the lock-protected queue and the wake-up.
+/// The thread-confined half is ``CurlLoop``.
+final class CurlWorker: Sendable {
+    let state: Mutex<SharedState>
+    let userAgent: String
+
+    init(userAgent: String) {
+        self.userAgent = userAgent
+        var multi: MultiHandle?
+        if CurlGlobal.initialised, let pointer = curl_multi_init() {
+            multi = MultiHandle(pointer: pointer)
+        }
+        self.state = Mutex(SharedState(multi: multi))
+        if let multi {
+            let started = startThread { [self] in
+                CurlLoop(worker: self)?.run()
+            }
+            if !started {
+                state.withLock { $0.multi = nil }
+                _ = curl_multi_cleanup(multi.pointer)
+            }
+        }
+    }
+
+    func makeID() -> UInt64 {
+        state.withLock { state in
+            let id = state.nextID
+            state.nextID += 1
+            return id
+        }
+    }
+
+    func forget(_ id: UInt64) {
+        state.withLock { _ = $0.cancelledEarly.remove(id) }
+    }
+
+    func enqueue(_ job: Job) {
+        let failure: HTTPError? = state.withLock { state in
+            if state.cancelledEarly.remove(job.id) != nil { return .cancelled }
+            guard let multi = state.multi, !state.stopping else {
+                return .transport(code: Int(CURLE_FAILED_INIT.rawValue), message: "libcurl could not be initialised or the client was shut down")
+            }
+            state.queue.append(job)
+            multi.wakeup()
+            return nil
+        }
+        if let failure { job.continuation.resume(returning: .failure(failure)) }
+    }
+
+    func cancel(_ id: UInt64) {
+        let queued: Job? = state.withLock { state in
+            if let index = state.queue.firstIndex(where: { $0.id == id }) {
+                return state.queue.remove(at: index)
+            }
+            if state.owned.contains(id) {
+                state.cancellations.append(id)
+                state.multi?.wakeup()
+            } else {
+                state.cancelledEarly.insert(id)
+            }
+            return nil
+        }
+        queued?.continuation.resume(returning: .failure(.cancelled))
+    }
+
+    func shutdown() {
+        state.withLock { state in
+            state.stopping = true
+            state.multi?.wakeup()
+        }
+    }
+}
+
+/// The worker thread's side: the multi handle, the running transfers and the handle pool.
+/// Used only on the worker thread.
+final class CurlLoop {
+    private let worker: CurlWorker
+    private let multi: UnsafeMutableRawPointer
+    private var active: [UnsafeMutableRawPointer: Transfer] = [:]
+    private var byID: [UInt64: UnsafeMutableRawPointer] = [:]
+    private var pool: [UnsafeMutableRawPointer] = []
+    private let poolLimit = 8
+
+    init?(worker: CurlWorker) {
+        guard let multi = worker.state.withLock({ $0.multi }) else { return nil }
+        self.worker = worker
+        self.multi = multi.pointer
+    }
+
+    func run() {
+        while true {
+            let (jobs, cancellations, stopping) = worker.state.withLock { state in
+                let jobs = state.queue
+                state.queue.removeAll()
+                for job in jobs { state.owned.insert(job.id) }
+                let cancellations = state.cancellations
+                state.cancellations.removeAll()
+                return (jobs, cancellations, state.stopping)
+            }
+            if stopping {
+                for job in jobs { job.continuation.resume(returning: .failure(.cancelled)) }
+                break
+            }
+            for job in jobs { start(job) }
+            for id in cancellations {
+                if let easy = byID[id], let transfer = active[easy] {
+                    finish(transfer, with: .failure(.cancelled))
+                }
+            }
+            var running: Int32 = 0
+            _ = curl_multi_perform(multi, &running)
+            var queued: Int32 = 0
+            while let message = curl_multi_info_read(multi, &queued) {
+                guard message.pointee.msg == CURLMSG_DONE, let easy = ccurl_msg_easy_handle(message) else { continue }
+                let code = ccurl_msg_result(message)
+                if let transfer = active[easy] {
+                    finish(transfer, with: transfer.outcome(code))
+                }
+            }
+            _ = curl_multi_poll(multi, nil, 0, 1000, nil)
+        }
+        teardown()
+    }
+
+    private func start(_ job: Job) {
+        guard let easy = pool.popLast() ?? curl_easy_init() else {
+            done(job.id)
+            job.continuation.resume(returning: .failure(.transport(code: Int(CURLE_OUT_OF_MEMORY.rawValue), message: "libcurl could not create a handle")))
+            return
+        }
+        let transfer = Transfer(job: job, easy: easy, userAgent: worker.userAgent)
+        if let problem = transfer.configure() {
+            release(transfer)
+            done(job.id)
+            job.continuation.resume(returning: .failure(problem))
+            return
+        }
+        guard curl_multi_add_handle(multi, easy) == CURLM_OK else {
+            release(transfer)
+            done(job.id)
+            job.continuation.resume(returning: .failure(.transport(code: Int(CURLE_FAILED_INIT.rawValue), message: "\(transfer.label): libcurl refused the transfer")))
+            return
+        }
+        active[easy] = transfer
+        byID[job.id] = easy
+    }
+
+    /// Ends a running transfer: detaches it, recycles its handle, resumes its caller.
+    private func finish(_ transfer: Transfer, with result: Result<HTTPResponse, HTTPError>) {
+        active[transfer.easy] = nil
+        byID[transfer.id] = nil
+        _ = curl_multi_remove_handle(multi, transfer.easy)
+        release(transfer)
+        done(transfer.id)
+        transfer.continuation.resume(returning: result)
+    }
+
+    /// Resets the easy handle into the pool (or frees it) and frees the transfer's C memory.
+    private func release(_ transfer: Transfer) {
+        curl_easy_reset(transfer.easy)
+        if pool.count < poolLimit {
+            pool.append(transfer.easy)
+        } else {
+            curl_easy_cleanup(transfer.easy)
+        }
+        transfer.freeResources()
+    }
+
+    private func done(_ id: UInt64) {
+        worker.state.withLock { _ = $0.owned.remove(id) }
+    }
+
+    private func teardown() {
+        let leftovers: [Job] = worker.state.withLock { state in
+            state.multi = nil
+            let jobs = state.queue
+            state.queue.removeAll()
+            return jobs
+        }
+        for transfer in Array(active.values) {
+            finish(transfer, with: .failure(.cancelled))
+        }
+        for job in leftovers { job.continuation.resume(returning: .failure(.cancelled)) }
+        for easy in pool { curl_easy_cleanup(easy) }
+        pool.removeAll()
+        _ = curl_multi_cleanup(multi)
+    }
+}
+
+/// Runs `body` on a new detached thread; false if the thread could not be created.
+func startThread(_ body: @escaping @Sendable () -> Void) -> Bool {
+    final class Box {
+        let body: @Sendable () -> Void
+        init(body: @escaping @Sendable () -> Void) {
+            self.body = body
+        }
+    }
+    let box = Unmanaged.passRetained(Box(body: body)).toOpaque()
+    var thread = pthread_t()
+    let rc = pthread_create(&thread, nil, { raw in
+        guard let raw else { return nil }
+        let box = Unmanaged<Box>.fromOpaque(raw).takeRetainedValue()
+        box.body()
+        return nil
+    }, box)
+    guard rc == 0 else {
+        Unmanaged<Box>.fromOpaque(box).release()
+        return false
+    }
+    pthread_detach(thread)
+    return true
+}
