@@ -52,12 +52,16 @@ let package = Package(
             .product(name: "Hummingbird", package: "hummingbird"),
             .product(name: "JWTKit", package: "jwt-kit"),
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            .product(name: "Logging", package: "swift-log"),
         ]),
 
         .testTarget(name: "DBusTests", dependencies: ["DBus"]),
         .testTarget(name: "HTTPTests", dependencies: ["HTTP"]),
         .testTarget(name: "BrokerCoreTests", dependencies: ["BrokerCore", "BrokerAPI"]),
         .testTarget(name: "IntegrationTests", dependencies: ["SharedDeviceClient", "HTTP", "DBus", "BrokerAPI"]),
+        .testTarget(name: "IdpSimTests", dependencies: [
+            .product(name: "JWTKit", package: "jwt-kit"),
+        ]),
     ],
     swiftLanguageModes: [.v6]
 )

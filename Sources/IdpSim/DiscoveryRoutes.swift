@@ -1,0 +1,44 @@
+import Hummingbird
+
+/// OpenID Connect Discovery 1.0 / RFC 8414 metadata and the JWKS (RFC 7517).
+struct DiscoveryRoutes: Sendable {
+    let provider: Provider
+
+    func register(on router: Router<BasicRequestContext>) {
+        let endpoints = provider.endpoints
+        router.get(endpoints.route(Endpoints.discoveryPath)) { _, _ in
+            await provider.stats.count("discovery")
+            return JSONBody.response(document(), headers: [.cacheControl: "max-age=60"])
+        }
+        router.get(endpoints.route(Endpoints.jwksPath)) { _, _ in
+            await provider.stats.count("jwks")
+            return JSONBody.response(encoding: provider.keys.jwks, headers: [.cacheControl: "max-age=60"])
+        }
+    }
+
+    func document() -> [String: Any] {
+        let endpoints = provider.endpoints
+        return [
+            "issuer": endpoints.issuer,
+            "authorization_endpoint": endpoints.url(Endpoints.authorizePath),
+            "token_endpoint": endpoints.url(Endpoints.tokenPath),
+            "jwks_uri": endpoints.url(Endpoints.jwksPath),
+            "userinfo_endpoint": endpoints.url(Endpoints.userinfoPath),
+            "revocation_endpoint": endpoints.url(Endpoints.revokePath),
+            "end_session_endpoint": endpoints.url(Endpoints.logoutPath),
+            "response_types_supported": ["code"],
+            "response_modes_supported": ["query"],
+            "grant_types_supported": ["authorization_code", "refresh_token", "password"],
+            "subject_types_supported": ["pairwise"],
+            "id_token_signing_alg_values_supported": [SigningKeys.algorithm],
+            "scopes_supported": ["openid", "profile", "email", "offline_access", "User.Read"],
+            "claims_supported": ["iss", "aud", "exp", "iat", "nbf", "sub", "oid", "tid", "preferred_username", "name", "email", "nonce", "auth_time", "ver"],
+            "code_challenge_methods_supported": ["S256"],
+            "token_endpoint_auth_methods_supported": ["none", "client_secret_basic", "client_secret_post"],
+            "revocation_endpoint_auth_methods_supported": ["none", "client_secret_basic", "client_secret_post"],
+            "prompt_values_supported": ["none", "login", "select_account", "consent"],
+            "tenant_region_scope": "NA",
+            "tid": provider.users.tenantId,
+        ]
+    }
+}

@@ -1,0 +1,85 @@
+import ArgumentParser
+import Foundation
+import Hummingbird
+import Logging
+import NIOCore
+
+/// `idp-sim`: a local OpenID Connect provider for tests and development. Never ship it.
+@main
+struct IdpSimCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "idp-sim",
+        abstract: "A local OpenID Connect identity provider for tests (in-memory, Entra-shaped).")
+
+    @Option(help: "TCP port to listen on; 0 picks a free one.")
+    var port: Int = 0
+
+    @Option(help: "Address to bind.")
+    var host: String = "127.0.0.1"
+
+    @Option(help: "JSON file with tenantId, users and clients.")
+    var users: String
+
+    @Option(help: "Path of the authority below the server root (default /TENANT_ID/v2.0).")
+    var issuerPath: String?
+
+    @Option(help: "Access and ID token lifetime in seconds.")
+    var accessTokenLifetime: Int = 3600
+
+    @Option(help: "Refresh token lifetime in seconds (default 90 days).")
+    var refreshTokenLifetime: Int = 90 * 24 * 3600
+
+    @Option(help: "Lifetime of one-time codes and authorization codes in seconds.")
+    var codeLifetime: Int = 600
+
+    @Option(help: "trace, debug, info, notice, warning, error or critical.")
+    var logLevel: String = "info"
+
+    func validate() throws {
+        guard (0...65535).contains(port) else { throw ValidationError("--port must be between 0 and 65535") }
+        guard accessTokenLifetime > 0, refreshTokenLifetime > 0, codeLifetime > 0 else {
+            throw ValidationError("lifetimes must be positive")
+        }
+        guard Logger.Level(rawValue: logLevel) != nil else { throw ValidationError("unknown --log-level \(logLevel)") }
+        if let issuerPath, !issuerPath.hasPrefix("/") || issuerPath.hasSuffix("/") {
+            throw ValidationError("--issuer-path must start with / and not end with /")
+        }
+    }
+
+    func run() async throws {
+        let level = Logger.Level(rawValue: logLevel) ?? .info
+        LoggingSystem.bootstrap { label in
+            var handler = StreamLogHandler.standardError(label: label)
+            handler.logLevel = level
+            return handler
+        }
+        let logger = Logger(label: "idp-sim")
+
+        let directory: UserStore
+        do {
+            directory = try UserStore.load(path: users)
+        } catch let error as UsersFileError {
+            FileHandle.standardError.write(Data("idp-sim: \(error.description)\n".utf8))
+            throw ExitCode(2)
+        }
+
+        let settings = ProviderSettings(accessTokenLifetime: accessTokenLifetime, refreshTokenLifetime: refreshTokenLifetime, codeLifetime: codeLifetime)
+        let provider = try await Provider(users: directory, settings: settings,
+                                          authorityPath: issuerPath ?? "/\(directory.tenantId)/v2.0", logger: logger)
+        let endpoints = provider.endpoints
+        let host = self.host
+        let app = Application(
+            router: provider.router(),
+            configuration: .init(address: .hostname(host, port: port), serverName: "idp-sim"),
+            onServerRunning: { channel in
+                let boundPort = channel.localAddress?.port ?? 0
+                let urlHost = host.contains(":") ? "[\(host)]" : host
+                endpoints.setBaseURL("http://\(urlHost):\(boundPort)")
+                // The one line tests wait for; printed only once the socket accepts connections.
+                FileHandle.standardOutput.write(Data("listening on http://\(urlHost):\(boundPort)\n".utf8))
+                logger.info("authority \(endpoints.issuer)")
+            },
+            logger: logger)
+        try await app.runService()
+    }
+}

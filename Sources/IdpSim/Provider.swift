@@ -1,0 +1,66 @@
+import Foundation
+import Hummingbird
+import Logging
+
+/// Settings taken from the command line.
+struct ProviderSettings: Sendable {
+    var accessTokenLifetime: Int
+    var refreshTokenLifetime: Int
+    var codeLifetime: Int
+}
+
+/// Everything a request handler needs: the directory, keys, and the in-memory state actors.
+struct Provider: Sendable {
+    let users: UserStore
+    let settings: ProviderSettings
+    let endpoints: Endpoints
+    let keys: SigningKeys
+    let issuer: TokenIssuer
+    let refreshTokens: RefreshTokenStore
+    let stats = Stats()
+    let faults = FaultInjector()
+    let outbox = Outbox()
+    let nativeAuth: NativeAuthStore
+    let authorization: AuthorizationStore
+    let logger: Logger
+
+    init(users: UserStore, settings: ProviderSettings, authorityPath: String, logger: Logger) async throws {
+        self.users = users
+        self.settings = settings
+        self.endpoints = Endpoints(authorityPath: authorityPath)
+        self.keys = try await SigningKeys.generate()
+        self.refreshTokens = RefreshTokenStore(lifetime: TimeInterval(settings.refreshTokenLifetime))
+        self.issuer = TokenIssuer(keys: keys, endpoints: endpoints, tenantId: users.tenantId,
+                                  accessTokenLifetime: settings.accessTokenLifetime, refreshTokens: refreshTokens)
+        self.nativeAuth = NativeAuthStore(codeLifetime: TimeInterval(settings.codeLifetime))
+        self.authorization = AuthorizationStore(codeLifetime: TimeInterval(settings.codeLifetime))
+        self.logger = logger
+    }
+
+    /// The router with every endpoint group registered.
+    func router() -> Router<BasicRequestContext> {
+        let router = Router()
+        router.add(middleware: ErrorMiddleware())
+        DiscoveryRoutes(provider: self).register(on: router)
+        TokenRoutes(provider: self).register(on: router)
+        RevocationRoutes(provider: self).register(on: router)
+        ResourceRoutes(provider: self).register(on: router)
+        NativeAuthRoutes(provider: self).register(on: router)
+        AuthorizeRoutes(provider: self).register(on: router)
+        TestRoutes(provider: self).register(on: router)
+        return router
+    }
+}
+
+/// Turns thrown ``OAuthError``s into their JSON bodies, wherever they were thrown.
+struct ErrorMiddleware: RouterMiddleware {
+    typealias Context = BasicRequestContext
+
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
+        do {
+            return try await next(request, context)
+        } catch let error as OAuthError {
+            return error.response()
+        }
+    }
+}

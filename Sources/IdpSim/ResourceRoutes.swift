@@ -1,0 +1,62 @@
+import Foundation
+import Hummingbird
+
+/// Bearer-protected resources: the Graph-like `GET /v1.0/me` and OIDC `GET {authority}/oidc/userinfo`.
+struct ResourceRoutes: Sendable {
+    let provider: Provider
+
+    func register(on router: Router<BasicRequestContext>) {
+        router.get(RouterPath(Endpoints.mePath)) { request, _ in
+            await provider.stats.count("me")
+            let (claims, user) = try await authorize(request, requiredScope: "User.Read")
+            var body: [String: Any] = [
+                "id": claims.oid,
+                "displayName": user.displayName,
+                "userPrincipalName": user.username,
+                "mail": user.email ?? NSNull(),
+            ]
+            body["@odata.context"] = provider.endpoints.baseURL + "/v1.0/$metadata#users/$entity"
+            return JSONBody.response(body)
+        }
+        router.get(provider.endpoints.route(Endpoints.userinfoPath)) { request, _ in
+            await provider.stats.count("userinfo")
+            let (claims, user) = try await authorize(request, requiredScope: "openid")
+            var body: [String: Any] = ["sub": claims.sub, "name": user.displayName, "preferred_username": user.username, "oid": claims.oid]
+            if let email = user.email { body["email"] = email }
+            return JSONBody.response(body)
+        }
+    }
+
+    /// Validates the access token (signature, `exp`/`nbf`, `iss`, `aud`) and the scope (RFC 6750 §3.1).
+    private func authorize(_ request: Request, requiredScope: String) async throws -> (AccessTokenClaims, UserAccount) {
+        guard let token = request.bearerToken else {
+            throw Self.challenge(error: nil, description: "No access token was presented.")
+        }
+        let claims: AccessTokenClaims
+        do {
+            claims = try await provider.keys.verify(token, as: AccessTokenClaims.self)
+        } catch {
+            throw Self.challenge(error: "invalid_token", description: "The access token is invalid or expired.")
+        }
+        guard claims.iss == provider.endpoints.issuer, claims.aud == TokenIssuer.apiAudience else {
+            throw Self.challenge(error: "invalid_token", description: "The access token was not issued for this resource.")
+        }
+        guard claims.scopes.contains(requiredScope) else {
+            throw Self.challenge(error: "insufficient_scope", description: "The access token lacks the \(requiredScope) scope.",
+                                 status: .forbidden, scope: requiredScope)
+        }
+        guard let user = provider.users.user(objectId: claims.oid) else {
+            throw Self.challenge(error: "invalid_token", description: "The user of this token no longer exists.")
+        }
+        return (claims, user)
+    }
+
+    static func challenge(error: String?, description: String, status: HTTPResponse.Status = .unauthorized, scope: String? = nil) -> OAuthError {
+        var value = "Bearer realm=\"idp-sim\""
+        if let error { value += ", error=\"\(error)\", error_description=\"\(description)\"" }
+        if let scope { value += ", scope=\"\(scope)\"" }
+        var oauthError = OAuthError(status: status, error: error ?? "invalid_request", description: description)
+        oauthError.headers[.wwwAuthenticate] = value
+        return oauthError
+    }
+}

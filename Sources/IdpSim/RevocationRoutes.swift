@@ -1,0 +1,26 @@
+import Hummingbird
+
+/// `POST {authority}/oauth2/v2.0/revoke` (RFC 7009). Refresh tokens are revoked with their family;
+/// access tokens are self-contained JWTs and cannot be revoked, which RFC 7009 §2.2 permits.
+struct RevocationRoutes: Sendable {
+    let provider: Provider
+
+    func register(on router: Router<BasicRequestContext>) {
+        router.post(provider.endpoints.route(Endpoints.revokePath)) { request, _ in
+            await provider.stats.count("revoke")
+            let parameters = try await request.formParameters()
+            guard let token = parameters.nonEmpty("token") else {
+                throw OAuthError.invalidRequest("The request body must contain the following parameter: 'token'.")
+            }
+            // Public clients identify themselves with client_id only; confidential ones must authenticate (§2.1).
+            var clientId: String?
+            if parameters["client_id"] != nil || request.headers[.authorization] != nil {
+                clientId = try ClientAuthenticator(users: provider.users).authenticate(request, parameters).clientId
+            }
+            await provider.refreshTokens.revoke(token, clientId: clientId)
+            provider.logger.info("revocation request handled", metadata: ["hint": "\(parameters["token_type_hint"] ?? "none")"])
+            // §2.2: 200 whether or not the token was known.
+            return Response(status: .ok, headers: [.cacheControl: "no-store"])
+        }
+    }
+}

@@ -1,0 +1,41 @@
+import Foundation
+import Hummingbird
+
+/// Test-only endpoints under `/test/`. They exist so integration tests can observe and steer the
+/// provider; a real identity provider has nothing like them and the broker must never call them.
+struct TestRoutes: Sendable {
+    let provider: Provider
+
+    func register(on router: Router<BasicRequestContext>) {
+        router.get("/test/stats") { _, _ in
+            JSONBody.response(await provider.stats.snapshot().json)
+        }
+        router.post("/test/stats/reset") { _, _ in
+            await provider.stats.reset()
+            return JSONBody.response(["reset": true])
+        }
+        router.post("/test/revoke-all") { request, _ in
+            guard let username = request.queryParameters.nonEmpty("username") else {
+                throw OAuthError.invalidRequest("username query parameter is required")
+            }
+            let revoked = await provider.refreshTokens.revokeAll(username: username)
+            provider.logger.info("admin revocation", metadata: ["user": "\(username)", "families": "\(revoked)"])
+            return JSONBody.response(["username": username, "revokedFamilies": revoked])
+        }
+        router.get("/test/faults") { _, _ in
+            JSONBody.response(encoding: await provider.faults.current())
+        }
+        router.post("/test/faults") { request, _ in
+            let body = try await request.body.collect(upTo: 1 << 16)
+            guard let setting = try? JSONDecoder().decode(FaultInjector.Setting.self, from: Data(body.readableBytesView)) else {
+                throw OAuthError.invalidRequest("expected {\"mode\": \"none|unavailable|slow|garbage|error500\", \"retryAfter\"?, \"delayMs\"?, \"count\"?}")
+            }
+            await provider.faults.set(setting)
+            provider.logger.notice("fault mode set", metadata: ["mode": "\(setting.mode.rawValue)"])
+            return JSONBody.response(encoding: setting)
+        }
+        router.get("/test/outbox") { _, _ in
+            JSONBody.response(encoding: await provider.outbox.messages())
+        }
+    }
+}

@@ -1,0 +1,53 @@
+import Foundation
+import JWTKit
+
+/// Claims of an access token, shaped like an Entra v2.0 access token for Microsoft Graph.
+///
+/// `aud` is always ``TokenIssuer/apiAudience`` (the simulated Graph API, "https://graph.local"),
+/// not the client: access tokens are for the resource server, the ID token is for the client.
+struct AccessTokenClaims: JWTPayload, Equatable {
+    var iss: String
+    var aud: String
+    var exp: ExpirationClaim
+    var iat: IssuedAtClaim
+    var nbf: NotBeforeClaim
+    var sub: String
+    var oid: String
+    var tid: String
+    var preferred_username: String
+    var name: String
+    var scp: String
+    var azp: String
+    var appid: String
+    var ver: String
+    var uti: String
+
+    var scopes: [String] { scp.split(separator: " ").map(String.init) }
+
+    func verify(using _: some JWTAlgorithm) async throws {
+        try exp.verifyNotExpired()
+        try nbf.verifyNotBefore()
+    }
+}
+
+/// Claims of an OpenID Connect ID token (OIDC Core §2).
+struct IDTokenClaims: JWTPayload, Equatable {
+    var iss: String
+    var aud: String
+    var exp: ExpirationClaim
+    var iat: IssuedAtClaim
+    var nbf: NotBeforeClaim
+    var sub: String
+    var oid: String
+    var tid: String
+    var preferred_username: String
+    var name: String
+    var email: String?
+    var nonce: String?
+    var auth_time: Int?
+    var ver: String
+
+    func verify(using _: some JWTAlgorithm) async throws {
+        try exp.verifyNotExpired()
+    }
+}

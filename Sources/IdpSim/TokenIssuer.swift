@@ -1,0 +1,83 @@
+import Crypto
+import Foundation
+
+/// The success body of the token endpoint (RFC 6749 §5.1 plus `id_token` from OIDC Core §3.1.3.3).
+struct TokenResponse: Codable, Sendable {
+    var token_type = "Bearer"
+    var access_token: String
+    var expires_in: Int
+    var ext_expires_in: Int
+    var refresh_token: String?
+    var id_token: String?
+    var scope: String
+}
+
+/// What a successful sign-in produced, independent of the grant that produced it.
+struct SignIn: Sendable {
+    var user: UserAccount
+    var client: ClientRegistration
+    var scopes: [String]
+    var nonce: String?
+    var authTime: Date
+    /// The family of the refresh token being rotated, nil for a fresh sign-in.
+    var refreshFamily: String?
+}
+
+/// Mints access, ID and refresh tokens.
+struct TokenIssuer: Sendable {
+    /// The `aud` of every access token: the simulated Graph API that `/v1.0/me` stands for.
+    static let apiAudience = "https://graph.local"
+    static let defaultScopes = ["openid", "profile", "offline_access", "User.Read"]
+
+    let keys: SigningKeys
+    let endpoints: Endpoints
+    let tenantId: String
+    let accessTokenLifetime: Int
+    let refreshTokens: RefreshTokenStore
+
+    func issue(_ signIn: SignIn) async throws -> TokenResponse {
+        let now = Date(timeIntervalSince1970: Date().timeIntervalSince1970.rounded(.down))
+        let expiry = now.addingTimeInterval(TimeInterval(accessTokenLifetime))
+        let user = signIn.user
+        let clientId = signIn.client.clientId
+        let subject = Self.pairwiseSubject(objectId: user.objectId, clientId: clientId)
+        let access = AccessTokenClaims(
+            iss: endpoints.issuer, aud: Self.apiAudience, exp: .init(value: expiry), iat: .init(value: now), nbf: .init(value: now),
+            sub: subject, oid: user.objectId, tid: tenantId, preferred_username: user.username, name: user.displayName,
+            scp: signIn.scopes.joined(separator: " "), azp: clientId, appid: clientId, ver: "2.0", uti: RandomToken.make(bytes: 12))
+        var response = TokenResponse(
+            access_token: try await keys.sign(access), expires_in: accessTokenLifetime, ext_expires_in: accessTokenLifetime,
+            scope: signIn.scopes.joined(separator: " "))
+        if signIn.scopes.contains("openid") {
+            let id = IDTokenClaims(
+                iss: endpoints.issuer, aud: clientId, exp: .init(value: expiry), iat: .init(value: now), nbf: .init(value: now),
+                sub: subject, oid: user.objectId, tid: tenantId, preferred_username: user.username, name: user.displayName,
+                email: user.email, nonce: signIn.nonce, auth_time: Int(signIn.authTime.timeIntervalSince1970), ver: "2.0")
+            response.id_token = try await keys.sign(id)
+        }
+        // Like Entra, a refresh token is only issued when the client asked for offline_access.
+        if signIn.scopes.contains("offline_access") {
+            response.refresh_token = await refreshTokens.issue(
+                username: user.username, clientId: clientId, scopes: signIn.scopes, authTime: signIn.authTime, family: signIn.refreshFamily)
+        }
+        return response
+    }
+
+    /// Entra's `sub` is pairwise: stable per user and application, different across applications.
+    /// `oid` is the tenant-wide identifier a broker should key accounts on.
+    static func pairwiseSubject(objectId: String, clientId: String) -> String {
+        let digest = SHA256.hash(data: Data("\(objectId)|\(clientId)".utf8))
+        return Data(digest).base64EncodedString()
+            .replacingOccurrences(of: "+", with: "-")
+            .replacingOccurrences(of: "/", with: "_")
+            .replacingOccurrences(of: "=", with: "")
+    }
+
+    /// Splits a `scope` parameter; an absent or empty one means the default set.
+    static func scopes(from parameter: String?) -> [String] {
+        let requested = (parameter ?? "").split(separator: " ").map(String.init)
+        var seen = Set<String>()
+        let unique = requested.filter { seen.insert($0).inserted }
+        return unique.isEmpty ? defaultScopes : unique
+    }
+}

@@ -1,0 +1,122 @@
+import Foundation
+import Hummingbird
+import Logging
+
+/// `POST {authority}/oauth2/v2.0/token` (RFC 6749 §3.2): password, refresh_token, authorization_code,
+/// and Entra native authentication's `oob` / `password`+`continuation_token` grants.
+struct TokenRoutes: Sendable {
+    let provider: Provider
+
+    func register(on router: Router<BasicRequestContext>) {
+        router.post(provider.endpoints.route(Endpoints.tokenPath)) { request, _ in
+            try await handle(request)
+        }
+    }
+
+    func handle(_ request: Request) async throws -> Response {
+        let parameters = try await request.formParameters()
+        let grantType = parameters["grant_type"] ?? ""
+        await provider.stats.countToken(grantType: grantType.isEmpty ? "(missing)" : grantType)
+        if let faulted = await applyFault() { return faulted }
+
+        let client = try ClientAuthenticator(users: provider.users).authenticate(request, parameters)
+        let signIn: SignIn
+        switch grantType {
+        case "password":
+            if parameters["continuation_token"] != nil {
+                signIn = try await NativeAuthRoutes(provider: provider).passwordGrant(parameters, client: client)
+            } else {
+                signIn = try passwordGrant(parameters, client: client)
+            }
+        case "refresh_token":
+            signIn = try await refreshGrant(parameters, client: client)
+        case "authorization_code":
+            signIn = try await AuthorizeRoutes(provider: provider).codeGrant(parameters, client: client)
+        case "oob":
+            signIn = try await NativeAuthRoutes(provider: provider).oobGrant(parameters, client: client)
+        case "":
+            throw OAuthError.invalidRequest("The request body must contain the following parameter: 'grant_type'.")
+        default:
+            throw OAuthError(status: .badRequest, error: "unsupported_grant_type",
+                             description: "The provided value for the input parameter 'grant_type' is not valid.", codes: [70003])
+        }
+        let tokens = try await provider.issuer.issue(signIn)
+        provider.logger.info("issued tokens", metadata: ["grant": "\(grantType)", "client": "\(client.clientId)", "user": "\(signIn.user.username)"])
+        return JSONBody.response(encoding: tokens, headers: .noStore)
+    }
+
+    /// Resource owner password credentials (RFC 6749 §4.3).
+    private func passwordGrant(_ parameters: [String: String], client: ClientRegistration) throws -> SignIn {
+        guard let username = parameters.nonEmpty("username") else {
+            throw OAuthError.invalidRequest("The request body must contain the following parameter: 'username'.")
+        }
+        guard let password = parameters["password"] else {
+            throw OAuthError.invalidRequest("The request body must contain the following parameter: 'password'.")
+        }
+        guard let user = provider.users.user(named: username) else {
+            throw OAuthError.invalidGrant("The user account \(username) does not exist in the \(provider.users.tenantId) directory.", code: 50034)
+        }
+        guard user.supportsPassword, let expected = user.password,
+              ClientAuthenticator.constantTimeEqual(expected, password) else {
+            throw OAuthError.invalidGrant("Error validating credentials due to invalid username or password.", code: 50126)
+        }
+        return SignIn(user: user, client: client, scopes: TokenIssuer.scopes(from: parameters["scope"]), nonce: parameters["nonce"], authTime: Date())
+    }
+
+    /// Refresh with rotation (RFC 6749 §6); a narrower `scope` is allowed, a wider one is not.
+    private func refreshGrant(_ parameters: [String: String], client: ClientRegistration) async throws -> SignIn {
+        guard let token = parameters.nonEmpty("refresh_token") else {
+            throw OAuthError.invalidRequest("The request body must contain the following parameter: 'refresh_token'.")
+        }
+        let grant: RefreshTokenStore.Grant
+        switch await provider.refreshTokens.redeem(token, clientId: client.clientId) {
+        case .valid(let found):
+            grant = found
+        case .unknown:
+            throw OAuthError.invalidGrant("The provided value for the refresh token is not valid.", code: 9002313)
+        case .expired:
+            throw OAuthError.invalidGrant("The refresh token has expired due to inactivity.", code: 700082)
+        case .revoked:
+            throw OAuthError.invalidGrant("The refresh token has been revoked.", code: 50173)
+        case .reused:
+            provider.logger.warning("refresh token reuse detected; family revoked", metadata: ["client": "\(client.clientId)"])
+            throw OAuthError.invalidGrant("The refresh token was already used; all tokens of this grant are revoked.", code: 50173)
+        case .wrongClient:
+            throw OAuthError.invalidGrant("The refresh token was issued to a different client.", code: 70000)
+        }
+        guard let user = provider.users.user(named: grant.username) else {
+            throw OAuthError.invalidGrant("The user account no longer exists.", code: 50034)
+        }
+        var scopes = grant.scopes
+        if let requested = parameters.nonEmpty("scope") {
+            let asked = TokenIssuer.scopes(from: requested)
+            if let extra = asked.first(where: { !grant.scopes.contains($0) }) {
+                throw OAuthError(status: .badRequest, error: "invalid_scope",
+                                 description: "The scope '\(extra)' was not part of the original grant.", codes: [70011])
+            }
+            scopes = asked
+        }
+        return SignIn(user: user, client: client, scopes: scopes, nonce: nil, authTime: grant.authTime, refreshFamily: grant.family)
+    }
+
+    /// Applies the test-only fault, if one is set; nil means answer normally.
+    private func applyFault() async -> Response? {
+        let fault = await provider.faults.take()
+        switch fault.mode {
+        case .none:
+            return nil
+        case .slow:
+            try? await Task.sleep(for: .milliseconds(fault.delayMs ?? 2000))
+            return nil
+        case .unavailable:
+            var headers: HTTPFields = [.contentType: "text/plain"]
+            if let retryAfter = fault.retryAfter { headers[.retryAfter] = String(retryAfter) }
+            return Response(status: .serviceUnavailable, headers: headers, body: .init(byteBuffer: ByteBuffer(string: "Service Unavailable")))
+        case .garbage:
+            return Response(status: .ok, headers: [.contentType: "application/json"],
+                            body: .init(byteBuffer: ByteBuffer(string: "<html>this is not JSON")))
+        case .error500:
+            return Response(status: .internalServerError)
+        }
+    }
+}
