@@ -1,0 +1,350 @@
+import CDBus
+import Glibc
+import Logging
+
+/// Work handed to the connection thread.
+enum LoopCommand: Sendable {
+    case send(MessageRef)
+    case call(id: UInt64, MessageRef, deadline: UInt64, CheckedContinuation<[DBusValue], any Error>)
+    case cancelCall(id: UInt64)
+    case subscribe(id: UInt64, DBusMatchRule, AsyncStream<DBusSignal>.Continuation)
+    case unsubscribe(id: UInt64)
+    case close
+}
+
+/// The one thread that owns a libdbus connection.
+///
+/// Other threads only touch the lock-protected command queue and write one
+/// byte to the wake-up pipe. The thread runs a poll() loop over the bus socket
+/// and the pipe, sends queued messages, reads and dispatches incoming ones
+/// through a libdbus filter function, and fails calls whose deadline passed.
+final class ConnectionLoop: @unchecked Sendable {
+    let logger: Logger
+    let objects = ObjectRegistry()
+
+    // Shared state, guarded by `lock`.
+    private let lock = Lock()
+    private var queue: [LoopCommand] = []
+    private var accepting = true
+    private var nextID: UInt64 = 0
+    private var disconnectWaiters: [CheckedContinuation<Void, Never>] = []
+    private let wakeRead: Int32
+    private let wakeWrite: Int32
+
+    // Thread-confined state: only touched by the connection thread (and by init before it starts).
+    private let connection: OpaquePointer
+    private let busFD: Int32
+    private struct Pending {
+        var id: UInt64
+        var deadline: UInt64
+        var continuation: CheckedContinuation<[DBusValue], any Error>
+    }
+    private var pending: [UInt32: Pending] = [:]
+    private var serialOfCall: [UInt64: UInt32] = [:]
+    private var cancelledBeforeSend: Set<UInt64> = []
+    private var subscriptions: [UInt64: (rule: DBusMatchRule, continuation: AsyncStream<DBusSignal>.Continuation)] = [:]
+    private var stopRequested = false
+    private var drained: [LoopCommand] = []
+
+    /// Takes ownership of an open, registered private connection.
+    init(connection: OpaquePointer, logger: Logger) throws(DBusError) {
+        self.connection = connection
+        self.logger = logger
+        var fd: Int32 = -1
+        guard dbus_connection_get_unix_fd(connection, &fd) != 0, fd >= 0 else {
+            throw .failed("Bus connection has no file descriptor")
+        }
+        busFD = fd
+        var fds: [Int32] = [-1, -1]
+        guard pipe(&fds) == 0 else { throw .failed("pipe() failed: errno \(errno)") }
+        wakeRead = fds[0]
+        wakeWrite = fds[1]
+        for f in fds {
+            _ = fcntl(f, F_SETFL, O_NONBLOCK)
+            _ = fcntl(f, F_SETFD, FD_CLOEXEC)
+        }
+    }
+
+    /// Installs the filter and starts the thread (which keeps `self` alive until it ends).
+    func start() throws(DBusError) {
+        let me = Unmanaged.passUnretained(self).toOpaque()
+        guard dbus_connection_add_filter(connection, connectionFilter, me, nil) != 0 else {
+            throw .noMemory()
+        }
+        let retained = Unmanaged.passRetained(self).toOpaque()
+        var thread = pthread_t()
+        let rc = pthread_create(&thread, nil, { arg in
+            guard let arg else { return nil }
+            let loop = Unmanaged<ConnectionLoop>.fromOpaque(arg).takeRetainedValue()
+            loop.run()
+            return nil
+        }, retained)
+        guard rc == 0 else {
+            Unmanaged<ConnectionLoop>.fromOpaque(retained).release()
+            throw .failed("Cannot start the D-Bus thread (error \(rc))")
+        }
+        pthread_detach(thread)
+    }
+
+    // MARK: Producer side (any thread)
+
+    func makeID() -> UInt64 {
+        lock.withLock {
+            nextID &+= 1
+            return nextID
+        }
+    }
+
+    /// Queues work for the thread; false when the connection is closed.
+    @discardableResult
+    func enqueue(_ command: LoopCommand) -> Bool {
+        lock.withLock {
+            guard accepting else { return false }
+            queue.append(command)
+            if queue.count == 1 {
+                var byte: UInt8 = 1
+                _ = write(wakeWrite, &byte, 1)   // EAGAIN means a wake-up is already pending
+            }
+            return true
+        }
+    }
+
+    /// Sends a message without waiting for a reply; drops it when closed.
+    func send(_ message: MessageRef) {
+        if !enqueue(.send(message)) { message.release() }
+    }
+
+    /// Whether the connection still accepts work.
+    var isOpen: Bool { lock.withLock { accepting } }
+
+    /// Returns once the connection is closed or dropped.
+    func waitUntilClosed() async {
+        await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
+            let closedAlready = lock.withLock {
+                if accepting { disconnectWaiters.append(c); return false }
+                return true
+            }
+            if closedAlready { c.resume() }
+        }
+    }
+
+    func requestClose() { enqueue(.close) }
+
+    /// Sends a call and waits for its reply, deadline or cancellation.
+    func call(_ message: MessageRef, timeout: Duration) async throws -> [DBusValue] {
+        if Task.isCancelled {
+            message.release()
+            throw CancellationError()
+        }
+        let id = makeID()
+        let deadline = monotonicNanoseconds() &+ timeout.clampedNanoseconds
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { continuation in
+                if !enqueue(.call(id: id, message, deadline: deadline, continuation)) {
+                    message.release()
+                    continuation.resume(throwing: DBusError.disconnected())
+                }
+            }
+        } onCancel: {
+            enqueue(.cancelCall(id: id))
+        }
+    }
+
+    // MARK: The thread
+
+    private func run() {
+        var fds = [pollfd(fd: busFD, events: 0, revents: 0), pollfd(fd: wakeRead, events: Int16(POLLIN), revents: 0)]
+        var buffer = [UInt8](repeating: 0, count: 64)
+        var reason = "Connection closed"
+        while true {
+            processCommands()
+            if stopRequested { break }
+            while dbus_connection_dispatch(connection) == DBUS_DISPATCH_DATA_REMAINS {}
+            guard dbus_connection_get_is_connected(connection) != 0 else {
+                reason = "Disconnected from the bus"
+                logger.info("D-Bus connection dropped")
+                break
+            }
+            let timeout = expireCalls()
+            fds[0].events = Int16(POLLIN)
+            if dbus_connection_has_messages_to_send(connection) != 0 { fds[0].events |= Int16(POLLOUT) }
+            fds[0].revents = 0
+            fds[1].revents = 0
+            let rc = poll(&fds, 2, timeout)
+            if rc < 0 {
+                if errno == EINTR { continue }
+                logger.error("poll() failed", metadata: ["errno": "\(errno)"])
+                reason = "poll() failed"
+                break
+            }
+            if fds[1].revents != 0 {
+                while read(wakeRead, &buffer, buffer.count) > 0 {}
+            }
+            if fds[0].revents != 0 {
+                _ = dbus_connection_read_write(connection, 0)
+            }
+        }
+        shutdown(reason: reason, flush: stopRequested)
+    }
+
+    private func processCommands() {
+        lock.withLock { swap(&queue, &drained) }
+        guard !drained.isEmpty else { return }
+        for command in drained { handle(command) }
+        drained.removeAll(keepingCapacity: true)
+    }
+
+    private func handle(_ command: LoopCommand) {
+        switch command {
+        case .send(let message):
+            if dbus_connection_send(connection, message.raw, nil) == 0 {
+                logger.error("dbus_connection_send failed (out of memory)")
+            }
+            message.release()
+        case .call(let id, let message, let deadline, let continuation):
+            defer { message.release() }
+            if cancelledBeforeSend.remove(id) != nil {
+                continuation.resume(throwing: CancellationError())
+                return
+            }
+            var serial: UInt32 = 0
+            guard dbus_connection_send(connection, message.raw, &serial) != 0 else {
+                continuation.resume(throwing: DBusError.noMemory())
+                return
+            }
+            pending[serial] = Pending(id: id, deadline: deadline, continuation: continuation)
+            serialOfCall[id] = serial
+        case .cancelCall(let id):
+            if let serial = serialOfCall.removeValue(forKey: id) {
+                pending.removeValue(forKey: serial)?.continuation.resume(throwing: CancellationError())
+            } else {
+                cancelledBeforeSend.insert(id)
+            }
+        case .subscribe(let id, let rule, let continuation):
+            subscriptions[id] = (rule, continuation)
+        case .unsubscribe(let id):
+            subscriptions.removeValue(forKey: id)
+        case .close:
+            stopRequested = true
+        }
+    }
+
+    /// Fails calls past their deadline; returns the poll timeout in ms (-1: none).
+    private func expireCalls() -> Int32 {
+        guard !pending.isEmpty else { return -1 }
+        let now = monotonicNanoseconds()
+        var next = UInt64.max
+        var expired: [UInt32] = []
+        for (serial, call) in pending {
+            if call.deadline <= now { expired.append(serial) } else { next = min(next, call.deadline) }
+        }
+        for serial in expired {
+            if let call = pending.removeValue(forKey: serial) {
+                serialOfCall.removeValue(forKey: call.id)
+                call.continuation.resume(throwing: DBusError.noReply("Did not receive a reply within the call timeout"))
+            }
+        }
+        guard next != .max else { return -1 }
+        let ms = (next - now + 999_999) / 1_000_000
+        return Int32(min(ms, UInt64(Int32.max)))
+    }
+
+    private func shutdown(reason: String, flush: Bool) {
+        let (leftover, waiters) = lock.withLock {
+            accepting = false
+            let result = (queue, disconnectWaiters)
+            queue = []
+            disconnectWaiters = []
+            return result
+        }
+        if flush {
+            // Bounded flush of what was already queued in libdbus.
+            let deadline = monotonicNanoseconds() &+ 1_000_000_000
+            for command in leftover { if case .send = command { handle(command) } }
+            while dbus_connection_has_messages_to_send(connection) != 0, dbus_connection_get_is_connected(connection) != 0 {
+                let now = monotonicNanoseconds()
+                guard now < deadline else { break }
+                var pfd = pollfd(fd: busFD, events: Int16(POLLOUT), revents: 0)
+                _ = poll(&pfd, 1, Int32((deadline - now) / 1_000_000 + 1))
+                _ = dbus_connection_read_write(connection, 0)
+            }
+        }
+        let error = DBusError.disconnected(reason)
+        for command in leftover {
+            switch command {
+            case .send(let message): if !flush { message.release() }
+            case .call(_, let message, _, let continuation):
+                message.release()
+                continuation.resume(throwing: error)
+            case .subscribe(_, _, let continuation): continuation.finish()
+            case .cancelCall, .unsubscribe, .close: break
+            }
+        }
+        for (_, call) in pending { call.continuation.resume(throwing: error) }
+        pending = [:]
+        serialOfCall = [:]
+        let subs = subscriptions
+        subscriptions = [:]
+        for (_, sub) in subs { sub.continuation.finish() }
+        dbus_connection_remove_filter(connection, connectionFilter, Unmanaged.passUnretained(self).toOpaque())
+        dbus_connection_close(connection)
+        dbus_connection_unref(connection)
+        close(wakeRead)
+        close(wakeWrite)
+        for waiter in waiters { waiter.resume() }
+        logger.debug("D-Bus connection thread finished", metadata: ["reason": "\(reason)"])
+    }
+
+    // MARK: Incoming messages (connection thread, from dispatch)
+
+    fileprivate func handleIncoming(_ raw: OpaquePointer) -> DBusHandlerResult {
+        switch dbus_message_get_type(raw) {
+        case Int32(CDBUS_MESSAGE_TYPE_METHOD_RETURN), Int32(CDBUS_MESSAGE_TYPE_ERROR):
+            guard let call = pending.removeValue(forKey: dbus_message_get_reply_serial(raw)) else {
+                return DBUS_HANDLER_RESULT_NOT_YET_HANDLED
+            }
+            serialOfCall.removeValue(forKey: call.id)
+            if dbus_message_get_type(raw) == Int32(CDBUS_MESSAGE_TYPE_ERROR) {
+                let name = dbus_message_get_error_name(raw).map { String(cString: $0) } ?? DBusError.failed("").name
+                var text = ""
+                if let args = try? DBusCodec.decodeArguments(raw), case .string(let s)? = args.first { text = s }
+                call.continuation.resume(throwing: DBusError(name: name, message: text))
+            } else {
+                do {
+                    call.continuation.resume(returning: try DBusCodec.decodeArguments(raw))
+                } catch {
+                    call.continuation.resume(throwing: error)
+                }
+            }
+            return DBUS_HANDLER_RESULT_HANDLED
+        case Int32(CDBUS_MESSAGE_TYPE_SIGNAL):
+            if dbus_message_is_signal(raw, "org.freedesktop.DBus.Local", "Disconnected") != 0 {
+                return DBUS_HANDLER_RESULT_HANDLED   // the loop notices via get_is_connected
+            }
+            guard !subscriptions.isEmpty else { return DBUS_HANDLER_RESULT_NOT_YET_HANDLED }
+            let header = DBusMessage(header: raw)
+            guard let arguments = try? DBusCodec.decodeArguments(raw) else {
+                logger.debug("Dropping undecodable signal", metadata: ["member": "\(header.member ?? "")"])
+                return DBUS_HANDLER_RESULT_HANDLED
+            }
+            let signal = DBusSignal(sender: header.sender ?? "", path: header.path ?? "", interface: header.interface ?? "",
+                                    member: header.member ?? "", arguments: arguments)
+            for (_, sub) in subscriptions where sub.rule.matches(signal) {
+                sub.continuation.yield(signal)
+            }
+            return DBUS_HANDLER_RESULT_HANDLED
+        case Int32(CDBUS_MESSAGE_TYPE_METHOD_CALL):
+            dispatchMethodCall(raw)
+            return DBUS_HANDLER_RESULT_HANDLED
+        default:
+            return DBUS_HANDLER_RESULT_NOT_YET_HANDLED
+        }
+    }
+}
+
+/// libdbus filter: forwards every dispatched message to its loop.
+private let connectionFilter: DBusHandleMessageFunction = { _, message, userData in
+    guard let message, let userData else { return DBUS_HANDLER_RESULT_NOT_YET_HANDLED }
+    let loop = Unmanaged<ConnectionLoop>.fromOpaque(userData).takeUnretainedValue()
+    return loop.handleIncoming(message)
+}
