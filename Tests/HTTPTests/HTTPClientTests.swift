@@ -1,0 +1,398 @@
+import Testing
+@testable import HTTP
+
+/// Runs `body` against a fresh loopback server, stopped afterwards.
+func withServer<T>(_ handler: @escaping @Sendable (ReceivedRequest) -> Reply = { .echo($0) },
+                   _ body: (LoopbackServer) async throws -> T) async throws -> T {
+    let server = try LoopbackServer(handler)
+    defer { server.stop() }
+    return try await body(server)
+}
+
+/// The error `send` throws, or nil if it returned.
+func sendError(_ client: HTTPClient, _ request: HTTPRequest) async -> HTTPError? {
+    do {
+        _ = try await client.send(request)
+        return nil
+    } catch {
+        return error
+    }
+}
+
+@Suite("HTTPClient against a loopback server")
+struct HTTPClientTests {
+    let client = HTTPClient.shared
+
+    @Test func getReturnsStatusHeadersAndBody() async throws {
+        try await withServer({ request in
+            .respond(status: 200, headers: [
+                ("Content-Type", "text/plain; charset=utf-8"),
+                ("X-Custom-Thing", "  Abc  "),
+                ("Set-Cookie", "a=1"),
+                ("Set-Cookie", "b=2"),
+                ("X-Empty", ""),
+            ], body: Array("hello \(request.target)".utf8))
+        }) { server in
+            let response = try await client.send(.get("\(server.base)/hello?x=1&y=%20", headers: [HTTPHeader("Accept", "text/plain")]))
+            #expect(response.status == 200)
+            #expect(response.isSuccess)
+            #expect(response.bodyText == "hello /hello?x=1&y=%20")
+            #expect(response.header("CONTENT-TYPE") == "text/plain; charset=utf-8")
+            #expect(response.header("x-custom-thing") == "Abc")
+            #expect(response.header("x-empty") == "")
+            #expect(response.header("missing") == nil)
+            #expect(response.headers.allSatisfy { $0.name == $0.name.lowercased() })
+            #expect(response.headers.filter { $0.name == "set-cookie" }.map(\.value) == ["a=1", "b=2"])
+            #expect(response.headers.first?.name == "content-type")
+            #expect(response.effectiveURL.hasPrefix(server.base))
+            #expect(response.totalTime > .zero)
+
+            let seen = try #require(server.received.first)
+            #expect(seen.method == "GET")
+            #expect(seen.target == "/hello?x=1&y=%20")
+            #expect(seen.header("accept") == "text/plain")
+            #expect(seen.header("user-agent") == "shared-device-broker")
+            #expect(seen.body.isEmpty)
+        }
+    }
+
+    @Test func postFormSendsPercentEncodedBody() async throws {
+        try await withServer { server in
+            let request = HTTPRequest.postForm("\(server.base)/token?tenant=a", fields: [
+                ("grant_type", "authorization_code"),
+                ("code", "a b&c=d/é~+*"),
+                ("redirect_uri", "http://localhost:8080/cb?x=y"),
+            ], headers: [HTTPHeader("Authorization", "Basic Y2xpZW50OnNlY3JldA==")])
+            let response = try await client.send(request)
+            #expect(response.status == 200)
+            #expect(response.header("x-echo-method") == "POST")
+            #expect(response.header("x-echo-target") == "/token?tenant=a")
+            #expect(response.header("x-echo-content-type") == "application/x-www-form-urlencoded")
+            let expected = "grant_type=authorization_code&code=a%20b%26c%3Dd%2F%C3%A9~%2B%2A&redirect_uri=http%3A%2F%2Flocalhost%3A8080%2Fcb%3Fx%3Dy"
+            #expect(response.bodyText == expected)
+
+            let seen = try #require(server.received.first)
+            #expect(seen.bodyText == expected)
+            #expect(seen.header("content-length") == String(expected.utf8.count))
+            #expect(seen.header("authorization") == "Basic Y2xpZW50OnNlY3JldA==")
+            #expect(seen.header("expect") == nil)
+            #expect(seen.headers.filter { $0.name.lowercased() == "content-type" }.count == 1)
+        }
+    }
+
+    @Test func otherMethodsAndRawBodies() async throws {
+        try await withServer { server in
+            let put = try await client.send(HTTPRequest(method: "PUT", url: "\(server.base)/p", headers: [HTTPHeader("Content-Type", "application/json")], body: Array("{\"a\":1}".utf8)))
+            #expect(put.header("x-echo-method") == "PUT")
+            #expect(put.header("x-echo-content-type") == "application/json")
+            #expect(put.bodyText == "{\"a\":1}")
+            let delete = try await client.send(HTTPRequest(method: "DELETE", url: "\(server.base)/d"))
+            #expect(delete.header("x-echo-method") == "DELETE")
+            let emptyPost = try await client.send(HTTPRequest(method: "POST", url: "\(server.base)/e"))
+            #expect(emptyPost.header("x-echo-method") == "POST")
+            #expect(emptyPost.body.isEmpty)
+            let head = try await client.send(HTTPRequest(method: "HEAD", url: "\(server.base)/h"))
+            #expect(head.status == 200)
+            #expect(head.body.isEmpty)
+            #expect(server.received.map(\.method) == ["PUT", "DELETE", "POST", "HEAD"])
+        }
+    }
+
+    @Test(arguments: [404, 500])
+    func errorStatusesAreResponses(status: Int) async throws {
+        try await withServer({ _ in .respond(status: status, body: Array("nope".utf8)) }) { server in
+            let response = try await client.send(.get("\(server.base)/x"))
+            #expect(response.status == status)
+            #expect(!response.isSuccess)
+            #expect(response.bodyText == "nope")
+        }
+    }
+
+    @Test func redirectsAreNotFollowed() async throws {
+        try await withServer({ _ in .respond(status: 302, headers: [("Location", "http://127.0.0.1:1/elsewhere")]) }) { server in
+            let response = try await client.send(.get("\(server.base)/r"))
+            #expect(response.status == 302)
+            #expect(response.header("location") == "http://127.0.0.1:1/elsewhere")
+            #expect(server.received.count == 1)
+        }
+    }
+
+    @Test func connectionRefused() async throws {
+        let error = await sendError(client, .get("http://127.0.0.1:\(closedPort())/x"))
+        guard case .couldNotConnect(let detail)? = error else {
+            Issue.record("expected couldNotConnect, got \(String(describing: error))")
+            return
+        }
+        #expect(detail.contains("GET http://127.0.0.1:"))
+    }
+
+    @Test func unresolvableHost() async throws {
+        let error = await sendError(client, .get("http://nonexistent-host.invalid/x"))
+        #expect(error == .couldNotResolve(host: "nonexistent-host.invalid"))
+    }
+
+    @Test func slowServerTimesOut() async throws {
+        try await withServer({ _ in .respond(status: 200, delay: .seconds(10)) }) { server in
+            var request = HTTPRequest.get("\(server.base)/slow")
+            request.timeout = .milliseconds(300)
+            let clock = ContinuousClock()
+            let start = clock.now
+            let error = await sendError(client, request)
+            let elapsed = clock.now - start
+            #expect(error == .timedOut(.milliseconds(300)))
+            #expect(elapsed < .seconds(3))
+            #expect(elapsed >= .milliseconds(250))
+        }
+    }
+
+    @Test func serverClosingWithoutAnswerIsATransportError() async throws {
+        try await withServer({ _ in .close }) { server in
+            let error = await sendError(client, .get("\(server.base)/close"))
+            guard case .transport(let code, _)? = error else {
+                Issue.record("expected transport error, got \(String(describing: error))")
+                return
+            }
+            #expect(code == 52)  // CURLE_GOT_NOTHING
+        }
+    }
+
+    @Test func bodyOverTheLimitWithContentLength() async throws {
+        try await withServer({ _ in .respond(status: 200, body: [UInt8](repeating: 65, count: 2 << 20)) }) { server in
+            let error = await sendError(client, .get("\(server.base)/big"))
+            #expect(error == .responseTooLarge(limit: 1 << 20))
+        }
+    }
+
+    @Test func bodyOverTheLimitWithoutContentLength() async throws {
+        try await withServer({ _ in .stream(total: 8 << 20) }) { server in
+            var request = HTTPRequest.get("\(server.base)/stream")
+            request.maxResponseBytes = 100_000
+            let error = await sendError(client, request)
+            #expect(error == .responseTooLarge(limit: 100_000))
+        }
+    }
+
+    @Test func bodyExactlyAtTheLimitIsAccepted() async throws {
+        try await withServer({ _ in .stream(total: 5000) }) { server in
+            var request = HTTPRequest.get("\(server.base)/stream")
+            request.maxResponseBytes = 5000
+            let response = try await client.send(request)
+            #expect(response.body.count == 5000)
+        }
+    }
+
+    @Test func fiftyConcurrentRequests() async throws {
+        try await withServer({ request in
+            .respond(status: 200, headers: [("X-Target", request.target)], body: Array("body-\(request.target)".utf8), delay: .milliseconds(50))
+        }) { server in
+            let results = try await withThrowingTaskGroup(of: (Int, HTTPResponse).self) { group in
+                for index in 0..<50 {
+                    group.addTask { [client] in
+                        (index, try await client.send(.get("\(server.base)/item/\(index)")))
+                    }
+                }
+                var all: [(Int, HTTPResponse)] = []
+                for try await result in group { all.append(result) }
+                return all
+            }
+            #expect(results.count == 50)
+            for (index, response) in results {
+                #expect(response.status == 200)
+                #expect(response.header("x-target") == "/item/\(index)")
+                #expect(response.bodyText == "body-/item/\(index)")
+            }
+            #expect(server.received.count == 50)
+        }
+    }
+
+    @Test func cancellationAbortsASlowRequest() async throws {
+        try await withServer({ _ in .respond(status: 200, delay: .seconds(10)) }) { server in
+            let clock = ContinuousClock()
+            let start = clock.now
+            let task = Task { [client] in await sendError(client, .get("\(server.base)/slow")) }
+            try await Task.sleep(for: .milliseconds(300))
+            task.cancel()
+            let error = await task.value
+            #expect(error == .cancelled)
+            #expect(clock.now - start < .seconds(3))
+            // The connection was really closed: the server notices while it waits.
+            var waited = Duration.zero
+            while server.clientsGoneDuringDelay == 0, waited < .seconds(3) {
+                try await Task.sleep(for: .milliseconds(50))
+                waited += .milliseconds(50)
+            }
+            #expect(server.clientsGoneDuringDelay == 1)
+        }
+    }
+
+    @Test func alreadyCancelledTaskDoesNotSend() async throws {
+        try await withServer { server in
+            let task = Task { [client] in
+                withUnsafeCurrentTask { $0?.cancel() }
+                return await sendError(client, .get("\(server.base)/never"))
+            }
+            #expect(await task.value == .cancelled)
+            try await Task.sleep(for: .milliseconds(100))
+            #expect(server.received.isEmpty)
+        }
+    }
+
+    @Test(arguments: ["file:///etc/passwd", "ftp://127.0.0.1/x", "gopher://example.com/", "FILE:///etc/hosts"])
+    func nonHTTPSchemesAreRejected(url: String) async {
+        let error = await sendError(client, .get(url))
+        guard case .unsupportedScheme(let scheme)? = error else {
+            Issue.record("expected unsupportedScheme, got \(String(describing: error))")
+            return
+        }
+        #expect(scheme == String(url.prefix(while: { $0 != ":" })).lowercased())
+    }
+
+    @Test(arguments: ["not a url", "127.0.0.1/x", "http://", "http:///path", "http://exa mple.com/", "://x"])
+    func invalidURLsAreRejected(url: String) async {
+        let error = await sendError(client, .get(url))
+        guard case .invalidURL? = error else {
+            Issue.record("expected invalidURL for \(url), got \(String(describing: error))")
+            return
+        }
+    }
+
+    @Test func headerInjectionIsRejected() async throws {
+        try await withServer { server in
+            let bad = [
+                HTTPRequest.get("\(server.base)/", headers: [HTTPHeader("Authorization", "Bearer s3cr3t\r\nX-Evil: 1")]),
+                HTTPRequest.get("\(server.base)/", headers: [HTTPHeader("Bad Name", "v")]),
+                HTTPRequest(method: "GET /x HTTP/1.1\r\n", url: "\(server.base)/"),
+            ]
+            for request in bad {
+                let error = await sendError(client, request)
+                guard case .invalidRequest? = error else {
+                    Issue.record("expected invalidRequest, got \(String(describing: error))")
+                    continue
+                }
+                #expect(!(error?.description.contains("s3cr3t") ?? true))
+            }
+            #expect(server.received.isEmpty)
+        }
+    }
+
+    @Test func tlsToAPlainServerFailsAsTLS() async throws {
+        try await withServer({ _ in .respond(status: 200) }) { server in
+            let error = await sendError(client, .get("https://127.0.0.1:\(server.port)/"))
+            guard case .tls? = error else {
+                Issue.record("expected tls, got \(String(describing: error))")
+                return
+            }
+        }
+    }
+
+    @Test func errorDescriptionsNeverCarrySecrets() async throws {
+        let secrets = ["s3cr3t-body", "s3cr3t-token", "s3cr3t-query", "s3cr3t-pass", "s3cr3t-fragment"]
+        func request(_ base: String) -> HTTPRequest {
+            var request = HTTPRequest.postForm(
+                "\(base)/token?code=s3cr3t-query#s3cr3t-fragment",
+                fields: [("client_secret", "s3cr3t-body")],
+                headers: [HTTPHeader("Authorization", "Bearer s3cr3t-token")])
+            request.timeout = .milliseconds(300)
+            return request
+        }
+        var errors: [HTTPError] = []
+        let refused = "http://user:s3cr3t-pass@127.0.0.1:\(closedPort())"
+        errors += [await sendError(client, request(refused))].compactMap { $0 }
+        errors += [await sendError(client, request("http://user:s3cr3t-pass@nonexistent-host.invalid"))].compactMap { $0 }
+        errors += [await sendError(client, request("ftp://user:s3cr3t-pass@127.0.0.1"))].compactMap { $0 }
+        try await withServer({ request in
+            request.target.hasPrefix("/token") && request.header("x-mode") == "slow"
+                ? .respond(status: 200, delay: .seconds(5))
+                : .respond(status: 200, body: [UInt8](repeating: 0, count: 4096))
+        }) { server in
+            let base = "http://user:s3cr3t-pass@127.0.0.1:\(server.port)"
+            var slow = request(base)
+            slow.headers.append(HTTPHeader("X-Mode", "slow"))
+            errors += [await sendError(client, slow)].compactMap { $0 }
+            var small = request(base)
+            small.maxResponseBytes = 10
+            errors += [await sendError(client, small)].compactMap { $0 }
+            errors += [await sendError(client, request("https://user:s3cr3t-pass@127.0.0.1:\(server.port)"))].compactMap { $0 }
+        }
+        #expect(errors.count == 6)
+        for error in errors {
+            let texts = [error.description, String(describing: error), String(reflecting: error), "\(error)"]
+            for text in texts {
+                for secret in secrets {
+                    #expect(!text.contains(secret), "\(text) leaks \(secret)")
+                }
+            }
+        }
+        if case .couldNotConnect(let detail) = errors[0] {
+            #expect(detail.hasPrefix("POST http://127.0.0.1:"))
+            #expect(detail.contains("/token:"))
+        } else {
+            Issue.record("expected couldNotConnect first, got \(errors[0])")
+        }
+    }
+
+    @Test func separateClientsWorkAndShutDown() async throws {
+        try await withServer { server in
+            for _ in 0..<3 {
+                let own = HTTPClient(userAgent: "test-agent/1.0\r\nX-Evil: 1")
+                let response = try await own.send(.get("\(server.base)/ua"))
+                #expect(response.status == 200)
+            }
+            #expect(server.received.map { $0.header("user-agent") } == Array(repeating: "test-agent/1.0X-Evil: 1", count: 3))
+            #expect(server.received.allSatisfy { $0.header("x-evil") == nil })
+        }
+    }
+}
+
+@Suite("Encoding and helpers")
+struct EncodingTests {
+    @Test func percentEncodingKeepsOnlyUnreserved() {
+        #expect(HTTPRequest.percentEncode("AZaz09-._~") == "AZaz09-._~")
+        #expect(HTTPRequest.percentEncode(" !\"#$%&'()*+,/:;=?@[]") == "%20%21%22%23%24%25%26%27%28%29%2A%2B%2C%2F%3A%3B%3D%3F%40%5B%5D")
+        #expect(HTTPRequest.percentEncode("é€") == "%C3%A9%E2%82%AC")
+        #expect(HTTPRequest.percentEncode("") == "")
+    }
+
+    @Test func formEncodingJoinsInOrder() {
+        #expect(HTTPRequest.formURLEncoded([("b", "2"), ("a", "1 1"), ("empty", "")]) == "b=2&a=1%201&empty=")
+        #expect(HTTPRequest.formURLEncoded([]) == "")
+        let request = HTTPRequest.postForm("http://h/", fields: [("a", "b")], headers: [HTTPHeader("content-type", "application/x-www-form-urlencoded; charset=utf-8")])
+        #expect(request.headers.count == 1)
+        #expect(request.method == "POST")
+        #expect(request.body == Array("a=b".utf8))
+    }
+
+    @Test func defaults() {
+        let request = HTTPRequest.get("http://h/")
+        #expect(request.connectTimeout == .seconds(5))
+        #expect(request.timeout == .seconds(15))
+        #expect(request.maxResponseBytes == 1 << 20)
+        #expect(request.method == "GET")
+    }
+
+    @Test func urlRedaction() {
+        #expect(URLParts("https://user:pw@Example.com:8443/a/b?q=1#f")?.redacted == "https://Example.com:8443/a/b")
+        #expect(URLParts("https://user:pw@Example.com:8443/a/b?q=1#f")?.host == "Example.com")
+        #expect(URLParts("HTTP://[::1]:80?x")?.redacted == "http://[::1]:80/")
+        #expect(URLParts("HTTP://[::1]:80?x")?.host == "::1")
+        #expect(URLParts("no scheme") == nil)
+        #expect(URLParts.redact("secret?x") == "(URL without a scheme://, not shown)")
+    }
+
+    @Test func durationsAndTimeouts() {
+        #expect(formatDuration(.milliseconds(300)) == "300 ms")
+        #expect(formatDuration(.seconds(15)) == "15 s")
+        #expect(formatDuration(.milliseconds(1500)) == "1.5 s")
+        #expect(milliseconds(.zero, minimum: 1) == 1)
+        #expect(milliseconds(.microseconds(1), minimum: 1) == 1)
+        #expect(milliseconds(.milliseconds(-5), minimum: 1) == 1)
+        #expect(milliseconds(.milliseconds(1500), minimum: 1) == 1500)
+    }
+
+    @Test func errorDescriptionsAreActionable() {
+        #expect(HTTPError.timedOut(.seconds(15)).description == "The HTTP request timed out after 15 s")
+        #expect(HTTPError.unsupportedScheme("ftp").description.contains("only http and https"))
+        #expect(HTTPError.couldNotResolve(host: "idp.example").description.contains("idp.example"))
+        #expect(HTTPError.responseTooLarge(limit: 10).description.contains("10 bytes"))
+    }
+}
