@@ -167,7 +167,9 @@ final class CurlLoop {
                     finish(transfer, with: transfer.outcome(code))
                 }
             }
-            _ = curl_multi_poll(multi, nil, 0, 1000, nil)
+            // libcurl shortens the wait to its own next timer; new work and cancellations
+            // interrupt it through curl_multi_wakeup. Idle, the thread sleeps.
+            _ = curl_multi_poll(multi, nil, 0, active.isEmpty ? 60_000 : 1000, nil)
         }
         teardown()
     }
