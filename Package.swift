@@ -30,7 +30,7 @@ let package = Package(
         .systemLibrary(name: "CCurl", pkgConfig: "libcurl", providers: [.apt(["libcurl4-openssl-dev"])]),
 
         .target(name: "DBus", dependencies: ["CDBus", .product(name: "Logging", package: "swift-log")]),
-        .target(name: "HTTP", dependencies: ["CCurl"]),
+        .target(name: "HTTP", dependencies: ["CCurl"], exclude: ["README.md"]),
         .target(name: "BrokerAPI"),
         .target(name: "BrokerCore", dependencies: ["BrokerAPI", .product(name: "Logging", package: "swift-log")]),
         .target(name: "Identity", dependencies: ["HTTP", "BrokerCore", .product(name: "Logging", package: "swift-log")]),
