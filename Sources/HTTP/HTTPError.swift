@@ -66,11 +66,12 @@ func formatDuration(_ duration: Duration) -> String {
     return "\(whole).\(digits) s"
 }
 
-/// Whole milliseconds in `duration`, rounded up, clamped to `minimum...Int64.max / 2`.
+/// Whole milliseconds in `duration`, rounded up, clamped to `minimum...Int32.max` (about 24 days,
+/// safe for every libcurl timeout computation).
 func milliseconds(_ duration: Duration, minimum: Int64) -> Int64 {
     let (seconds, attoseconds) = duration.components
     if seconds < 0 || (seconds == 0 && attoseconds <= 0) { return minimum }
-    let cap = Int64.max / 2
+    let cap = Int64(Int32.max)
     if seconds >= cap / 1000 { return cap }
     var ms = seconds * 1000 + attoseconds / 1_000_000_000_000_000
     if attoseconds % 1_000_000_000_000_000 > 0 { ms += 1 }

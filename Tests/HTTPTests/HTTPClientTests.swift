@@ -181,6 +181,27 @@ struct HTTPClientTests {
         }
     }
 
+    @Test func bodyExactlyAtTheLimitWithContentLength() async throws {
+        try await withServer({ _ in .respond(status: 200, body: [UInt8](repeating: 66, count: 4096)) }) { server in
+            var request = HTTPRequest.get("\(server.base)/exact")
+            request.maxResponseBytes = 4096
+            let response = try await client.send(request)
+            #expect(response.body.count == 4096)
+            request.maxResponseBytes = 4095
+            #expect(await sendError(client, request) == .responseTooLarge(limit: 4095))
+        }
+    }
+
+    @Test func veryLongTimeoutsStillWork() async throws {
+        try await withServer { server in
+            var request = HTTPRequest.get("\(server.base)/long")
+            request.timeout = .seconds(Int64.max)
+            request.connectTimeout = .seconds(Int64.max)
+            let response = try await client.send(request)
+            #expect(response.status == 200)
+        }
+    }
+
     @Test func fiftyConcurrentRequests() async throws {
         try await withServer({ request in
             .respond(status: 200, headers: [("X-Target", request.target)], body: Array("body-\(request.target)".utf8), delay: .milliseconds(50))
@@ -387,6 +408,7 @@ struct EncodingTests {
         #expect(milliseconds(.microseconds(1), minimum: 1) == 1)
         #expect(milliseconds(.milliseconds(-5), minimum: 1) == 1)
         #expect(milliseconds(.milliseconds(1500), minimum: 1) == 1500)
+        #expect(milliseconds(.seconds(Int64.max), minimum: 1) == Int64(Int32.max))
     }
 
     @Test func errorDescriptionsAreActionable() {
