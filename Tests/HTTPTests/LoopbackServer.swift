@@ -3,8 +3,7 @@
 // test's handler says: a scripted response (optionally delayed), a close-delimited stream of
 // bytes, or a close without answering.
 
-import HTTP
-import Synchronization
+@testable import HTTP
 
 #if canImport(Glibc)
 import Glibc
@@ -52,9 +51,9 @@ final class LoopbackServer: Sendable {
     let port: UInt16
     private let listener: Int32
     private let handler: @Sendable (ReceivedRequest) -> Reply
-    private let state = Mutex(State())
+    private let state = Locked(State())  // pthread-based, visible to ThreadSanitizer
 
-    private struct State {
+    private struct State: Sendable {
         var received: [ReceivedRequest] = []
         var connections = 0
         var clientsGoneDuringDelay = 0
