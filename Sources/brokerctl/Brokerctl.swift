@@ -1,1 +1,21 @@
-print("brokerctl")
+import ArgumentParser
+
+/// brokerctl: the shared-device broker from the command line, built on SharedDeviceClient.
+@main
+struct Brokerctl: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "brokerctl",
+        abstract: "Talk to the shared-device identity broker (brokerd) on the D-Bus session bus.",
+        discussion: """
+            Every command prints for people by default and JSON with --json. Errors print the \
+            broker's D-Bus error name and a message, and exit with status 1.
+
+            A first session:
+              brokerctl device-info
+              echo "$PASSWORD" | brokerctl sign-in --client-id mail-app --username alice@contoso.example --password-stdin
+              brokerctl current-account --client-id calendar-app
+              brokerctl token --client-id mail-app --scope User.Read
+              brokerctl sign-out --client-id calendar-app
+            """,
+        subcommands: [DeviceInfo.self, CurrentAccount.self, SignIn.self, Token.self, Accounts.self, SignOut.self, Watch.self])
+}

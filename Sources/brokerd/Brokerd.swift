@@ -1,1 +1,71 @@
-print("brokerd")
+import ArgumentParser
+import BrokerCore
+import BrokerDaemon
+import Glibc
+import Logging
+
+/// brokerd: the shared-device identity broker on the D-Bus session bus.
+@main
+struct Brokerd: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "brokerd",
+        abstract: "The shared-device identity broker: owns the device's signed-in account on the D-Bus session bus.",
+        discussion: """
+            brokerd serves io.shareddevice.Broker1 at /io/shareddevice/Broker1 on the bus in \
+            DBUS_SESSION_BUS_ADDRESS. It prints one line starting with "brokerd ready:" on standard \
+            output once it answers calls, logs to standard error, and stops cleanly on SIGTERM or SIGINT.
+
+            Example:
+              brokerd --device-mode shared --authority https://login.example/TENANT/v2.0
+            """,
+        version: Daemon.version)
+
+    @Option(help: "shared: one account for the whole device; default: one account per app.")
+    var deviceMode: DeviceMode?
+
+    @Option(help: "The OpenID Connect authority (issuer) URL. HTTPS, or http://127.0.0.1 for a local provider.")
+    var authority: String?
+
+    @Option(help: "Where the state lives (default: $XDG_STATE_HOME/shared-device-broker or ~/.local/state/shared-device-broker).")
+    var stateDir: String?
+
+    @Option(help: "A JSON configuration file (device mode, authority, tenant, allowed clients). Flags win over it.")
+    var config: String?
+
+    @Option(help: "The bus address to serve on, instead of DBUS_SESSION_BUS_ADDRESS.")
+    var address: String?
+
+    @Option(help: "trace, debug, info, notice, warning, error or critical.")
+    var logLevel: Logger.Level = .info
+
+    func run() async throws {
+        let level = logLevel
+        LoggingSystem.bootstrap { label in
+            var handler = StreamLogHandler.standardError(label: label)
+            handler.logLevel = level
+            return handler
+        }
+        let logger = Logger(label: "brokerd")
+        do {
+            let file = try config.map { path throws(DaemonError) in try DaemonConfigurationFile.load(path: path) }
+                ?? DaemonConfigurationFile()
+            guard let authority = authority ?? file.authority else {
+                throw ValidationError("give the provider with --authority URL (or \"authority\" in --config)")
+            }
+            let options = DaemonOptions(
+                deviceMode: deviceMode ?? file.deviceMode ?? .shared, authority: authority,
+                stateDirectory: stateDir ?? DaemonOptions.defaultStateDirectory(), configuration: file,
+                busAddress: address)
+            let status = try await Daemon.run(options, logger: logger)
+            throw ExitCode(status)
+        } catch let error as DaemonError {
+            Console.printError("brokerd: \(error)")
+            throw ExitCode(1)
+        }
+    }
+}
+
+extension DeviceMode: ExpressibleByArgument {}
+extension Logger.Level: @retroactive ExpressibleByArgument {}
+
+

@@ -1,0 +1,53 @@
+# shared-device-broker: the two commands are `make demo` and `make test`.
+# Each installs what is missing (Debian packages), builds, and runs.
+
+SWIFT        ?= swift
+PREFIX       ?= /usr/local
+CONFIG       ?= debug
+BIN_DIR       = $(shell $(SWIFT) build -c $(CONFIG) --show-bin-path 2>/dev/null)
+APT_PACKAGES  = libdbus-1-dev libcurl4-openssl-dev pkg-config dbus python3
+SUDO          = $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: all deps build demo test contract check-contract install clean
+
+all: build
+
+## deps: install the system libraries the project builds on, when missing.
+deps:
+	@if ! pkg-config --exists dbus-1 libcurl 2>/dev/null || ! command -v dbus-daemon >/dev/null || ! command -v python3 >/dev/null; then \
+		echo "Installing $(APT_PACKAGES) ..."; \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES); \
+	fi
+
+## build: compile brokerd, brokerctl, idp-sim and the examples.
+build: deps
+	$(SWIFT) build -c $(CONFIG)
+
+## demo: a private bus, idp-sim and brokerd in shared mode; sign in from one app, sign out from another.
+demo: build
+	BIN_DIR="$(BIN_DIR)" bash examples/demo.sh
+
+## test: the whole suite (unit, D-Bus layer, HTTP, idp-sim and end-to-end over private buses).
+test: build check-contract
+	$(SWIFT) build -c $(CONFIG) --build-tests
+	$(SWIFT) test -c $(CONFIG) --skip-build
+
+## contract: regenerate the Swift interface description from dbus/io.shareddevice.Broker1.xml.
+contract:
+	python3 scripts/generate-contract.py
+
+check-contract:
+	python3 scripts/generate-contract.py --check
+
+## install: the binaries, under PREFIX (default /usr/local).
+install:
+	$(SWIFT) build -c release
+	install -d $(DESTDIR)$(PREFIX)/bin
+	install -m 0755 $$($(SWIFT) build -c release --show-bin-path)/brokerd $(DESTDIR)$(PREFIX)/bin/brokerd
+	install -m 0755 $$($(SWIFT) build -c release --show-bin-path)/brokerctl $(DESTDIR)$(PREFIX)/bin/brokerctl
+	install -d $(DESTDIR)$(PREFIX)/share/dbus-1/interfaces
+	install -m 0644 dbus/io.shareddevice.Broker1.xml $(DESTDIR)$(PREFIX)/share/dbus-1/interfaces/
+
+clean:
+	rm -rf .build

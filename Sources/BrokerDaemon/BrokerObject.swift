@@ -1,0 +1,79 @@
+import BrokerCore
+import DBus
+import Logging
+import Synchronization
+
+/// `/io/shareddevice/Broker1`: adapts D-Bus calls to the ``Broker`` and its answers back.
+///
+/// The D-Bus layer has already checked each call's signature against the contract, so the
+/// arguments here have the declared types; what they contain is the core's to judge.
+final class BrokerObject: DBusObject {
+    let interfaces: [DBusInterfaceDescription] = [.broker1]
+    private let broker: Broker
+    private let logger: Logger
+    /// The properties, cached so that Get/GetAll never wait for the broker actor.
+    private let properties: PropertyCache
+
+    init(broker: Broker, logger: Logger, properties: PropertyCache) {
+        self.broker = broker
+        self.logger = logger
+        self.properties = properties
+    }
+
+    func propertyValues(interface: String) -> [String: DBusValue] {
+        interface == DBusInterfaceDescription.broker1.name ? properties.values : [:]
+    }
+
+    func handleMethodCall(_ call: DBusMethodCall) async throws -> [DBusValue] {
+        do {
+            return try await dispatch(call)
+        } catch {
+            logger.debug("call refused", metadata: ["method": "\(call.member)", "sender": "\(call.sender)",
+                                                    "error": "\(error.code.rawValue)"])
+            throw BusMarshalling.error(error)
+        }
+    }
+
+    private func dispatch(_ call: DBusMethodCall) async throws(BrokerFailure) -> [DBusValue] {
+        let a = call.arguments
+        switch call.member {
+        case "GetDeviceInformation":
+            return [BusMarshalling.deviceInformation(await broker.deviceInformation())]
+        case "GetCurrentAccount":
+            let seen = try await broker.currentAccount(clientId: a[0].string ?? "")
+            return [BusMarshalling.account(seen.current), BusMarshalling.account(seen.previous)]
+        case "SignInWithPassword":
+            let result = try await broker.signInWithPassword(
+                clientId: a[0].string ?? "", username: a[1].string ?? "", password: a[2].string ?? "",
+                scopes: a[3].stringArray ?? [])
+            return [BusMarshalling.tokenResult(result)]
+        case "AcquireTokenSilent":
+            let options = a[3].vardict ?? [:]
+            let result = try await broker.acquireTokenSilent(
+                clientId: a[0].string ?? "", scopes: a[1].stringArray ?? [], accountId: a[2].string ?? "",
+                forceRefresh: try BusMarshalling.boolOption(options, OptionKey.forceRefresh))
+            return [BusMarshalling.tokenResult(result)]
+        case "GetAccounts":
+            let accounts = try await broker.accounts(clientId: a[0].string ?? "")
+            return [.vardictArray(accounts.map { BusMarshalling.account($0).vardict ?? [:] })]
+        case "SignOut":
+            let options = a[2].vardict ?? [:]
+            let fromBrowser = try BusMarshalling.boolOption(options, OptionKey.signoutFromBrowser)
+            try await broker.signOut(clientId: a[0].string ?? "", accountId: a[1].string ?? "")
+            if fromBrowser {
+                logger.notice("signoutFromBrowser was asked; ending the browser session is not implemented yet")
+            }
+            return []
+        default:
+            throw BrokerFailure(.notSupported, "\(call.member) is not a method of \(BrokerNames.interface)")
+        }
+    }
+}
+
+/// Property values shared between the connection's thread (reads) and the broker (writes).
+final class PropertyCache: Sendable {
+    private let storage: Mutex<[String: DBusValue]>
+    init(_ initial: [String: DBusValue]) { storage = Mutex(initial) }
+    var values: [String: DBusValue] { storage.withLock { $0 } }
+    func set(_ name: String, _ value: DBusValue) { storage.withLock { $0[name] = value } }
+}

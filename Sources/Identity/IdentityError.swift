@@ -1,0 +1,73 @@
+import BrokerCore
+import HTTP
+
+/// What can go wrong between the broker and its identity provider.
+public enum IdentityError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// Not an absolute http(s) URL.
+    case invalidURL(String)
+    /// Plain HTTP to something other than the loopback.
+    case insecureURL(String)
+    /// The provider could not be reached (connection refused, DNS, timeout).
+    case unreachable(HTTPError)
+    /// The provider answered with an OAuth error (`error`, `error_description`, `error_codes`).
+    case oauth(status: Int, error: String, description: String, codes: [Int], suberror: String?)
+    /// The provider answered something that is not what the standards say it should.
+    case badResponse(String)
+    /// The ID token failed validation.
+    case invalidIDToken(String)
+
+    public var description: String {
+        switch self {
+        case .invalidURL(let url): return "\(url) is not an absolute http(s) URL"
+        case .insecureURL(let url): return "\(url) uses plain HTTP; only the loopback (127.0.0.1, localhost) may, anything else needs HTTPS"
+        case .unreachable(let error): return "the identity provider could not be reached: \(error)"
+        case .oauth(let status, let error, let description, _, _):
+            return description.isEmpty ? "the provider answered \(status) \(error)" : "the provider answered \(status) \(error): \(description)"
+        case .badResponse(let why): return "the identity provider's answer is not valid: \(why)"
+        case .invalidIDToken(let why): return "the ID token is not valid: \(why)"
+        }
+    }
+
+    /// The broker error a caller gets for this, for a grant of `kind`.
+    func brokerFailure(during kind: GrantKind) -> BrokerFailure {
+        switch self {
+        case .invalidURL, .insecureURL:
+            return BrokerFailure(.serverError, "the broker's configuration is wrong: \(self)")
+        case .unreachable:
+            return BrokerFailure(.serverUnavailable, "\(self); try again later")
+        case .badResponse, .invalidIDToken:
+            return BrokerFailure(.serverError, description)
+        case .oauth(let status, let error, _, let codes, let suberror):
+            let text = description
+            if status >= 500 {
+                return BrokerFailure(status == 503 ? .serverUnavailable : .serverError, text)
+            }
+            switch error {
+            case "invalid_client", "unauthorized_client":
+                return BrokerFailure(.unknownClient, "the provider does not know this clientId: \(text)")
+            case "user_not_found":
+                return BrokerFailure(.userNotFound, text)
+            case "invalid_scope":
+                return BrokerFailure(.invalidArgument, text)
+            case "interaction_required", "login_required", "consent_required", "redirect":
+                return BrokerFailure(.interactionRequired, text)
+            case "expired_token":
+                return BrokerFailure(kind == .refresh ? .interactionRequired : .codeExpired, text)
+            case "invalid_grant":
+                switch kind {
+                case .refresh: return BrokerFailure(.interactionRequired, "the refresh token was refused (\(text)); sign in interactively")
+                case .code where suberror == "invalid_oob_value": return BrokerFailure(.invalidCode, "the code is not correct; type it again")
+                case .password where codes.contains(50034) || suberror == "user_not_found":
+                    return BrokerFailure(.userNotFound, text)
+                case .password: return BrokerFailure(.invalidPassword, "the username or password is not correct")
+                default: return BrokerFailure(.interactionRequired, text)
+                }
+            default:
+                return BrokerFailure(.serverError, text)
+            }
+        }
+    }
+}
+
+/// Which grant a provider answer belongs to; the same OAuth error means different things.
+enum GrantKind: Sendable { case password, refresh, code, other }

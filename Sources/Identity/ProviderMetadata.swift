@@ -1,0 +1,43 @@
+/// The endpoints a provider's discovery document names (OpenID Connect Discovery 1.0, RFC 8414).
+/// URLs are kept exactly as the document gives them.
+public struct ProviderMetadata: Sendable, Equatable {
+    public var issuer: String
+    public var tokenEndpoint: String
+    public var authorizationEndpoint: String?
+    public var jwksURI: String?
+    public var userinfoEndpoint: String?
+    /// RFC 7009; absent when the provider offers no revocation.
+    public var revocationEndpoint: String?
+    /// RP-initiated logout; absent when the provider offers none.
+    public var endSessionEndpoint: String?
+
+    /// Reads a discovery document, checking that it belongs to `authority` (its `issuer` must be
+    /// the authority, section 4.3) and that every endpoint is HTTPS (or loopback HTTP).
+    public static func parse(_ bytes: [UInt8], for authority: Authority) throws(IdentityError) -> ProviderMetadata {
+        let document = try JSONParsing.object(bytes, what: "the discovery document")
+        guard let issuer = document["issuer"]?.string else {
+            throw IdentityError.badResponse("the discovery document has no issuer")
+        }
+        var normalizedIssuer = issuer
+        while normalizedIssuer.hasSuffix("/") { normalizedIssuer.removeLast() }
+        guard normalizedIssuer == authority.url else {
+            throw IdentityError.badResponse("the discovery document's issuer \(issuer) is not the authority \(authority.url)")
+        }
+        guard let token = document["token_endpoint"]?.string else {
+            throw IdentityError.badResponse("the discovery document has no token_endpoint")
+        }
+        func endpoint(_ key: String) throws(IdentityError) -> String? {
+            guard let value = document[key]?.string else { return nil }
+            _ = try Authority.checkedHost(of: value)
+            return value
+        }
+        _ = try Authority.checkedHost(of: token)
+        return ProviderMetadata(
+            issuer: issuer, tokenEndpoint: token,
+            authorizationEndpoint: try endpoint("authorization_endpoint"),
+            jwksURI: try endpoint("jwks_uri"),
+            userinfoEndpoint: try endpoint("userinfo_endpoint"),
+            revocationEndpoint: try endpoint("revocation_endpoint"),
+            endSessionEndpoint: try endpoint("end_session_endpoint"))
+    }
+}

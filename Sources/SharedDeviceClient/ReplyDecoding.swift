@@ -1,0 +1,57 @@
+import BrokerAPI
+import DBus
+
+/// The broker's dictionaries as Swift values: the one place, on the apps' side of the bus,
+/// where `a{sv}` meets the library's types. Key names come from BrokerAPI.
+enum ReplyDecoding {
+    static func account(_ value: DBusValue?) throws(BrokerError) -> Account? {
+        guard let dict = value?.vardict else { throw malformed("an account is not a{sv}") }
+        if dict.isEmpty { return nil }
+        guard let username = dict[AccountKey.username]?.string, let identifier = dict[AccountKey.identifier]?.string else {
+            throw malformed("an account has no username or identifier")
+        }
+        return Account(username: username, identifier: identifier,
+                       tenantId: dict[AccountKey.tenantId]?.string ?? "",
+                       environment: dict[AccountKey.environment]?.string ?? "",
+                       name: dict[AccountKey.name]?.string ?? "")
+    }
+
+    static func tokenResult(_ value: DBusValue?) throws(BrokerError) -> TokenResult {
+        guard let dict = value?.vardict, let accessToken = dict[TokenResultKey.accessToken]?.string,
+              let expiresOn = dict[TokenResultKey.expiresOn]?.int64,
+              let account = try account(dict[TokenResultKey.account])
+        else { throw malformed("a token result lacks accessToken, expiresOn or account") }
+        let idToken = dict[TokenResultKey.idToken]?.string ?? ""
+        return TokenResult(
+            accessToken: accessToken, expiresOn: UnixTime(seconds: expiresOn), idToken: idToken.isEmpty ? nil : idToken,
+            scopes: dict[TokenResultKey.scopes]?.stringArray ?? [], account: account,
+            authority: dict[TokenResultKey.authority]?.string ?? "",
+            correlationId: dict[TokenResultKey.correlationId]?.string ?? "",
+            authorizationHeader: dict[TokenResultKey.authorizationHeader]?.string ?? "Bearer \(accessToken)")
+    }
+
+    static func deviceInformation(_ value: DBusValue?) throws(BrokerError) -> DeviceInformation {
+        guard let dict = value?.vardict,
+              let mode = dict[DeviceInformationKey.deviceMode]?.string.flatMap(DeviceMode.init(rawValue:))
+        else { throw malformed("the device information lacks a known deviceMode") }
+        return DeviceInformation(
+            deviceMode: mode, brokerVersion: dict[DeviceInformationKey.brokerVersion]?.string ?? "",
+            deviceId: dict[DeviceInformationKey.deviceId]?.string ?? "",
+            tenantId: dict[DeviceInformationKey.tenantId]?.string ?? "",
+            authority: dict[DeviceInformationKey.authority]?.string ?? "",
+            extraDeviceInformation: dict[DeviceInformationKey.extraDeviceInformation]?.stringDict ?? [:])
+    }
+
+    static func accountChange(_ arguments: [DBusValue]) throws(BrokerError) -> AccountChange {
+        guard arguments.count == 3, let reasonText = arguments[2].string else {
+            throw malformed("AccountChanged does not carry (a{sv}, a{sv}, s)")
+        }
+        let current = try account(arguments[0])
+        let reason = AccountChange.Reason(rawValue: reasonText) ?? (current == nil ? .signedOut : .signedIn)
+        return AccountChange(current: current, previous: try account(arguments[1]), reason: reason)
+    }
+
+    static func malformed(_ what: String) -> BrokerError {
+        .dbus(name: "org.freedesktop.DBus.Error.InvalidSignature", message: "the broker's reply is not what the contract says: \(what)")
+    }
+}

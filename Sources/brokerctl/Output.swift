@@ -1,0 +1,64 @@
+import FoundationEssentials
+import Glibc
+import SharedDeviceClient
+
+/// How brokerctl prints: aligned text for people, sorted JSON for scripts.
+enum Output {
+    static func json<T: Encodable>(_ value: T) {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .prettyPrinted, .withoutEscapingSlashes]
+        if let data = try? encoder.encode(value) {
+            print(String(decoding: data, as: UTF8.self))
+        }
+    }
+
+    /// One JSON object on one line, for streams.
+    static func jsonLine<T: Encodable>(_ value: T) {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        if let data = try? encoder.encode(value) {
+            print(String(decoding: data, as: UTF8.self))
+        }
+    }
+
+    /// `label: value` lines with the values aligned.
+    static func fields(_ rows: [(String, String)]) {
+        let width = rows.map(\.0.count).max() ?? 0
+        for (label, value) in rows {
+            print(label + ":" + String(repeating: " ", count: width - label.count + 2) + value)
+        }
+    }
+
+    static func account(_ account: Account?) -> String {
+        guard let account else { return "none" }
+        return "\(account.description) [\(account.identifier)]"
+    }
+
+    static func expiry(_ time: UnixTime) -> String {
+        let left = time.seconds - UnixTime.now.seconds
+        let relative = left <= 0 ? "expired" : left < 120 ? "in \(left) s" : "in \(left / 60) min"
+        return "\(relative) (unix time \(time.seconds))"
+    }
+
+    static func error(_ message: String) {
+        let bytes = Array("brokerctl: \(message)\n".utf8)
+        fflush(nil)
+        _ = bytes.withUnsafeBytes { write(STDERR_FILENO, $0.baseAddress, $0.count) }
+    }
+
+    /// Prints now, even when stdout is a pipe (for `watch`).
+    static func flush() { fflush(nil) }
+}
+
+/// `current-account --json`.
+struct CurrentAccountOutput: Encodable {
+    var current: Account?
+    var previous: Account?
+
+    func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(current, forKey: .current)  // null, not absent, when nobody
+        try container.encode(previous, forKey: .previous)
+    }
+    enum CodingKeys: String, CodingKey { case current, previous }
+}

@@ -1,0 +1,164 @@
+import Foundation
+import Testing
+
+/// The D-Bus contract as callers other than ours see it: introspection, properties, errors for
+/// bad input, and the bus name.
+@Suite("D-Bus contract of the running brokerd", .serialized)
+struct ContractTests {
+    /// The members of the `<interface name="io.shareddevice.Broker1">` element, each method,
+    /// signal and property as one string, in a fixed order; comments and layout left out.
+    static func brokerInterface(in xml: String) throws -> [String] {
+        var members: [String] = []
+        for line in try interfaceLines(in: xml) {
+            if line.hasPrefix("<method") || line.hasPrefix("<signal") || line.hasPrefix("<property") {
+                members.append(line)
+            } else if !members.isEmpty, !line.hasPrefix("</interface") {
+                members[members.count - 1] += line
+            }
+        }
+        return members.sorted()
+    }
+
+    static func interfaceLines(in xml: String) throws -> [String] {
+        var text = xml
+        while let start = text.range(of: "<!--"), let end = text.range(of: "-->", range: start.upperBound..<text.endIndex) {
+            text.removeSubrange(start.lowerBound..<end.upperBound)
+        }
+        guard let start = text.range(of: "<interface name=\"io.shareddevice.Broker1\">"),
+              let end = text.range(of: "</interface>", range: start.upperBound..<text.endIndex)
+        else { throw ProcessFailure("no io.shareddevice.Broker1 interface in:\n\(xml)") }
+        return text[start.lowerBound..<end.upperBound]
+            .split(separator: "\n").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+    }
+
+    @Test("the live introspection is exactly dbus/io.shareddevice.Broker1.xml")
+    func introspectionMatchesTheContract() throws {
+        let env = try BrokerEnvironment()
+        let process = try ChildProcess("gdbus introspect", executable: "/usr/bin/gdbus", arguments: [
+            "introspect", "--address", env.bus.address, "--dest", "io.shareddevice.Broker1",
+            "--object-path", "/io/shareddevice/Broker1", "--xml"])
+        #expect(try process.waitForExit() == 0)
+        let contractPath = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
+            .appendingPathComponent("../../dbus/io.shareddevice.Broker1.xml").standardized.path
+        let contract = try String(contentsOfFile: contractPath, encoding: .utf8)
+        #expect(try Self.brokerInterface(in: process.stdoutText) == Self.brokerInterface(in: contract))
+        // The standard interfaces are there too.
+        for standard in ["org.freedesktop.DBus.Introspectable", "org.freedesktop.DBus.Properties", "org.freedesktop.DBus.Peer"] {
+            #expect(process.stdoutText.contains("<interface name=\"\(standard)\">"))
+        }
+    }
+
+    @Test("properties: DeviceMode, BrokerVersion, and CurrentAccount following sign-in and sign-out")
+    func properties() throws {
+        let env = try BrokerEnvironment()
+        func property(_ name: String) throws -> String {
+            let process = try ChildProcess("busctl", executable: "/usr/bin/busctl", arguments: [
+                "--address=\(env.bus.address)", "get-property", "io.shareddevice.Broker1",
+                "/io/shareddevice/Broker1", "io.shareddevice.Broker1", name])
+            try process.waitForExit()
+            return process.stdoutText
+        }
+        #expect(try property("DeviceMode") == "s \"shared\"")
+        #expect(try property("BrokerVersion").hasPrefix("s \""))
+        #expect(try property("CurrentAccount") == "a{sv} 0")
+        try env.signIn(TestUsers.alice, client: "mail-app")
+        #expect(try property("CurrentAccount").contains(TestUsers.alice.username))
+        let set = try ChildProcess("busctl", executable: "/usr/bin/busctl", arguments: [
+            "--address=\(env.bus.address)", "set-property", "io.shareddevice.Broker1",
+            "/io/shareddevice/Broker1", "io.shareddevice.Broker1", "DeviceMode", "s", "default"])
+        #expect(try set.waitForExit() != 0)
+        #expect(try property("DeviceMode") == "s \"shared\"")
+    }
+
+    @Test("bad input gets an error reply, changes nothing, and the broker stays up")
+    func badInput() throws {
+        let env = try BrokerEnvironment(brokerArguments: [])
+        try env.signIn(TestUsers.alice, client: "mail-app")
+        let long = String(repeating: "x", count: 300)
+        let cases: [(String, [String], String)] = [
+            ("GetCurrentAccount", ["''"], "InvalidArgument"),
+            ("GetCurrentAccount", ["'\(long)'"], "InvalidArgument"),
+            ("GetCurrentAccount", ["'has space'"], "InvalidArgument"),
+            ("SignInWithPassword", ["'mail-app'", "''", "'pw'", "@as []"], "InvalidUsername"),
+            ("SignInWithPassword", ["'mail-app'", "'\(TestUsers.bob.username)'", "'\(TestUsers.bob.password)'", "@as []"], "AccountAlreadySignedIn"),
+            ("SignInWithPassword", ["'mail-app'", "'x@y'", "''", "@as []"], "InvalidArgument"),
+            ("AcquireTokenSilent", ["'mail-app'", "@as []", "'someone-else'", "@a{sv} {}"], "NoAccount"),
+            ("AcquireTokenSilent", ["'mail-app'", "@as []", "''", "{'forceRefresh': <'yes'>}"], "InvalidArgument"),
+            ("SignOut", ["'mail-app'", "'someone-else'", "@a{sv} {}"], "NoAccount"),
+            ("NoSuchMethod", [], "org.freedesktop.DBus.Error.UnknownMethod"),
+        ]
+        for (method, arguments, expected) in cases {
+            let result = try env.gdbusCall(method, arguments)
+            #expect(result.status != 0, "\(method) \(arguments) succeeded")
+            #expect(result.stderr.contains(expected), "\(method) \(arguments): \(result.stderr)")
+        }
+        // Wrong signatures, sent with dbus-send, which (unlike gdbus) does not coerce to the introspected types.
+        let wrongTypes: [(String, [String])] = [
+            ("GetCurrentAccount", ["int32:42"]),
+            ("GetCurrentAccount", ["string:a", "string:b"]),
+            ("GetCurrentAccount", []),
+            ("SignInWithPassword", ["string:mail-app", "string:x", "string:y"]),
+            ("SignOut", ["string:mail-app", "string:", "boolean:true"]),
+            ("GetAccounts", ["array:string:mail-app"]),
+        ]
+        for (method, arguments) in wrongTypes {
+            let process = try ChildProcess("dbus-send", executable: "/usr/bin/dbus-send", arguments: [
+                "--address=\(env.bus.address)", "--print-reply", "--dest=io.shareddevice.Broker1",
+                "/io/shareddevice/Broker1", "io.shareddevice.Broker1.\(method)"] + arguments)
+            #expect(try process.waitForExit() != 0, "\(method) \(arguments) succeeded")
+            #expect(process.stderrText.contains("org.freedesktop.DBus.Error.InvalidArgs"), "\(method): \(process.stderrText)")
+        }
+        let seen = try env.brokerctl(["current-account", "--client-id", "mail-app", "--json"]).json()
+        #expect((seen["current"] as? [String: Any])?["username"] as? String == TestUsers.alice.username)
+        #expect(env.brokerd.process.isRunning)
+    }
+
+    @Test("unknown clientIds are refused when the configuration lists the clients")
+    func unknownClient() throws {
+        let directory = try TemporaryDirectory()
+        let config = try directory.write("broker.json", #"{"clients": [{"clientId": "mail-app"}]}"#)
+        let env = try BrokerEnvironment(brokerArguments: ["--config", config])
+        let result = try env.brokerctl(["current-account", "--client-id", "stranger-app"])
+        #expect(result.status == 1)
+        #expect(result.stderr.contains("io.shareddevice.Broker1.Error.UnknownClient"))
+        #expect(try env.brokerctl(["current-account", "--client-id", "mail-app"]).status == 0)
+    }
+
+    @Test("a second brokerd on the same bus says the name is taken and exits non-zero")
+    func nameTaken() throws {
+        let env = try BrokerEnvironment()
+        let second = try ChildProcess("brokerd 2", executable: Binaries.path("brokerd"), arguments: [
+            "--address", env.bus.address, "--authority", env.idp.authority,
+            "--state-dir", env.directory.path + "/state2"])
+        #expect(try second.waitForExit(timeout: .seconds(20)) != 0)
+        #expect(second.stderrText.contains("already taken"))
+    }
+
+    @Test("brokerd stops cleanly on SIGTERM and releases its name")
+    func cleanStop() throws {
+        let env = try BrokerEnvironment()
+        #expect(try env.brokerd.stop() == 0)
+        let result = try env.brokerctl(["device-info"])
+        #expect(result.status == 1)
+        #expect(result.stderr.contains("org.freedesktop.DBus.Error.ServiceUnknown"))
+    }
+
+    @Test("a bad authority or an unusable state file gets a clear message")
+    func startupErrors() throws {
+        let env = try BrokerEnvironment()
+        let insecure = try ChildProcess("brokerd", executable: Binaries.path("brokerd"), arguments: [
+            "--address", env.bus.address, "--authority", "http://login.example.com/tenant/v2.0",
+            "--state-dir", env.directory.path + "/s3"])
+        #expect(try insecure.waitForExit() != 0)
+        #expect(insecure.stderrText.contains("HTTPS"))
+
+        // A corrupt state file is kept aside and the broker starts signed out.
+        _ = try env.brokerd.stop()
+        try "{not json".write(toFile: env.stateDirectory + "/state.json", atomically: false, encoding: .utf8)
+        try env.restartBroker()
+        let kept = try FileManager.default.contentsOfDirectory(atPath: env.stateDirectory).filter { $0.contains("broken") }
+        #expect(kept.count == 1)
+        let seen = try env.brokerctl(["current-account", "--client-id", "mail-app", "--json"]).json()
+        #expect(seen["current"] is NSNull)
+    }
+}

@@ -1,0 +1,157 @@
+import Foundation
+import HTTP
+
+/// The users and apps every integration test signs in with.
+enum TestUsers {
+    static let tenant = "contoso-tenant"
+    static let alice = (username: "alice@contoso.example", password: "alice-Passw0rd!", name: "Alice Example")
+    static let bob = (username: "bob@contoso.example", password: "bob-Passw0rd!", name: "Bob Example")
+    static let clients = ["mail-app", "calendar-app", "notes-app"]
+
+    static var usersFile: String {
+        """
+        {"tenantId": "\(tenant)",
+         "users": [
+           {"username": "\(alice.username)", "password": "\(alice.password)", "displayName": "\(alice.name)", "email": "\(alice.username)"},
+           {"username": "\(bob.username)", "password": "\(bob.password)", "displayName": "\(bob.name)", "email": "\(bob.username)"}
+         ],
+         "clients": [\(clients.map { "{\"clientId\": \"\($0)\"}" }.joined(separator: ", "))]}
+        """
+    }
+}
+
+/// A private session bus (`dbus-daemon`), never the developer's own.
+final class PrivateBus: @unchecked Sendable {
+    let address: String
+    private let daemon: ChildProcess
+
+    init() throws {
+        daemon = try ChildProcess("dbus-daemon", executable: "/usr/bin/dbus-daemon",
+                                  arguments: ["--session", "--nofork", "--nopidfile", "--print-address=1"])
+        address = try daemon.waitForLine(timeout: .seconds(10)) { $0.contains("unix:") || $0.contains("tcp:") }
+            .trimmingCharacters(in: .whitespaces)
+    }
+
+    deinit { daemon.kill() }
+}
+
+/// A running `idp-sim` on a free loopback port.
+final class IdpSim: @unchecked Sendable {
+    let baseURL: String
+    let authority: String
+    let process: ChildProcess
+
+    init(in directory: TemporaryDirectory, extraArguments: [String] = []) throws {
+        let users = try directory.write("users.json", TestUsers.usersFile)
+        process = try ChildProcess("idp-sim", executable: Binaries.path("idp-sim"),
+                                   arguments: ["--port", "0", "--users", users] + extraArguments)
+        let line = try process.waitForLine(timeout: .seconds(30)) { $0.hasPrefix("listening on ") }
+        baseURL = String(line.dropFirst("listening on ".count)).trimmingCharacters(in: .whitespaces)
+        authority = "\(baseURL)/\(TestUsers.tenant)/v2.0"
+    }
+}
+
+/// A running `brokerd` on a private bus.
+final class Brokerd: @unchecked Sendable {
+    let process: ChildProcess
+
+    /// Starts brokerd and waits for its readiness line.
+    init(bus: PrivateBus, authority: String, stateDirectory: String, mode: String = "shared",
+         extraArguments: [String] = []) throws {
+        process = try ChildProcess("brokerd", executable: Binaries.path("brokerd"), arguments: [
+            "--address", bus.address, "--device-mode", mode, "--authority", authority,
+            "--state-dir", stateDirectory, "--log-level", "debug",
+        ] + extraArguments)
+        try process.waitForLine(timeout: .seconds(20)) { $0.hasPrefix("brokerd ready:") }
+    }
+
+    /// SIGTERM, and waits for a clean exit.
+    func stop() throws -> Int32 {
+        process.signal(SIGTERM)
+        return try process.waitForExit(timeout: .seconds(10))
+    }
+}
+
+/// What a `brokerctl` run printed.
+struct CommandResult {
+    var status: Int32
+    var stdout: String
+    var stderr: String
+}
+
+/// A bus, an identity provider and a broker: the whole product on one machine.
+final class BrokerEnvironment: @unchecked Sendable {
+    let directory: TemporaryDirectory
+    let bus: PrivateBus
+    let idp: IdpSim
+    private(set) var brokerd: Brokerd
+    let stateDirectory: String
+    let mode: String
+
+    init(mode: String = "shared", brokerArguments: [String] = [], idpArguments: [String] = []) throws {
+        directory = try TemporaryDirectory()
+        stateDirectory = directory.path + "/state"
+        self.mode = mode
+        bus = try PrivateBus()
+        idp = try IdpSim(in: directory, extraArguments: idpArguments)
+        brokerd = try Brokerd(bus: bus, authority: idp.authority, stateDirectory: stateDirectory, mode: mode,
+                              extraArguments: brokerArguments)
+    }
+
+    /// Stops brokerd cleanly and starts a new one on the same state.
+    func restartBroker(extraArguments: [String] = []) throws {
+        _ = try brokerd.stop()
+        brokerd = try Brokerd(bus: bus, authority: idp.authority, stateDirectory: stateDirectory, mode: mode,
+                              extraArguments: extraArguments)
+    }
+
+    /// Runs `brokerctl ARGS --address BUS` to completion (bounded).
+    func brokerctl(_ arguments: [String], stdin: String? = nil, timeout: Duration = .seconds(30)) throws -> CommandResult {
+        let process = try ChildProcess("brokerctl", executable: Binaries.path("brokerctl"),
+                                       arguments: arguments + ["--address", bus.address], stdin: stdin)
+        let status = try process.waitForExit(timeout: timeout)
+        return CommandResult(status: status, stdout: process.stdoutText, stderr: process.stderrText)
+    }
+
+    /// Starts `brokerctl watch --json` and waits until it is subscribed.
+    func watch() throws -> ChildProcess {
+        let process = try ChildProcess("brokerctl watch", executable: Binaries.path("brokerctl"),
+                                       arguments: ["watch", "--address", bus.address])
+        try process.waitForLine(timeout: .seconds(10)) { $0.hasPrefix("watching") }
+        return process
+    }
+
+    /// Signs a user in with a password through brokerctl, asserting success.
+    @discardableResult
+    func signIn(_ user: (username: String, password: String, name: String), client: String,
+                scopes: [String] = ["User.Read"]) throws -> CommandResult {
+        try brokerctl(["sign-in", "--client-id", client, "--username", user.username, "--password-stdin", "--json"]
+                      + scopes.flatMap { ["--scope", $0] }, stdin: user.password + "\n")
+    }
+
+    /// Runs `gdbus call` against the broker on the private bus (a client that is not ours).
+    func gdbusCall(_ method: String, _ arguments: [String]) throws -> CommandResult {
+        let process = try ChildProcess("gdbus", executable: "/usr/bin/gdbus", arguments: [
+            "call", "--address", bus.address, "--dest", "io.shareddevice.Broker1",
+            "--object-path", "/io/shareddevice/Broker1", "--method", "io.shareddevice.Broker1.\(method)",
+        ] + arguments)
+        let status = try process.waitForExit(timeout: .seconds(20))
+        return CommandResult(status: status, stdout: process.stdoutText, stderr: process.stderrText)
+    }
+
+    /// The idp-sim's `/test/stats` counters, as JSON, read over real HTTP with the project's client.
+    func idpStats() async throws -> [String: Any] {
+        let response = try await HTTPClient.shared.send(.get(idp.baseURL + "/test/stats"))
+        return (try JSONSerialization.jsonObject(with: Data(response.body))) as? [String: Any] ?? [:]
+    }
+}
+
+extension CommandResult {
+    /// stdout as a JSON object.
+    func json() throws -> [String: Any] {
+        guard let object = try JSONSerialization.jsonObject(with: Data(stdout.utf8)) as? [String: Any] else {
+            throw ProcessFailure("not a JSON object: \(stdout)")
+        }
+        return object
+    }
+}

@@ -1,0 +1,166 @@
+import Foundation
+import Synchronization
+
+/// A real process started by a test, with its output captured line by line so a test can wait
+/// (bounded) for a readiness line instead of sleeping. Killed when the test is done with it.
+final class ChildProcess: @unchecked Sendable {
+    let name: String
+    private let process = Process()
+    private let state = NSCondition()
+    private var stdout: [String] = []
+    private var stderr: [String] = []
+    private var partial = ["", ""]
+    private var exited = false
+
+    /// Starts `executable` with `arguments`; `stdin` is written and closed when given.
+    init(_ name: String, executable: String, arguments: [String], environment: [String: String] = [:],
+         stdin: String? = nil) throws {
+        self.name = name
+        process.executableURL = URL(fileURLWithPath: executable)
+        process.arguments = arguments
+        var env = ProcessInfo.processInfo.environment
+        // Never the developer's own bus: a test names its bus explicitly.
+        env["DBUS_SESSION_BUS_ADDRESS"] = "disabled:"
+        for (key, value) in environment { env[key] = value }
+        process.environment = env
+        let outPipe = Pipe(), errPipe = Pipe(), inPipe = Pipe()
+        process.standardOutput = outPipe
+        process.standardError = errPipe
+        process.standardInput = inPipe
+        outPipe.fileHandleForReading.readabilityHandler = { [weak self] handle in self?.take(handle.availableData, stream: 0) }
+        errPipe.fileHandleForReading.readabilityHandler = { [weak self] handle in self?.take(handle.availableData, stream: 1) }
+        process.terminationHandler = { [weak self] _ in
+            guard let self else { return }
+            // Collect what is still in the pipes before announcing the exit.
+            self.take(outPipe.fileHandleForReading.readDataToEndOfFile(), stream: 0)
+            self.take(errPipe.fileHandleForReading.readDataToEndOfFile(), stream: 1)
+            outPipe.fileHandleForReading.readabilityHandler = nil
+            errPipe.fileHandleForReading.readabilityHandler = nil
+            self.state.lock()
+            self.exited = true
+            self.state.broadcast()
+            self.state.unlock()
+        }
+        try process.run()
+        if let stdin { inPipe.fileHandleForWriting.write(Data(stdin.utf8)) }
+        try? inPipe.fileHandleForWriting.close()
+    }
+
+    deinit { kill() }
+
+    var pid: Int32 { process.processIdentifier }
+    var isRunning: Bool { process.isRunning }
+    var stdoutLines: [String] { state.withLock { stdout + (partial[0].isEmpty ? [] : [partial[0]]) } }
+    var stderrLines: [String] { state.withLock { stderr + (partial[1].isEmpty ? [] : [partial[1]]) } }
+    var stdoutText: String { stdoutLines.joined(separator: "\n") }
+    var stderrText: String { stderrLines.joined(separator: "\n") }
+    /// Everything the process printed, both streams.
+    var allOutput: String { stdoutText + "\n" + stderrText }
+
+    private func take(_ data: Data, stream: Int) {
+        guard !data.isEmpty else { return }
+        state.lock()
+        defer { state.unlock() }
+        var text = partial[stream] + String(decoding: data, as: UTF8.self)
+        while let newline = text.firstIndex(of: "\n") {
+            let line = String(text[..<newline])
+            if stream == 0 { stdout.append(line) } else { stderr.append(line) }
+            text = String(text[text.index(after: newline)...])
+        }
+        partial[stream] = text
+        state.broadcast()
+    }
+
+    /// Waits until a line of standard output (or error) satisfies `matches`, at most `timeout`; returns it.
+    @discardableResult
+    func waitForLine(timeout: Duration = .seconds(30), stderr useStderr: Bool = false,
+                     _ matches: (String) -> Bool) throws -> String {
+        let deadline = Date().addingTimeInterval(timeout.seconds)
+        state.lock()
+        defer { state.unlock() }
+        var seen = 0
+        while true {
+            let lines = useStderr ? stderr : stdout
+            if let line = lines[seen...].first(where: matches) { return line }
+            seen = lines.count
+            if exited {
+                throw ProcessFailure("\(name) exited (status \(process.terminationStatus)) without the expected line; output:\n\(stdout.joined(separator: "\n"))\n\(stderr.joined(separator: "\n"))")
+            }
+            if !state.wait(until: deadline) {
+                throw ProcessFailure("\(name) did not print the expected line within \(timeout); output:\n\(stdout.joined(separator: "\n"))\n\(stderr.joined(separator: "\n"))")
+            }
+        }
+    }
+
+    /// Waits for the process to exit, at most `timeout`; returns its status.
+    @discardableResult
+    func waitForExit(timeout: Duration = .seconds(30)) throws -> Int32 {
+        let deadline = Date().addingTimeInterval(timeout.seconds)
+        state.lock()
+        defer { state.unlock() }
+        while !exited {
+            if !state.wait(until: deadline) {
+                throw ProcessFailure("\(name) did not exit within \(timeout); output:\n\(stdout.joined(separator: "\n"))\n\(stderr.joined(separator: "\n"))")
+            }
+        }
+        return process.terminationStatus
+    }
+
+    func signal(_ number: Int32) {
+        if process.isRunning { Foundation.kill(process.processIdentifier, number) }
+    }
+
+    func kill() {
+        if process.isRunning {
+            Foundation.kill(process.processIdentifier, SIGKILL)
+            process.waitUntilExit()
+        }
+    }
+}
+
+extension NSCondition {
+    func withLock<T>(_ body: () throws -> T) rethrows -> T {
+        lock()
+        defer { unlock() }
+        return try body()
+    }
+}
+
+struct ProcessFailure: Error, CustomStringConvertible {
+    var description: String
+    init(_ description: String) { self.description = description }
+}
+
+extension Duration {
+    var seconds: Double { Double(components.seconds) + Double(components.attoseconds) / 1e18 }
+}
+
+/// Where the package's built executables are: beside the test bundle (or `BROKER_BIN_DIR`).
+enum Binaries {
+    static let directory: String = {
+        if let dir = ProcessInfo.processInfo.environment["BROKER_BIN_DIR"] { return dir }
+        let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+        return URL(fileURLWithPath: exe).deletingLastPathComponent().path
+    }()
+
+    static func path(_ name: String) -> String { directory + "/" + name }
+}
+
+/// A temporary directory, removed at the end.
+final class TemporaryDirectory: @unchecked Sendable {
+    let path: String
+
+    init() throws {
+        var template = Array((NSTemporaryDirectory() + "sdb-test-XXXXXX").utf8CString)
+        guard let made = mkdtemp(&template) else { throw ProcessFailure("mkdtemp failed") }
+        path = String(cString: made)
+    }
+
+    deinit { try? FileManager.default.removeItem(atPath: path) }
+
+    func write(_ name: String, _ text: String) throws -> String {
+        let file = path + "/" + name
+        try text.write(toFile: file, atomically: true, encoding: .utf8)
+        return file
+    }
+}
