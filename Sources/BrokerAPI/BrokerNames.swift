@@ -60,8 +60,24 @@ public enum DeviceInformationKey {
     public static let extraDeviceInformation = "extraDeviceInformation"
 }
 
+/// Keys of the code challenge (`a{sv}`) `StartSignIn` and `ResendCode` return.
+public enum ChallengeKey {
+    /// `s`: where the code went, e.g. `email`.
+    public static let channel = "channel"
+    /// `s`: the masked address, e.g. `a***@c***.example`.
+    public static let sentTo = "sentTo"
+    /// `u`: how many characters the code has.
+    public static let codeLength = "codeLength"
+}
+
 /// Keys of the options dictionaries (`a{sv}`) methods accept.
 public enum OptionKey {
+    /// `s`, AcquireTokenInteractive: `select_account`, `login`, `consent` or `none`.
+    public static let prompt = "prompt"
+    /// `s`, AcquireTokenInteractive: the username to suggest.
+    public static let loginHint = "loginHint"
+    /// `s`, AcquireTokenInteractive: a caller-chosen id with which `CancelSignIn` can end the flow.
+    public static let flowId = "flowId"
     /// `b`, AcquireTokenSilent: skip the cache and use the refresh token.
     public static let forceRefresh = "forceRefresh"
     /// `b`, SignOut: also end the provider's browser session.
