@@ -24,6 +24,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
         .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.0.0"),
         .package(url: "https://github.com/vapor/jwt-kit", from: "5.0.0"),
+        .package(url: "https://github.com/apple/swift-crypto", "4.1.0"..<"5.0.0"),
     ],
     targets: [
         .systemLibrary(name: "CDBus", pkgConfig: "dbus-1", providers: [.apt(["libdbus-1-dev"])]),
@@ -33,7 +34,12 @@ let package = Package(
         .target(name: "HTTP", dependencies: ["CCurl"], exclude: ["README.md"]),
         .target(name: "BrokerAPI"),
         .target(name: "BrokerCore", dependencies: ["BrokerAPI", .product(name: "Logging", package: "swift-log")]),
-        .target(name: "Identity", dependencies: ["HTTP", "BrokerCore", .product(name: "Logging", package: "swift-log")]),
+        .target(name: "Identity", dependencies: [
+            "HTTP", "BrokerCore",
+            .product(name: "Logging", package: "swift-log"),
+            .product(name: "Crypto", package: "swift-crypto"),
+            .product(name: "CryptoExtras", package: "swift-crypto"),
+        ]),
         .target(name: "BrokerDaemon", dependencies: [
             "DBus", "BrokerAPI", "BrokerCore", "Identity",
             .product(name: "Logging", package: "swift-log"),
@@ -58,6 +64,11 @@ let package = Package(
         .testTarget(name: "DBusTests", dependencies: ["DBus"]),
         .testTarget(name: "HTTPTests", dependencies: ["HTTP"]),
         .testTarget(name: "BrokerCoreTests", dependencies: ["BrokerCore", "BrokerAPI"]),
+        .testTarget(name: "IdentityTests", dependencies: [
+            "Identity", "HTTP",
+            .product(name: "Crypto", package: "swift-crypto"),
+            .product(name: "CryptoExtras", package: "swift-crypto"),
+        ]),
         .testTarget(name: "IntegrationTests", dependencies: ["SharedDeviceClient", "HTTP", "DBus", "BrokerAPI"]),
         .testTarget(name: "IdpSimTests", dependencies: [
             .product(name: "JWTKit", package: "jwt-kit"),
