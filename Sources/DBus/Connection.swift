@@ -88,10 +88,12 @@ public final class DBusConnection: Sendable {
     /// Throws `DBusError`: error replies keep their name and message; InvalidArgs
     /// for invalid names or values (checked before anything is sent); NoReply
     /// when `timeout` passes; Disconnected when the connection closes first.
-    /// Throws `CancellationError` when the task is cancelled.
+    /// Throws `CancellationError` when the task is cancelled. An empty `interface`
+    /// sends the call without an interface field (the peer dispatches by member).
     public func call(destination: String, path: String, interface: String, member: String,
                      arguments: [DBusValue] = [], timeout: Duration = .seconds(25)) async throws -> [DBusValue] {
-        let message = try MessageBuilder.methodCall(destination: destination, path: path, interface: interface,
+        let message = try MessageBuilder.methodCall(destination: destination, path: path,
+                                                    interface: interface.isEmpty ? nil : interface,
                                                     member: member, arguments: arguments)
         return try await loop.call(message, timeout: timeout)
     }

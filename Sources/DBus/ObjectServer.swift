@@ -87,7 +87,7 @@ extension ConnectionLoop {
             if let found = own.first(where: { $0.name == ifaceName }) ?? DBusInterfaceDescription.standard.first(where: { $0.name == ifaceName }) {
                 interface = found
             } else if object == nil {
-                reply(target, error: unknownObjectOrNode(path, ifaceName: ifaceName, member: member))
+                reply(target, error: .unknownObject("No object at \(path)"))
                 return
             } else {
                 reply(target, error: .unknownInterface("No interface \(ifaceName) at \(path)"))
@@ -154,10 +154,6 @@ extension ConnectionLoop {
                 }
             }
         }
-    }
-
-    private func unknownObjectOrNode(_ path: String, ifaceName: String, member: String) -> DBusError {
-        .unknownObject("No object at \(path)")
     }
 
     private func machineID() -> Result<[DBusValue], DBusError> {

@@ -96,7 +96,12 @@ struct ConnectionTests {
                 _ = try await client.call(destination: dest, path: "/nothing/here", interface: iface, member: "Add",
                                           arguments: [.int32(1), .int32(2)])
             }
-            // Without an interface field the call is dispatched by member name (gdbus allows that via busctl? use raw call).
+            // Without an interface field the call is dispatched by member name.
+            let byMember = try await client.call(destination: dest, path: testPath, interface: "", member: "Add",
+                                                 arguments: [.int32(40), .int32(2)])
+            #expect(byMember == [.int32(42)])
+            let introspected = try await client.call(destination: dest, path: testPath, interface: "", member: "Introspect")
+            #expect(introspected.first?.string?.contains("org.example.Test") == true)
             let (status, out) = try runTool("/usr/bin/busctl", ["--address=\(bus.address)", "call", dest, testPath, iface, "Add", "ii", "2", "3"])
             #expect(status == 0)
             #expect(out.contains("i 5"))
