@@ -8,7 +8,7 @@ BIN_DIR       = $(shell $(SWIFT) build -c $(CONFIG) --show-bin-path 2>/dev/null)
 APT_PACKAGES  = libdbus-1-dev libcurl4-openssl-dev pkg-config dbus python3
 SUDO          = $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps build demo test contract check-contract install clean
+.PHONY: all deps build demo test contract check-contract install clean bench bench-smoke
 
 all: build
 
@@ -48,6 +48,22 @@ install:
 	install -m 0755 $$($(SWIFT) build -c release --show-bin-path)/brokerctl $(DESTDIR)$(PREFIX)/bin/brokerctl
 	install -d $(DESTDIR)$(PREFIX)/share/dbus-1/interfaces
 	install -m 0644 dbus/io.shareddevice.Broker1.xml $(DESTDIR)$(PREFIX)/share/dbus-1/interfaces/
+
+## bench: brokerd against a hand-written C libdbus service, side by side (a few minutes);
+## BENCH_ARGS=--pin runs the services under taskset -c 0. Results: benchmarks/results/, BENCHMARKS.md.
+bench: deps
+	@command -v gcc >/dev/null && command -v curl >/dev/null && command -v taskset >/dev/null || { \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc curl util-linux; }
+	@python3 -c 'import matplotlib' 2>/dev/null || { echo "Installing python3-matplotlib (for the plot) ..."; \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-matplotlib || \
+		{ $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+		  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-matplotlib; }; }
+	python3 benchmarks/run.py $(BENCH_ARGS)
+
+## bench-smoke: the same comparisons, small (under a minute once built): a few hundred calls, K up to 10.
+bench-smoke: deps
+	python3 benchmarks/run.py --smoke $(BENCH_ARGS)
 
 clean:
 	rm -rf .build

@@ -28,7 +28,6 @@
 
 #define IFACE "io.shareddevice.Broker1"
 #define PATH  "/io/shareddevice/Broker1"
-#define MATCH "type='signal',interface='" IFACE "',member='AccountChanged',path='" PATH "'"
 
 static const char *address, *dest = IFACE, *method = "gca", *client = "mail-app", *scope = "User.Read";
 static const char *username = "alice@contoso.example", *password = "alice-Demo-Passw0rd";
@@ -190,7 +189,9 @@ static void subscriber_process(long first, long count, int call_first, int hold_
     for (long i = 0; i < count; i++) {
         DBusError e; dbus_error_init(&e);
         cs[i] = connect_bus();
-        dbus_bus_add_match(cs[i], MATCH, &e);
+        char match[512];
+        snprintf(match, sizeof match, "type='signal',sender='%s',interface='" IFACE "',member='AccountChanged',path='" PATH "'", dest);
+        dbus_bus_add_match(cs[i], match, &e);
         if (dbus_error_is_set(&e)) die("AddMatch", &e);
         if (call_first) dbus_message_unref(call(cs[i], "gca", 25000));
         int fd; dbus_connection_get_unix_fd(cs[i], &fd);

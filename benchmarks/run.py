@@ -1,0 +1,457 @@
+#!/usr/bin/env python3
+"""brokerd against a hand-written C libdbus service, side by side.
+
+    python3 benchmarks/run.py [--pin] [--smoke] [--reps N] [--out FILE]
+
+Builds the C reference and clients (gcc, pkg-config dbus-1) and brokerd (release,
+.build-bench), then for each comparison starts a private dbus-daemon
+(benchmarks/bus.conf, raised limits) with both services on it: the reference owns
+io.shareddevice.Reference1, brokerd io.shareddevice.Broker1; the clients call both the same
+way (--dest). Repetitions alternate reference, brokerd, reference, brokerd, ...; each
+statistic is the median of the repetition values with their min-max as the spread.
+--pin runs both services under `taskset -c 0`.
+"""
+import argparse, json, os, resource, shutil, signal, statistics, subprocess, sys, tempfile, time, platform
+from datetime import datetime, timezone
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+SCRATCH = os.path.join(ROOT, ".build-bench")
+CBIN = os.path.join(SCRATCH, "c")
+REF_NAME = "io.shareddevice.Reference1"
+BROKER_NAME = "io.shareddevice.Broker1"
+USER, PASSWORD = "alice@contoso.example", "alice-Demo-Passw0rd"
+SCOPE = "User.Read"
+
+args = None
+procs = []
+
+
+def log(*a):
+    print(*a, file=sys.stderr, flush=True)
+
+
+def sh(cmd, **kw):
+    return subprocess.run(cmd, check=True, **kw)
+
+
+def build():
+    os.makedirs(CBIN, exist_ok=True)
+    flags = subprocess.run(["pkg-config", "--cflags", "--libs", "dbus-1"], check=True,
+                           capture_output=True, text=True).stdout.split()
+    for name, src in (("reference", "reference/reference.c"), ("busbench", "clients/busbench.c")):
+        sh(["gcc", "-O2", "-g", "-Wall", "-o", os.path.join(CBIN, name), os.path.join(HERE, src)] + flags)
+    log("== swift build -c release --scratch-path .build-bench")
+    sh(["swift", "build", "-c", "release", "--scratch-path", SCRATCH], cwd=ROOT, stdout=subprocess.DEVNULL)
+    return subprocess.run(["swift", "build", "-c", "release", "--scratch-path", SCRATCH, "--show-bin-path"],
+                          cwd=ROOT, check=True, capture_output=True, text=True).stdout.strip()
+
+
+def raise_nofile():
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard if hard != resource.RLIM_INFINITY else 65536
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(target, 65536), hard))
+
+
+def spawn(cmd, ready_prefix=None, timeout=60, pin=False, stdin=None):
+    if pin:
+        cmd = ["taskset", "-c", "0"] + cmd
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=stdin, text=True)
+    procs.append(p)
+    line = None
+    if ready_prefix is not None:
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            line = p.stdout.readline()
+            if not line:
+                raise RuntimeError(f"{cmd[0]} exited before it was ready")
+            if line.startswith(ready_prefix):
+                break
+        else:
+            raise RuntimeError(f"{cmd[0]} not ready in {timeout}s")
+    return p, (line or "").strip()
+
+
+def stop(p):
+    if p.poll() is None:
+        p.send_signal(signal.SIGTERM)
+        try:
+            p.wait(10)
+        except subprocess.TimeoutExpired:
+            p.kill(); p.wait()
+    if p in procs:
+        procs.remove(p)
+
+
+def rss_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return None
+
+
+def busbench(*a, address, dest, timeout=600):
+    out = subprocess.run([os.path.join(CBIN, "busbench")] + list(a) + ["--address", address, "--dest", dest],
+                         check=True, capture_output=True, text=True, timeout=timeout).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+class Env:
+    """One private bus, idp-sim, brokerd (signed in) and the reference."""
+
+    def __init__(self, bin_dir, state=None, signed_in=True):
+        self.bin = bin_dir
+        self.tmp = tempfile.mkdtemp(prefix="brokerd-bench-")
+        self.bus, line = spawn(["dbus-daemon", f"--config-file={HERE}/bus.conf", "--nofork", "--print-address=1"], "unix:")
+        self.address = line
+        self.idp, line = spawn([f"{bin_dir}/idp-sim", "--port", "0", "--users", f"{ROOT}/examples/demo-users.json"],
+                               "listening on ")
+        self.idp_url = line.split("listening on ", 1)[1]
+        self.authority = self.idp_url + "/contoso-demo/v2.0"
+        self.state_dir = os.path.join(self.tmp, "state")
+        if state is not None:
+            os.makedirs(self.state_dir, mode=0o700)
+            path = os.path.join(self.state_dir, "state.json")
+            with open(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
+                json.dump(state, f)
+        self.brokerd = self.start_brokerd()
+        if signed_in and state is None:
+            sh([f"{bin_dir}/brokerctl", "sign-in", "--client-id", "mail-app", "--username", USER, "--password-stdin",
+                "--scope", SCOPE, "--address", self.address], input=PASSWORD + "\n", text=True, stdout=subprocess.DEVNULL)
+        tok = self.cached_token()
+        self.ref, _ = spawn([f"{CBIN}/reference", "--address", self.address, "--name", REF_NAME,
+                             "--token-len", str(len(tok.get("accessToken", "x" * 900))),
+                             "--id-token-len", str(len(tok.get("idToken") or "x" * 900))]
+                            + ([] if signed_in else ["--signed-out"]), "reference ready", pin=args.pin)
+
+    def brokerd_cmd(self):
+        return [f"{self.bin}/brokerd", "--address", self.address, "--device-mode", "shared",
+                "--authority", self.authority, "--state-dir", self.state_dir]
+
+    def start_brokerd(self):
+        p, _ = spawn(self.brokerd_cmd(), "brokerd ready", pin=args.pin)
+        return p
+
+    def cached_token(self):
+        try:
+            with open(os.path.join(self.state_dir, "state.json")) as f:
+                st = json.load(f)
+            for rec in st["clients"].values():
+                for tok in rec.get("accessTokens", {}).values():
+                    return tok
+        except (OSError, KeyError, ValueError):
+            pass
+        return {}
+
+    def close(self):
+        for p in (getattr(self, "ref", None), getattr(self, "brokerd", None), getattr(self, "idp", None), self.bus):
+            if p is not None:
+                stop(p)
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+SERVICES = (("reference", REF_NAME), ("brokerd", BROKER_NAME))
+
+
+def alternate(reps, fn):
+    """fn(service_name, dest) -> dict; returns {service: [dict per repetition]}, ref/brokerd alternating."""
+    out = {s: [] for s, _ in SERVICES}
+    for r in range(reps):
+        for s, dest in SERVICES:
+            res = fn(s, dest)
+            out[s].append(res)
+            log(f"   rep {r + 1}/{reps} {s:9s} {json.dumps({k: v for k, v in res.items() if k != 'samples_us'})}")
+    return out
+
+
+def summary(values):
+    values = [v for v in values if v is not None]
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "values": values}
+
+
+def state_with_clients(count, account, token):
+    now = int(time.time())
+    clients = {}
+    for i in range(count):
+        cid = f"app-{i:05d}"
+        clients[cid] = {"lastSeen": account, "account": account, "refreshToken": f"rt-{i:05d}-" + "r" * 40,
+                        "accessTokens": {SCOPE: {"accessToken": token["accessToken"], "expiresOn": now + 3600,
+                                                 "idToken": token.get("idToken"), "scopes": token["scopes"]}}}
+    return {"version": 1, "deviceId": "0f8e1c2d-3b4a-4c5d-8e6f-7a8b9c0d1e2f", "current": account, "clients": clients}
+
+
+def main():
+    global args
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--pin", action="store_true", help="run the services under taskset -c 0")
+    ap.add_argument("--smoke", action="store_true", help="a quick pass (< 60 s): a few hundred calls, K up to 10")
+    ap.add_argument("--reps", type=int, default=None)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    smoke = args.smoke
+    reps = args.reps or (1 if smoke else 5)
+    n_lat, w_lat = (300, 50) if smoke else (5000, 500)
+    n_thr, w_thr = (500, 100) if smoke else (20000, 2000)
+    ks = [1, 10] if smoke else [1, 10, 100, 1000]
+    out_path = args.out or os.path.join(HERE, "results", "smoke.json" if smoke else "results.json")
+    raise_nofile()
+    bin_dir = build()
+    t_start = time.time()
+    R = {"when": datetime.now(timezone.utc).isoformat(timespec="seconds"), "smoke": smoke, "pinned": args.pin,
+         "reps": reps, "machine": machine()}
+
+    env = Env(bin_dir)
+    try:
+        R["reply_sizes"] = {s: busbench("sizes", address=env.address, dest=d) for s, d in SERVICES}
+        log("== reply sizes", json.dumps(R["reply_sizes"]))
+
+        log(f"== GetCurrentAccount round trip, {n_lat} calls after {w_lat}")
+        lat = alternate(reps, lambda s, d: busbench("latency", "--method", "gca", "-n", str(n_lat), "--warmup", str(w_lat),
+                                                    address=env.address, dest=d))
+        R["gca_latency"] = {s: {"p50_us": summary([x["p50_us"] for x in v]), "p99_us": summary([x["p99_us"] for x in v]),
+                                "mean_us": summary([x["mean_us"] for x in v])} for s, v in lat.items()}
+
+        log(f"== GetCurrentAccount, 128 in flight, {n_thr} calls")
+        thr = alternate(reps, lambda s, d: busbench("throughput", "--method", "gca", "--inflight", "128", "-n", str(n_thr),
+                                                    "--warmup", str(w_thr), address=env.address, dest=d))
+        R["gca_throughput"] = {s: {"calls_per_s": summary([x["calls_per_s"] for x in v])} for s, v in thr.items()}
+
+        log(f"== AcquireTokenSilent (cached token), {n_lat} calls")
+        ats = alternate(reps, lambda s, d: busbench("latency", "--method", "ats", "-n", str(n_lat), "--warmup", str(w_lat),
+                                                    address=env.address, dest=d))
+        R["ats_latency"] = {s: {"p50_us": summary([x["p50_us"] for x in v]), "p99_us": summary([x["p99_us"] for x in v])}
+                            for s, v in ats.items()}
+
+        log("== sign-out to the last of K subscribers")
+        R["signout"] = {}
+        for k in ks:
+            rounds = 5 if smoke else (10 if k >= 1000 else 15)
+            res = alternate(reps if k < 1000 else max(3, reps // 2 + 1),
+                            lambda s, d: busbench("signout", "-k", str(k), "--rounds", str(rounds), "--warmup", "2",
+                                                  address=env.address, dest=d, timeout=900))
+            R["signout"][str(k)] = {s: {"p50_us": summary([x["p50_us"] for x in v]),
+                                        "reply_p50_us": summary([x["reply_p50_us"] for x in v]),
+                                        "samples_us": [x["samples_us"] for x in v]} for s, v in res.items()}
+
+        log("== process start to exit: brokerctl device-info vs dbus-send --print-reply")
+        n_proc = 10 if smoke else 40
+        cmds = {"brokerctl": [f"{bin_dir}/brokerctl", "device-info", "--address", env.address],
+                "dbus-send": ["dbus-send", f"--bus={env.address}", "--print-reply", f"--dest={BROKER_NAME}",
+                              "/io/shareddevice/Broker1", "io.shareddevice.Broker1.GetDeviceInformation"]}
+        times = {k: [] for k in cmds}
+        for i in range(n_proc + 3):
+            for k, c in cmds.items():
+                t0 = time.perf_counter()
+                sh(c, stdout=subprocess.DEVNULL)
+                if i >= 3:
+                    times[k].append((time.perf_counter() - t0) * 1e3)
+        R["device_info_process"] = {k: {"p50_ms": statistics.median(v), "min_ms": min(v), "max_ms": max(v), "n": len(v)}
+                                    for k, v in times.items()}
+        log("  ", json.dumps(R["device_info_process"]))
+
+        log("== RSS: idle, and per 1,000 connected subscriber apps")
+        time.sleep(1)
+        R["rss_kib"] = {"brokerd_after_benchmarks": rss_kib(env.brokerd.pid), "reference_after_benchmarks": rss_kib(env.ref.pid)}
+        account = json.load(open(os.path.join(env.state_dir, "state.json")))["current"]
+        token = env.cached_token()
+        # a freshly started brokerd (signed in, one clientId), idle
+        stop(env.brokerd)
+        env.brokerd = env.start_brokerd()
+        time.sleep(1)
+        R["rss_kib"]["brokerd_idle"] = rss_kib(env.brokerd.pid)
+        R["rss_kib"]["reference_idle"] = rss_kib(env.ref.pid)
+        napps = 100 if smoke else 1000
+        growth = {}
+        for s, d in SERVICES:
+            p = env.brokerd if s == "brokerd" else env.ref
+            before = rss_kib(p.pid)
+            holder = subprocess.Popen([f"{CBIN}/busbench", "hold", "-k", str(napps), "--address", env.address, "--dest", d],
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            holder.stdout.readline()
+            time.sleep(1)
+            after = rss_kib(p.pid)
+            holder.stdin.close(); holder.wait()
+            time.sleep(0.5)
+            growth[s] = {"before_kib": before, "with_apps_kib": after, "after_apps_left_kib": rss_kib(p.pid),
+                         "apps": napps, "growth_kib_per_1000": (after - before) * 1000 / napps}
+        R["rss_per_1000_apps"] = growth
+        log("  ", json.dumps(R["rss_kib"]), json.dumps(growth))
+    finally:
+        env.close()
+
+    log("== stored state: 10,000 clientIds (RSS growth and start-up to the first answered call)")
+    nclients = 1000 if smoke else 10000
+    startup = {"1": [], str(nclients): []}
+    rss_state = {"1": [], str(nclients): []}
+    env = Env(bin_dir, signed_in=True)
+    try:
+        stop(env.brokerd); env.brokerd = None
+        for rep in range(1 if smoke else 3):
+            for count in (1, nclients):
+                st = state_with_clients(count, account, token)
+                with open(os.path.join(env.state_dir, "state.json"), "w") as f:
+                    json.dump(st, f)
+                cmd = (["taskset", "-c", "0"] if args.pin else []) + env.brokerd_cmd()
+                r = busbench("firstcall", "--client", "app-00000", "--", *cmd, address=env.address, dest=BROKER_NAME)
+                time.sleep(1)
+                startup[str(count)].append(r["ms"])
+                rss_state[str(count)].append(rss_kib(r["pid"]))
+                os.kill(r["pid"], signal.SIGTERM)
+                os.waitpid(r["pid"], 0)
+                log(f"   rep {rep + 1} clients={count} first call after {r['ms']:.1f} ms, rss {rss_state[str(count)][-1]} KiB")
+        size = os.path.getsize(os.path.join(env.state_dir, "state.json"))
+        R["stored_state"] = {"clients": nclients, "state_json_bytes": size,
+                             "startup_ms": {k: summary(v) for k, v in startup.items()},
+                             "rss_kib": {k: summary(v) for k, v in rss_state.items()},
+                             "growth_kib_per_10000": (statistics.median(rss_state[str(nclients)]) - statistics.median(rss_state["1"])) * 10000 / nclients}
+    finally:
+        env.close()
+
+    log("== silent refresh through idp-sim (forceRefresh)")
+    env = Env(bin_dir)
+    try:
+        n_ref = 20 if smoke else 100
+        dbus_refresh = busbench("latency", "--method", "ats-refresh", "-n", str(n_ref), "--warmup", "5",
+                                address=env.address, dest=BROKER_NAME)
+        ctl = []
+        for i in range(5 if smoke else 20):
+            t0 = time.perf_counter()
+            sh([f"{bin_dir}/brokerctl", "token", "--client-id", "mail-app", "--scope", SCOPE, "--force-refresh",
+                "--address", env.address], stdout=subprocess.DEVNULL)
+            ctl.append((time.perf_counter() - t0) * 1e3)
+        # the raw token-endpoint POST with the same grant, chained through the rotated refresh tokens
+        stop(env.brokerd); env.brokerd = None
+        st = json.load(open(os.path.join(env.state_dir, "state.json")))
+        rt = st["clients"]["mail-app"]["refreshToken"]
+        token_url = env.authority + "/oauth2/v2.0/token"
+        raw = []
+        for i in range(n_ref + 5):
+            t0 = time.perf_counter()
+            res = subprocess.run(["curl", "-sS", "-X", "POST", token_url, "-d", "grant_type=refresh_token",
+                                  "-d", "client_id=mail-app", "--data-urlencode", f"refresh_token={rt}",
+                                  "--data-urlencode", f"scope=openid profile offline_access {SCOPE}",
+                                  "-w", "\n%{time_total}"], check=True, capture_output=True, text=True)
+            body, total = res.stdout.rsplit("\n", 1)
+            rt = json.loads(body)["refresh_token"]
+            if i >= 5:
+                raw.append(float(total) * 1e6)
+        raw.sort()
+        R["silent_refresh"] = {"dbus_call": dbus_refresh, "brokerctl_token_p50_ms": statistics.median(ctl),
+                               "raw_token_post_curl_p50_us": statistics.median(raw),
+                               "raw_token_post_curl_p99_us": raw[int(0.99 * (len(raw) - 1) + 0.5)]}
+        R["silent_refresh"]["broker_share"] = 1 - R["silent_refresh"]["raw_token_post_curl_p50_us"] / dbus_refresh["p50_us"]
+        log("  ", json.dumps(R["silent_refresh"]))
+    finally:
+        env.close()
+
+    R["seconds"] = round(time.time() - t_start, 1)
+    R["targets"] = targets(R)
+    os.makedirs(os.path.dirname(out_path), exist_ok=True)
+    with open(out_path, "w") as f:
+        json.dump(R, f, indent=1)
+    plot(R, os.path.join(os.path.dirname(out_path), "subscribers-smoke.png" if smoke else "subscribers.png"))
+    print_table(R)
+    log(f"results: {out_path}")
+    return 0 if not smoke else (0 if all(t["value"] is not None for t in R["targets"]) else 1)
+
+
+def targets(R):
+    m = lambda d: d["median"]
+    T = []
+
+    def add(name, value, target, op, spread=None, ref=None, brokerd=None):
+        met = None if value is None else (value <= target if op == "<=" else value >= target if op == ">=" else value < target)
+        T.append({"name": name, "value": value, "target": f"{op} {target}", "met": met, "spread": spread,
+                  "reference": ref, "brokerd": brokerd})
+
+    g = R["gca_latency"]
+    for p in ("p50_us", "p99_us"):
+        b, r = g["brokerd"][p], g["reference"][p]
+        add(f"GetCurrentAccount round trip {p[:3]} (brokerd/ref)", m(b) / m(r), 1.15, "<=",
+            [b["min"] / r["max"], b["max"] / r["min"]], r, b)
+    b, r = R["gca_throughput"]["brokerd"]["calls_per_s"], R["gca_throughput"]["reference"]["calls_per_s"]
+    add("GetCurrentAccount 128 in flight, calls/s (brokerd/ref)", m(b) / m(r), 0.85, ">=", [b["min"] / r["max"], b["max"] / r["min"]], r, b)
+    a, gb = R["ats_latency"]["brokerd"]["p50_us"], g["brokerd"]["p50_us"]
+    add("AcquireTokenSilent cached p50 / brokerd GetCurrentAccount p50", m(a) / m(gb), 1.3, "<=",
+        [a["min"] / gb["max"], a["max"] / gb["min"]], R["ats_latency"]["reference"]["p50_us"], a)
+    for k, v in R["signout"].items():
+        b, r = v["brokerd"]["p50_us"], v["reference"]["p50_us"]
+        add(f"sign-out to last of K={k} subscribers p50 (brokerd/ref)", m(b) / m(r), 1.2, "<=", [b["min"] / r["max"], b["max"] / r["min"]], r, b)
+    d = R["device_info_process"]
+    add("brokerctl device-info / dbus-send, process start to exit p50", d["brokerctl"]["p50_ms"] / d["dbus-send"]["p50_ms"], 2, "<=",
+        None, d["dbus-send"], d["brokerctl"])
+    add("brokerd idle RSS, MiB", R["rss_kib"]["brokerd_idle"] / 1024, 12, "<=", None, R["rss_kib"]["reference_idle"] / 1024, None)
+    add("brokerd RSS growth per 1,000 subscriber apps, MiB", R["rss_per_1000_apps"]["brokerd"]["growth_kib_per_1000"] / 1024, 4, "<=",
+        None, R["rss_per_1000_apps"]["reference"]["growth_kib_per_1000"] / 1024, None)
+    s = R["stored_state"]
+    add("brokerd RSS growth per 10,000 stored clientIds, MiB", s["growth_kib_per_10000"] / 1024, 10, "<=")
+    st = s["startup_ms"][str(s["clients"])]
+    add(f"brokerd start-up with {s['clients']} clientIds to first answered call, ms", st["median"], 100, "<", [st["min"], st["max"]])
+    return T
+
+
+def print_table(R):
+    print(f"\n{'comparison':72s} {'value':>9s} {'target':>8s}  spread            met")
+    for t in R["targets"]:
+        sp = f"{t['spread'][0]:.2f}-{t['spread'][1]:.2f}" if t["spread"] else ""
+        print(f"{t['name']:72s} {t['value']:9.3f} {t['target']:>8s}  {sp:16s}  {'yes' if t['met'] else 'NO'}")
+    sr = R["silent_refresh"]
+    print(f"\nsilent refresh over D-Bus p50 {sr['dbus_call']['p50_us'] / 1e3:.2f} ms; raw token POST (curl) p50 "
+          f"{sr['raw_token_post_curl_p50_us'] / 1e3:.2f} ms; broker's own share {sr['broker_share'] * 100:.0f}%")
+
+
+def plot(R, path):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        log("matplotlib missing: no plot")
+        return
+    ks = sorted(int(k) for k in R["signout"])
+    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
+    for s, color in (("reference", "tab:blue"), ("brokerd", "tab:orange")):
+        med = [R["signout"][str(k)][s]["p50_us"]["median"] / 1e3 for k in ks]
+        lo = [R["signout"][str(k)][s]["p50_us"]["min"] / 1e3 for k in ks]
+        hi = [R["signout"][str(k)][s]["p50_us"]["max"] / 1e3 for k in ks]
+        ax.plot(ks, med, "o-", color=color, label=f"{s} (median of repetition p50s)")
+        ax.fill_between(ks, lo, hi, color=color, alpha=0.2)
+    ax.set_xscale("log"); ax.set_yscale("log")
+    ax.set_xlabel("subscribers K (connections with an AccountChanged match rule)")
+    ax.set_ylabel("SignOut sent → last subscriber has the signal (ms)")
+    ax.set_title("Sign-out fan-out latency" + (" (pinned)" if R["pinned"] else "") + "; band: min–max of repetitions")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    log(f"plot: {path}")
+
+
+def machine():
+    def cmd(c):
+        try:
+            return subprocess.run(c, capture_output=True, text=True).stdout.strip()
+        except OSError:
+            return None
+    cpu = None
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip(); break
+    except OSError:
+        pass
+    return {"nproc": os.cpu_count(), "cpu": cpu, "kernel": platform.release(),
+            "swift": (cmd(["swift", "--version"]) or "").splitlines()[0] if cmd(["swift", "--version"]) else None,
+            "dbus_daemon": (cmd(["dbus-daemon", "--version"]) or "").splitlines()[0]}
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    finally:
+        for p in list(procs):
+            try:
+                stop(p)
+            except Exception:
+                pass
