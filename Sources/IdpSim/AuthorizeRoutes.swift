@@ -176,14 +176,14 @@ struct AuthorizeRoutes: Sendable {
         return ["127.0.0.1", "localhost", "::1", "[::1]"].contains(host.lowercased()) && components.fragment == nil
     }
 
-    /// RFC 8252 §7.3: any port on a loopback host; the path must match a registered URI if the client has any.
+    /// RFC 8252 §7.3: any port on a loopback host (127.0.0.1, localhost, ::1); the path must match a registered URI if the client has any.
     static func isAllowedRedirect(_ uri: String, for client: ClientRegistration) -> Bool {
         guard isLoopback(uri), let components = URLComponents(string: uri) else { return false }
         if client.redirectUris.isEmpty { return true }
         return client.redirectUris.contains { registered in
             guard let expected = URLComponents(string: registered) else { return false }
-            return expected.scheme == components.scheme && expected.host?.lowercased() == components.host?.lowercased()
-                && expected.path == components.path
+            // All loopback hosts are equivalent here: the app binds whichever it can.
+            return isLoopback(registered) && expected.path == components.path
         }
     }
 

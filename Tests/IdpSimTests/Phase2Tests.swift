@@ -1,0 +1,291 @@
+import Crypto
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import Testing
+
+/// Native authentication helpers (Entra's initiate → challenge → token sequence).
+extension IdpSimServer {
+    func initiate(_ username: String, types: String = "oob password redirect", clientId: String = "broker-app") async throws -> HTTPResult {
+        try await HTTP.postForm(authority + "/oauth2/v2.0/initiate", [("client_id", clientId), ("challenge_type", types), ("username", username)])
+    }
+
+    func challenge(_ continuation: String, types: String = "oob password redirect") async throws -> HTTPResult {
+        try await HTTP.postForm(authority + "/oauth2/v2.0/challenge",
+                                [("client_id", "broker-app"), ("challenge_type", types), ("continuation_token", continuation)])
+    }
+
+    func oob(_ code: String, _ continuation: String) async throws -> HTTPResult {
+        try await HTTP.postForm(tokenURL, [("grant_type", "oob"), ("client_id", "broker-app"), ("oob", code),
+                                           ("continuation_token", continuation), ("scope", "openid offline_access User.Read")])
+    }
+
+    func outbox() async throws -> [[String: Any]] {
+        let result = try await HTTP.get(baseURL + "/test/outbox")
+        return (try? JSONSerialization.jsonObject(with: result.body)) as? [[String: Any]] ?? []
+    }
+
+    func lastCode(for username: String) async throws -> String {
+        let message = try await outbox().last { $0["username"] as? String == username }
+        return try #require(message?["code"] as? String)
+    }
+}
+
+@Suite("idp-sim native authentication")
+struct NativeAuthTests {
+    @Test func emailCodeSignInWithWrongThenRightCode() async throws {
+        let server = try await IdpSimServer.start()
+        let started = try await server.initiate("bob@contoso.test")
+        #expect(started.status == 200)
+        let first = try #require(started.string("continuation_token"))
+
+        let challenge = try await server.challenge(first)
+        #expect(challenge.status == 200)
+        #expect(challenge.string("challenge_type") == "oob")
+        #expect(challenge.string("binding_method") == "prompt")
+        #expect(challenge.string("challenge_channel") == "email")
+        #expect(challenge.string("challenge_target_label") == "b***@c***.test")
+        #expect(challenge.json["code_length"] as? Int == 8)
+        let continuation = try #require(challenge.string("continuation_token"))
+
+        let code = try await server.lastCode(for: "bob@contoso.test")
+        #expect(code.count == 8)
+        let sentAt = try #require(try await server.outbox().last?["sentAt"] as? Int)
+        #expect(abs(Double(sentAt) - Date().timeIntervalSince1970) < 60)
+
+        let wrongCode = code == "00000000" ? "11111111" : "00000000"
+        let wrong = try await server.oob(wrongCode, continuation)
+        #expect(wrong.status == 400)
+        #expect(wrong.string("error") == "invalid_grant")
+        #expect(wrong.string("suberror") == "invalid_oob_value")
+
+        // The continuation token survives a wrong code.
+        let right = try await server.oob(code, continuation)
+        #expect(right.status == 200)
+        let id = jwtPayload(try #require(right.string("id_token")))
+        #expect(id["preferred_username"] as? String == "bob@contoso.test")
+        #expect(right.string("refresh_token") != nil)
+
+        // ... but the flow is over once tokens were issued.
+        #expect(try await server.oob(code, continuation).status == 400)
+        let stats = try await HTTP.get(server.baseURL + "/test/stats").json
+        #expect((stats["token"] as? [String: Int])?["oob"] == 3)
+        #expect(stats["initiate"] as? Int == 1)
+    }
+
+    @Test func expiredCodeAndResend() async throws {
+        let server = try await IdpSimServer.start(arguments: ["--code-lifetime", "1"])
+        let first = try #require(try await server.initiate("bob@contoso.test").string("continuation_token"))
+        let continuation = try #require(try await server.challenge(first).string("continuation_token"))
+        let oldCode = try await server.lastCode(for: "bob@contoso.test")
+        try await Task.sleep(for: .milliseconds(1500))
+        let expired = try await server.oob(oldCode, continuation)
+        #expect(expired.status == 400)
+        #expect(expired.string("error") == "expired_token")
+
+        // Resend: a new challenge sends a fresh code, which works (within its lifetime).
+        let resent = try #require(try await server.challenge(continuation).string("continuation_token"))
+        #expect(try await server.outbox().count == 2)
+        let newCode = try await server.lastCode(for: "bob@contoso.test")
+        let result = try await server.oob(newCode, resent)
+        #expect(result.status == 200, "\(result.text)")
+    }
+
+    @Test func resendInvalidatesTheEarlierCode() async throws {
+        let server = try await IdpSimServer.start()
+        let first = try #require(try await server.initiate("bob@contoso.test").string("continuation_token"))
+        let continuation = try #require(try await server.challenge(first).string("continuation_token"))
+        let oldCode = try await server.lastCode(for: "bob@contoso.test")
+        let resent = try #require(try await server.challenge(continuation).string("continuation_token"))
+        let newCode = try await server.lastCode(for: "bob@contoso.test")
+        if oldCode != newCode {
+            #expect(try await server.oob(oldCode, resent).string("suberror") == "invalid_oob_value")
+        }
+        #expect(try await server.oob(newCode, resent).status == 200)
+    }
+
+    @Test func passwordChallengeAndErrors() async throws {
+        let server = try await IdpSimServer.start()
+        let first = try #require(try await server.initiate("carol@contoso.test").string("continuation_token"))
+        let challenge = try await server.challenge(first)
+        #expect(challenge.string("challenge_type") == "password")
+        let continuation = try #require(challenge.string("continuation_token"))
+        func password(_ value: String) async throws -> HTTPResult {
+            try await HTTP.postForm(server.tokenURL, [("grant_type", "password"), ("client_id", "broker-app"), ("password", value),
+                                                      ("continuation_token", continuation), ("scope", "openid offline_access")])
+        }
+        let wrong = try await password("nope")
+        #expect(wrong.string("error") == "invalid_grant")
+        let right = try await password("Carol#1")
+        #expect(right.status == 200)
+
+        // Carol can also use an email code when the client does not offer password.
+        let otpStart = try #require(try await server.initiate("carol@contoso.test", types: "oob redirect").string("continuation_token"))
+        #expect(try await server.challenge(otpStart, types: "oob redirect").string("challenge_type") == "oob")
+
+        // Unknown user, unsatisfiable challenge types, missing redirect, unknown client, bogus continuation token.
+        let unknown = try await server.initiate("nobody@contoso.test")
+        #expect(unknown.status == 400)
+        #expect(unknown.string("error") == "user_not_found")
+        #expect(try await server.initiate("bob@contoso.test", types: "password redirect").string("challenge_type") == "redirect")
+        #expect(try await server.initiate("alice@contoso.test", types: "oob redirect").string("challenge_type") == "redirect")
+        #expect(try await server.initiate("bob@contoso.test", types: "oob").string("error") == "invalid_request")
+        #expect(try await server.initiate("bob@contoso.test", clientId: "nope").status == 400)
+        #expect(try await server.challenge("bogus").status == 400)
+    }
+}
+
+/// A minimal "browser": keeps the session cookie and follows nothing automatically.
+final class Browser: @unchecked Sendable {
+    var cookie: String?
+
+    func get(_ url: String) async throws -> HTTPResult {
+        let result = try await HTTP.get(url, headers: cookie.map { ["Cookie": $0] } ?? [:])
+        remember(result)
+        return result
+    }
+
+    func post(_ url: String, _ form: [(String, String)]) async throws -> HTTPResult {
+        let result = try await HTTP.postForm(url, form, headers: cookie.map { ["Cookie": $0] } ?? [:])
+        remember(result)
+        return result
+    }
+
+    private func remember(_ result: HTTPResult) {
+        guard let setCookie = result.header("Set-Cookie"), let pair = setCookie.split(separator: ";").first else { return }
+        cookie = setCookie.contains("Max-Age=0") ? nil : String(pair)
+    }
+}
+
+@Suite("idp-sim authorization code flow")
+struct AuthorizeTests {
+    static let redirect = "http://127.0.0.1:49152/callback"
+
+    static func pkce() -> (verifier: String, challenge: String) {
+        let verifier = (0..<4).map { _ in UUID().uuidString }.joined().replacingOccurrences(of: "-", with: "")
+        let challenge = Data(SHA256.hash(data: Data(verifier.utf8))).base64EncodedString()
+            .replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: "=", with: "")
+        return (verifier, challenge)
+    }
+
+    static func authorizeURL(_ server: IdpSimServer, challenge: String, prompt: String? = nil, redirect: String = redirect,
+                             extra: [(String, String)] = []) -> String {
+        var parameters = [("response_type", "code"), ("client_id", "broker-app"), ("redirect_uri", redirect),
+                          ("scope", "openid profile offline_access User.Read"), ("state", "st-1"), ("nonce", "nonce-1"),
+                          ("code_challenge", challenge), ("code_challenge_method", "S256")] + extra
+        if let prompt { parameters.append(("prompt", prompt)) }
+        return server.authority + "/oauth2/v2.0/authorize?" + HTTP.formEncode(parameters)
+    }
+
+    /// The hidden flow id and form action from the sign-in page.
+    static func form(_ page: HTTPResult) throws -> (action: String, flow: String) {
+        let html = page.text
+        func attribute(after marker: String) -> String? {
+            guard let start = html.range(of: marker) else { return nil }
+            let rest = html[start.upperBound...]
+            guard let end = rest.firstIndex(of: "\"") else { return nil }
+            return String(rest[..<end])
+        }
+        return (try #require(attribute(after: "action=\"")), try #require(attribute(after: "name=\"flow\" value=\"")))
+    }
+
+    static func redeem(_ server: IdpSimServer, code: String, verifier: String, redirect: String = redirect) async throws -> HTTPResult {
+        try await HTTP.postForm(server.tokenURL, [("grant_type", "authorization_code"), ("client_id", "broker-app"), ("code", code),
+                                                  ("redirect_uri", redirect), ("code_verifier", verifier)])
+    }
+
+    @Test func formSignInSilentReauthPkceAndLogout() async throws {
+        let server = try await IdpSimServer.start()
+        let browser = Browser()
+        let (verifier, challenge) = Self.pkce()
+
+        let page = try await browser.get(Self.authorizeURL(server, challenge: challenge))
+        #expect(page.status == 200)
+        #expect(page.header("Content-Type")?.hasPrefix("text/html") == true)
+        let (action, flow) = try Self.form(page)
+
+        let bad = try await browser.post(action, [("username", "alice@contoso.test"), ("password", "wrong"), ("flow", flow)])
+        #expect(bad.status == 200)
+        #expect(bad.text.contains("incorrect"))
+
+        let signedIn = try await browser.post(action, [("username", "alice@contoso.test"), ("password", "Passw0rd!"), ("flow", flow)])
+        #expect(signedIn.status == 302)
+        let location = try #require(signedIn.header("Location"))
+        #expect(location.hasPrefix(Self.redirect))
+        let query = HTTP.query(of: location)
+        #expect(query["state"] == "st-1")
+        let code = try #require(query["code"])
+        #expect(browser.cookie != nil)
+
+        // Wrong verifier fails, and the code is single use either way.
+        let wrongVerifier = try await Self.redeem(server, code: code, verifier: Self.pkce().verifier)
+        #expect(wrongVerifier.string("error") == "invalid_grant")
+        #expect(try await Self.redeem(server, code: code, verifier: verifier).string("error") == "invalid_grant")
+
+        // A second authorize is silent thanks to the session cookie; this time redeem correctly.
+        let (verifier2, challenge2) = Self.pkce()
+        let silent = try await browser.get(Self.authorizeURL(server, challenge: challenge2))
+        #expect(silent.status == 302)
+        let code2 = try #require(HTTP.query(of: silent.header("Location") ?? "")["code"])
+        let wrongRedirect = try await Self.redeem(server, code: code2, verifier: verifier2, redirect: "http://127.0.0.1:49153/callback")
+        #expect(wrongRedirect.string("error") == "invalid_grant")
+
+        let (verifier3, challenge3) = Self.pkce()
+        let silentAgain = try await browser.get(Self.authorizeURL(server, challenge: challenge3, prompt: "none"))
+        let code3 = try #require(HTTP.query(of: silentAgain.header("Location") ?? "")["code"])
+        let tokens = try await Self.redeem(server, code: code3, verifier: verifier3)
+        #expect(tokens.status == 200, "\(tokens.text)")
+        let id = jwtPayload(try #require(tokens.string("id_token")))
+        #expect(id["nonce"] as? String == "nonce-1")
+        #expect(id["aud"] as? String == "broker-app")
+        #expect(tokens.string("refresh_token") != nil)
+
+        // prompt=login forces the form even with a session.
+        let forced = try await browser.get(Self.authorizeURL(server, challenge: challenge3, prompt: "login"))
+        #expect(forced.status == 200)
+
+        // Logout ends the session; prompt=none then reports login_required.
+        let logout = try await browser.get(server.authority + "/oauth2/v2.0/logout?" + HTTP.formEncode([
+            ("id_token_hint", tokens.string("id_token") ?? ""), ("post_logout_redirect_uri", "http://localhost:49152/signed-out"), ("state", "bye")]))
+        #expect(logout.status == 302)
+        #expect(logout.header("Location") == "http://localhost:49152/signed-out?state=bye")
+        #expect(browser.cookie == nil)
+        let afterLogout = try await browser.get(Self.authorizeURL(server, challenge: challenge3, prompt: "none"))
+        #expect(afterLogout.status == 302)
+        let errorQuery = HTTP.query(of: afterLogout.header("Location") ?? "")
+        #expect(errorQuery["error"] == "login_required")
+        #expect(errorQuery["state"] == "st-1")
+        #expect(errorQuery["code"] == nil)
+    }
+
+    @Test func authorizeRequestValidation() async throws {
+        let server = try await IdpSimServer.start()
+        let (_, challenge) = Self.pkce()
+        // Bad redirect URIs are never redirected to (RFC 6749 §4.1.2.1).
+        for redirect in ["https://evil.example/cb", "http://127.0.0.1:8080/other", "http://192.168.1.2:80/callback"] {
+            let result = try await HTTP.get(Self.authorizeURL(server, challenge: challenge, redirect: redirect))
+            #expect(result.status == 400, "\(redirect)")
+            #expect(result.header("Location") == nil)
+        }
+        // localhost with any port is fine (RFC 8252 §7.3).
+        #expect(try await HTTP.get(Self.authorizeURL(server, challenge: challenge, redirect: "http://localhost:1234/callback")).status == 200)
+
+        // Missing PKCE is reported to the client by redirect.
+        let noPKCE = server.authority + "/oauth2/v2.0/authorize?" + HTTP.formEncode([
+            ("response_type", "code"), ("client_id", "broker-app"), ("redirect_uri", Self.redirect), ("state", "s")])
+        let result = try await HTTP.get(noPKCE)
+        #expect(result.status == 302)
+        #expect(HTTP.query(of: result.header("Location") ?? "")["error"] == "invalid_request")
+
+        let plainURL = server.authority + "/oauth2/v2.0/authorize?" + HTTP.formEncode([
+            ("response_type", "code"), ("client_id", "broker-app"), ("redirect_uri", Self.redirect), ("state", "s"),
+            ("code_challenge", challenge), ("code_challenge_method", "plain")])
+        let plain = try await HTTP.get(plainURL)
+        #expect(plain.status == 302)
+        #expect(HTTP.query(of: plain.header("Location") ?? "")["error"] == "invalid_request")
+
+        let unknownClient = try await HTTP.get(server.authority + "/oauth2/v2.0/authorize?client_id=nope&redirect_uri=" + Self.redirect)
+        #expect(unknownClient.status == 400)
+    }
+}
