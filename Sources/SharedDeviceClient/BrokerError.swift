@@ -4,24 +4,42 @@ import DBus
 /// Everything that can go wrong in a call to the broker: one case per broker error name
 /// (`io.shareddevice.Broker1.Error.*`), plus what can happen on the way.
 public enum BrokerError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// `InvalidArgument`: an empty, oversized or malformed argument or option.
     case invalidArgument(String)
+    /// `UnknownClient`: the broker (or the provider) does not know this clientId.
     case unknownClient(String)
+    /// `UserNotFound`: the provider has no such user.
     case userNotFound(String)
+    /// `InvalidUsername`: an empty username, or one with spaces or control characters.
     case invalidUsername(String)
+    /// `InvalidPassword`: the provider refused the username and password.
     case invalidPassword(String)
+    /// `AccountAlreadySignedIn`: shared mode, and someone else is signed in on the device.
     case accountAlreadySignedIn(String)
+    /// `NoAccount`: nobody is signed in, or the account named is not.
     case noAccount(String)
-    /// Silent sign-in is not possible; call the interactive flow.
+    /// `InteractionRequired`: no valid token and no usable refresh token; call the interactive flow
+    /// (MSAL: `MSALError.interactionRequired`).
     case interactionRequired(String)
+    /// `ServerUnavailable`: the provider cannot be reached, or is overloaded.
     case serverUnavailable(String)
+    /// `ServerError`: the provider answered something invalid or unexpected.
     case serverError(String)
+    /// `NotSupported`: this broker or provider does not offer the call.
     case notSupported(String)
+    /// `AccessDenied`: the broker refused the caller.
     case accessDenied(String)
+    /// `LimitsExceeded`: too many requests or flows.
     case limitsExceeded(String)
+    /// `InvalidCode`: a wrong one-time code; the flow stays usable.
     case invalidCode(String)
+    /// `CodeExpired`: the one-time code is too old; ask for a new one.
     case codeExpired(String)
+    /// `FlowNotFound`: the sign-in flow ended (finished, cancelled, or timed out).
     case flowNotFound(String)
+    /// `Cancelled`: the sign-in was cancelled, by the app or because nobody finished it.
     case cancelled(String)
+    /// `StorageFailed`: the broker could not save its state; nothing changed.
     case storageFailed(String)
     /// No broker answers on the bus (not running, or restarting).
     case brokerUnavailable(String)
@@ -123,6 +141,18 @@ public enum BrokerError: Error, Sendable, Equatable, CustomStringConvertible {
     /// Whether the app should fall back to interactive sign-in (as MSAL's `interactionRequired`).
     public var isInteractionRequired: Bool {
         if case .interactionRequired = self { return true }
+        return false
+    }
+
+    /// Whether the person (or the app) cancelled a sign-in (MSAL: `MSALError.userCanceled`).
+    public var isCancelled: Bool {
+        if case .cancelled = self { return true }
+        return false
+    }
+
+    /// Whether no broker answered (not running, restarting, or no bus): worth a retry later.
+    public var isBrokerUnavailable: Bool {
+        if case .brokerUnavailable = self { return true }
         return false
     }
 

@@ -53,6 +53,22 @@ public struct DeviceInformation: Sendable, Equatable, Codable {
     public var extraDeviceInformation: [String: String]
 }
 
+/// Where a one-time code was sent (``SignInCodeRequiredState``).
+public struct CodeChallenge: Sendable, Equatable, Codable {
+    /// How the code travels, e.g. `email`.
+    public var channel: String
+    /// The masked address it went to, e.g. `a***@c***.example`.
+    public var sentTo: String
+    /// How many characters the code has.
+    public var codeLength: Int
+    /// Creates a challenge value (apps normally get them from the broker).
+    public init(channel: String, sentTo: String, codeLength: Int) {
+        self.channel = channel
+        self.sentTo = sentTo
+        self.codeLength = codeLength
+    }
+}
+
 /// A successful sign-in or token request.
 public struct TokenResult: Sendable, Equatable, Codable {
     /// The access token: opaque; send it to the resource in ``authorizationHeader``.
@@ -86,10 +102,13 @@ public struct UnixTime: Sendable, Hashable, Comparable, Codable, CustomStringCon
         clock_gettime(CLOCK_REALTIME, &spec)
         return UnixTime(seconds: Int64(spec.tv_sec))
     }
+    /// Earlier than.
     public static func < (lhs: UnixTime, rhs: UnixTime) -> Bool { lhs.seconds < rhs.seconds }
     /// The number of seconds, as text.
     public var description: String { String(seconds) }
+    /// Decodes a plain number of seconds.
     public init(from decoder: any Decoder) throws { seconds = try decoder.singleValueContainer().decode(Int64.self) }
+    /// Encodes a plain number of seconds.
     public func encode(to encoder: any Encoder) throws {
         var container = encoder.singleValueContainer()
         try container.encode(seconds)
@@ -104,7 +123,9 @@ public struct AccountChange: Sendable, Equatable {
         case signedIn = "signed-in"
         /// The device was signed out.
         case signedOut = "signed-out"
-        /// The broker came back after a restart; ``current`` is its state now.
+        /// The broker (or the bus) came back after a restart, and signals may have been missed:
+        /// ``AccountChange/current`` is the broker's state now, ``AccountChange/previous`` the
+        /// last state this sequence knew.
         case brokerRestarted = "broker-restarted"
     }
     /// Who is signed in now (nil: nobody).
@@ -119,28 +140,4 @@ public struct AccountChange: Sendable, Equatable {
         self.previous = previous
         self.reason = reason
     }
-}
-
-/// What ``PublicClientApplication/acquireTokenSilent(_:)`` needs.
-public struct SilentTokenParameters: Sendable {
-    /// The scopes to ask for (`openid profile offline_access` are always added).
-    public var scopes: [String]
-    /// Whose token; nil means the signed-in account.
-    public var account: Account?
-    /// Skip the cache and use the refresh token.
-    public var forceRefresh: Bool
-    /// Creates the parameters.
-    public init(scopes: [String], account: Account? = nil, forceRefresh: Bool = false) {
-        self.scopes = scopes
-        self.account = account
-        self.forceRefresh = forceRefresh
-    }
-}
-
-/// What ``PublicClientApplication/signOut(account:parameters:)`` needs.
-public struct SignoutParameters: Sendable {
-    /// Also end the provider's browser session, so the next interactive sign-in asks again.
-    public var signoutFromBrowser: Bool
-    /// Creates the parameters.
-    public init(signoutFromBrowser: Bool = false) { self.signoutFromBrowser = signoutFromBrowser }
 }

@@ -1,31 +1,9 @@
 import BrokerAPI
 import DBus
-import Logging
-
-/// How an app reaches the broker.
-public struct BrokerClientConfiguration: Sendable {
-    /// The bus to use; nil means the session bus (`DBUS_SESSION_BUS_ADDRESS`).
-    public var busAddress: String?
-    /// For queries (device information, current account, accounts).
-    public var queryTimeout: Duration
-    /// For sign-in and token calls, which may wait for the identity provider.
-    public var tokenTimeout: Duration
-    /// For interactive sign-in, which waits for a person.
-    public var interactiveTimeout: Duration
-
-    /// The defaults: the session bus, 10 s for queries, 60 s for tokens, 10 min for interaction.
-    public init(busAddress: String? = nil, queryTimeout: Duration = .seconds(10),
-                tokenTimeout: Duration = .seconds(60), interactiveTimeout: Duration = .seconds(600)) {
-        self.busAddress = busAddress
-        self.queryTimeout = queryTimeout
-        self.tokenTimeout = tokenTimeout
-        self.interactiveTimeout = interactiveTimeout
-    }
-}
 
 /// An app's handle on the shared-device broker, in the shape of MSAL's
-/// `MSALPublicClientApplication`: one per app (clientId), one bus connection each, safe to use
-/// from any task.
+/// `MSALPublicClientApplication`: one per app (clientId), one bus connection each (opened again
+/// on the next call if the bus drops it), safe to use from any task.
 ///
 /// ```swift
 /// let app = try PublicClientApplication(clientId: "mail-app")
@@ -37,42 +15,37 @@ public final class PublicClientApplication: Sendable {
     public let clientId: String
     /// How the app reaches the broker.
     public let configuration: BrokerClientConfiguration
-    private let connection: DBusConnection
+    private let link: BusLink
 
-    /// Connects to the bus. The broker itself is reached on the first call (and may be
-    /// started by D-Bus activation then).
+    /// Connects to the bus (the session bus, or `configuration.busAddress`). The broker itself is
+    /// reached on the first call. Throws ``BrokerError/brokerUnavailable(_:)`` when there is no bus.
     public init(clientId: String, configuration: BrokerClientConfiguration = BrokerClientConfiguration()) throws(BrokerError) {
         self.clientId = clientId
         self.configuration = configuration
-        let logger = Logger(label: "shared-device-client")
-        do {
-            connection = try configuration.busAddress.map { try DBusConnection(address: $0, logger: logger) }
-                ?? DBusConnection.sessionBus(logger: logger)
-        } catch let error as DBusError {
-            throw BrokerError.brokerUnavailable("cannot connect to the bus: \(error.message)")
-        } catch {
-            throw BrokerError.brokerUnavailable("cannot connect to the bus: \(error)")
-        }
+        link = try BusLink(address: configuration.busAddress)
     }
 
-    deinit { connection.close() }
+    deinit { link.close() }
 
-    /// The device's mode and facts (MSAL: `getDeviceInformation`).
+    // MARK: The device and its account
+
+    /// The device's mode and facts (MSAL: `getDeviceInformation`). On a shared device
+    /// `deviceMode == .shared`.
     public func deviceInformation() async throws(BrokerError) -> DeviceInformation {
-        try ReplyDecoding.deviceInformation(try await call("GetDeviceInformation", [], timeout: configuration.queryTimeout).first)
+        try ReplyDecoding.deviceInformation(try await link.call("GetDeviceInformation", [], timeout: configuration.queryTimeout).first)
     }
 
     /// The account signed in now and the one this app saw on its previous call (MSAL:
     /// `getCurrentAccount`). After a sign-out elsewhere: (nil, the user) once, then (nil, nil).
     public func currentAccount() async throws(BrokerError) -> (current: Account?, previous: Account?) {
-        let reply = try await call("GetCurrentAccount", [.string(clientId)], timeout: configuration.queryTimeout)
+        let reply = try await link.call("GetCurrentAccount", [.string(clientId)], timeout: configuration.queryTimeout)
         guard reply.count == 2 else { throw ReplyDecoding.malformed("GetCurrentAccount did not return two accounts") }
         return (try ReplyDecoding.account(reply[0]), try ReplyDecoding.account(reply[1]))
     }
 
-    /// The accounts this app can use: in shared mode, the device's one account.
+    /// The accounts this app can use (MSAL: `allAccounts`): in shared mode, the device's one account.
     public func accounts() async throws(BrokerError) -> [Account] {
-        let reply = try await call("GetAccounts", [.string(clientId)], timeout: configuration.queryTimeout)
+        let reply = try await link.call("GetAccounts", [.string(clientId)], timeout: configuration.queryTimeout)
         guard let list = reply.first?.vardictArray else { throw ReplyDecoding.malformed("GetAccounts did not return aa{sv}") }
         var accounts: [Account] = []
         for dict in list {
@@ -81,88 +54,104 @@ public final class PublicClientApplication: Sendable {
         return accounts
     }
 
+    // MARK: Signing in
+
     /// Signs in with a username and password (the provider's native password path or the
-    /// resource-owner password grant).
+    /// resource-owner password grant). A wrong password throws ``BrokerError/invalidPassword(_:)``,
+    /// an unknown user ``BrokerError/userNotFound(_:)``, someone else on a shared device
+    /// ``BrokerError/accountAlreadySignedIn(_:)``.
     public func signIn(username: String, password: String, scopes: [String]) async throws(BrokerError) -> TokenResult {
-        try ReplyDecoding.tokenResult(try await call(
+        try ReplyDecoding.tokenResult(try await link.call(
             "SignInWithPassword", [.string(clientId), .string(username), .string(password), .strings(scopes)],
             timeout: configuration.tokenTimeout).first)
     }
 
-    /// A token without user interaction: from the cache, or with the refresh token.
-    /// Throws ``BrokerError/interactionRequired(_:)`` when neither works.
+    /// Starts an email one-time-code sign-in (MSAL native authentication's `signIn(username:)`):
+    /// the provider sends a code, and the returned state takes it.
+    public func signIn(username: String, scopes: [String]) async throws(BrokerError) -> SignInCodeRequiredState {
+        let reply = try await link.call(
+            "StartSignIn", [.string(clientId), .string(username), .strings(scopes), .vardict([:])],
+            timeout: configuration.tokenTimeout)
+        guard reply.count == 2, let flowId = reply[0].string else {
+            throw ReplyDecoding.malformed("StartSignIn did not return (flowId, challenge)")
+        }
+        return SignInCodeRequiredState(flowId: flowId, challenge: try ReplyDecoding.challenge(reply[1]), link: link,
+                                       configuration: configuration)
+    }
+
+    /// Signs in in the system browser (MSAL: `acquireToken(with: MSALInteractiveTokenParameters)`).
+    /// Waits up to `configuration.interactiveTimeout` for the person. Cancelling the task ends
+    /// the browser flow in the broker and throws ``BrokerError/cancelled(_:)``.
+    public func acquireToken(_ parameters: InteractiveTokenParameters) async throws(BrokerError) -> TokenResult {
+        let flowId = Self.newFlowId()
+        var options: [String: DBusValue] = [
+            OptionKey.prompt: .string(parameters.promptType.rawValue), OptionKey.flowId: .string(flowId),
+        ]
+        if let hint = parameters.loginHint { options[OptionKey.loginHint] = .string(hint) }
+        do {
+            return try ReplyDecoding.tokenResult(try await link.call(
+                "AcquireTokenInteractive", [.string(clientId), .strings(parameters.scopes), .vardict(options)],
+                timeout: configuration.interactiveTimeout).first)
+        } catch {
+            if Task.isCancelled {
+                // This task is cancelled, so tell the broker from one that is not.
+                let link = self.link, timeout = configuration.queryTimeout
+                await Task { _ = try? await link.call("CancelSignIn", [.string(flowId)], timeout: timeout) }.value
+            }
+            throw error
+        }
+    }
+
+    // MARK: Tokens and sign-out
+
+    /// A token without user interaction (MSAL: `acquireTokenSilent`): from the cache, or with the
+    /// refresh token. Throws ``BrokerError/interactionRequired(_:)`` when neither works: then
+    /// call ``acquireToken(_:)`` (or sign in again).
     public func acquireTokenSilent(_ parameters: SilentTokenParameters) async throws(BrokerError) -> TokenResult {
-        try ReplyDecoding.tokenResult(try await call(
+        try ReplyDecoding.tokenResult(try await link.call(
             "AcquireTokenSilent",
             [.string(clientId), .strings(parameters.scopes), .string(parameters.account?.identifier ?? ""),
              .vardict([OptionKey.forceRefresh: .bool(parameters.forceRefresh)])],
             timeout: configuration.tokenTimeout).first)
     }
 
-    /// Signs out. In shared mode this signs the whole device out, and every app hears of it.
+    /// Signs out (MSAL: `signout(with:signoutParameters:)`). In shared mode this signs the whole
+    /// device out, and every app hears of it. `account` nil means the signed-in account.
     public func signOut(account: Account?, parameters: SignoutParameters = SignoutParameters()) async throws(BrokerError) {
-        _ = try await call(
+        _ = try await link.call(
             "SignOut",
             [.string(clientId), .string(account?.identifier ?? ""),
              .vardict([OptionKey.signoutFromBrowser: .bool(parameters.signoutFromBrowser)])],
             timeout: configuration.tokenTimeout)
     }
 
-    /// Every change of the device's account, as it happens (the `AccountChanged` signal).
-    /// Subscribes when iteration starts; use ``subscribeToAccountChanges()`` to know the
-    /// subscription is in place before going on. Ends when the iterating task is cancelled.
+    // MARK: Changes
+
+    /// Every change of the device's account, as it happens (the `AccountChanged` signal), for as
+    /// long as the app iterates: across broker restarts (then one change with reason
+    /// ``AccountChange/Reason/brokerRestarted`` reports the state) and dropped bus connections
+    /// (reconnected with backoff). Subscribes when accessed; use ``subscribeToAccountChanges()``
+    /// to know the subscription is in place before going on. Ends when the iterating task is
+    /// cancelled; it does not throw.
     public var accountChanges: AsyncThrowingStream<AccountChange, any Error> {
-        AsyncThrowingStream { continuation in
-            let task = Task {
-                do {
-                    for try await change in try await self.subscribeToAccountChanges() { continuation.yield(change) }
-                    continuation.finish()
-                } catch {
-                    continuation.finish(throwing: error)
-                }
-            }
-            continuation.onTermination = { _ in task.cancel() }
-        }
+        feed.stream(startingWith: nil)
     }
 
-    /// Subscribes to `AccountChanged` and returns once the bus delivers it to this app: no
-    /// change after this returns is missed.
+    /// ``accountChanges``, returned once the bus delivers the signal to this app: no change after
+    /// this returns is missed.
     public func subscribeToAccountChanges() async throws(BrokerError) -> AsyncThrowingStream<AccountChange, any Error> {
-        let signals: AsyncStream<DBusSignal>
-        do {
-            signals = try await connection.signals(matching: DBusMatchRule(
-                sender: BrokerNames.busName, path: BrokerNames.objectPath,
-                interface: BrokerNames.interface, member: BrokerNames.accountChangedSignal))
-        } catch let error as DBusError {
-            throw BrokerError(error)
-        } catch {
-            throw BrokerError.dbus(name: "org.freedesktop.DBus.Error.Failed", message: "\(error)")
-        }
-        return AsyncThrowingStream { continuation in
-            let task = Task {
-                for await signal in signals {
-                    do { continuation.yield(try ReplyDecoding.accountChange(signal.arguments)) } catch {
-                        continuation.finish(throwing: error)
-                        return
-                    }
-                }
-                continuation.finish()
-            }
-            continuation.onTermination = { _ in task.cancel() }
-        }
+        feed.stream(startingWith: try await feed.subscribe())
     }
 
-    private func call(_ member: String, _ arguments: [DBusValue], timeout: Duration) async throws(BrokerError) -> [DBusValue] {
-        do {
-            return try await connection.call(destination: BrokerNames.busName, path: BrokerNames.objectPath,
-                                             interface: BrokerNames.interface, member: member,
-                                             arguments: arguments, timeout: timeout)
-        } catch let error as DBusError {
-            throw BrokerError(error)
-        } catch is CancellationError {
-            throw BrokerError.cancelled("the call was cancelled")
-        } catch {
-            throw BrokerError.dbus(name: "org.freedesktop.DBus.Error.Failed", message: "\(error)")
-        }
+    private var feed: AccountChangeFeed { AccountChangeFeed(link: link, queryTimeout: configuration.queryTimeout) }
+
+    /// A fresh id for an interactive flow: 128 random bits, in hex.
+    private static func newFlowId() -> String {
+        var generator = SystemRandomNumberGenerator()
+        let words = [generator.next(), generator.next()] as [UInt64]
+        return "flow-" + words.map { word in
+            let hex = String(word, radix: 16)
+            return String(repeating: "0", count: 16 - hex.count) + hex
+        }.joined()
     }
 }

@@ -51,6 +51,14 @@ enum ReplyDecoding {
         return AccountChange(current: current, previous: try account(arguments[1]), reason: reason)
     }
 
+    static func challenge(_ value: DBusValue?) throws(BrokerError) -> CodeChallenge {
+        guard let dict = value?.vardict, let sentTo = dict[ChallengeKey.sentTo]?.string else {
+            throw malformed("a code challenge lacks sentTo")
+        }
+        let length = dict[ChallengeKey.codeLength]?.uint32 ?? dict[ChallengeKey.codeLength]?.int32.map { UInt32(clamping: $0) } ?? 0
+        return CodeChallenge(channel: dict[ChallengeKey.channel]?.string ?? "email", sentTo: sentTo, codeLength: Int(length))
+    }
+
     static func malformed(_ what: String) -> BrokerError {
         .dbus(name: "org.freedesktop.DBus.Error.InvalidSignature", message: "the broker's reply is not what the contract says: \(what)")
     }

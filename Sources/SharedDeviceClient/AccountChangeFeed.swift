@@ -1,0 +1,140 @@
+import BrokerAPI
+import DBus
+
+/// Feeds ``PublicClientApplication/accountChanges``: the `AccountChanged` signal, kept alive
+/// across broker restarts (`NameOwnerChanged` for the broker's name) and dropped bus connections
+/// (reconnects with backoff), until the consumer cancels.
+///
+/// After a broker restart, or a new bus connection, it reports the broker's state once as
+/// ``AccountChange/Reason/brokerRestarted``, read from the `CurrentAccount` property (which,
+/// unlike `GetCurrentAccount`, does not move the app's own previous account).
+struct AccountChangeFeed: Sendable {
+    let link: BusLink
+    let queryTimeout: Duration
+
+    /// Backoff between reconnection attempts: doubles from the first to the last.
+    static let firstBackoff: Duration = .milliseconds(100)
+    static let lastBackoff: Duration = .seconds(5)
+
+    private enum Event: Sendable {
+        case signal(DBusSignal)
+        case brokerAppeared
+        case connectionLost
+    }
+
+    /// One subscription on one connection: both match rules in place.
+    struct Subscription: Sendable {
+        let changes: AsyncStream<DBusSignal>
+        let owners: AsyncStream<DBusSignal>
+    }
+
+    /// Adds both match rules on the current connection; returns once the bus has them.
+    func subscribe() async throws(BrokerError) -> Subscription {
+        let connection = try link.connection()
+        do {
+            let changes = try await connection.signals(matching: DBusMatchRule(
+                sender: BrokerNames.busName, path: BrokerNames.objectPath,
+                interface: BrokerNames.interface, member: BrokerNames.accountChangedSignal))
+            let owners = try await connection.signals(matching: DBusMatchRule(
+                sender: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
+                member: "NameOwnerChanged", arg0: BrokerNames.busName))
+            return Subscription(changes: changes, owners: owners)
+        } catch let error as DBusError {
+            throw BrokerError(error)
+        } catch {
+            throw BrokerError.dbus(name: "org.freedesktop.DBus.Error.Failed", message: "\(error)")
+        }
+    }
+
+    /// A stream that starts with `first` (already subscribed) and goes on until cancelled.
+    func stream(startingWith first: Subscription?) -> AsyncThrowingStream<AccountChange, any Error> {
+        let (stream, continuation) = AsyncThrowingStream<AccountChange, any Error>.makeStream(bufferingPolicy: .unbounded)
+        let task = Task {
+            await run(first: first, continuation: continuation)
+            continuation.finish()
+        }
+        continuation.onTermination = { _ in task.cancel() }
+        return stream
+    }
+
+    private func run(first: Subscription?, continuation: AsyncThrowingStream<AccountChange, any Error>.Continuation) async {
+        var subscription = first
+        var lastKnown: Account?? = nil   // nil: not known yet
+        var backoff = Self.firstBackoff
+        var resynchronize = false
+        while !Task.isCancelled && !link.isClosed {
+            if subscription == nil {
+                do {
+                    subscription = try await subscribe()
+                } catch {
+                    // No bus (or it refused us): try again later, never in a tight loop.
+                    do { try await Task.sleep(for: backoff) } catch { return }
+                    backoff = min(backoff * 2, Self.lastBackoff)
+                    continue
+                }
+            }
+            guard let current = subscription else { continue }
+            backoff = Self.firstBackoff
+            if resynchronize {
+                await report(previous: &lastKnown, continuation: continuation)
+            }
+            for await event in merged(current) {
+                switch event {
+                case .signal(let signal):
+                    guard let change = try? ReplyDecoding.accountChange(signal.arguments) else { continue }
+                    lastKnown = .some(change.current)
+                    continuation.yield(change)
+                case .brokerAppeared:
+                    await report(previous: &lastKnown, continuation: continuation)
+                case .connectionLost:
+                    break
+                }
+            }
+            // The connection dropped (or we were cancelled): subscribe again on a new one, then
+            // tell the app where things stand, since signals may have been missed meanwhile.
+            subscription = nil
+            resynchronize = true
+        }
+    }
+
+    /// Reports the broker's current state once.
+    private func report(previous lastKnown: inout Account??,
+                        continuation: AsyncThrowingStream<AccountChange, any Error>.Continuation) async {
+        guard let current = try? await currentAccountProperty() else { return }
+        continuation.yield(AccountChange(current: current, previous: lastKnown ?? nil, reason: .brokerRestarted))
+        lastKnown = .some(current)
+    }
+
+    /// The broker's `CurrentAccount` property.
+    func currentAccountProperty() async throws(BrokerError) -> Account? {
+        let reply = try await link.call(
+            destination: BrokerNames.busName, path: BrokerNames.objectPath, interface: "org.freedesktop.DBus.Properties",
+            member: "Get", arguments: [.string(BrokerNames.interface), .string("CurrentAccount")], timeout: queryTimeout)
+        return try ReplyDecoding.account(reply.first)
+    }
+
+    /// Both signal streams as one, ending with `connectionLost` when either finishes.
+    private func merged(_ subscription: Subscription) -> AsyncStream<Event> {
+        let (events, continuation) = AsyncStream<Event>.makeStream(bufferingPolicy: .unbounded)
+        let changes = Task {
+            for await signal in subscription.changes { continuation.yield(.signal(signal)) }
+            continuation.yield(.connectionLost)
+            continuation.finish()
+        }
+        let owners = Task {
+            for await signal in subscription.owners {
+                // NameOwnerChanged(name, oldOwner, newOwner): a non-empty new owner is a (new) broker.
+                if signal.arguments.count == 3, let newOwner = signal.arguments[2].string, !newOwner.isEmpty {
+                    continuation.yield(.brokerAppeared)
+                }
+            }
+            continuation.yield(.connectionLost)
+            continuation.finish()
+        }
+        continuation.onTermination = { _ in
+            changes.cancel()
+            owners.cancel()
+        }
+        return events
+    }
+}

@@ -1,0 +1,101 @@
+import BrokerAPI
+import DBus
+import Logging
+
+/// The application object's one connection to the bus, opened again on the next use after the
+/// bus dropped it. Every call to the broker goes through ``call(_:_:timeout:)``, which is also the
+/// one place where D-Bus errors become ``BrokerError``s.
+final class BusLink: Sendable {
+    private enum State {
+        case open(DBusConnection)
+        case dropped
+        case closed
+    }
+
+    private let address: String?
+    private let logger: Logger
+    private let state: Locked<State>
+
+    /// Connects now, so that an app without a bus learns it at once.
+    init(address: String?) throws(BrokerError) {
+        self.address = address
+        logger = Logger(label: "shared-device-client")
+        state = Locked(.dropped)
+        _ = try connection()
+    }
+
+    /// The open connection, or a new one when the bus dropped the last. Blocks the calling thread
+    /// for the handshake when it connects.
+    func connection() throws(BrokerError) -> DBusConnection {
+        let current: State = state.withLock { state in
+            if case .open(let connection) = state, !connection.isConnected { state = .dropped }
+            return state
+        }
+        switch current {
+        case .closed: throw BrokerError.brokerUnavailable("the application object was closed")
+        case .open(let connection): return connection
+        case .dropped: break
+        }
+        let fresh: DBusConnection
+        do {
+            fresh = try address.map { try DBusConnection(address: $0, logger: logger) } ?? DBusConnection.sessionBus(logger: logger)
+        } catch let error as DBusError {
+            throw BrokerError.brokerUnavailable("cannot connect to the bus: \(error.message)")
+        } catch {
+            throw BrokerError.brokerUnavailable("cannot connect to the bus: \(error)")
+        }
+        // Another task may have reconnected meanwhile: keep one connection, close the other.
+        let (kept, spare): (DBusConnection?, DBusConnection?) = state.withLock { state in
+            switch state {
+            case .closed: return (nil, fresh)
+            case .open(let other) where other.isConnected: return (other, fresh)
+            case .open, .dropped:
+                state = .open(fresh)
+                return (fresh, nil)
+            }
+        }
+        spare?.close()
+        guard let kept else { throw BrokerError.brokerUnavailable("the application object was closed") }
+        return kept
+    }
+
+    /// Whether ``close()`` was called.
+    var isClosed: Bool {
+        state.withLock { state in
+            if case .closed = state { return true }
+            return false
+        }
+    }
+
+    /// Closes the connection for good.
+    func close() {
+        let connection: DBusConnection? = state.withLock { state in
+            defer { state = .closed }
+            if case .open(let connection) = state { return connection }
+            return nil
+        }
+        connection?.close()
+    }
+
+    /// Calls a method of the broker's interface.
+    func call(_ member: String, _ arguments: [DBusValue], timeout: Duration) async throws(BrokerError) -> [DBusValue] {
+        try await call(destination: BrokerNames.busName, path: BrokerNames.objectPath, interface: BrokerNames.interface,
+                       member: member, arguments: arguments, timeout: timeout)
+    }
+
+    /// Calls any method, mapping errors. Task cancellation throws ``BrokerError/cancelled(_:)``.
+    func call(destination: String, path: String, interface: String, member: String, arguments: [DBusValue],
+              timeout: Duration) async throws(BrokerError) -> [DBusValue] {
+        let connection = try connection()
+        do {
+            return try await connection.call(destination: destination, path: path, interface: interface, member: member,
+                                             arguments: arguments, timeout: timeout)
+        } catch let error as DBusError {
+            throw BrokerError(error)
+        } catch is CancellationError {
+            throw BrokerError.cancelled("the call was cancelled")
+        } catch {
+            throw BrokerError.dbus(name: "org.freedesktop.DBus.Error.Failed", message: "\(error)")
+        }
+    }
+}

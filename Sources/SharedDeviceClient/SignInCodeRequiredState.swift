@@ -1,0 +1,57 @@
+import DBus
+
+/// A sign-in waiting for the one-time code the provider sent (by email): what
+/// ``PublicClientApplication/signIn(username:scopes:)`` returns. In the shape of MSAL's native
+/// authentication `SignInCodeRequiredState`, with async/await instead of delegates.
+///
+/// ```swift
+/// let state = try await app.signIn(username: "alice@contoso.example", scopes: ["User.Read"])
+/// print("Enter the \(state.codeLength)-digit code sent to \(state.sentTo)")
+/// let result = try await state.submitCode(readLine() ?? "")
+/// ```
+///
+/// The flow lives in the broker and belongs to this application object's bus connection: it
+/// ends with ``submitCode(_:)``'s success, ``cancel()``, or when the app leaves the bus.
+public final class SignInCodeRequiredState: Sendable {
+    /// The broker's name for this flow.
+    public let flowId: String
+    private let link: BusLink
+    private let configuration: BrokerClientConfiguration
+    private let latest: Locked<CodeChallenge>
+
+    init(flowId: String, challenge: CodeChallenge, link: BusLink, configuration: BrokerClientConfiguration) {
+        self.flowId = flowId
+        self.link = link
+        self.configuration = configuration
+        latest = Locked(challenge)
+    }
+
+    /// The latest challenge (``resendCode()`` replaces it).
+    public var challenge: CodeChallenge { latest.withLock { $0 } }
+    /// The masked address the code went to, e.g. `a***@c***.example`.
+    public var sentTo: String { challenge.sentTo }
+    /// How many characters the code has.
+    public var codeLength: Int { challenge.codeLength }
+    /// How the code travels, e.g. `email`.
+    public var channel: String { challenge.channel }
+
+    /// Sends the code the person typed. A wrong code throws ``BrokerError/invalidCode(_:)`` and
+    /// the state stays usable: ask again. An expired one throws ``BrokerError/codeExpired(_:)``:
+    /// call ``resendCode()``.
+    public func submitCode(_ code: String) async throws(BrokerError) -> TokenResult {
+        try ReplyDecoding.tokenResult(try await link.call(
+            "SubmitCode", [.string(flowId), .string(code)], timeout: configuration.tokenTimeout).first)
+    }
+
+    /// Asks the provider to send a new code; ``challenge`` then describes it.
+    public func resendCode() async throws(BrokerError) {
+        let reply = try await link.call("ResendCode", [.string(flowId)], timeout: configuration.tokenTimeout)
+        let challenge = try ReplyDecoding.challenge(reply.first)
+        latest.withLock { $0 = challenge }
+    }
+
+    /// Ends the flow in the broker. Best effort: a flow that already ended is not an error.
+    public func cancel() async {
+        _ = try? await link.call("CancelSignIn", [.string(flowId)], timeout: configuration.queryTimeout)
+    }
+}
