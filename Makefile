@@ -5,7 +5,7 @@ SWIFT        ?= swift
 PREFIX       ?= /usr/local
 CONFIG       ?= debug
 BIN_DIR       = $(shell $(SWIFT) build -c $(CONFIG) --show-bin-path 2>/dev/null)
-APT_PACKAGES  = libdbus-1-dev libcurl4-openssl-dev pkg-config dbus python3
+APT_PACKAGES  = libdbus-1-dev libcurl4-openssl-dev pkg-config dbus python3 python3-dbus python3-gi
 SUDO          = $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: all deps build demo test contract check-contract install clean bench bench-smoke
@@ -24,7 +24,8 @@ deps:
 build: deps
 	$(SWIFT) build -c $(CONFIG)
 
-## demo: a private bus, idp-sim and brokerd in shared mode; sign in from one app, sign out from another.
+## demo: a private bus, idp-sim, brokerd in shared mode and three app processes (Mail, Calendar, Notes):
+## Mail signs alice in, Calendar signs out, and every app shows each change as its signal arrives.
 demo: build
 	BIN_DIR="$(BIN_DIR)" bash examples/demo.sh
 

@@ -18,6 +18,9 @@ let package = Package(
         .executable(name: "brokerctl", targets: ["brokerctl"]),
         .executable(name: "idp-sim", targets: ["IdpSim"]),
         .library(name: "SharedDeviceClient", targets: ["SharedDeviceClient"]),
+        .executable(name: "tutorial-app", targets: ["TutorialApp"]),
+        .executable(name: "demo-app", targets: ["DemoApp"]),
+        .executable(name: "multi-app-demo", targets: ["MultiAppDemo"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
@@ -60,6 +63,9 @@ let package = Package(
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Logging", package: "swift-log"),
         ]),
+        .executableTarget(name: "TutorialApp", dependencies: ["SharedDeviceClient", "HTTP"], path: "examples/TutorialApp"),
+        .executableTarget(name: "DemoApp", dependencies: ["SharedDeviceClient"], path: "examples/DemoApp"),
+        .executableTarget(name: "MultiAppDemo", path: "examples/MultiAppDemo"),
 
         .testTarget(name: "DBusTests", dependencies: ["DBus"]),
         .testTarget(name: "HTTPTests", dependencies: ["HTTP"]),
