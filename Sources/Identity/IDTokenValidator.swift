@@ -1,0 +1,258 @@
+import BrokerCore
+import Crypto
+import CryptoExtras
+
+/// Checks an ID token the way OpenID Connect Core 1.0, section 3.1.3.7, asks: a compact JWS
+/// signed with ES256 or RS256 by a key the provider publishes, from the expected issuer, for this
+/// client, current, and carrying the nonce the sign-in sent.
+///
+/// Error messages say what is wrong in words; they never quote the token or its claims.
+struct IDTokenValidator: Sendable {
+    /// The issuer identifier exactly as the discovery document gives it (`ProviderMetadata.issuer`).
+    let issuer: String
+    let jwks: JWKSCache
+    let clock: any WallClock
+    /// Seconds of disagreement tolerated between the broker's clock and the provider's.
+    let allowedClockSkew: Int64
+
+    init(issuer: String, jwks: JWKSCache, clock: any WallClock, allowedClockSkew: Int64 = 300) {
+        self.issuer = issuer
+        self.jwks = jwks
+        self.clock = clock
+        self.allowedClockSkew = max(0, allowedClockSkew)
+    }
+
+    /// Validates `idToken` and returns its claims.
+    ///
+    /// - Parameters:
+    ///   - clientId: the client the token must be for (`aud`).
+    ///   - expectedNonce: the `nonce` sent with the authorization request, if one was; the token
+    ///     must then carry the same. Pass nil for grants that send none (password, refresh).
+    /// - Throws: ``IdentityError/invalidIDToken(_:)`` when the token fails a check;
+    ///   ``IdentityError/unreachable(_:)`` or ``IdentityError/badResponse(_:)`` when the provider's
+    ///   signing keys could not be fetched.
+    func validate(_ idToken: String, clientId: String, expectedNonce: String?) async throws(IdentityError) -> IdentityClaims {
+        // 1. Shape: header.payload.signature, each base64url without padding.
+        let parts = idToken.utf8.split(separator: UInt8(ascii: "."), omittingEmptySubsequences: false)
+        guard parts.count == 3 else {
+            throw IdentityError.invalidIDToken("it is not a compact JWS (header.payload.signature)")
+        }
+        guard let headerBytes = Base64URL.decode(parts[0]), let payloadBytes = Base64URL.decode(parts[1]),
+              let signature = Base64URL.decode(parts[2])
+        else {
+            throw IdentityError.invalidIDToken("a part of it is not base64url")
+        }
+        let header = try Self.object(headerBytes, what: "its header")
+
+        // 2. Header: algorithm, critical extensions, key.
+        guard let algName = header["alg"]?.string else {
+            throw IdentityError.invalidIDToken("its header names no algorithm (alg)")
+        }
+        guard let algorithm = JWSAlgorithm(rawValue: algName) else {
+            if algName == "none" { throw IdentityError.invalidIDToken("it is not signed (alg none)") }
+            // Echo the name only when it is a registered one (RFC 7518), never arbitrary header text.
+            if Self.registeredAlgorithms.contains(algName) {
+                throw IdentityError.invalidIDToken("it is signed with \(algName); the broker accepts ES256 and RS256 only")
+            }
+            throw IdentityError.invalidIDToken("it is signed with an algorithm the broker does not accept (ES256 and RS256 only)")
+        }
+        guard header["crit"] == nil else {
+            // RFC 7515 4.1.11: extensions the recipient does not understand make the JWS invalid.
+            throw IdentityError.invalidIDToken("its header lists critical extensions (crit) the broker does not understand")
+        }
+        let kid: String?
+        switch header["kid"] {
+        case nil: kid = nil
+        case .string(let value)?: kid = value
+        default: throw IdentityError.invalidIDToken("its key identifier (kid) is not a string")
+        }
+        // Keys embedded in or pointed to by the header (jwk, jku, x5u, x5c) are never used.
+        let key = try await jwks.key(kid: kid, algorithm: algorithm)
+
+        // 3. Signature, over the ASCII bytes of header.payload exactly as received.
+        let signingInput = idToken.utf8.prefix(parts[0].count + 1 + parts[1].count)
+        let digest = SHA256.hash(data: Array(signingInput))
+        guard Self.verify(signature, digest: digest, with: key) else {
+            throw IdentityError.invalidIDToken("its signature does not verify with the provider's key")
+        }
+
+        // 4. Claims.
+        let claims = try Self.object(payloadBytes, what: "its payload")
+        try check(claims, clientId: clientId, expectedNonce: expectedNonce)
+        return IdentityClaims(claims: claims)
+    }
+
+    /// The claim checks (section 3.1.3.7, steps 2–4, 9–11), on a payload whose signature verified.
+    func check(_ claims: JSONValue, clientId: String, expectedNonce: String?) throws(IdentityError) {
+        guard let tokenIssuer = claims["iss"]?.string else {
+            throw IdentityError.invalidIDToken("it has no issuer (iss)")
+        }
+        guard tokenIssuer == issuer else {
+            throw IdentityError.invalidIDToken("it was issued by someone other than \(issuer)")
+        }
+
+        guard let sub = claims["sub"]?.string, !sub.isEmpty else {
+            throw IdentityError.invalidIDToken("it has no subject (sub)")
+        }
+
+        let audiences: [String]
+        switch claims["aud"] {
+        case .string(let value)?:
+            audiences = [value]
+        case .array(let values)?:
+            var strings: [String] = []
+            for value in values {
+                guard let string = value.string else {
+                    throw IdentityError.invalidIDToken("its audience (aud) list holds something other than strings")
+                }
+                strings.append(string)
+            }
+            audiences = strings
+        case nil:
+            throw IdentityError.invalidIDToken("it has no audience (aud)")
+        default:
+            throw IdentityError.invalidIDToken("its audience (aud) is neither a string nor a list of strings")
+        }
+        guard audiences.contains(clientId) else {
+            throw IdentityError.invalidIDToken("it is not meant for the client \(clientId)")
+        }
+        if let azp = claims["azp"], audiences.count > 1 {
+            guard azp.string == clientId else {
+                throw IdentityError.invalidIDToken("it has several audiences and its authorized party (azp) is not the client \(clientId)")
+            }
+        }
+
+        let now = clock.now()
+        guard let exp = try Self.numericDate(claims, "exp") else {
+            throw IdentityError.invalidIDToken("it has no expiry (exp)")
+        }
+        guard now < exp.addingClamped(allowedClockSkew) else {
+            throw IdentityError.invalidIDToken("it has expired; if it was just issued, check the device's clock")
+        }
+        guard let iat = try Self.numericDate(claims, "iat") else {
+            throw IdentityError.invalidIDToken("it has no issue time (iat)")
+        }
+        guard iat <= now.addingClamped(allowedClockSkew) else {
+            throw IdentityError.invalidIDToken("it says it was issued in the future; check the device's clock")
+        }
+        if let nbf = try Self.numericDate(claims, "nbf") {
+            guard nbf <= now.addingClamped(allowedClockSkew) else {
+                throw IdentityError.invalidIDToken("it is not valid yet (nbf); check the device's clock")
+            }
+        }
+
+        if let expectedNonce {
+            guard let nonce = claims["nonce"] else {
+                throw IdentityError.invalidIDToken("it carries no nonce, but the sign-in sent one")
+            }
+            guard nonce.string == expectedNonce else {
+                throw IdentityError.invalidIDToken("its nonce is not the one the sign-in sent")
+            }
+        }
+    }
+
+    // MARK: Helpers
+
+    static func object(_ bytes: [UInt8], what: String) throws(IdentityError) -> JSONValue {
+        do {
+            return try JSONParsing.object(bytes, what: what)
+        } catch {
+            throw IdentityError.invalidIDToken("\(what) is not a JSON object")
+        }
+    }
+
+    /// A NumericDate claim (RFC 7519, section 2): a JSON number of seconds; nil when absent.
+    static func numericDate(_ claims: JSONValue, _ name: String) throws(IdentityError) -> Int64? {
+        switch claims[name] {
+        case nil:
+            return nil
+        case .number(let value)? where value.isFinite && abs(value) < 9e15:
+            return Int64(value.rounded(.down))
+        default:
+            throw IdentityError.invalidIDToken("its \(name) claim is not a number of seconds")
+        }
+    }
+
+    static func verify(_ signature: [UInt8], digest: SHA256.Digest, with key: JSONWebKey) -> Bool {
+        switch key.material {
+        case .p256(let publicKey):
+            // JWS ES256 signatures are r || s, 32 bytes each (RFC 7518, section 3.4), not DER.
+            guard signature.count == 64,
+                  let ecdsa = try? P256.Signing.ECDSASignature(rawRepresentation: signature)
+            else { return false }
+            return publicKey.isValidSignature(ecdsa, for: digest)
+        case .rsa(let publicKey):
+            guard signature.count == (publicKey.keySizeInBits + 7) / 8 else { return false }
+            return publicKey.isValidSignature(_RSA.Signing.RSASignature(rawRepresentation: signature),
+                                              for: digest, padding: .insecurePKCS1v1_5)
+        }
+    }
+
+    /// JWA names (RFC 7518, 7797, 8037) that may be quoted back in a message.
+    static let registeredAlgorithms: Set<String> = [
+        "HS256", "HS384", "HS512", "RS384", "RS512", "ES384", "ES512", "ES256K",
+        "PS256", "PS384", "PS512", "EdDSA", "Ed25519", "Ed448",
+    ]
+}
+
+/// Strict base64url without padding (RFC 7515, section 2 and appendix C).
+enum Base64URL {
+    static func decode(_ text: Substring) -> [UInt8]? {
+        decode(text.utf8)
+    }
+
+    static func decode<Bytes: Collection>(_ text: Bytes) -> [UInt8]? where Bytes.Element == UInt8 {
+        var output: [UInt8] = []
+        output.reserveCapacity(text.count * 3 / 4)
+        var accumulator: UInt32 = 0
+        var bits = 0
+        for character in text {
+            let value: UInt32
+            switch character {
+            case UInt8(ascii: "A")...UInt8(ascii: "Z"): value = UInt32(character - UInt8(ascii: "A"))
+            case UInt8(ascii: "a")...UInt8(ascii: "z"): value = UInt32(character - UInt8(ascii: "a")) + 26
+            case UInt8(ascii: "0")...UInt8(ascii: "9"): value = UInt32(character - UInt8(ascii: "0")) + 52
+            case UInt8(ascii: "-"): value = 62
+            case UInt8(ascii: "_"): value = 63
+            default: return nil
+            }
+            accumulator = (accumulator << 6) | value
+            bits += 6
+            if bits >= 8 {
+                bits -= 8
+                output.append(UInt8(truncatingIfNeeded: accumulator >> UInt32(bits)))
+                accumulator &= (1 << UInt32(bits)) - 1
+            }
+        }
+        // A single leftover character (6 bits) cannot encode a byte.
+        if bits >= 6 { return nil }
+        return output
+    }
+
+    static func encode<Bytes: Sequence>(_ bytes: Bytes) -> String where Bytes.Element == UInt8 {
+        let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".utf8)
+        var output: [UInt8] = []
+        var accumulator: UInt32 = 0
+        var bits = 0
+        for byte in bytes {
+            accumulator = (accumulator << 8) | UInt32(byte)
+            bits += 8
+            while bits >= 6 {
+                bits -= 6
+                output.append(alphabet[Int((accumulator >> UInt32(bits)) & 63)])
+            }
+            accumulator &= (1 << UInt32(bits)) - 1
+        }
+        if bits > 0 { output.append(alphabet[Int((accumulator << UInt32(6 - bits)) & 63)]) }
+        return String(decoding: output, as: UTF8.self)
+    }
+}
+
+extension Int64 {
+    /// `self + other`, pinned to the type's range instead of trapping on provider-chosen values.
+    fileprivate func addingClamped(_ other: Int64) -> Int64 {
+        let (sum, overflow) = addingReportingOverflow(other)
+        if overflow { return other > 0 ? .max : .min }
+        return sum
+    }
+}
