@@ -129,8 +129,9 @@ struct JSONWebKeySet: Sendable {
 /// The provider's signing keys, fetched from `jwks_uri` on first use and kept.
 ///
 /// - A `kid` the cached set does not have triggers one refetch (the provider may have rotated
-///   its keys), but not more than once per `minimumRefetchInterval` seconds, so a stream of
-///   tokens naming unknown keys cannot make the broker hammer the provider.
+///   its keys), but such refetches happen at most once per `minimumRefetchInterval` seconds, so a
+///   stream of tokens naming unknown keys cannot make the broker hammer the provider. A set
+///   fetched for the lookup itself is not fetched again.
 /// - A set older than `maximumAge` is refetched on the next use, so keys the provider withdrew
 ///   stop being trusted.
 /// - Concurrent lookups share one fetch. A failed fetch is not remembered; when no set is cached
@@ -149,8 +150,8 @@ actor JWKSCache {
     private var cached: JSONWebKeySet?
     /// When the cached set was fetched.
     private var fetchedAt: Int64 = 0
-    /// When the last fetch started, successful or not.
-    private var lastAttempt: Int64?
+    /// When the last fetch for an unknown `kid` started, successful or not.
+    private var lastUnknownKeyFetch: Int64?
     private var inFlight: Task<Result<JSONWebKeySet, IdentityError>, Never>?
 
     /// How many fetches have started; for tests and diagnostics.
@@ -183,15 +184,19 @@ actor JWKSCache {
     func key(kid: String?, algorithm: JWSAlgorithm) async throws(IdentityError) -> JSONWebKey {
         let now = clock.now()
         let set: JSONWebKeySet
+        let fresh: Bool
         if let cached, now - fetchedAt < maximumAge, now >= fetchedAt {
             set = cached
+            fresh = false
         } else {
             set = try await refresh()
+            fresh = true
         }
         var result = set.lookup(kid: kid, algorithm: algorithm)
-        if case .notFound = result, mayRefetch(now: clock.now()) {
-            logger?.info("ID token names a signing key not in the cached set; fetching the set again")
-            result = try await refresh().lookup(kid: kid, algorithm: algorithm)
+        // A set fetched for this very lookup is not fetched again.
+        if case .notFound = result, !fresh, mayRefetchForUnknownKey(now: clock.now()) {
+            logger?.info("an ID token names a signing key not in the cached set; fetching the set again")
+            result = try await refresh(forUnknownKey: true).lookup(kid: kid, algorithm: algorithm)
         }
         switch result {
         case .found(let key):
@@ -208,20 +213,21 @@ actor JWKSCache {
         }
     }
 
-    /// Whether an unknown `kid` may trigger a fetch now. A clock that went backwards allows one.
-    private func mayRefetch(now: Int64) -> Bool {
-        if inFlight != nil { return true }  // joining a fetch costs nothing
-        guard let lastAttempt else { return true }
-        return now - lastAttempt >= minimumRefetchInterval || now < lastAttempt
+    /// Whether an unknown `kid` may trigger a fetch now: not within `minimumRefetchInterval` of
+    /// the last such fetch. A clock that went backwards allows one.
+    private func mayRefetchForUnknownKey(now: Int64) -> Bool {
+        if inFlight != nil { return true }  // joining a fetch under way costs nothing
+        guard let lastUnknownKeyFetch else { return true }
+        return now - lastUnknownKeyFetch >= minimumRefetchInterval || now < lastUnknownKeyFetch
     }
 
     /// Fetches the set, or joins the fetch already under way.
-    private func refresh() async throws(IdentityError) -> JSONWebKeySet {
+    private func refresh(forUnknownKey: Bool = false) async throws(IdentityError) -> JSONWebKeySet {
         let task: Task<Result<JSONWebKeySet, IdentityError>, Never>
         if let inFlight {
             task = inFlight
         } else {
-            lastAttempt = clock.now()
+            if forUnknownKey { lastUnknownKeyFetch = clock.now() }
             fetchCount += 1
             let fetch = self.fetch, uri = self.uri
             task = Task {
