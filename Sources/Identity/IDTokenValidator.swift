@@ -83,7 +83,7 @@ struct IDTokenValidator: Sendable {
     }
 
     /// The claim checks (section 3.1.3.7, steps 2–4, 9–11), on a payload whose signature verified.
-    func check(_ claims: JSONValue, clientId: String, expectedNonce: String?) throws(IdentityError) {
+    private func check(_ claims: JSONValue, clientId: String, expectedNonce: String?) throws(IdentityError) {
         guard let tokenIssuer = claims["iss"]?.string else {
             throw IdentityError.invalidIDToken("it has no issuer (iss)")
         }
