@@ -56,7 +56,7 @@ bench: deps
 	@command -v gcc >/dev/null && command -v curl >/dev/null && command -v taskset >/dev/null || { \
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc curl util-linux; }
-	@python3 -c 'import matplotlib' 2>/dev/null || { echo "Installing python3-matplotlib (for the plot) ..."; \
+	@python3 -c 'import matplotlib' 2>/dev/null || /usr/bin/python3 -c 'import matplotlib' 2>/dev/null || { echo "Installing python3-matplotlib (for the plot) ..."; \
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-matplotlib || \
 		{ $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
 		  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-matplotlib; }; }

@@ -83,6 +83,20 @@ def stop(p):
         procs.remove(p)
 
 
+def wait_gone(pid, timeout=10):
+    """Waits for a process that is not our child (busbench firstcall started it) to end."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().split(")")[-1].split()[0] == "Z":
+                    return
+        except OSError:
+            return
+        time.sleep(0.01)
+    os.kill(pid, signal.SIGKILL)
+
+
 def rss_kib(pid):
     with open(f"/proc/{pid}/status") as f:
         for line in f:
@@ -92,7 +106,7 @@ def rss_kib(pid):
 
 
 def busbench(*a, address, dest, timeout=600):
-    out = subprocess.run([os.path.join(CBIN, "busbench")] + list(a) + ["--address", address, "--dest", dest],
+    out = subprocess.run([os.path.join(CBIN, "busbench"), a[0], "--address", address, "--dest", dest] + list(a[1:]),
                          check=True, capture_output=True, text=True, timeout=timeout).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -120,9 +134,16 @@ class Env:
             sh([f"{bin_dir}/brokerctl", "sign-in", "--client-id", "mail-app", "--username", USER, "--password-stdin",
                 "--scope", SCOPE, "--address", self.address], input=PASSWORD + "\n", text=True, stdout=subprocess.DEVNULL)
         tok = self.cached_token()
+        acc = self.account() or {}
+        fields = []
+        for key, opt in (("username", "--username"), ("identifier", "--identifier"), ("tenantId", "--tenant-id"),
+                         ("environment", "--environment"), ("name", "--display-name")):
+            if isinstance(acc.get(key), str):
+                fields += [opt, acc[key]]
         self.ref, _ = spawn([f"{CBIN}/reference", "--address", self.address, "--name", REF_NAME,
                              "--token-len", str(len(tok.get("accessToken", "x" * 900))),
-                             "--id-token-len", str(len(tok.get("idToken") or "x" * 900))]
+                             "--id-token-len", str(len(tok.get("idToken") or "x" * 900)),
+                             "--authority", self.authority] + fields
                             + ([] if signed_in else ["--signed-out"]), "reference ready", pin=args.pin)
 
     def brokerd_cmd(self):
@@ -132,6 +153,13 @@ class Env:
     def start_brokerd(self):
         p, _ = spawn(self.brokerd_cmd(), "brokerd ready", pin=args.pin)
         return p
+
+    def account(self):
+        try:
+            with open(os.path.join(self.state_dir, "state.json")) as f:
+                return json.load(f).get("current")
+        except (OSError, ValueError):
+            return None
 
     def cached_token(self):
         try:
@@ -298,7 +326,7 @@ def main():
                 startup[str(count)].append(r["ms"])
                 rss_state[str(count)].append(rss_kib(r["pid"]))
                 os.kill(r["pid"], signal.SIGTERM)
-                os.waitpid(r["pid"], 0)
+                wait_gone(r["pid"])
                 log(f"   rep {rep + 1} clients={count} first call after {r['ms']:.1f} ms, rss {rss_state[str(count)][-1]} KiB")
         size = os.path.getsize(os.path.join(env.state_dir, "state.json"))
         R["stored_state"] = {"clients": nclients, "state_json_bytes": size,
@@ -402,30 +430,18 @@ def print_table(R):
 
 
 def plot(R, path):
+    """benchmarks/plot.py draws it; with this interpreter, else the system one (Debian's python3-matplotlib)."""
+    src = os.path.join(os.path.dirname(path), "_plot_input.json")
+    with open(src, "w") as f:
+        json.dump(R, f)
     try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        log("matplotlib missing: no plot")
-        return
-    ks = sorted(int(k) for k in R["signout"])
-    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
-    for s, color in (("reference", "tab:blue"), ("brokerd", "tab:orange")):
-        med = [R["signout"][str(k)][s]["p50_us"]["median"] / 1e3 for k in ks]
-        lo = [R["signout"][str(k)][s]["p50_us"]["min"] / 1e3 for k in ks]
-        hi = [R["signout"][str(k)][s]["p50_us"]["max"] / 1e3 for k in ks]
-        ax.plot(ks, med, "o-", color=color, label=f"{s} (median of repetition p50s)")
-        ax.fill_between(ks, lo, hi, color=color, alpha=0.2)
-    ax.set_xscale("log"); ax.set_yscale("log")
-    ax.set_xlabel("subscribers K (connections with an AccountChanged match rule)")
-    ax.set_ylabel("SignOut sent → last subscriber has the signal (ms)")
-    ax.set_title("Sign-out fan-out latency" + (" (pinned)" if R["pinned"] else "") + "; band: min–max of repetitions")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path)
-    log(f"plot: {path}")
+        for py in (sys.executable, "/usr/bin/python3"):
+            if os.path.exists(py) and subprocess.run([py, os.path.join(HERE, "plot.py"), src, path]).returncode == 0:
+                log(f"plot: {path}")
+                return
+        log("matplotlib missing (apt-get install python3-matplotlib): no plot")
+    finally:
+        os.remove(src)
 
 
 def machine():
@@ -443,7 +459,9 @@ def machine():
         pass
     return {"nproc": os.cpu_count(), "cpu": cpu, "kernel": platform.release(),
             "swift": (cmd(["swift", "--version"]) or "").splitlines()[0] if cmd(["swift", "--version"]) else None,
-            "dbus_daemon": (cmd(["dbus-daemon", "--version"]) or "").splitlines()[0]}
+            "dbus_daemon": (cmd(["dbus-daemon", "--version"]) or "").splitlines()[0],
+            "git_head": cmd(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"]),
+            "sources_modified": bool(cmd(["git", "-C", ROOT, "status", "--porcelain", "--", "Sources"]))}
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@
  * dbus_connection_read_write_dispatch loop, state in memory only (no file writes).
  *
  *   reference [--address BUS] [--name NAME] [--token-len N] [--id-token-len N] [--signed-out]
+ *             [--username S] [--identifier S] [--tenant-id S] [--environment S] [--display-name S] [--authority URL]
  */
 #include <dbus/dbus.h>
 #include <stdio.h>
@@ -202,6 +203,12 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--token-len") && i + 1 < argc) token_len = strtoul(argv[++i], 0, 10);
         else if (!strcmp(argv[i], "--id-token-len") && i + 1 < argc) id_token_len = strtoul(argv[++i], 0, 10);
         else if (!strcmp(argv[i], "--signed-out")) signed_in = 0;
+        else if (!strcmp(argv[i], "--username") && i + 1 < argc) ACC_USERNAME = argv[++i];
+        else if (!strcmp(argv[i], "--identifier") && i + 1 < argc) ACC_IDENTIFIER = argv[++i];
+        else if (!strcmp(argv[i], "--tenant-id") && i + 1 < argc) ACC_TENANT = argv[++i];
+        else if (!strcmp(argv[i], "--environment") && i + 1 < argc) ACC_ENV = argv[++i];
+        else if (!strcmp(argv[i], "--display-name") && i + 1 < argc) ACC_NAME = argv[++i];
+        else if (!strcmp(argv[i], "--authority") && i + 1 < argc) AUTHORITY = argv[++i];
         else { fprintf(stderr, "usage: reference [--address BUS] [--name NAME] [--token-len N] [--id-token-len N] [--signed-out]\n"); return 2; }
     }
     if (!address) { fprintf(stderr, "reference: no bus address\n"); return 2; }
