@@ -19,6 +19,7 @@ def plot(R, path):
         ax.plot(ks, med, "o-", color=color, label=f"{s} (median of repetition p50s)")
         ax.fill_between(ks, lo, hi, color=color, alpha=0.2)
     ax.set_xscale("log"); ax.set_yscale("log")
+    ax.set_xticks(ks); ax.set_xticklabels([str(k) for k in ks])
     ax.set_xlabel("subscribers K (connections with an AccountChanged match rule)")
     ax.set_ylabel("SignOut sent → last subscriber has the signal (ms)")
     ax.set_title("Sign-out fan-out latency" + (" (pinned)" if R["pinned"] else "") + "; band: min–max of repetitions")
