@@ -69,6 +69,9 @@ actor ViewController {
             let result = try await applicationContext.signIn(username: username, password: password, scopes: kScopes)
             updateCurrentAccount(account: result.account)
             updateLogging(text: "signed in: \(result.account.username)")
+            // The broker's previous account is what this app last loaded: load it now, so a
+            // sign-out elsewhere is reported as "has been signed out" on the next load.
+            await loadCurrentAccount()
         } catch {
             updateLogging(text: "error: \(error)")
         }
@@ -89,6 +92,7 @@ actor ViewController {
                     let result = try await state.submitCode(code)
                     updateCurrentAccount(account: result.account)
                     updateLogging(text: "signed in: \(result.account.username)")
+                    await loadCurrentAccount()
                     return
                 } catch BrokerError.invalidCode {
                     updateLogging(text: "wrong code, try again")
@@ -132,6 +136,7 @@ actor ViewController {
             let result = try await applicationContext.acquireToken(parameters)
             updateCurrentAccount(account: result.account)
             updateLogging(text: "token acquired interactively for \(result.account.username)")
+            await loadCurrentAccount()
             return result.authorizationHeader
         } catch {
             updateLogging(text: "error: \(error)")

@@ -1,0 +1,246 @@
+import BrokerAPI
+import Foundation
+import HTTP
+import SharedDeviceClient
+import Testing
+
+/// The client library (`SharedDeviceClient`) over a real bus, against the real brokerd and idp-sim.
+@Suite("Client library: PublicClientApplication against brokerd", .serialized)
+struct ClientLibraryTests {
+    private func application(_ env: BrokerEnvironment, _ clientId: String = "mail-app") throws -> PublicClientApplication {
+        try PublicClientApplication(clientId: clientId, configuration: BrokerClientConfiguration(busAddress: env.bus.address))
+    }
+
+    private func expectError(_ expected: BrokerErrorCode, _ body: () async throws -> Void,
+                             sourceLocation: SourceLocation = #_sourceLocation) async {
+        do {
+            try await body()
+            Issue.record("expected \(expected.rawValue), got success", sourceLocation: sourceLocation)
+        } catch {
+            #expect((error as? BrokerError)?.code == expected, "\(error)", sourceLocation: sourceLocation)
+        }
+    }
+
+    @Test("every call: device information, current account, sign-in, accounts, silent token, sign-out")
+    func eachCall() async throws {
+        let env = try BrokerEnvironment()
+        let app = try application(env)
+
+        let device = try await app.deviceInformation()
+        #expect(device.deviceMode == .shared)
+        #expect(device.authority == env.idp.authority)
+
+        let before = try await app.currentAccount()
+        #expect(before.current == nil && before.previous == nil)
+
+        let result = try await app.signIn(username: TestUsers.alice.username, password: TestUsers.alice.password, scopes: ["User.Read"])
+        #expect(result.account.username == TestUsers.alice.username)
+        #expect(result.authorizationHeader == "Bearer \(result.accessToken)")
+
+        let seen = try await app.currentAccount()
+        #expect(seen.current?.username == TestUsers.alice.username)
+        #expect(try await app.accounts().map(\.username) == [TestUsers.alice.username])
+
+        let silent = try await app.acquireTokenSilent(SilentTokenParameters(scopes: ["User.Read"], account: seen.current))
+        #expect(silent.accessToken == result.accessToken)
+        let refreshed = try await app.acquireTokenSilent(SilentTokenParameters(scopes: ["User.Read"], forceRefresh: true))
+        #expect(refreshed.account == result.account)
+
+        // The token works at the resource, as the tutorial's Graph call uses it.
+        let me = try await HTTPClient.shared.send(.get(env.idp.baseURL + "/v1.0/me",
+                                                       headers: [HTTPHeader("Authorization", silent.authorizationHeader)]))
+        #expect(me.status == 200)
+
+        try await app.signOut(account: seen.current, parameters: SignoutParameters(signoutFromBrowser: true))
+        let after = try await app.currentAccount()
+        #expect(after.current == nil)
+        #expect(after.previous?.username == TestUsers.alice.username)
+    }
+
+    @Test("each broker error maps to its case")
+    func errorsMap() async throws {
+        let env = try BrokerEnvironment()
+        let mail = try application(env)
+        let calendar = try application(env, "calendar-app")
+
+        await expectError(.noAccount) { try await mail.signOut(account: nil) }
+        await expectError(.invalidPassword) {
+            _ = try await mail.signIn(username: TestUsers.alice.username, password: "wrong-Passw0rd!", scopes: ["User.Read"])
+        }
+        await expectError(.userNotFound) {
+            _ = try await mail.signIn(username: "nobody@contoso.example", password: "whatever-Passw0rd!", scopes: ["User.Read"])
+        }
+        _ = try await mail.signIn(username: TestUsers.alice.username, password: TestUsers.alice.password, scopes: ["User.Read"])
+        await expectError(.accountAlreadySignedIn) {
+            _ = try await calendar.signIn(username: TestUsers.bob.username, password: TestUsers.bob.password, scopes: ["User.Read"])
+        }
+        // Calendar never got a token of its own: the tutorial's interactionRequired branch.
+        do {
+            _ = try await calendar.acquireTokenSilent(SilentTokenParameters(scopes: ["User.Read"]))
+            Issue.record("expected InteractionRequired")
+        } catch {
+            #expect(error.isInteractionRequired, "\(error)")
+        }
+
+        // No broker on the bus.
+        #expect(try env.brokerd.stop() == 0)
+        do {
+            _ = try await mail.currentAccount()
+            Issue.record("expected brokerUnavailable")
+        } catch {
+            #expect(error.isBrokerUnavailable, "\(error)")
+            #expect(error.errorName == "org.freedesktop.DBus.Error.ServiceUnknown")
+        }
+
+        // No bus at all.
+        #expect(throws: BrokerError.self) {
+            try PublicClientApplication(clientId: "mail-app", configuration: BrokerClientConfiguration(
+                busAddress: "unix:path=\(env.directory.path)/no-such-bus"))
+        }
+    }
+
+    @Test("accountChanges hears a sign-in and a sign-out made by another process")
+    func changesFromAnotherProcess() async throws {
+        let env = try BrokerEnvironment()
+        let app = try application(env)
+        let recorder = ChangeRecorder()
+        let consumer = recorder.record(try await app.subscribeToAccountChanges())
+        defer { consumer.cancel() }
+
+        #expect(try env.signIn(TestUsers.alice, client: "notes-app").status == 0)
+        let signedIn = await recorder.next { $0.reason == .signedIn }
+        #expect(signedIn?.current?.username == TestUsers.alice.username)
+        #expect(signedIn?.previous == nil)
+
+        #expect(try env.brokerctl(["sign-out", "--client-id", "calendar-app"]).status == 0)
+        let signedOut = await recorder.next { $0.reason == .signedOut }
+        #expect(signedOut?.current == nil)
+        #expect(signedOut?.previous?.username == TestUsers.alice.username)
+        #expect(await recorder.changes.count == 2)
+    }
+
+    @Test("accountChanges survives a broker restart and reports the state once")
+    func changesSurviveRestart() async throws {
+        let env = try BrokerEnvironment()
+        let app = try application(env)
+        let recorder = ChangeRecorder()
+        let consumer = recorder.record(try await app.subscribeToAccountChanges())
+        defer { consumer.cancel() }
+
+        #expect(try env.signIn(TestUsers.alice, client: "mail-app").status == 0)
+        #expect(await recorder.next { $0.reason == .signedIn } != nil)
+
+        try env.restartBroker()
+        let restarted = await recorder.next { $0.reason == .brokerRestarted }
+        #expect(restarted?.current?.username == TestUsers.alice.username)
+        #expect(restarted?.previous?.username == TestUsers.alice.username)
+
+        // Still subscribed: the new broker's signal arrives.
+        #expect(try env.brokerctl(["sign-out", "--client-id", "notes-app"]).status == 0)
+        let signedOut = await recorder.next { $0.reason == .signedOut }
+        #expect(signedOut?.previous?.username == TestUsers.alice.username)
+        #expect(await recorder.changes.filter { $0.reason == .brokerRestarted }.count == 1)
+    }
+
+    @Test("cancelling the consumer ends accountChanges")
+    func cancellationEnds() async throws {
+        let env = try BrokerEnvironment()
+        let app = try application(env)
+        let recorder = ChangeRecorder()
+        let consumer = recorder.record(app.accountChanges)
+        consumer.cancel()
+        #expect(await recorder.waitUntilEnded(timeout: .seconds(5)))
+        // The application object still works afterwards.
+        #expect(try await app.deviceInformation().deviceMode == .shared)
+    }
+
+    /// The broker side of the email-code flow and interactive sign-in is the lead's work in
+    /// progress: while brokerd answers NotSupported (or does not know the method), these tests
+    /// record a known issue instead of failing.
+    private func brokerLacks(_ error: BrokerError) -> Bool {
+        error.code == .notSupported || error.errorName == "org.freedesktop.DBus.Error.UnknownMethod"
+    }
+
+    @Test("email one-time code: wrong code keeps the flow, resend, right code signs in, cancel ends a flow")
+    func emailCodeFlow() async throws {
+        let env = try BrokerEnvironment()
+        let app = try application(env)
+        guard let state = try await startCodeFlow(app) else { return }
+        #expect(state.channel == "email")
+        #expect(state.codeLength > 0)
+        #expect(!state.sentTo.isEmpty && state.sentTo != TestUsers.alice.username)
+
+        do {
+            _ = try await state.submitCode(String(repeating: "0", count: max(state.codeLength, 1)) + "x")
+            Issue.record("a wrong code was accepted")
+        } catch {
+            #expect(error.code == .invalidCode, "\(error)")
+        }
+        try await state.resendCode()
+        let code = try #require(try await latestCode(env, for: TestUsers.alice.username))
+        let result = try await state.submitCode(code)
+        #expect(result.account.username == TestUsers.alice.username)
+
+        // A second flow, cancelled, is gone.
+        try await app.signOut(account: nil)
+        let other = try await app.signIn(username: TestUsers.alice.username, scopes: ["User.Read"])
+        await other.cancel()
+        do {
+            _ = try await other.submitCode("000000")
+            Issue.record("a cancelled flow took a code")
+        } catch {
+            #expect(error.code == .flowNotFound, "\(error)")
+        }
+    }
+
+    @Test("interactive sign-in: cancelling the task cancels the flow in the broker")
+    func interactiveCancellation() async throws {
+        // A browser that never finishes: the flow waits until the app gives up.
+        let env = try BrokerEnvironment(brokerArguments: [])
+        let app = try application(env)
+        let attempt = Task { () async -> Result<TokenResult, BrokerError> in
+            do {
+                return .success(try await app.acquireToken(InteractiveTokenParameters(
+                    scopes: ["User.Read"], promptType: .login, loginHint: TestUsers.alice.username)))
+            } catch let error as BrokerError {
+                return .failure(error)
+            } catch {
+                return .failure(.dbus(name: "unexpected", message: "\(error)"))
+            }
+        }
+        // Let the call reach the broker: a query after it on the same connection is answered after it is dispatched.
+        _ = try await app.deviceInformation()
+        attempt.cancel()
+        switch await attempt.value {
+        case .success: Issue.record("the interactive sign-in succeeded without a browser")
+        case .failure(let error) where brokerLacks(error):
+            knownIssue("brokerd does not implement AcquireTokenInteractive yet", error)
+        case .failure(let error):
+            #expect(error.isCancelled, "\(error)")
+        }
+    }
+
+    /// StartSignIn, or nil (and a known issue) while brokerd does not implement it.
+    private func startCodeFlow(_ app: PublicClientApplication) async throws -> SignInCodeRequiredState? {
+        do {
+            return try await app.signIn(username: TestUsers.alice.username, scopes: ["User.Read"])
+        } catch {
+            guard brokerLacks(error) else { throw error }
+            knownIssue("brokerd does not implement StartSignIn yet", error)
+            return nil
+        }
+    }
+
+    /// Records a known issue: the broker side is not there yet.
+    private func knownIssue(_ what: Comment, _ error: BrokerError) {
+        let description = error.description
+        withKnownIssue(what) { Issue.record(Comment(rawValue: description)) }
+    }
+
+    /// The newest one-time code idp-sim "sent" to `username` (its test outbox).
+    private func latestCode(_ env: BrokerEnvironment, for username: String) async throws -> String? {
+        let response = try await HTTPClient.shared.send(.get(env.idp.baseURL + "/test/outbox"))
+        let entries = try JSONSerialization.jsonObject(with: Data(response.body)) as? [[String: Any]] ?? []
+        return entries.last { $0["username"] as? String == username }?["code"] as? String
+    }
+}

@@ -1,0 +1,96 @@
+import Foundation
+import Testing
+
+/// The examples, run as a person (or `make demo`) runs them.
+@Suite("Examples: the multi-app demo, the ported tutorial app, the Python client", .serialized)
+struct ExamplesTests {
+    /// The repository's `examples/` directory.
+    static let examples = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent().appendingPathComponent("examples").path
+
+    @Test("the multi-app sign-out demo passes: every app sees every change, and it cleans up")
+    func multiAppDemo() throws {
+        let demo = try ChildProcess("multi-app-demo", executable: Binaries.path("multi-app-demo"), arguments: [
+            "--bin-dir", Binaries.directory, "--users", Self.examples + "/demo-users.json",
+        ])
+        let status = try demo.waitForExit(timeout: .seconds(60))
+        #expect(status == 0, "\(demo.allOutput)")
+        let output = demo.stdoutText
+        for app in ["Mail", "Calendar", "Notes"] {
+            #expect(output.contains("[\(app)] ") && output.contains("now shows alice@contoso.example"), "\(output)")
+            #expect(demo.stdoutLines.contains { $0.hasPrefix("[\(app)]") && $0.contains("now shows nobody") }, "\(output)")
+        }
+        #expect(output.contains("Every app saw every change."))
+        // Nothing it started is left: every pid it printed is gone.
+        for line in demo.stdoutLines {
+            guard let range = line.range(of: "(pid "), let end = line[range.upperBound...].firstIndex(of: ")"),
+                  let pid = Int32(line[range.upperBound..<end]) else { continue }
+            #expect(kill(pid, 0) != 0, "process \(pid) is still running")
+        }
+    }
+
+    @Test("the tutorial app, from a script: sign in, call Graph, signed out elsewhere, refresh")
+    func tutorialApp() throws {
+        let env = try BrokerEnvironment()
+        let app = try ScriptedProcess("tutorial-app", executable: Binaries.path("tutorial-app"), arguments: [
+            "--client-id", "mail-app", "--address", env.bus.address,
+        ])
+        try app.waitForLine { $0 == "current account: none" }
+
+        var mark = app.mark
+        app.send("device")
+        try app.waitForLine(after: mark) { $0 == "device mode: shared" }
+
+        mark = app.mark
+        app.send("signin-password \(TestUsers.alice.username)")
+        app.send(TestUsers.alice.password)
+        try app.waitForLine(after: mark) { $0 == "signed in: \(TestUsers.alice.username)" || $0.hasPrefix("error") }
+        #expect(app.stdoutLines.last == "signed in: \(TestUsers.alice.username)", "\(app.allOutput)")
+
+        mark = app.mark
+        app.send("graph")
+        let graph = try app.waitForLine(after: mark) { $0.hasPrefix("graph:") || $0.hasPrefix("error") }
+        #expect(graph == "graph: displayName=\(TestUsers.alice.name) userPrincipalName=\(TestUsers.alice.username)", "\(app.allOutput)")
+
+        // Another app signs the device out; the tutorial app learns it on its next load.
+        #expect(try env.brokerctl(["sign-out", "--client-id", "calendar-app"]).status == 0)
+        mark = app.mark
+        app.send("refresh")
+        try app.waitForLine(after: mark) { $0 == "account \(TestUsers.alice.username) has been signed out" }
+        mark = app.mark
+        app.send("refresh")
+        try app.waitForLine(after: mark) { $0 == "current account: none" }
+
+        // Calling Graph with nobody signed in goes the tutorial's way: interaction required, then interactive.
+        mark = app.mark
+        app.send("graph")
+        try app.waitForLine(after: mark) { $0.hasPrefix("interaction required") || $0.hasPrefix("error") }
+
+        app.send("quit")
+        #expect(try app.finish() == 0)
+    }
+
+    static var pythonClientAvailable: Bool {
+        guard let process = try? ChildProcess("python3", executable: "/usr/bin/python3",
+                                              arguments: ["-c", "import dbus, dbus.mainloop.glib; from gi.repository import GLib"]),
+              let status = try? process.waitForExit(timeout: .seconds(20)) else { return false }
+        return status == 0
+    }
+
+    @Test("the Python client reads the broker and hears AccountChanged",
+          .enabled(if: ExamplesTests.pythonClientAvailable, "needs Debian's python3-dbus and python3-gi"))
+    func pythonClient() throws {
+        let env = try BrokerEnvironment()
+        let client = try ChildProcess("broker_client.py", executable: "/usr/bin/python3", arguments: [
+            Self.examples + "/python/broker_client.py", "--address", env.bus.address, "--client-id", "mail-app",
+            "--timeout", "20",
+        ])
+        try client.waitForLine(timeout: .seconds(15)) { $0 == "waiting for AccountChanged" }
+        #expect(client.stdoutLines.contains("device mode: shared"))
+        #expect(client.stdoutLines.contains("current account: none"))
+        #expect(try env.signIn(TestUsers.alice, client: "notes-app").status == 0)
+        try client.waitForLine(timeout: .seconds(10)) { $0.hasPrefix("AccountChanged:") }
+        #expect(try client.waitForExit(timeout: .seconds(10)) == 0)
+        #expect(client.stdoutLines.contains("AccountChanged: signed-in current=\(TestUsers.alice.username) previous=none"))
+    }
+}
