@@ -11,19 +11,21 @@ import Logging
 /// ``generation`` and refused.
 public actor Broker {
     public let configuration: BrokerConfiguration
-    private let provider: any IdentityProvider
+    let provider: any IdentityProvider
     private let store: any StateStore
-    private let clock: any WallClock
-    private let logger: Logger
+    let clock: any WallClock
+    let logger: Logger
     private let onAccountChange: @Sendable (AccountChange) -> Void
 
-    private var state: BrokerState
+    private(set) var state: BrokerState
     /// Bumped whenever the signed-in account changes, so a provider call that straddled a
     /// sign-out or sign-in knows its answer is stale.
-    private var generation: UInt64 = 0
+    private(set) var generation: UInt64 = 0
     /// At most one refresh per clientId at a time: refresh tokens rotate, so two refreshes with
     /// one token would race (and a provider that detects reuse would revoke them all).
     private var refreshes: [String: (scopes: Scopes, task: Task<TokenResult, any Error>)] = [:]
+    /// Sign-ins waiting for a code or for the browser, by flowId.
+    var flows = SignInFlows()
 
     /// - Parameters:
     ///   - initialState: what the store held at start, or nil for a new device.
@@ -100,7 +102,7 @@ public actor Broker {
     }
 
     /// Stores what a successful sign-in returned, makes its account current, and announces it.
-    private func adoptSignIn(_ tokens: ProviderTokens, clientId: String, scopes: Scopes, correlationId: String,
+    func adoptSignIn(_ tokens: ProviderTokens, clientId: String, scopes: Scopes, correlationId: String,
                              startGeneration: UInt64) throws(BrokerFailure) -> TokenResult {
         let holder = account(for: clientId)
         if let holder, holder.identifier != tokens.account.identifier {
@@ -235,14 +237,17 @@ public actor Broker {
 
     /// Shared mode: signs the whole device out (every app's tokens go, refresh tokens are
     /// revoked where the provider offers it, `AccountChanged` goes out). Default mode: removes
-    /// the account for this clientId only.
-    public func signOut(clientId: String, accountId: String) async throws(BrokerFailure) {
+    /// the account for this clientId only. `fromBrowser` also ends the provider's browser
+    /// session, so the next interactive sign-in asks for credentials again.
+    public func signOut(clientId: String, accountId: String, fromBrowser: Bool = false) async throws(BrokerFailure) {
         try checkClient(clientId)
         try InputRules.accountId(accountId)
         let account = try signedInAccount(clientId: clientId, accountId: accountId)
         var next = state
         var revoke: [(clientId: String, refreshToken: String)] = []
         let affected = configuration.deviceMode == .shared ? Array(next.clients.keys) : [clientId]
+        let idTokenHint = (next.clients[clientId].map { [$0] } ?? []).flatMap { $0.accessTokens.values }.compactMap(\.idToken).first
+            ?? affected.lazy.compactMap { next.clients[$0] }.flatMap { $0.accessTokens.values }.compactMap(\.idToken).first
         for id in affected {
             if let token = next.clients[id]?.refreshToken { revoke.append((id, token)) }
             next.clients[id]?.dropTokens()
@@ -258,7 +263,7 @@ public actor Broker {
         }
         for (id, token) in revoke {
             do {
-                if try await provider.revoke(clientId: id, refreshToken: token) == .notSupported {
+                if try await provider.revoke(clientId: id, refreshToken: token) == .notOffered {
                     logger.notice("the provider offers no token revocation; its refresh token expires on its own",
                                   metadata: ["clientId": "\(id)"])
                 }
@@ -267,16 +272,25 @@ public actor Broker {
                     "clientId": "\(id)", "error": "\(error)"])
             }
         }
+        if fromBrowser {
+            do {
+                if try await provider.endBrowserSession(clientId: clientId, idTokenHint: idTokenHint) == .notOffered {
+                    logger.notice("the provider offers no end_session_endpoint; its browser session stays")
+                }
+            } catch {
+                logger.warning("could not end the browser session", metadata: ["error": "\(error)"])
+            }
+        }
     }
 
     // MARK: Helpers
 
     /// The account this clientId sees as current: the device's in shared mode, its own otherwise.
-    private func account(for clientId: String) -> Account? {
+    func account(for clientId: String) -> Account? {
         configuration.deviceMode == .shared ? state.current : state.clients[clientId]?.account
     }
 
-    private func signedInAccount(clientId: String, accountId: String) throws(BrokerFailure) -> Account {
+    func signedInAccount(clientId: String, accountId: String) throws(BrokerFailure) -> Account {
         guard let account = account(for: clientId) else {
             throw BrokerFailure(.noAccount, "nobody is signed in; sign in first")
         }
@@ -286,14 +300,14 @@ public actor Broker {
         return account
     }
 
-    private func checkClient(_ clientId: String) throws(BrokerFailure) {
+    func checkClient(_ clientId: String) throws(BrokerFailure) {
         try InputRules.clientId(clientId)
         if let known = configuration.knownClientIds, !known.contains(clientId) {
             throw BrokerFailure(.unknownClient, "clientId \(clientId) is not registered with this broker; add it to the configuration's clients")
         }
     }
 
-    private func alreadySignedIn(_ holder: Account) -> BrokerFailure {
+    func alreadySignedIn(_ holder: Account) -> BrokerFailure {
         BrokerFailure(.accountAlreadySignedIn,
             "\(holder.username) is signed in on this device; sign out first to sign in as someone else")
     }
@@ -309,7 +323,7 @@ public actor Broker {
         state = next
     }
 
-    private func callProvider<T: Sendable>(_ correlationId: String,
+    func callProvider<T: Sendable>(_ correlationId: String,
                                            _ body: @Sendable () async throws -> T) async throws(BrokerFailure) -> T {
         do {
             return try await body()

@@ -10,10 +10,13 @@ public struct BrokerConfiguration: Sendable {
     public var expiryMarginSeconds: Int64
     /// Facts about the device for `extraDeviceInformation` (hostname, OS, ...).
     public var extraDeviceInformation: [String: String]
+    /// How long a person has to finish an interactive sign-in in the browser.
+    public var interactiveTimeout: Duration
 
     public init(deviceMode: DeviceMode, brokerVersion: String, tenantId: String = "",
                 knownClientIds: Set<String>? = nil, expiryMarginSeconds: Int64 = 300,
-                extraDeviceInformation: [String: String] = [:]) {
+                extraDeviceInformation: [String: String] = [:], interactiveTimeout: Duration = .seconds(300)) {
+        self.interactiveTimeout = interactiveTimeout
         self.deviceMode = deviceMode
         self.brokerVersion = brokerVersion
         self.tenantId = tenantId

@@ -16,6 +16,20 @@ public enum InputRules {
         try identifier(value, what: "accountId", allowEmpty: true)
     }
 
+    /// A flowId: 1 to 256 bytes of printable ASCII without spaces.
+    public static func flowId(_ value: String) throws(BrokerFailure) {
+        try identifier(value, what: "flowId", allowEmpty: false)
+    }
+
+    /// A one-time code: 1 to 64 letters or digits.
+    public static func code(_ value: String) throws(BrokerFailure) {
+        if value.isEmpty || value.utf8.count > 64
+            || !value.unicodeScalars.allSatisfy({ ("0"..."9").contains($0) || ("a"..."z").contains($0) || ("A"..."Z").contains($0) })
+        {
+            throw BrokerFailure(.invalidCode, "a code is 1 to 64 letters or digits; type the code from the message")
+        }
+    }
+
     public static func username(_ value: String) throws(BrokerFailure) {
         if value.isEmpty { throw BrokerFailure(.invalidUsername, "the username is empty") }
         if value.utf8.count > maxUsernameBytes {

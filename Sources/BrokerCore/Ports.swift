@@ -26,10 +26,50 @@ public struct ProviderTokens: Sendable, Equatable {
 }
 
 /// What became of a revocation request.
-public enum RevocationOutcome: Sendable, Equatable {
-    case revoked
-    /// The provider offers no revocation endpoint.
-    case notSupported
+public enum EndpointOutcome: Sendable, Equatable {
+    case done
+    /// The provider's discovery document names no such endpoint.
+    case notOffered
+}
+
+/// A one-time code the provider sent (native authentication's `oob` challenge).
+public struct CodeChallenge: Sendable, Equatable {
+    /// The provider's handle on the flow: a secret, never logged or returned to apps.
+    public var continuationToken: String
+    /// Where the code went, e.g. `email`.
+    public var channel: String
+    /// The masked address, e.g. `a***@c***.example`.
+    public var sentTo: String
+    public var codeLength: UInt32
+
+    public init(continuationToken: String, channel: String, sentTo: String, codeLength: UInt32) {
+        self.continuationToken = continuationToken
+        self.channel = channel
+        self.sentTo = sentTo
+        self.codeLength = codeLength
+    }
+}
+
+/// OpenID Connect's `prompt` for interactive sign-in.
+public enum Prompt: String, Sendable, CaseIterable {
+    case selectAccount = "select_account"
+    case login
+    case consent
+    case none
+}
+
+/// What interactive sign-in needs besides the client and scopes.
+public struct InteractiveRequest: Sendable {
+    public var prompt: Prompt?
+    public var loginHint: String?
+    /// How long a person has to finish in the browser.
+    public var timeout: Duration
+
+    public init(prompt: Prompt? = nil, loginHint: String? = nil, timeout: Duration) {
+        self.prompt = prompt
+        self.loginHint = loginHint
+        self.timeout = timeout
+    }
 }
 
 /// An OpenID Connect provider. Implementations throw ``BrokerFailure`` with the code that fits
@@ -40,7 +80,18 @@ public protocol IdentityProvider: Sendable {
     var authority: String { get }
     func signInWithPassword(clientId: String, username: String, password: String, scopes: Scopes) async throws -> ProviderTokens
     func refresh(clientId: String, refreshToken: String, scopes: Scopes) async throws -> ProviderTokens
-    func revoke(clientId: String, refreshToken: String) async throws -> RevocationOutcome
+    func revoke(clientId: String, refreshToken: String) async throws -> EndpointOutcome
+
+    /// Native authentication: asks the provider to send a one-time code to the user.
+    func startCodeSignIn(clientId: String, username: String) async throws -> CodeChallenge
+    /// Sends a new code for a flow started with ``startCodeSignIn(clientId:username:)``.
+    func resendCode(clientId: String, continuationToken: String) async throws -> CodeChallenge
+    /// Redeems a code; `.invalidCode` leaves the flow usable, `.codeExpired` asks for a new code.
+    func submitCode(clientId: String, continuationToken: String, code: String, scopes: Scopes) async throws -> ProviderTokens
+    /// Authorization code with PKCE in the system browser, with a loopback redirect (RFC 8252).
+    func signInInteractively(clientId: String, scopes: Scopes, request: InteractiveRequest) async throws -> ProviderTokens
+    /// RP-initiated logout: ends the provider's browser session. `.notOffered` without an end_session_endpoint.
+    func endBrowserSession(clientId: String, idTokenHint: String?) async throws -> EndpointOutcome
 }
 
 /// Where the broker's state lives between runs. `save` must be atomic: after a crash the

@@ -58,12 +58,28 @@ final class BrokerObject: DBusObject {
             return [.vardictArray(accounts.map { BusMarshalling.account($0).vardict ?? [:] })]
         case "SignOut":
             let options = a[2].vardict ?? [:]
-            let fromBrowser = try BusMarshalling.boolOption(options, OptionKey.signoutFromBrowser)
-            try await broker.signOut(clientId: a[0].string ?? "", accountId: a[1].string ?? "")
-            if fromBrowser {
-                logger.notice("signoutFromBrowser was asked; ending the browser session is not implemented yet")
-            }
+            try await broker.signOut(clientId: a[0].string ?? "", accountId: a[1].string ?? "",
+                                     fromBrowser: try BusMarshalling.boolOption(options, OptionKey.signoutFromBrowser))
             return []
+        case "StartSignIn":
+            let started = try await broker.startSignIn(clientId: a[0].string ?? "", username: a[1].string ?? "",
+                                                       scopes: a[2].stringArray ?? [], owner: call.sender)
+            return [.string(started.flowId), BusMarshalling.challenge(started.challenge)]
+        case "SubmitCode":
+            let result = try await broker.submitCode(flowId: a[0].string ?? "", code: a[1].string ?? "", owner: call.sender)
+            return [BusMarshalling.tokenResult(result)]
+        case "ResendCode":
+            return [BusMarshalling.challenge(try await broker.resendCode(flowId: a[0].string ?? "", owner: call.sender))]
+        case "CancelSignIn":
+            try await broker.cancelSignIn(flowId: a[0].string ?? "", owner: call.sender)
+            return []
+        case "AcquireTokenInteractive":
+            let options = a[2].vardict ?? [:]
+            let result = try await broker.acquireTokenInteractive(
+                clientId: a[0].string ?? "", scopes: a[1].stringArray ?? [],
+                prompt: try BusMarshalling.promptOption(options), loginHint: try BusMarshalling.stringOption(options, OptionKey.loginHint),
+                flowId: try BusMarshalling.stringOption(options, OptionKey.flowId) ?? "", owner: call.sender)
+            return [BusMarshalling.tokenResult(result)]
         default:
             throw BrokerFailure(.notSupported, "\(call.member) is not a method of \(BrokerNames.interface)")
         }

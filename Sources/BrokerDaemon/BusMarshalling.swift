@@ -53,6 +53,32 @@ enum BusMarshalling {
         return flag
     }
 
+    /// A string option: absent is nil, any other type is the caller's mistake.
+    static func stringOption(_ options: [String: DBusValue], _ key: String) throws(BrokerFailure) -> String? {
+        guard let value = options[key] else { return nil }
+        guard let text = value.string else {
+            throw BrokerFailure(.invalidArgument, "option \(key) must be a string (s), not \(value.signature)")
+        }
+        return text
+    }
+
+    static func promptOption(_ options: [String: DBusValue]) throws(BrokerFailure) -> Prompt? {
+        guard let text = try stringOption(options, OptionKey.prompt), !text.isEmpty else { return nil }
+        guard let prompt = Prompt(rawValue: text) else {
+            throw BrokerFailure(.invalidArgument,
+                "option prompt must be one of \(Prompt.allCases.map(\.rawValue).joined(separator: ", ")), not \(text)")
+        }
+        return prompt
+    }
+
+    static func challenge(_ challenge: Broker.SignInChallenge) -> DBusValue {
+        .vardict([
+            ChallengeKey.channel: .string(challenge.channel),
+            ChallengeKey.sentTo: .string(challenge.sentTo),
+            ChallengeKey.codeLength: .uint32(challenge.codeLength),
+        ])
+    }
+
     static func error(_ failure: BrokerFailure) -> DBusError {
         DBusError(name: failure.code.dbusErrorName, message: failure.message)
     }

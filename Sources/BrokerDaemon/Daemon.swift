@@ -12,9 +12,13 @@ public struct DaemonOptions: Sendable {
     public var stateDirectory: String
     public var configuration: DaemonConfigurationFile
     public var busAddress: String?
+    /// How long a person has to finish an interactive sign-in.
+    public var interactiveTimeout: Duration
 
     public init(deviceMode: DeviceMode, authority: String, stateDirectory: String,
-                configuration: DaemonConfigurationFile, busAddress: String? = nil) {
+                configuration: DaemonConfigurationFile, busAddress: String? = nil,
+                interactiveTimeout: Duration = .seconds(300)) {
+        self.interactiveTimeout = interactiveTimeout
         self.deviceMode = deviceMode
         self.authority = authority
         self.stateDirectory = stateDirectory
@@ -71,7 +75,7 @@ public enum Daemon {
             configuration: BrokerConfiguration(
                 deviceMode: options.deviceMode, brokerVersion: version, tenantId: tenant,
                 knownClientIds: options.configuration.clients.map { Set($0.map(\.clientId)) },
-                extraDeviceInformation: deviceFacts()),
+                extraDeviceInformation: deviceFacts(), interactiveTimeout: options.interactiveTimeout),
             provider: provider, store: store, clock: clock, initialState: initialState, logger: logger,
             onAccountChange: { change in
                 // Runs after the change is written and before the call that made it replies.
@@ -88,6 +92,8 @@ public enum Daemon {
                 }
             })
         connection.export(BrokerObject(broker: broker, logger: logger, properties: properties), at: BrokerNames.objectPath)
+        let departures = try await watchDepartures(connection, broker: broker)
+        defer { departures.cancel() }
 
         // Catch SIGTERM/SIGINT before anyone can know we are here.
         let stop = StopRequests(connection)
@@ -107,6 +113,25 @@ public enum Daemon {
         logger.info("stopping", metadata: ["reason": "\(reason)"])
         _ = try? await connection.releaseName(BrokerNames.busName)
         return 0
+    }
+
+    /// Sign-ins belong to the connection that started them: when it leaves the bus, they go.
+    static func watchDepartures(_ connection: DBusConnection, broker: Broker) async throws(DaemonError) -> Task<Void, Never> {
+        let changes: AsyncStream<DBusSignal>
+        do {
+            changes = try await connection.signals(matching: DBusMatchRule(
+                sender: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
+                interface: "org.freedesktop.DBus", member: "NameOwnerChanged"))
+        } catch {
+            throw DaemonError.bus("cannot watch the bus for callers leaving: \(error)")
+        }
+        return Task {
+            for await change in changes {
+                guard change.arguments.count == 3, let name = change.arguments[0].string, name.hasPrefix(":"),
+                      change.arguments[2].string == "" else { continue }
+                await broker.callerLeft(name)
+            }
+        }
     }
 
     /// Reads the saved state. A damaged or unsafe file is moved aside, never overwritten, and

@@ -21,10 +21,12 @@ public final class OIDCProvider: IdentityProvider {
     private let parsedAuthority: Authority
     private let http: HTTPClient
     private let clock: any WallClock
-    private let logger: Logger
+    let logger: Logger
     private let secrets: [String: ClientSecret]
     private let fallbackTenant: String
     private let metadata: MetadataCache
+    let nativeAuthentication = NativeAuthenticationSupport()
+    let browser = BrowserLauncher()
 
     public init(authority: Authority, http: HTTPClient = .shared, clock: any WallClock, logger: Logger,
                 clientSecrets: [String: ClientSecret] = [:], tenantId: String = "") {
@@ -45,8 +47,17 @@ public final class OIDCProvider: IdentityProvider {
 
     // MARK: IdentityProvider
 
+    /// Native authentication's password path where the provider offers it (remembered after
+    /// the first try), the resource-owner password grant (RFC 6749 4.3) otherwise.
     public func signInWithPassword(clientId: String, username: String, password: String, scopes: Scopes) async throws -> ProviderTokens {
-        try await grant(.password, clientId: clientId, scopes: scopes, fields: [
+        if await nativeAuthentication.mayBeOffered {
+            if let tokens = try await nativePasswordSignIn(clientId: clientId, username: username, password: password, scopes: scopes) {
+                return tokens
+            }
+            await nativeAuthentication.markNotOffered()
+            logger.info("the provider offers no native authentication; using the password grant")
+        }
+        return try await grant(.password, clientId: clientId, scopes: scopes, fields: [
             ("grant_type", "password"), ("username", username), ("password", password),
         ])
     }
@@ -57,9 +68,9 @@ public final class OIDCProvider: IdentityProvider {
         ])
     }
 
-    public func revoke(clientId: String, refreshToken: String) async throws -> RevocationOutcome {
-        let endpoints = try await endpointsOrFailure(.other)
-        guard let revocation = endpoints.revocationEndpoint else { return .notSupported }
+    public func revoke(clientId: String, refreshToken: String) async throws -> EndpointOutcome {
+        let endpoints = try await endpoints(for: .other)
+        guard let revocation = endpoints.revocationEndpoint else { return .notOffered }
         var request = HTTPRequest.postForm(revocation, fields: authenticated(clientId, [
             ("token", refreshToken), ("token_type_hint", "refresh_token"),
         ]))
@@ -69,14 +80,15 @@ public final class OIDCProvider: IdentityProvider {
         guard response.status == 200 else {
             throw Self.oauthError(response).brokerFailure(during: .other)
         }
-        return .revoked
+        return .done
     }
 
     // MARK: Token endpoint
 
     /// Posts one grant to the token endpoint and reads the answer (RFC 6749 5.1, 5.2).
-    func grant(_ kind: GrantKind, clientId: String, scopes: Scopes, fields: [(String, String)]) async throws(BrokerFailure) -> ProviderTokens {
-        let endpoints = try await endpointsOrFailure(kind)
+    func grant(_ kind: GrantKind, clientId: String, scopes: Scopes, nonce: String? = nil,
+               fields: [(String, String)]) async throws(BrokerFailure) -> ProviderTokens {
+        let endpoints = try await endpoints(for: kind)
         var request = HTTPRequest.postForm(endpoints.tokenEndpoint,
                                            fields: authenticated(clientId, fields + [("scope", scopes.joined)]))
         addBasicAuthentication(clientId, to: &request)
@@ -129,11 +141,12 @@ public final class OIDCProvider: IdentityProvider {
 
     // MARK: Helpers
 
-    private func endpointsOrFailure(_ kind: GrantKind) async throws(BrokerFailure) -> ProviderMetadata {
+    /// The endpoints, or the broker error for a caller doing a `kind` of grant.
+    func endpoints(for kind: GrantKind) async throws(BrokerFailure) -> ProviderMetadata {
         do { return try await metadata.get() } catch { throw error.brokerFailure(during: kind) }
     }
 
-    private func send(_ request: HTTPRequest, kind: GrantKind) async throws(BrokerFailure) -> HTTPResponse {
+    func send(_ request: HTTPRequest, kind: GrantKind) async throws(BrokerFailure) -> HTTPResponse {
         do {
             return try await http.send(request)
         } catch .cancelled {
@@ -170,6 +183,12 @@ public final class OIDCProvider: IdentityProvider {
         return .oauth(status: response.status, error: error, description: String(description.prefix(300)),
                       codes: codes, suberror: body["suberror"]?.string)
     }
+}
+
+/// Whether the provider has native-authentication endpoints; learnt on first use.
+actor NativeAuthenticationSupport {
+    private(set) var mayBeOffered = true
+    func markNotOffered() { mayBeOffered = false }
 }
 
 /// The discovery document, fetched once and kept; a failed fetch is retried on the next use,

@@ -35,6 +35,9 @@ struct Brokerd: AsyncParsableCommand {
     @Option(help: "The bus address to serve on, instead of DBUS_SESSION_BUS_ADDRESS.")
     var address: String?
 
+    @Option(help: "Seconds a person has to finish an interactive sign-in in the browser.")
+    var interactiveTimeout: Int = 300
+
     @Option(help: "trace, debug, info, notice, warning, error or critical.")
     var logLevel: Logger.Level = .info
 
@@ -55,7 +58,7 @@ struct Brokerd: AsyncParsableCommand {
             let options = DaemonOptions(
                 deviceMode: deviceMode ?? file.deviceMode ?? .shared, authority: authority,
                 stateDirectory: stateDir ?? DaemonOptions.defaultStateDirectory(), configuration: file,
-                busAddress: address)
+                busAddress: address, interactiveTimeout: .seconds(max(1, interactiveTimeout)))
             let status = try await Daemon.run(options, logger: logger)
             throw ExitCode(status)
         } catch let error as DaemonError {

@@ -41,9 +41,9 @@ final class ScriptedProvider: IdentityProvider, @unchecked Sendable {
         return tokens(for: username, clientId: clientId, scopes: scopes)
     }
 
-    func revoke(clientId: String, refreshToken: String) async throws -> RevocationOutcome {
+    func revoke(clientId: String, refreshToken: String) async throws -> EndpointOutcome {
         lock.withLock { _ in _revoked.append(refreshToken) }
-        return .revoked
+        return .done
     }
 
     private func tokens(for username: String, clientId: String, scopes: Scopes) -> ProviderTokens {

@@ -1,0 +1,107 @@
+/// The sign-in flows beyond the password: the email one-time code (native authentication)
+/// and interactive sign-in in the browser. Both end in ``Broker/adoptSignIn``, the same path
+/// as the password.
+extension Broker {
+    /// What the app shows while the user fetches the code.
+    public struct SignInChallenge: Sendable, Equatable {
+        public var channel: String
+        public var sentTo: String
+        public var codeLength: UInt32
+    }
+
+    /// Asks the provider to send a one-time code; returns the flow's id and where the code went.
+    public func startSignIn(clientId: String, username: String, scopes requested: [String],
+                            owner: String) async throws(BrokerFailure) -> (flowId: String, challenge: SignInChallenge) {
+        try checkClient(clientId)
+        try InputRules.username(username)
+        try InputRules.scopes(requested)
+        if let holder = account(for: clientId), !holder.hasUsername(username) { throw alreadySignedIn(holder) }
+        try flows.admit(owner: owner, now: clock.now())
+        let correlationId = Self.newCorrelationId()
+        let challenge = try await callProvider(correlationId) {
+            try await self.provider.startCodeSignIn(clientId: clientId, username: username)
+        }
+        // The limits again: other flows may have started while the provider answered.
+        try flows.admit(owner: owner, now: clock.now())
+        let flowId = Self.newCorrelationId()
+        flows.addCode(.init(owner: owner, clientId: clientId, username: username, scopes: Scopes(requested),
+                            continuationToken: challenge.continuationToken, startedAt: clock.now()), id: flowId)
+        logger.info("code sign-in started", metadata: ["clientId": "\(clientId)", "flowId": "\(flowId)",
+                                                       "correlationId": "\(correlationId)"])
+        return (flowId, SignInChallenge(channel: challenge.channel, sentTo: challenge.sentTo, codeLength: challenge.codeLength))
+    }
+
+    /// Redeems the code. A wrong code leaves the flow usable (`.invalidCode`); an expired one
+    /// asks for ``resendCode(flowId:owner:)`` (`.codeExpired`); other failures end the flow.
+    public func submitCode(flowId: String, code: String, owner: String) async throws(BrokerFailure) -> TokenResult {
+        try InputRules.flowId(flowId)
+        try InputRules.code(code)
+        let flow = try flows.codeFlow(flowId, owner: owner)
+        let startGeneration = generation
+        let correlationId = Self.newCorrelationId()
+        do {
+            let tokens = try await callProvider(correlationId) {
+                try await self.provider.submitCode(clientId: flow.clientId, continuationToken: flow.continuationToken,
+                                                   code: code, scopes: flow.scopes)
+            }
+            flows.removeCode(flowId)
+            return try adoptSignIn(tokens, clientId: flow.clientId, scopes: flow.scopes, correlationId: correlationId,
+                                   startGeneration: startGeneration)
+        } catch where error.code == .invalidCode || error.code == .codeExpired {
+            throw error
+        } catch {
+            flows.removeCode(flowId)
+            throw error
+        }
+    }
+
+    /// Sends a new code for the flow.
+    public func resendCode(flowId: String, owner: String) async throws(BrokerFailure) -> SignInChallenge {
+        try InputRules.flowId(flowId)
+        let flow = try flows.codeFlow(flowId, owner: owner)
+        let challenge = try await callProvider(Self.newCorrelationId()) {
+            try await self.provider.resendCode(clientId: flow.clientId, continuationToken: flow.continuationToken)
+        }
+        flows.updateContinuation(flowId, challenge.continuationToken)
+        return SignInChallenge(channel: challenge.channel, sentTo: challenge.sentTo, codeLength: challenge.codeLength)
+    }
+
+    /// Ends a code flow, or an interactive flow started with that flowId (which then fails with `.cancelled`).
+    public func cancelSignIn(flowId: String, owner: String) throws(BrokerFailure) {
+        try InputRules.flowId(flowId)
+        try flows.cancel(flowId, owner: owner)
+        logger.info("sign-in cancelled", metadata: ["flowId": "\(flowId)"])
+    }
+
+    /// Forgets every flow of a caller that left the bus.
+    public func callerLeft(_ owner: String) {
+        let dropped = flows.dropAll(owner: owner)
+        if dropped > 0 { logger.info("caller left; its sign-ins were dropped", metadata: ["caller": "\(owner)", "flows": "\(dropped)"]) }
+    }
+
+    /// Interactive sign-in in the system browser. `flowId` (chosen by the caller, may be
+    /// empty) lets ``cancelSignIn(flowId:owner:)`` end it.
+    public func acquireTokenInteractive(clientId: String, scopes requested: [String], prompt: Prompt?, loginHint: String?,
+                                        flowId: String, owner: String) async throws(BrokerFailure) -> TokenResult {
+        try checkClient(clientId)
+        try InputRules.scopes(requested)
+        if !flowId.isEmpty { try InputRules.flowId(flowId) }
+        if let loginHint, !loginHint.isEmpty { try InputRules.username(loginHint) }
+        try flows.admit(owner: owner, now: clock.now())
+        let scopes = Scopes(requested)
+        let startGeneration = generation
+        let correlationId = Self.newCorrelationId()
+        let id = flowId.isEmpty ? correlationId : flowId
+        let request = InteractiveRequest(prompt: prompt, loginHint: loginHint, timeout: configuration.interactiveTimeout)
+        let task = Task {
+            try await self.provider.signInInteractively(clientId: clientId, scopes: scopes, request: request)
+        }
+        try flows.addInteractive(id, owner: owner, cancel: { task.cancel() })
+        logger.info("interactive sign-in started", metadata: ["clientId": "\(clientId)", "flowId": "\(id)",
+                                                              "correlationId": "\(correlationId)"])
+        defer { flows.removeInteractive(id) }
+        let tokens = try await callProvider(correlationId) { try await task.value }
+        return try adoptSignIn(tokens, clientId: clientId, scopes: scopes, correlationId: correlationId,
+                               startGeneration: startGeneration)
+    }
+}

@@ -1,0 +1,102 @@
+import BrokerCore
+import Crypto
+import FoundationEssentials
+import HTTP
+
+/// Authorization code with PKCE in the system browser (OAuth 2.0 for native apps, RFC 8252):
+/// a loopback redirect on 127.0.0.1 with a port chosen per flow, `state` against forgery,
+/// `nonce` bound into the ID token, S256 code challenge (RFC 7636).
+extension OIDCProvider {
+    public func signInInteractively(clientId: String, scopes: Scopes, request: InteractiveRequest) async throws -> ProviderTokens {
+        let endpoints = try await endpoints(for: .other)
+        guard let authorize = endpoints.authorizationEndpoint else {
+            throw BrokerFailure(.notSupported, "the provider's discovery document names no authorization_endpoint")
+        }
+        let listener: LoopbackRedirectListener
+        do { listener = try LoopbackRedirectListener() } catch { throw BrokerFailure(.serverError, "\(error)") }
+        defer { listener.shutDown() }
+
+        let verifier = Self.randomURLSafe(bytes: 32)
+        let state = Self.randomURLSafe(bytes: 16)
+        let nonce = Self.randomURLSafe(bytes: 16)
+        var query: [(String, String)] = [
+            ("client_id", clientId), ("response_type", "code"), ("redirect_uri", listener.redirectURI),
+            ("scope", scopes.joined), ("state", state), ("nonce", nonce),
+            ("code_challenge", Self.base64URL(Array(SHA256.hash(data: Array(verifier.utf8))))),
+            ("code_challenge_method", "S256"),
+        ]
+        if let prompt = request.prompt { query.append(("prompt", prompt.rawValue)) }
+        if let hint = request.loginHint, !hint.isEmpty { query.append(("login_hint", hint)) }
+        let url = authorize + (authorize.contains("?") ? "&" : "?") + HTTPRequest.formURLEncoded(query)
+
+        try browser.open(url)
+        logger.info("interactive sign-in waiting for the browser", metadata: ["clientId": "\(clientId)", "port": "\(listener.port)"])
+        let parameters = try await Self.waitForRedirect(listener, timeout: request.timeout)
+        guard parameters["state"] == state else {
+            throw BrokerFailure(.serverError, "the redirect's state does not match this sign-in; it was refused")
+        }
+        if let error = parameters["error"] {
+            let description = parameters["error_description"].map { ": \($0.prefix(200))" } ?? ""
+            switch error {
+            case "login_required", "interaction_required", "consent_required", "account_selection_required":
+                throw BrokerFailure(.interactionRequired, "the provider needs the user (\(error)\(description))")
+            case "access_denied":
+                throw BrokerFailure(.cancelled, "the sign-in was cancelled in the browser\(description)")
+            default:
+                throw BrokerFailure(.serverError, "the provider ended the sign-in with \(error)\(description)")
+            }
+        }
+        guard let code = parameters["code"], !code.isEmpty else {
+            throw BrokerFailure(.serverError, "the provider's redirect carries neither a code nor an error")
+        }
+        return try await grant(.other, clientId: clientId, scopes: scopes, nonce: nonce, fields: [
+            ("grant_type", "authorization_code"), ("code", code), ("redirect_uri", listener.redirectURI),
+            ("code_verifier", verifier),
+        ])
+    }
+
+    /// RP-initiated logout 1.0: opens the end_session_endpoint in the browser, so the
+    /// provider forgets the browser session and the next interactive sign-in asks again.
+    public func endBrowserSession(clientId: String, idTokenHint: String?) async throws -> EndpointOutcome {
+        let endpoints = try await endpoints(for: .other)
+        guard let endSession = endpoints.endSessionEndpoint else { return .notOffered }
+        var query = [("client_id", clientId)]
+        if let idTokenHint { query.append(("id_token_hint", idTokenHint)) }
+        try browser.open(endSession + (endSession.contains("?") ? "&" : "?") + HTTPRequest.formURLEncoded(query))
+        return .done
+    }
+
+    /// The redirect's parameters, or `.cancelled` when the time runs out or the task is cancelled.
+    private static func waitForRedirect(_ listener: LoopbackRedirectListener, timeout: Duration) async throws(BrokerFailure) -> [String: String] {
+        let outcome: [String: String]? = await withTaskGroup(of: [String: String]?.self) { group in
+            group.addTask { await listener.waitForRedirect() }
+            group.addTask {
+                try? await Task.sleep(for: timeout)  // the flow's deadline, not a synchronization
+                listener.shutDown()
+                return nil
+            }
+            let first = await withTaskCancellationHandler {
+                await group.next() ?? nil
+            } onCancel: {
+                listener.shutDown()
+            }
+            group.cancelAll()
+            listener.shutDown()
+            return first
+        }
+        guard let outcome else {
+            if Task.isCancelled { throw BrokerFailure(.cancelled, "the interactive sign-in was cancelled") }
+            throw BrokerFailure(.cancelled, "nobody finished the sign-in in the browser within \(timeout.components.seconds) s")
+        }
+        return outcome
+    }
+
+    static func randomURLSafe(bytes count: Int) -> String {
+        var generator = SystemRandomNumberGenerator()
+        return base64URL((0..<count).map { _ in UInt8.random(in: 0...255, using: &generator) })
+    }
+
+    static func base64URL(_ bytes: [UInt8]) -> String {
+        Data(bytes).base64EncodedString().replacing("+", with: "-").replacing("/", with: "_").replacing("=", with: "")
+    }
+}

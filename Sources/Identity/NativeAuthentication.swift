@@ -1,0 +1,104 @@
+import BrokerCore
+import HTTP
+
+/// Native authentication as Microsoft Entra documents it: the app collects the username, the
+/// one-time code or the password itself, and the provider answers through
+/// `{authority}/oauth2/v2.0/initiate`, `.../challenge` and the token endpoint, passing a
+/// `continuation_token` from step to step. These endpoints are not in the discovery document;
+/// their place under the authority is fixed by that API.
+extension OIDCProvider {
+    /// The challenge types the broker can handle for each kind of sign-in, in the order it prefers them.
+    /// `redirect` is always offered: a provider that wants the browser says so instead of failing.
+    enum NativeChallenge: String {
+        case code = "oob redirect"
+        case password = "password redirect"
+    }
+
+    public func startCodeSignIn(clientId: String, username: String) async throws -> CodeChallenge {
+        guard let continuation = try await initiate(clientId: clientId, username: username, challenge: .code) else {
+            throw Self.notOffered
+        }
+        return try await challenge(clientId: clientId, continuationToken: continuation, expecting: .code)
+    }
+
+    public func resendCode(clientId: String, continuationToken: String) async throws -> CodeChallenge {
+        try await challenge(clientId: clientId, continuationToken: continuationToken, expecting: .code)
+    }
+
+    public func submitCode(clientId: String, continuationToken: String, code: String, scopes: Scopes) async throws -> ProviderTokens {
+        try await grant(.code, clientId: clientId, scopes: scopes, fields: [
+            ("grant_type", "oob"), ("oob", code), ("continuation_token", continuationToken),
+        ])
+    }
+
+    /// The password through native authentication (initiate, challenge `password`, token), or
+    /// nil when the provider does not offer native authentication.
+    func nativePasswordSignIn(clientId: String, username: String, password: String, scopes: Scopes) async throws(BrokerFailure) -> ProviderTokens? {
+        guard let continuation = try await initiate(clientId: clientId, username: username, challenge: .password) else {
+            return nil
+        }
+        guard let step = try await post(path: "challenge", kind: .password, fields: [
+            ("client_id", clientId), ("challenge_type", NativeChallenge.password.rawValue),
+            ("continuation_token", continuation),
+        ]) else { throw Self.notOffered }
+        guard step["challenge_type"]?.string == "password", let next = step["continuation_token"]?.string else {
+            throw Self.unexpectedChallenge(step, wanted: "a password")
+        }
+        return try await grant(.password, clientId: clientId, scopes: scopes, fields: [
+            ("grant_type", "password"), ("password", password), ("continuation_token", next), ("username", username),
+        ])
+    }
+
+    /// Starts a flow and returns its continuation token, or nil when the provider has no
+    /// native-authentication endpoints.
+    private func initiate(clientId: String, username: String, challenge: NativeChallenge) async throws(BrokerFailure) -> String? {
+        guard let answer = try await post(path: "initiate", kind: challenge == .code ? .code : .password, fields: [
+            ("client_id", clientId), ("challenge_type", challenge.rawValue), ("username", username),
+        ]) else { return nil }
+        if answer["challenge_type"]?.string == "redirect" { throw Self.redirect }
+        guard let continuation = answer["continuation_token"]?.string else {
+            throw BrokerFailure(.serverError, "the provider's initiate answer has no continuation_token")
+        }
+        return continuation
+    }
+
+    private func challenge(clientId: String, continuationToken: String, expecting: NativeChallenge) async throws(BrokerFailure) -> CodeChallenge {
+        guard let step = try await post(path: "challenge", kind: .code, fields: [
+            ("client_id", clientId), ("challenge_type", expecting.rawValue), ("continuation_token", continuationToken),
+        ]) else { throw Self.notOffered }
+        guard step["challenge_type"]?.string == "oob", let next = step["continuation_token"]?.string else {
+            throw Self.unexpectedChallenge(step, wanted: "a one-time code")
+        }
+        let length = step["code_length"]?.int64 ?? 0
+        return CodeChallenge(continuationToken: next, channel: step["challenge_channel"]?.string ?? "email",
+                             sentTo: step["challenge_target_label"]?.string ?? "",
+                             codeLength: UInt32(clamping: max(0, length)))
+    }
+
+    /// Posts a form to `{authority}/oauth2/v2.0/<path>` and returns its JSON answer, or nil
+    /// when the provider has no such endpoint.
+    private func post(path: String, kind: GrantKind, fields: [(String, String)]) async throws(BrokerFailure) -> JSONValue? {
+        let url = authority + "/oauth2/v2.0/" + path
+        let response = try await send(.postForm(url, fields: fields), kind: kind)
+        if response.status == 404 || response.status == 405 { return nil }
+        guard response.status == 200 else { throw Self.oauthError(response).brokerFailure(during: kind) }
+        do {
+            return try JSONParsing.object(response.body, what: "the provider's \(path) answer")
+        } catch {
+            throw error.brokerFailure(during: kind)
+        }
+    }
+
+    static let notOffered = BrokerFailure(.notSupported,
+        "the provider offers no native authentication (no {authority}/oauth2/v2.0/initiate); use interactive sign-in")
+
+    static let redirect = BrokerFailure(.interactionRequired,
+        "the provider wants this sign-in to happen in the browser; use interactive sign-in")
+
+    static func unexpectedChallenge(_ step: JSONValue, wanted: String) -> BrokerFailure {
+        if step["challenge_type"]?.string == "redirect" { return redirect }
+        return BrokerFailure(.notSupported,
+            "the provider asked for \(step["challenge_type"]?.string ?? "nothing") where the broker offered \(wanted)")
+    }
+}
+
