@@ -60,7 +60,7 @@ struct AccountTests {
             AccountChange(current: alice, previous: nil, reason: .signedIn),
             AccountChange(current: nil, previous: alice, reason: .signedOut),
         ])
-        #expect(h.provider.done.count == 2)
+        #expect(h.provider.revoked.count == 2)
         let state = await h.broker.snapshot
         #expect(state.current == nil)
         #expect(state.clients.values.allSatisfy { $0.refreshToken == nil && $0.accessTokens.isEmpty })

@@ -46,6 +46,20 @@ final class ScriptedProvider: IdentityProvider, @unchecked Sendable {
         return .done
     }
 
+    func startCodeSignIn(clientId: String, username: String) async throws -> CodeChallenge {
+        throw BrokerFailure(.notSupported, "not scripted")
+    }
+    func resendCode(clientId: String, continuationToken: String) async throws -> CodeChallenge {
+        throw BrokerFailure(.notSupported, "not scripted")
+    }
+    func submitCode(clientId: String, continuationToken: String, code: String, scopes: Scopes) async throws -> ProviderTokens {
+        throw BrokerFailure(.notSupported, "not scripted")
+    }
+    func signInInteractively(clientId: String, scopes: Scopes, request: InteractiveRequest) async throws -> ProviderTokens {
+        throw BrokerFailure(.notSupported, "not scripted")
+    }
+    func endBrowserSession(clientId: String, idTokenHint: String?) async throws -> EndpointOutcome { .notOffered }
+
     private func tokens(for username: String, clientId: String, scopes: Scopes) -> ProviderTokens {
         let n = lock.withLock { _ in rotation += 1; return rotation }
         return ProviderTokens(accessToken: "at-\(n)", expiresOn: clock.now() + 3600,
