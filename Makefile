@@ -14,7 +14,8 @@ all: build
 
 ## deps: install the system libraries the project builds on, when missing.
 deps:
-	@if ! pkg-config --exists dbus-1 libcurl 2>/dev/null || ! command -v dbus-daemon >/dev/null || ! command -v python3 >/dev/null; then \
+	@if ! pkg-config --exists dbus-1 libcurl 2>/dev/null || ! command -v dbus-daemon >/dev/null \
+		|| ! python3 -c 'import dbus, gi' 2>/dev/null; then \
 		echo "Installing $(APT_PACKAGES) ..."; \
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES); \

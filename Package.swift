@@ -9,6 +9,7 @@ import PackageDescription
 //   Identity                OpenID Connect client on top of HTTP
 //   BrokerDaemon, brokerd   the core adapted to the bus
 //   SharedDeviceClient      the library apps use; brokerctl is built on it
+//   GraphProfile            the tutorial's "Call Graph" (GET /v1.0/me with a token)
 //   IdpSim, idp-sim         a local OpenID Connect provider, never linked into brokerd
 let package = Package(
     name: "shared-device-broker",
@@ -33,7 +34,7 @@ let package = Package(
         .systemLibrary(name: "CDBus", pkgConfig: "dbus-1", providers: [.apt(["libdbus-1-dev"])]),
         .systemLibrary(name: "CCurl", pkgConfig: "libcurl", providers: [.apt(["libcurl4-openssl-dev"])]),
 
-        .target(name: "DBus", dependencies: ["CDBus", .product(name: "Logging", package: "swift-log")]),
+        .target(name: "DBus", dependencies: ["CDBus", .product(name: "Logging", package: "swift-log")], exclude: ["README.md"]),
         .target(name: "HTTP", dependencies: ["CCurl"], exclude: ["README.md"]),
         .target(name: "BrokerAPI"),
         .target(name: "BrokerCore", dependencies: ["BrokerAPI", .product(name: "Logging", package: "swift-log")]),
@@ -53,8 +54,9 @@ let package = Package(
             .product(name: "Logging", package: "swift-log"),
         ]),
         .target(name: "SharedDeviceClient", dependencies: ["DBus", "BrokerAPI"]),
+        .target(name: "GraphProfile", dependencies: ["HTTP"]),
         .executableTarget(name: "brokerctl", dependencies: [
-            "SharedDeviceClient",
+            "SharedDeviceClient", "GraphProfile",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
         .executableTarget(name: "IdpSim", dependencies: [
@@ -63,8 +65,10 @@ let package = Package(
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Logging", package: "swift-log"),
         ]),
-        .executableTarget(name: "TutorialApp", dependencies: ["SharedDeviceClient", "HTTP"], path: "examples/TutorialApp"),
-        .executableTarget(name: "DemoApp", dependencies: ["SharedDeviceClient"], path: "examples/DemoApp"),
+        .target(name: "ExampleSupport", path: "examples/Support"),
+        .executableTarget(name: "TutorialApp", dependencies: ["SharedDeviceClient", "GraphProfile", "ExampleSupport"],
+                          path: "examples/TutorialApp"),
+        .executableTarget(name: "DemoApp", dependencies: ["SharedDeviceClient", "ExampleSupport"], path: "examples/DemoApp"),
         .executableTarget(name: "MultiAppDemo", path: "examples/MultiAppDemo"),
 
         .testTarget(name: "DBusTests", dependencies: ["DBus"]),

@@ -4,15 +4,6 @@ import BrokerCore
 struct IdentityClaims: Sendable {
     let claims: JSONValue
 
-    /// Decodes the claims of a compact JWS without checking its signature.
-    static func unverifiedPayload(ofJWT token: String) throws(IdentityError) -> IdentityClaims {
-        let parts = token.split(separator: ".", omittingEmptySubsequences: false)
-        guard parts.count == 3, let payload = JSONParsing.base64URLDecode(parts[1]) else {
-            throw IdentityError.invalidIDToken("it is not a compact JWS (header.payload.signature)")
-        }
-        return IdentityClaims(claims: try JSONParsing.object(payload, what: "the ID token's payload"))
-    }
-
     /// The account these claims describe. The identifier is `<oid>.<tid>` (Entra's home
     /// account id); providers without `oid`/`tid` get `sub` and the configured tenant.
     func account(environment: String, fallbackTenant: String) throws(IdentityError) -> Account {

@@ -25,6 +25,7 @@ public final class OIDCProvider: IdentityProvider {
     private let secrets: [String: ClientSecret]
     private let fallbackTenant: String
     private let metadata: MetadataCache
+    private let signingKeys: SigningKeysCache
     let nativeAuthentication = NativeAuthenticationSupport()
     let browser = BrowserLauncher()
 
@@ -38,6 +39,7 @@ public final class OIDCProvider: IdentityProvider {
         self.secrets = clientSecrets
         self.fallbackTenant = tenantId
         self.metadata = MetadataCache(authority: authority, http: http, logger: logger)
+        self.signingKeys = SigningKeysCache(http: http, clock: clock, logger: logger)
     }
 
     /// The provider's endpoints, fetched on first use and again after a failure.
@@ -95,13 +97,14 @@ public final class OIDCProvider: IdentityProvider {
         let response = try await send(request, kind: kind)
         guard response.status == 200 else { throw Self.oauthError(response).brokerFailure(during: kind) }
         do {
-            return try await tokens(from: response, scopes: scopes, endpoints: endpoints)
+            return try await tokens(from: response, clientId: clientId, scopes: scopes, nonce: nonce, endpoints: endpoints)
         } catch {
             throw error.brokerFailure(during: kind)
         }
     }
 
-    private func tokens(from response: HTTPResponse, scopes: Scopes, endpoints: ProviderMetadata) async throws(IdentityError) -> ProviderTokens {
+    private func tokens(from response: HTTPResponse, clientId: String, scopes: Scopes, nonce: String?,
+                        endpoints: ProviderMetadata) async throws(IdentityError) -> ProviderTokens {
         let body = try JSONParsing.object(response.body, what: "the token response")
         guard let accessToken = body["access_token"]?.string, !accessToken.isEmpty else {
             throw IdentityError.badResponse("the token response has no access_token")
@@ -114,7 +117,9 @@ public final class OIDCProvider: IdentityProvider {
         let idToken = body["id_token"]?.string
         let claims: IdentityClaims
         if let idToken {
-            claims = try IdentityClaims.unverifiedPayload(ofJWT: idToken)
+            // OpenID Connect Core 3.1.3.7: signature, issuer, audience, expiry and nonce.
+            let validator = try await signingKeys.validator(for: endpoints)
+            claims = try await validator.validate(idToken, clientId: clientId, expectedNonce: nonce)
         } else {
             // No ID token (allowed for refresh, RFC 6749 6): ask userinfo who this is.
             claims = try await userinfo(accessToken: accessToken, endpoints: endpoints)
@@ -189,6 +194,32 @@ public final class OIDCProvider: IdentityProvider {
 actor NativeAuthenticationSupport {
     private(set) var mayBeOffered = true
     func markNotOffered() { mayBeOffered = false }
+}
+
+/// One ID-token validator per provider, made once discovery has named the JWKS.
+actor SigningKeysCache {
+    private let http: HTTPClient
+    private let clock: any WallClock
+    private let logger: Logger
+    private var validator: IDTokenValidator?
+
+    init(http: HTTPClient, clock: any WallClock, logger: Logger) {
+        self.http = http
+        self.clock = clock
+        self.logger = logger
+    }
+
+    func validator(for metadata: ProviderMetadata) throws(IdentityError) -> IDTokenValidator {
+        if let validator, validator.issuer == metadata.issuer { return validator }
+        guard let jwksURI = metadata.jwksURI else {
+            throw IdentityError.badResponse("the provider returns ID tokens but its discovery document names no jwks_uri to check them with")
+        }
+        let made = IDTokenValidator(issuer: metadata.issuer,
+                                    jwks: JWKSCache(uri: jwksURI, http: http, clock: clock, logger: logger),
+                                    clock: clock)
+        validator = made
+        return made
+    }
 }
 
 /// The discovery document, fetched once and kept; a failed fetch is retried on the next use,

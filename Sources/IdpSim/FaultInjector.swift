@@ -1,7 +1,8 @@
 import Foundation
 
 /// Test-only failure modes for the token endpoint, set through `POST /test/faults`,
-/// so the broker's retry and error handling can be exercised against a misbehaving provider.
+/// so the broker's retry, error handling and ID-token validation can be exercised against a
+/// misbehaving (or impersonated) provider.
 actor FaultInjector {
     enum Mode: String, Sendable, Codable {
         case none
@@ -13,6 +14,25 @@ actor FaultInjector {
         case garbage
         /// 500 with an empty body.
         case error500
+        /// Tokens as usual, but the ID token is signed by a key the JWKS does not hold (same `kid`).
+        case idTokenWrongKey
+        /// Tokens as usual, but the ID token is for another client (`aud`).
+        case idTokenWrongAudience
+        /// Tokens as usual, but the ID token names another issuer (`iss`).
+        case idTokenWrongIssuer
+        /// Tokens as usual, but the ID token expired an hour ago (`exp`).
+        case idTokenExpired
+
+        /// How this mode forges the ID token, if it is one of the forging modes.
+        var forgery: IDTokenForgery? {
+            switch self {
+            case .idTokenWrongKey: .wrongKey
+            case .idTokenWrongAudience: .wrongAudience
+            case .idTokenWrongIssuer: .wrongIssuer
+            case .idTokenExpired: .expired
+            case .none, .unavailable, .slow, .garbage, .error500: nil
+            }
+        }
     }
 
     struct Setting: Sendable, Codable {

@@ -44,6 +44,15 @@ struct SigningKeys: Sendable {
         return try await collection.sign(payload, kid: JWKIdentifier(string: kid), header: header)
     }
 
+    /// Signs with a fresh key under the published `kid`: what a forger without the provider's key produces.
+    func signWithImpostorKey(_ payload: some JWTPayload) async throws -> String {
+        let impostor = JWTKeyCollection()
+        await impostor.add(ecdsa: ES256PrivateKey(), kid: JWKIdentifier(string: kid))
+        var header = JWTHeader()
+        header.typ = "JWT"
+        return try await impostor.sign(payload, kid: JWKIdentifier(string: kid), header: header)
+    }
+
     func verify<Payload: JWTPayload>(_ token: String, as _: Payload.Type) async throws -> Payload {
         try await collection.verify(token, as: Payload.self)
     }

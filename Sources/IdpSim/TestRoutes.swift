@@ -28,7 +28,7 @@ struct TestRoutes: Sendable {
         router.post("/test/faults") { request, _ in
             let body = try await request.body.collect(upTo: 1 << 16)
             guard let setting = try? JSONDecoder().decode(FaultInjector.Setting.self, from: Data(body.readableBytesView)) else {
-                throw OAuthError.invalidRequest("expected {\"mode\": \"none|unavailable|slow|garbage|error500\", \"retryAfter\"?, \"delayMs\"?, \"count\"?}")
+                throw OAuthError.invalidRequest("expected {\"mode\": \"none|unavailable|slow|garbage|error500|idTokenWrongKey|idTokenWrongAudience|idTokenWrongIssuer|idTokenExpired\", \"retryAfter\"?, \"delayMs\"?, \"count\"?}")
             }
             await provider.faults.set(setting)
             provider.logger.notice("fault mode set", metadata: ["mode": "\(setting.mode.rawValue)"])

@@ -23,6 +23,11 @@ struct SignIn: Sendable {
     var refreshFamily: String?
 }
 
+/// Ways a test can ask for an ID token that a relying party must refuse.
+enum IDTokenForgery: Sendable {
+    case wrongKey, wrongAudience, wrongIssuer, expired
+}
+
 /// Mints access, ID and refresh tokens.
 struct TokenIssuer: Sendable {
     /// The `aud` of every access token: the simulated Graph API that `/v1.0/me` stands for.
@@ -35,7 +40,7 @@ struct TokenIssuer: Sendable {
     let accessTokenLifetime: Int
     let refreshTokens: RefreshTokenStore
 
-    func issue(_ signIn: SignIn) async throws -> TokenResponse {
+    func issue(_ signIn: SignIn, forging forgery: IDTokenForgery? = nil) async throws -> TokenResponse {
         let now = Date(timeIntervalSince1970: Date().timeIntervalSince1970.rounded(.down))
         let expiry = now.addingTimeInterval(TimeInterval(accessTokenLifetime))
         let user = signIn.user
@@ -49,11 +54,20 @@ struct TokenIssuer: Sendable {
             access_token: try await keys.sign(access), expires_in: accessTokenLifetime, ext_expires_in: accessTokenLifetime,
             scope: signIn.scopes.joined(separator: " "))
         if signIn.scopes.contains("openid") {
-            let id = IDTokenClaims(
+            var id = IDTokenClaims(
                 iss: endpoints.issuer, aud: clientId, exp: .init(value: expiry), iat: .init(value: now), nbf: .init(value: now),
                 sub: subject, oid: user.objectId, tid: tenantId, preferred_username: user.username, name: user.displayName,
                 email: user.email, nonce: signIn.nonce, auth_time: Int(signIn.authTime.timeIntervalSince1970), ver: "2.0")
-            response.id_token = try await keys.sign(id)
+            switch forgery {
+            case .wrongAudience?: id.aud = "00000000-0000-0000-0000-00000000f0e1"
+            case .wrongIssuer?: id.iss = "https://impostor.example/\(tenantId)/v2.0"
+            case .expired?:
+                id.iat = .init(value: now.addingTimeInterval(-7200))
+                id.nbf = .init(value: now.addingTimeInterval(-7200))
+                id.exp = .init(value: now.addingTimeInterval(-3600))
+            case .wrongKey?, nil: break
+            }
+            response.id_token = forgery == .wrongKey ? try await keys.signWithImpostorKey(id) : try await keys.sign(id)
         }
         // Like Entra, a refresh token is only issued when the client asked for offline_access.
         if signIn.scopes.contains("offline_access") {

@@ -17,7 +17,8 @@ struct TokenRoutes: Sendable {
         let parameters = try await request.formParameters()
         let grantType = parameters["grant_type"] ?? ""
         await provider.stats.countToken(grantType: grantType.isEmpty ? "(missing)" : grantType)
-        if let faulted = await applyFault() { return faulted }
+        let fault = await provider.faults.take()
+        if let faulted = await response(for: fault) { return faulted }
 
         let client = try ClientAuthenticator(users: provider.users).authenticate(request, parameters)
         let signIn: SignIn
@@ -40,7 +41,7 @@ struct TokenRoutes: Sendable {
             throw OAuthError(status: .badRequest, error: "unsupported_grant_type",
                              description: "The provided value for the input parameter 'grant_type' is not valid.", codes: [70003])
         }
-        let tokens = try await provider.issuer.issue(signIn)
+        let tokens = try await provider.issuer.issue(signIn, forging: fault.mode.forgery)
         provider.logger.info("issued tokens", metadata: ["grant": "\(grantType)", "client": "\(client.clientId)", "user": "\(signIn.user.username)"])
         return JSONBody.response(encoding: tokens, headers: .noStore)
     }
@@ -99,11 +100,11 @@ struct TokenRoutes: Sendable {
         return SignIn(user: user, client: client, scopes: scopes, nonce: nil, authTime: grant.authTime, refreshFamily: grant.family)
     }
 
-    /// Applies the test-only fault, if one is set; nil means answer normally.
-    private func applyFault() async -> Response? {
-        let fault = await provider.faults.take()
+    /// The answer a test-only fault replaces the normal one with; nil means answer normally
+    /// (perhaps late, or with a forged ID token).
+    private func response(for fault: FaultInjector.Setting) async -> Response? {
         switch fault.mode {
-        case .none:
+        case .none, .idTokenWrongKey, .idTokenWrongAudience, .idTokenWrongIssuer, .idTokenExpired:
             return nil
         case .slow:
             try? await Task.sleep(for: .milliseconds(fault.delayMs ?? 2000))

@@ -15,7 +15,8 @@ struct Brokerctl: AsyncParsableCommand {
               echo "$PASSWORD" | brokerctl sign-in --client-id mail-app --username alice@contoso.example --password-stdin
               brokerctl current-account --client-id calendar-app
               brokerctl token --client-id mail-app --scope User.Read
+              brokerctl me --client-id mail-app
               brokerctl sign-out --client-id calendar-app
             """,
-        subcommands: [DeviceInfo.self, CurrentAccount.self, SignIn.self, Token.self, Accounts.self, SignOut.self, Watch.self])
+        subcommands: [DeviceInfo.self, CurrentAccount.self, SignIn.self, Token.self, Me.self, Accounts.self, SignOut.self, Watch.self])
 }

@@ -1,5 +1,7 @@
 import ArgumentParser
+import FoundationEssentials
 import Glibc
+import GraphProfile
 import SharedDeviceClient
 
 struct DeviceInfo: AsyncParsableCommand {
@@ -43,34 +45,129 @@ struct CurrentAccount: AsyncParsableCommand {
 
 struct SignIn: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "sign-in", abstract: "Sign a user in for an app.",
+        commandName: "sign-in", abstract: "Sign a user in for an app: with an emailed code, a password, or in the browser.",
         discussion: """
+            With --username alone, the provider emails a one-time code and brokerctl asks for it \
+            (type "resend" for a new code). Scripts give codes on standard input with --code-stdin, \
+            one per line; a wrong code reads the next line.
+              brokerctl sign-in --client-id mail-app --username bob@contoso.example
             The password is read from standard input, never from the command line:
               echo "$PASSWORD" | brokerctl sign-in --client-id mail-app --username alice@contoso.example --password-stdin
+            --interactive opens the provider's sign-in page in the system browser ($BROWSER, else xdg-open):
+              brokerctl sign-in --client-id mail-app --interactive --prompt login
             In shared mode, signing in as someone else while an account is signed in fails with AccountAlreadySignedIn.
             """)
     @OptionGroup var client: ClientOptions
-    @Option(help: "The user's sign-in name.") var username: String
+    @Option(help: "The user's sign-in name (with --interactive, a hint the sign-in page fills in).") var username: String?
     @Flag(help: "Read the password from the first line of standard input.") var passwordStdin = false
+    @Flag(help: "Read the emailed code from standard input, one attempt per line, without prompting.") var codeStdin = false
+    @Flag(help: "Sign in in the system browser (authorization code with PKCE and a loopback redirect).") var interactive = false
+    @Option(help: "With --interactive: \(InteractiveTokenParameters.PromptType.allCases.map(\.rawValue).joined(separator: ", ")).")
+    var prompt: InteractiveTokenParameters.PromptType = .selectAccount
     @Option(name: .customLong("scope"), help: "A scope to ask for; repeat for more (openid profile offline_access are always added).")
     var scopes: [String] = []
     @OptionGroup var common: CommonOptions
 
     func validate() throws {
-        if !passwordStdin { throw ValidationError("give the password on standard input with --password-stdin") }
+        if interactive {
+            if passwordStdin || codeStdin { throw ValidationError("--interactive signs in in the browser; it takes neither --password-stdin nor --code-stdin") }
+            return
+        }
+        if prompt != .selectAccount { throw ValidationError("--prompt goes with --interactive") }
+        guard username != nil else { throw ValidationError("give --username (or --interactive to sign in in the browser)") }
+        if passwordStdin && codeStdin { throw ValidationError("give either --password-stdin or --code-stdin, not both") }
     }
 
     func run() async throws {
-        guard let password = readLine(strippingNewline: true), !password.isEmpty else {
-            Output.error("no password on standard input")
-            throw ExitCode(1)
-        }
+        let app = try common.application(clientId: client.clientId)
         try await reportingErrors {
-            let result = try await common.application(clientId: client.clientId)
-                .signIn(username: username, password: password, scopes: scopes)
+            let result: TokenResult
+            if interactive {
+                if !common.json { Output.note("Opening the sign-in page in the browser; finish signing in there.") }
+                result = try await app.acquireToken(InteractiveTokenParameters(scopes: scopes, promptType: prompt, loginHint: username))
+            } else if let username, passwordStdin {
+                guard let password = readLine(strippingNewline: true), !password.isEmpty else {
+                    Output.error("no password on standard input")
+                    throw ExitCode(1)
+                }
+                result = try await app.signIn(username: username, password: password, scopes: scopes)
+            } else if let username {
+                result = try await signInWithCode(app.signIn(username: username, scopes: scopes))
+            } else {
+                throw ValidationError("give --username")
+            }
             if common.json { return Output.json(result) }
             Output.fields([("Signed in", Output.account(result.account)), ("Scopes", result.scopes.joined(separator: " ")),
                            ("Token expires", Output.expiry(result.expiresOn))])
+        }
+    }
+
+    /// Reads codes until one is right, the input ends, or the flow fails for good.
+    private func signInWithCode(_ state: SignInCodeRequiredState) async throws -> TokenResult {
+        if !codeStdin || !common.json {
+            Output.note("A \(state.codeLength)-digit code was sent by \(state.channel) to \(state.sentTo).")
+        }
+        while true {
+            if !codeStdin { Output.prompt("Code (or \"resend\"): ") }
+            guard let line = readLine(strippingNewline: true) else {
+                await state.cancel()
+                Output.error("no code on standard input; the sign-in was cancelled")
+                throw ExitCode(1)
+            }
+            let code = String(line.filter { !$0.isWhitespace })
+            if code == "resend" {
+                try await state.resendCode()
+                Output.note("A new code was sent to \(state.sentTo).")
+                continue
+            }
+            // A wrong code leaves the flow open: ask again. Anything else ends it.
+            switch await Self.submit(code, to: state) {
+            case .success(let result): return result
+            case .failure(.invalidCode(let message)): Output.error("InvalidCode: \(message)")
+            case .failure(let error): throw error
+            }
+        }
+    }
+}
+
+extension SignIn {
+    static func submit(_ code: String, to state: SignInCodeRequiredState) async -> Result<TokenResult, BrokerError> {
+        do { return .success(try await state.submitCode(code)) } catch { return .failure(error) }
+    }
+}
+
+struct Me: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Call the Graph-like profile API (GET /v1.0/me) with a silently acquired token and print the profile.",
+        discussion: """
+            The tutorial's "Call Graph". The token is asked for with the User.Read scope; the API is \
+            Microsoft Graph for Microsoft authorities and the authority's own host otherwise (idp-sim \
+            serves /v1.0/me there). Fails with InteractionRequired when nobody is signed in.
+            """)
+    @OptionGroup var client: ClientOptions
+    @Option(name: .customLong("graph"), help: "The API's base URL (default: from the broker's authority).") var graphBase: String?
+    @OptionGroup var common: CommonOptions
+
+    func run() async throws {
+        let app = try common.application(clientId: client.clientId)
+        try await reportingErrors {
+            let token = try await app.acquireTokenSilent(SilentTokenParameters(scopes: ["User.Read"]))
+            var base = graphBase
+            if base == nil { base = GraphProfile.baseURL(forAuthority: try await app.deviceInformation().authority) }
+            guard let base else {
+                Output.error("the broker's authority gives no API URL; give --graph")
+                throw ExitCode(1)
+            }
+            let profile: GraphProfile
+            do {
+                profile = try await GraphProfile.me(baseURL: base, authorizationHeader: token.authorizationHeader)
+            } catch let error as GraphProfileError {
+                Output.error(error.description)
+                throw ExitCode(1)
+            }
+            if common.json { return Output.json(profile) }
+            Output.fields([("Display name", profile.displayName ?? ""), ("User principal name", profile.userPrincipalName ?? ""),
+                           ("Mail", profile.mail ?? ""), ("Id", profile.id ?? "")])
         }
     }
 }
@@ -164,3 +261,5 @@ struct WatchLine: Encodable {
     }
     enum CodingKeys: String, CodingKey { case reason, current, previous }
 }
+
+extension InteractiveTokenParameters.PromptType: ExpressibleByArgument {}

@@ -41,7 +41,22 @@ enum Output {
     }
 
     static func error(_ message: String) {
-        let bytes = Array("brokerctl: \(message)\n".utf8)
+        writeStandardError("brokerctl: \(message)\n")
+    }
+
+    /// A line for the person at the terminal, on standard error so that standard output stays
+    /// the command's result.
+    static func note(_ message: String) {
+        writeStandardError(message + "\n")
+    }
+
+    /// A question, without a newline, on standard error.
+    static func prompt(_ question: String) {
+        writeStandardError(question)
+    }
+
+    private static func writeStandardError(_ text: String) {
+        let bytes = Array(text.utf8)
         fflush(nil)
         _ = bytes.withUnsafeBytes { write(STDERR_FILENO, $0.baseAddress, $0.count) }
     }

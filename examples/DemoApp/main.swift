@@ -1,4 +1,5 @@
 import Foundation
+import ExampleSupport
 import SharedDeviceClient
 
 // One of the demo's apps (Mail, Calendar or Notes: the same program, run with different

@@ -1,4 +1,5 @@
 import Foundation
+import GraphProfile
 import SharedDeviceClient
 
 /// The tutorial's `ViewController`, ported: the same methods, in the same order, with the UI
@@ -148,15 +149,15 @@ actor ViewController {
     private func getContentWithToken(authorizationHeader: String) async {
         var base = graphBase
         if base == nil, let authority = try? await applicationContext.deviceInformation().authority {
-            base = GraphClient.baseURL(forAuthority: authority)
+            base = GraphProfile.baseURL(forAuthority: authority)
         }
         guard let base else {
             updateLogging(text: "error: no Graph URL (give --graph)")
             return
         }
         do {
-            let profile = try await GraphClient(baseURL: base).me(authorizationHeader: authorizationHeader)
-            updateLogging(text: "graph: displayName=\(profile["displayName"] ?? "") userPrincipalName=\(profile["userPrincipalName"] ?? "")")
+            let profile = try await GraphProfile.me(baseURL: base, authorizationHeader: authorizationHeader)
+            updateLogging(text: "graph: displayName=\(profile.displayName ?? "") userPrincipalName=\(profile.userPrincipalName ?? "")")
         } catch {
             updateLogging(text: "error: \(error)")
         }

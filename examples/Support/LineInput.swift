@@ -2,14 +2,14 @@ import Foundation
 
 /// Standard input, one line at a time, read on a thread of its own (a blocking read never
 /// occupies a Swift concurrency thread). One reader: ``next()`` is not called concurrently.
-final class LineInput: @unchecked Sendable {
+public final class LineInput: @unchecked Sendable {
     private let lock = NSLock()
     private var buffered: [String] = []
     private var ended = false
     private var waiter: CheckedContinuation<String?, Never>?
 
     /// Starts reading standard input.
-    init() {
+    public init() {
         let reader = Thread { [self] in
             while let line = readLine(strippingNewline: true) { deliver(line) }
             deliver(nil)
@@ -30,7 +30,7 @@ final class LineInput: @unchecked Sendable {
     }
 
     /// The next line, or nil at end of file.
-    func next() async -> String? {
+    public func next() async -> String? {
         await withCheckedContinuation { continuation in
             lock.lock()
             if !buffered.isEmpty {
