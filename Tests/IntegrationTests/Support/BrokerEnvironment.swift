@@ -6,6 +6,8 @@ enum TestUsers {
     static let tenant = "contoso-tenant"
     static let alice = (username: "alice@contoso.example", password: "alice-Passw0rd!", name: "Alice Example")
     static let bob = (username: "bob@contoso.example", password: "bob-Passw0rd!", name: "Bob Example")
+    /// Has no password: the provider signs her in with an emailed one-time code (or in the browser, never).
+    static let carol = (username: "carol@contoso.example", name: "Carol Example")
     static let clients = ["mail-app", "calendar-app", "notes-app"]
 
     static var usersFile: String {
@@ -13,7 +15,8 @@ enum TestUsers {
         {"tenantId": "\(tenant)",
          "users": [
            {"username": "\(alice.username)", "password": "\(alice.password)", "displayName": "\(alice.name)", "email": "\(alice.username)"},
-           {"username": "\(bob.username)", "password": "\(bob.password)", "displayName": "\(bob.name)", "email": "\(bob.username)"}
+           {"username": "\(bob.username)", "password": "\(bob.password)", "displayName": "\(bob.name)", "email": "\(bob.username)"},
+           {"username": "\(carol.username)", "displayName": "\(carol.name)", "email": "\(carol.username)", "authMethods": ["emailOtp"]}
          ],
          "clients": [\(clients.map { "{\"clientId\": \"\($0)\"}" }.joined(separator: ", "))]}
         """
@@ -55,13 +58,13 @@ final class IdpSim: @unchecked Sendable {
 final class Brokerd: @unchecked Sendable {
     let process: ChildProcess
 
-    /// Starts brokerd and waits for its readiness line.
+    /// Starts brokerd and waits for its readiness line. `browser` is its `$BROWSER`.
     init(bus: PrivateBus, authority: String, stateDirectory: String, mode: String = "shared",
-         extraArguments: [String] = []) throws {
+         browser: String, extraArguments: [String] = []) throws {
         process = try ChildProcess("brokerd", executable: Binaries.path("brokerd"), arguments: [
             "--address", bus.address, "--device-mode", mode, "--authority", authority,
             "--state-dir", stateDirectory, "--log-level", "debug",
-        ] + extraArguments)
+        ] + extraArguments, environment: ["BROWSER": browser])
         try process.waitForLine(timeout: .seconds(20)) { $0.hasPrefix("brokerd ready:") }
     }
 
@@ -84,6 +87,8 @@ final class BrokerEnvironment: @unchecked Sendable {
     let directory: TemporaryDirectory
     let bus: PrivateBus
     let idp: IdpSim
+    /// The browser brokerd opens pages in; never the developer's own.
+    let browser: TestBrowser
     private(set) var brokerd: Brokerd
     let stateDirectory: String
     let mode: String
@@ -94,15 +99,47 @@ final class BrokerEnvironment: @unchecked Sendable {
         self.mode = mode
         bus = try PrivateBus()
         idp = try IdpSim(in: directory, extraArguments: idpArguments)
+        browser = try TestBrowser(in: directory)
         brokerd = try Brokerd(bus: bus, authority: idp.authority, stateDirectory: stateDirectory, mode: mode,
-                              extraArguments: brokerArguments)
+                              browser: browser.command, extraArguments: brokerArguments)
     }
 
     /// Stops brokerd cleanly and starts a new one on the same state.
     func restartBroker(extraArguments: [String] = []) throws {
         _ = try brokerd.stop()
         brokerd = try Brokerd(bus: bus, authority: idp.authority, stateDirectory: stateDirectory, mode: mode,
-                              extraArguments: extraArguments)
+                              browser: browser.command, extraArguments: extraArguments)
+    }
+
+    /// Starts `brokerctl ARGS --address BUS` with standard input open, for a test to type into.
+    func startBrokerctl(_ arguments: [String]) throws -> ChildProcess {
+        try ChildProcess("brokerctl", executable: Binaries.path("brokerctl"),
+                         arguments: arguments + ["--address", bus.address], keepStdinOpen: true)
+    }
+
+    /// The newest one-time code idp-sim "sent" to `username`, from its test outbox.
+    func latestCode(for username: String) async throws -> String? {
+        try await outbox().last { $0["username"] as? String == username }?["code"] as? String
+    }
+
+    /// idp-sim's test outbox: every code it "sent", oldest first.
+    func outbox() async throws -> [[String: Any]] {
+        let response = try await HTTPClient.shared.send(.get(idp.baseURL + "/test/outbox"))
+        return try JSONSerialization.jsonObject(with: Data(response.body)) as? [[String: Any]] ?? []
+    }
+
+    /// Sets idp-sim's token-endpoint fault (`POST /test/faults`).
+    func setProviderFault(_ mode: String, count: Int? = nil) async throws {
+        let body = "{\"mode\": \"\(mode)\"" + (count.map { ", \"count\": \($0)" } ?? "") + "}"
+        let request = HTTPRequest(method: "POST", url: idp.baseURL + "/test/faults",
+                                  headers: [HTTPHeader("Content-Type", "application/json")], body: Array(body.utf8))
+        let response = try await HTTPClient.shared.send(request)
+        guard response.status == 200 else { throw ProcessFailure("setting the fault \(mode) failed: \(response.status) \(response.bodyText)") }
+    }
+
+    /// How many token requests of `grantType` idp-sim has answered.
+    func tokenRequests(_ grantType: String) async throws -> Int {
+        ((try await idpStats())["token"] as? [String: Any])?[grantType] as? Int ?? 0
     }
 
     /// Runs `brokerctl ARGS --address BUS` to completion (bounded).

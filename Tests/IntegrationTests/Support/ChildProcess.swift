@@ -11,10 +11,13 @@ final class ChildProcess: @unchecked Sendable {
     private var stderr: [String] = []
     private var partial = ["", ""]
     private var exited = false
+    /// Standard input, while the test keeps it open to type into.
+    private var input: FileHandle?
 
-    /// Starts `executable` with `arguments`; `stdin` is written and closed when given.
+    /// Starts `executable` with `arguments`. Standard input gets `stdin` and is closed, unless
+    /// `keepStdinOpen`: then the test types lines with ``type(_:)`` and ends them with ``closeStdin()``.
     init(_ name: String, executable: String, arguments: [String], environment: [String: String] = [:],
-         stdin: String? = nil) throws {
+         stdin: String? = nil, keepStdinOpen: Bool = false) throws {
         self.name = name
         process.executableURL = URL(fileURLWithPath: executable)
         process.arguments = arguments
@@ -43,7 +46,27 @@ final class ChildProcess: @unchecked Sendable {
         }
         try process.run()
         if let stdin { inPipe.fileHandleForWriting.write(Data(stdin.utf8)) }
-        try? inPipe.fileHandleForWriting.close()
+        if keepStdinOpen {
+            input = inPipe.fileHandleForWriting
+        } else {
+            try? inPipe.fileHandleForWriting.close()
+        }
+    }
+
+    /// Writes one line to the process's standard input, as a person typing it.
+    func type(_ line: String) throws {
+        _ = Self.brokenPipesAreErrors
+        guard let input = state.withLock({ self.input }) else { throw ProcessFailure("\(name)'s standard input is closed") }
+        try input.write(contentsOf: Data((line + "\n").utf8))
+    }
+
+    /// A write to a process that has exited fails instead of killing the test runner with SIGPIPE.
+    private static let brokenPipesAreErrors: Void = { _ = Foundation.signal(SIGPIPE, SIG_IGN) }()
+
+    /// Ends the process's standard input (end of file).
+    func closeStdin() {
+        let handle = state.withLock { () -> FileHandle? in defer { input = nil }; return input }
+        try? handle?.close()
     }
 
     deinit { kill() }
