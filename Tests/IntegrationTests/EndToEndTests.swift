@@ -81,8 +81,11 @@ struct EndToEndTests {
         #expect(wrong.status == 1)
         #expect(wrong.stderr.contains("io.shareddevice.Broker1.Error.InvalidPassword"))
         #expect(!wrong.stderr.contains("not-the-password"))
-        let nobody = try env.signIn(("carol@contoso.example", "whatever", ""), client: "mail-app")
+        let nobody = try env.signIn(("nobody@contoso.example", "whatever", ""), client: "mail-app")
         #expect(nobody.stderr.contains("io.shareddevice.Broker1.Error.UserNotFound"))
+        // A user who has no password: the provider answers `redirect`, the browser it is.
+        let codeOnly = try env.signIn((TestUsers.carol.username, "whatever", ""), client: "mail-app")
+        #expect(codeOnly.stderr.contains("io.shareddevice.Broker1.Error.InteractionRequired"), "\(codeOnly.stderr)")
         let seen = try env.brokerctl(["current-account", "--client-id", "mail-app", "--json"]).json()
         #expect(seen["current"] is NSNull)
     }

@@ -9,6 +9,9 @@ enum TestUsers {
     /// Has no password: the provider signs her in with an emailed one-time code (or in the browser, never).
     static let carol = (username: "carol@contoso.example", name: "Carol Example")
     static let clients = ["mail-app", "calendar-app", "notes-app"]
+    /// Confidential clients: idp-sim knows their secrets; brokerd learns them from its --config file.
+    static let confidentialClients = [(clientId: "backoffice-basic", secret: "basic-S3cret"),
+                                      (clientId: "backoffice-post", secret: "post-S3cret")]
 
     static var usersFile: String {
         """
@@ -18,7 +21,9 @@ enum TestUsers {
            {"username": "\(bob.username)", "password": "\(bob.password)", "displayName": "\(bob.name)", "email": "\(bob.username)"},
            {"username": "\(carol.username)", "displayName": "\(carol.name)", "email": "\(carol.username)", "authMethods": ["emailOtp"]}
          ],
-         "clients": [\(clients.map { "{\"clientId\": \"\($0)\"}" }.joined(separator: ", "))]}
+         "clients": [\((clients.map { "{\"clientId\": \"\($0)\"}" }
+                        + confidentialClients.map { "{\"clientId\": \"\($0.clientId)\", \"clientSecret\": \"\($0.secret)\"}" })
+                       .joined(separator: ", "))]}
         """
     }
 }
@@ -129,8 +134,9 @@ final class BrokerEnvironment: @unchecked Sendable {
     }
 
     /// Sets idp-sim's token-endpoint fault (`POST /test/faults`).
-    func setProviderFault(_ mode: String, count: Int? = nil) async throws {
-        let body = "{\"mode\": \"\(mode)\"" + (count.map { ", \"count\": \($0)" } ?? "") + "}"
+    func setProviderFault(_ mode: String, count: Int? = nil, delayMs: Int? = nil) async throws {
+        let body = "{\"mode\": \"\(mode)\"" + (count.map { ", \"count\": \($0)" } ?? "")
+            + (delayMs.map { ", \"delayMs\": \($0)" } ?? "") + "}"
         let request = HTTPRequest(method: "POST", url: idp.baseURL + "/test/faults",
                                   headers: [HTTPHeader("Content-Type", "application/json")], body: Array(body.utf8))
         let response = try await HTTPClient.shared.send(request)

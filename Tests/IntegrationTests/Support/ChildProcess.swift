@@ -94,17 +94,22 @@ final class ChildProcess: @unchecked Sendable {
         state.broadcast()
     }
 
-    /// Waits until a line of standard output (or error) satisfies `matches`, at most `timeout`; returns it.
+    /// Waits until a line of standard output (or error) satisfies `matches`, at most `timeout`;
+    /// returns it. `skipping` passes over that many earlier matching lines (the second prompt, ...).
     @discardableResult
-    func waitForLine(timeout: Duration = .seconds(30), stderr useStderr: Bool = false,
+    func waitForLine(timeout: Duration = .seconds(30), stderr useStderr: Bool = false, skipping: Int = 0,
                      _ matches: (String) -> Bool) throws -> String {
         let deadline = Date().addingTimeInterval(timeout.seconds)
         state.lock()
         defer { state.unlock() }
         var seen = 0
+        var toSkip = skipping
         while true {
             let lines = useStderr ? stderr : stdout
-            if let line = lines[seen...].first(where: matches) { return line }
+            for line in lines[seen...] where matches(line) {
+                if toSkip == 0 { return line }
+                toSkip -= 1
+            }
             seen = lines.count
             if exited {
                 throw ProcessFailure("\(name) exited (status \(process.terminationStatus)) without the expected line; output:\n\(stdout.joined(separator: "\n"))\n\(stderr.joined(separator: "\n"))")
