@@ -70,6 +70,16 @@ public enum ChallengeKey {
     public static let codeLength = "codeLength"
 }
 
+/// Keys of `SignOut`'s result (`a{sv}`).
+public enum SignOutResultKey {
+    /// `b`: every refresh token of the signed-out account was revoked at the provider.
+    public static let tokensRevoked = "tokensRevoked"
+    /// `b`: the provider's browser session was ended (its end_session_endpoint was opened).
+    public static let browserSessionEnded = "browserSessionEnded"
+    /// `as`: what the broker could not do at the provider, in words; empty when it did everything.
+    public static let notes = "notes"
+}
+
 /// Keys of the options dictionaries (`a{sv}`) methods accept.
 public enum OptionKey {
     /// `s`, AcquireTokenInteractive: `select_account`, `login`, `consent` or `none`.

@@ -239,7 +239,10 @@ public actor Broker {
     /// revoked where the provider offers it, `AccountChanged` goes out). Default mode: removes
     /// the account for this clientId only. `fromBrowser` also ends the provider's browser
     /// session, so the next interactive sign-in asks for credentials again.
-    public func signOut(clientId: String, accountId: String, fromBrowser: Bool = false) async throws(BrokerFailure) {
+    /// The account is signed out once the state is written; what the provider could not do
+    /// afterwards (revocation, ending the browser session) is reported in the outcome, not thrown.
+    @discardableResult
+    public func signOut(clientId: String, accountId: String, fromBrowser: Bool = false) async throws(BrokerFailure) -> SignOutOutcome {
         try checkClient(clientId)
         try InputRules.accountId(accountId)
         let account = try signedInAccount(clientId: clientId, accountId: accountId)
@@ -261,29 +264,39 @@ public actor Broker {
         if configuration.deviceMode == .shared {
             onAccountChange(AccountChange(current: nil, previous: account, reason: .signedOut))
         }
+        var outcome = SignOutOutcome()
         for (id, token) in revoke {
             do {
                 if try await provider.revoke(clientId: id, refreshToken: token) == .notOffered {
-                    logger.notice("the provider offers no token revocation; its refresh token expires on its own",
-                                  metadata: ["clientId": "\(id)"])
+                    outcome.tokensRevoked = false
+                    outcome.note("the provider offers no token revocation; refresh tokens expire on their own")
                 }
             } catch {
-                logger.warning("could not revoke a refresh token at the provider", metadata: [
-                    "clientId": "\(id)", "error": "\(error)"])
+                outcome.tokensRevoked = false
+                outcome.note("a refresh token could not be revoked at the provider: \(Self.describe(error))")
             }
         }
         if fromBrowser {
             do {
-                if try await provider.endBrowserSession(clientId: clientId, idTokenHint: idTokenHint) == .notOffered {
-                    logger.notice("the provider offers no end_session_endpoint; its browser session stays")
+                if try await provider.endBrowserSession(clientId: clientId, idTokenHint: idTokenHint) == .done {
+                    outcome.browserSessionEnded = true
+                } else {
+                    outcome.note("the provider offers no end_session_endpoint; its browser session stays")
                 }
             } catch {
-                logger.warning("could not end the browser session", metadata: ["error": "\(error)"])
+                outcome.note("the browser session could not be ended: \(Self.describe(error))")
             }
         }
+        for note in outcome.notes { logger.notice("sign-out: \(note)", metadata: ["clientId": "\(clientId)"]) }
+        return outcome
     }
 
     // MARK: Helpers
+
+    /// A provider error in words, without the type's decoration.
+    static func describe(_ error: any Error) -> String {
+        (error as? BrokerFailure)?.message ?? "\(error)"
+    }
 
     /// The account this clientId sees as current: the device's in shared mode, its own otherwise.
     func account(for clientId: String) -> Account? {

@@ -16,7 +16,7 @@ extension DBusInterfaceDescription {
             .init(name: "AcquireTokenInteractive", inArguments: [.init("clientId", "s"), .init("scopes", "as"), .init("options", "a{sv}")], outArguments: [.init("result", "a{sv}")]),
             .init(name: "AcquireTokenSilent", inArguments: [.init("clientId", "s"), .init("scopes", "as"), .init("accountId", "s"), .init("options", "a{sv}")], outArguments: [.init("result", "a{sv}")]),
             .init(name: "GetAccounts", inArguments: [.init("clientId", "s")], outArguments: [.init("accounts", "aa{sv}")]),
-            .init(name: "SignOut", inArguments: [.init("clientId", "s"), .init("accountId", "s"), .init("options", "a{sv}")], outArguments: []),
+            .init(name: "SignOut", inArguments: [.init("clientId", "s"), .init("accountId", "s"), .init("options", "a{sv}")], outArguments: [.init("result", "a{sv}")]),
         ],
         signals: [
             .init(name: "AccountChanged", arguments: [.init("current", "a{sv}"), .init("previous", "a{sv}"), .init("reason", "s")]),

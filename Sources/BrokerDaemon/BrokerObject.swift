@@ -58,9 +58,9 @@ final class BrokerObject: DBusObject {
             return [.vardictArray(accounts.map { BusMarshalling.account($0).vardict ?? [:] })]
         case "SignOut":
             let options = a[2].vardict ?? [:]
-            try await broker.signOut(clientId: a[0].string ?? "", accountId: a[1].string ?? "",
-                                     fromBrowser: try BusMarshalling.boolOption(options, OptionKey.signoutFromBrowser))
-            return []
+            let outcome = try await broker.signOut(clientId: a[0].string ?? "", accountId: a[1].string ?? "",
+                                                   fromBrowser: try BusMarshalling.boolOption(options, OptionKey.signoutFromBrowser))
+            return [BusMarshalling.signOutOutcome(outcome)]
         case "StartSignIn":
             let started = try await broker.startSignIn(clientId: a[0].string ?? "", username: a[1].string ?? "",
                                                        scopes: a[2].stringArray ?? [], owner: call.sender)

@@ -71,6 +71,14 @@ enum BusMarshalling {
         return prompt
     }
 
+    static func signOutOutcome(_ outcome: SignOutOutcome) -> DBusValue {
+        .vardict([
+            SignOutResultKey.tokensRevoked: .bool(outcome.tokensRevoked),
+            SignOutResultKey.browserSessionEnded: .bool(outcome.browserSessionEnded),
+            SignOutResultKey.notes: .strings(outcome.notes),
+        ])
+    }
+
     static func challenge(_ challenge: Broker.SignInChallenge) -> DBusValue {
         .vardict([
             ChallengeKey.channel: .string(challenge.channel),

@@ -18,7 +18,7 @@ struct DiscoveryRoutes: Sendable {
 
     func document() -> [String: Any] {
         let endpoints = provider.endpoints
-        return [
+        var document: [String: Any] = [
             "issuer": endpoints.issuer,
             "authorization_endpoint": endpoints.url(Endpoints.authorizePath),
             "token_endpoint": endpoints.url(Endpoints.tokenPath),
@@ -40,5 +40,12 @@ struct DiscoveryRoutes: Sendable {
             "tenant_region_scope": "NA",
             "tid": provider.users.tenantId,
         ]
+        let without = provider.settings.without
+        if without.contains(.revocation) {
+            document["revocation_endpoint"] = nil
+            document["revocation_endpoint_auth_methods_supported"] = nil
+        }
+        if without.contains(.endSession) { document["end_session_endpoint"] = nil }
+        return document
     }
 }

@@ -32,6 +32,10 @@ struct IdpSimCommand: AsyncParsableCommand {
     @Option(help: "Lifetime of one-time codes and authorization codes in seconds.")
     var codeLifetime: Int = 600
 
+    @Option(name: .customLong("without"),
+            help: "Leave out an optional part, as a plainer provider would: \(OptionalFeature.allCases.map(\.rawValue).joined(separator: ", ")). Repeatable.")
+    var without: [OptionalFeature] = []
+
     @Option(help: "trace, debug, info, notice, warning, error or critical.")
     var logLevel: String = "info"
 
@@ -63,7 +67,8 @@ struct IdpSimCommand: AsyncParsableCommand {
             throw ExitCode(2)
         }
 
-        let settings = ProviderSettings(accessTokenLifetime: accessTokenLifetime, refreshTokenLifetime: refreshTokenLifetime, codeLifetime: codeLifetime)
+        let settings = ProviderSettings(accessTokenLifetime: accessTokenLifetime, refreshTokenLifetime: refreshTokenLifetime,
+                                        codeLifetime: codeLifetime, without: Set(without))
         let provider = try await Provider(users: directory, settings: settings,
                                           authorityPath: issuerPath ?? "/\(directory.tenantId)/v2.0", logger: logger)
         let endpoints = provider.endpoints

@@ -1,3 +1,4 @@
+import ArgumentParser
 import Foundation
 import Hummingbird
 import Logging
@@ -7,6 +8,18 @@ struct ProviderSettings: Sendable {
     var accessTokenLifetime: Int
     var refreshTokenLifetime: Int
     var codeLifetime: Int
+    /// Optional parts of OAuth and OpenID Connect this provider leaves out, like a plainer provider.
+    var without: Set<OptionalFeature> = []
+}
+
+/// What a standards-compliant provider may lack; the broker must work without each.
+enum OptionalFeature: String, Sendable, CaseIterable, ExpressibleByArgument {
+    /// RFC 7009 token revocation.
+    case revocation
+    /// OpenID Connect RP-initiated logout (`end_session_endpoint`).
+    case endSession = "end-session"
+    /// Entra's native-authentication API (initiate, challenge, the oob and continuation-token grants).
+    case nativeAuth = "native-auth"
 }
 
 /// Everything a request handler needs: the directory, keys, and the in-memory state actors.
@@ -43,9 +56,9 @@ struct Provider: Sendable {
         router.add(middleware: ErrorMiddleware())
         DiscoveryRoutes(provider: self).register(on: router)
         TokenRoutes(provider: self).register(on: router)
-        RevocationRoutes(provider: self).register(on: router)
+        if !settings.without.contains(.revocation) { RevocationRoutes(provider: self).register(on: router) }
         ResourceRoutes(provider: self).register(on: router)
-        NativeAuthRoutes(provider: self).register(on: router)
+        if !settings.without.contains(.nativeAuth) { NativeAuthRoutes(provider: self).register(on: router) }
         AuthorizeRoutes(provider: self).register(on: router)
         TestRoutes(provider: self).register(on: router)
         return router

@@ -69,6 +69,22 @@ public struct CodeChallenge: Sendable, Equatable, Codable {
     }
 }
 
+/// What a sign-out could do at the identity provider. The account is signed out whatever it says.
+public struct SignOutResult: Sendable, Equatable, Codable {
+    /// Every refresh token of the account was revoked at the provider.
+    public var tokensRevoked: Bool
+    /// The provider's browser session was ended (asked for with `signoutFromBrowser`).
+    public var browserSessionEnded: Bool
+    /// What the broker could not do at the provider, in words; empty when it did everything.
+    public var notes: [String]
+
+    public init(tokensRevoked: Bool, browserSessionEnded: Bool, notes: [String]) {
+        self.tokensRevoked = tokensRevoked
+        self.browserSessionEnded = browserSessionEnded
+        self.notes = notes
+    }
+}
+
 /// A successful sign-in or token request.
 public struct TokenResult: Sendable, Equatable, Codable {
     /// The access token: opaque; send it to the resource in ``authorizationHeader``.

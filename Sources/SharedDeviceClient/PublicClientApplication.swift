@@ -117,12 +117,15 @@ public final class PublicClientApplication: Sendable {
 
     /// Signs out (MSAL: `signout(with:signoutParameters:)`). In shared mode this signs the whole
     /// device out, and every app hears of it. `account` nil means the signed-in account.
-    public func signOut(account: Account?, parameters: SignoutParameters = SignoutParameters()) async throws(BrokerError) {
-        _ = try await link.call(
+    /// The result says what the provider could not do (revoke tokens, end the browser session);
+    /// the account is signed out either way.
+    @discardableResult
+    public func signOut(account: Account?, parameters: SignoutParameters = SignoutParameters()) async throws(BrokerError) -> SignOutResult {
+        ReplyDecoding.signOutResult(try await link.call(
             "SignOut",
             [.string(clientId), .string(account?.identifier ?? ""),
              .vardict([OptionKey.signoutFromBrowser: .bool(parameters.signoutFromBrowser)])],
-            timeout: configuration.tokenTimeout)
+            timeout: configuration.tokenTimeout).first)
     }
 
     // MARK: Changes

@@ -16,6 +16,14 @@ enum ReplyDecoding {
                        name: dict[AccountKey.name]?.string ?? "")
     }
 
+    /// A reply without a result (a broker older than the result) reads as "nothing to report".
+    static func signOutResult(_ value: DBusValue?) -> SignOutResult {
+        let dict = value?.vardict ?? [:]
+        return SignOutResult(tokensRevoked: dict[SignOutResultKey.tokensRevoked]?.bool ?? true,
+                             browserSessionEnded: dict[SignOutResultKey.browserSessionEnded]?.bool ?? false,
+                             notes: dict[SignOutResultKey.notes]?.stringArray ?? [])
+    }
+
     static func tokenResult(_ value: DBusValue?) throws(BrokerError) -> TokenResult {
         guard let dict = value?.vardict, let accessToken = dict[TokenResultKey.accessToken]?.string,
               let expiresOn = dict[TokenResultKey.expiresOn]?.int64,

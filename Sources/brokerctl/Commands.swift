@@ -217,10 +217,11 @@ struct SignOut: AsyncParsableCommand {
 
     func run() async throws {
         try await reportingErrors {
-            try await common.application(clientId: client.clientId)
+            let result = try await common.application(clientId: client.clientId)
                 .signOut(account: nil, parameters: SignoutParameters(signoutFromBrowser: fromBrowser))
-            if common.json { return Output.json(["signedOut": true]) }
+            if common.json { return Output.json(SignOutOutput(signedOut: true, result: result)) }
             print("Signed out.")
+            for note in result.notes { Output.note("Note: \(note).") }
         }
     }
 }

@@ -65,6 +65,21 @@ enum Output {
     static func flush() { fflush(nil) }
 }
 
+/// `sign-out --json`.
+struct SignOutOutput: Encodable {
+    var signedOut: Bool
+    var tokensRevoked: Bool
+    var browserSessionEnded: Bool
+    var notes: [String]
+
+    init(signedOut: Bool, result: SignOutResult) {
+        self.signedOut = signedOut
+        tokensRevoked = result.tokensRevoked
+        browserSessionEnded = result.browserSessionEnded
+        notes = result.notes
+    }
+}
+
 /// `current-account --json`.
 struct CurrentAccountOutput: Encodable {
     var current: Account?

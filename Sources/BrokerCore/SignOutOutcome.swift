@@ -1,0 +1,16 @@
+/// What a sign-out managed to do at the provider. The sign-out itself (state and signal)
+/// has happened whatever this says.
+public struct SignOutOutcome: Sendable, Equatable {
+    /// Every refresh token was revoked (true too when there was none to revoke).
+    public var tokensRevoked = true
+    /// The provider's browser session was ended (only asked for with `signoutFromBrowser`).
+    public var browserSessionEnded = false
+    /// What could not be done, in words a person can act on.
+    public private(set) var notes: [String] = []
+
+    public init() {}
+
+    mutating func note(_ text: String) {
+        if !notes.contains(text) { notes.append(text) }
+    }
+}
