@@ -102,7 +102,7 @@ struct ConnectionTests {
             #expect(byMember == [.int32(42)])
             let introspected = try await client.call(destination: dest, path: testPath, interface: "", member: "Introspect")
             #expect(introspected.first?.string?.contains("org.example.Test") == true)
-            let (status, out) = try runTool("/usr/bin/busctl", ["--address=\(bus.address)", "call", dest, testPath, iface, "Add", "ii", "2", "3"])
+            let (status, out) = try await runTool("/usr/bin/busctl", ["--address=\(bus.address)", "call", dest, testPath, iface, "Add", "ii", "2", "3"])
             #expect(status == 0)
             #expect(out.contains("i 5"))
         }
@@ -185,14 +185,14 @@ struct ConnectionTests {
             #expect((machine.first?.string ?? "").count == 32)
 
             // External tools agree.
-            let (status, out) = try runTool("/usr/bin/gdbus", ["introspect", "--address", bus.address, "--dest", dest,
+            let (status, out) = try await runTool("/usr/bin/gdbus", ["introspect", "--address", bus.address, "--dest", dest,
                                                                "--object-path", testPath, "--xml"])
             #expect(status == 0)
             #expect(out.contains("org.example.Test"))
-            let (treeStatus, tree) = try runTool("/usr/bin/busctl", ["--address=\(bus.address)", "tree", dest, "--list"])
+            let (treeStatus, tree) = try await runTool("/usr/bin/busctl", ["--address=\(bus.address)", "tree", dest, "--list"])
             #expect(treeStatus == 0)
             #expect(tree.contains(testPath))
-            let (propStatus, prop) = try runTool("/usr/bin/busctl", ["--address=\(bus.address)", "get-property", dest, testPath, iface, "Name"])
+            let (propStatus, prop) = try await runTool("/usr/bin/busctl", ["--address=\(bus.address)", "get-property", dest, testPath, iface, "Name"])
             #expect(propStatus == 0)
             #expect(prop.contains("\"test object\""))
         }

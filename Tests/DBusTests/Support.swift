@@ -61,22 +61,9 @@ func withBus<R>(_ body: (TestBus) async throws -> R) async throws -> R {
 }
 
 /// Runs a command with a bounded wait and returns (status, stdout).
-func runTool(_ path: String, _ arguments: [String], timeout: TimeInterval = 10) throws -> (Int32, String) {
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: path)
-    process.arguments = arguments
-    let out = Pipe()
-    process.standardOutput = out
-    process.standardError = FileHandle.nullDevice
-    let done = DispatchSemaphore(value: 0)
-    process.terminationHandler = { _ in done.signal() }
-    try process.run()
-    let data = out.fileHandleForReading.readDataToEndOfFile()
-    if done.wait(timeout: .now() + timeout) == .timedOut {
-        kill(process.processIdentifier, SIGKILL)
-        throw DBusError.timeout("\(path) did not finish")
-    }
-    return (process.terminationStatus, String(decoding: data, as: UTF8.self))
+func runTool(_ path: String, _ arguments: [String], timeout: Duration = .seconds(10)) async throws -> (Int32, String) {
+    let result = try await runToolCapturing(path, arguments, timeout: timeout)
+    return (result.status, result.stdout)
 }
 
 /// Expects `body` to throw a DBusError named `name`; returns it.
@@ -153,4 +140,74 @@ final class TestObject: DBusObject, @unchecked Sendable {
     func setProperty(interface: String, name: String, value: DBusValue) async throws {
         lock.withLock { count = value.uint32 ?? count }
     }
+}
+
+/// Result of `runToolCapturing`.
+struct ToolResult: Sendable {
+    var status: Int32
+    var stdout: String
+    var stderr: String
+    var elapsed: Duration
+}
+
+/// Runs a command, capturing stdout and stderr; the process is killed (and
+/// `DBusError.timeout` thrown) when it has not finished within `timeout`.
+///
+/// The waiting happens on a dedicated thread: blocking a thread of Swift's cooperative
+/// pool (as small as the CPU count) could starve the tasks in which exported objects
+/// handle calls, so the tool's call would never be answered.
+func runToolCapturing(_ path: String, _ arguments: [String], timeout: Duration = .seconds(15)) async throws -> ToolResult {
+    try await onDedicatedThread { try runToolBlocking(path, arguments, timeout: timeout) }
+}
+
+/// Runs `body` on a new thread (not the cooperative pool) and returns its result.
+func onDedicatedThread<R: Sendable>(_ body: @escaping @Sendable () throws -> R) async throws -> R {
+    try await withCheckedThrowingContinuation { continuation in
+        Thread { continuation.resume(with: Result { try body() }) }.start()
+    }
+}
+
+private func runToolBlocking(_ path: String, _ arguments: [String], timeout: Duration) throws -> ToolResult {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: path)
+    process.arguments = arguments
+    let out = Pipe()
+    let err = Pipe()
+    process.standardOutput = out
+    process.standardError = err
+    process.standardInput = FileHandle.nullDevice
+    let done = DispatchSemaphore(value: 0)
+    process.terminationHandler = { _ in done.signal() }
+    let start = ContinuousClock.now
+    let deadline = start + timeout
+    try process.run()
+    // Read both pipes until EOF, bounded by the deadline.
+    var fds = [out.fileHandleForReading.fileDescriptor, err.fileHandleForReading.fileDescriptor]
+    var collected: [Int32: [UInt8]] = [fds[0]: [], fds[1]: []]
+    var buffer = [UInt8](repeating: 0, count: 4096)
+    while !fds.isEmpty {
+        let remaining = deadline - ContinuousClock.now
+        let ms = Int32(clamping: remaining.components.seconds * 1000 + remaining.components.attoseconds / 1_000_000_000_000_000)
+        var pfds = fds.map { pollfd(fd: $0, events: Int16(POLLIN), revents: 0) }
+        let rc = ms > 0 ? poll(&pfds, nfds_t(pfds.count), ms) : 0
+        if rc < 0 && errno == EINTR { continue }
+        guard rc > 0 else {
+            kill(process.processIdentifier, SIGKILL)
+            _ = done.wait(timeout: .now() + 5)
+            throw DBusError.timeout("\(path) did not finish within \(timeout)")
+        }
+        for pfd in pfds where pfd.revents != 0 {
+            let n = read(pfd.fd, &buffer, buffer.count)
+            if n > 0 { collected[pfd.fd, default: []] += buffer[0..<n] } else { fds.removeAll { $0 == pfd.fd } }
+        }
+    }
+    // Both pipes are closed: the process has exited or is about to.
+    if done.wait(timeout: .now() + 5) == .timedOut {
+        kill(process.processIdentifier, SIGKILL)
+        throw DBusError.timeout("\(path) closed its output but did not exit")
+    }
+    return ToolResult(status: process.terminationStatus,
+                      stdout: String(decoding: collected[out.fileHandleForReading.fileDescriptor] ?? [], as: UTF8.self),
+                      stderr: String(decoding: collected[err.fileHandleForReading.fileDescriptor] ?? [], as: UTF8.self),
+                      elapsed: ContinuousClock.now - start)
 }
