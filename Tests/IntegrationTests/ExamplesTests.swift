@@ -29,44 +29,68 @@ struct ExamplesTests {
         }
     }
 
-    @Test("the tutorial app, from a script: sign in, call Graph, signed out elsewhere, refresh")
-    func tutorialApp() throws {
+    @Test("the tutorial app, from a script: sign in, call Graph, signed out elsewhere, interactive fallback, email code")
+    func tutorialApp() async throws {
         let env = try BrokerEnvironment()
-        let app = try ScriptedProcess("tutorial-app", executable: Binaries.path("tutorial-app"), arguments: [
+        let app = try ChildProcess("tutorial-app", executable: Binaries.path("tutorial-app"), arguments: [
             "--client-id", "mail-app", "--address", env.bus.address,
-        ])
+        ], keepStdinOpen: true)
         try app.waitForLine { $0 == "current account: none" }
 
         var mark = app.mark
-        app.send("device")
+        try app.type("device")
         try app.waitForLine(after: mark) { $0 == "device mode: shared" }
 
         mark = app.mark
-        app.send("signin-password \(TestUsers.alice.username)")
-        app.send(TestUsers.alice.password)
+        try app.type("signin-password \(TestUsers.alice.username)")
+        try app.type(TestUsers.alice.password)
         try app.waitForLine(after: mark) { $0 == "signed in: \(TestUsers.alice.username)" || $0.hasPrefix("error") }
         #expect(app.stdoutLines.last == "signed in: \(TestUsers.alice.username)", "\(app.allOutput)")
 
         mark = app.mark
-        app.send("graph")
+        try app.type("graph")
         let graph = try app.waitForLine(after: mark) { $0.hasPrefix("graph:") || $0.hasPrefix("error") }
         #expect(graph == "graph: displayName=\(TestUsers.alice.name) userPrincipalName=\(TestUsers.alice.username)", "\(app.allOutput)")
 
         // Another app signs the device out; the tutorial app learns it on its next load.
         #expect(try env.brokerctl(["sign-out", "--client-id", "calendar-app"]).status == 0)
         mark = app.mark
-        app.send("refresh")
+        try app.type("refresh")
         try app.waitForLine(after: mark) { $0 == "account \(TestUsers.alice.username) has been signed out" }
         mark = app.mark
-        app.send("refresh")
+        try app.type("refresh")
         try app.waitForLine(after: mark) { $0 == "current account: none" }
 
-        // Calling Graph with nobody signed in goes the tutorial's way: interaction required, then interactive.
+        // Calling Graph with nobody signed in goes the tutorial's way: the browser, where the
+        // person signs in; then Graph.
         mark = app.mark
-        app.send("graph")
-        try app.waitForLine(after: mark) { $0.hasPrefix("interaction required") || $0.hasPrefix("error") }
+        try app.type("graph")
+        try app.waitForLine(after: mark) { $0.hasPrefix("nobody is signed in: signing in interactively") || $0.hasPrefix("error") }
+        try await env.browser.signIn(at: try env.browser.nextURL(), username: TestUsers.alice.username,
+                                     password: TestUsers.alice.password)
+        try app.waitForLine(after: mark) { $0 == "token acquired interactively for \(TestUsers.alice.username)" || $0.hasPrefix("error") }
+        let profile = try app.waitForLine(after: mark) { $0.hasPrefix("graph:") || $0.hasPrefix("error") }
+        #expect(profile.hasPrefix("graph: displayName=\(TestUsers.alice.name)"), "\(app.allOutput)")
 
-        app.send("quit")
+        // Sign-out on a shared device also ends the browser session.
+        mark = app.mark
+        try app.type("signout")
+        try app.waitForLine(after: mark) { $0.hasPrefix("signed out") || $0.hasPrefix("error") }
+        try await env.browser.visit(try env.browser.nextURL())
+        #expect(!env.browser.hasCookies(for: env.idp.baseURL))
+
+        // The email one-time code: a wrong code, then the right one.
+        mark = app.mark
+        try app.type("signin-code \(TestUsers.carol.username)")
+        try app.waitForLine(after: mark) { $0.hasPrefix("code sent to") || $0.hasPrefix("error") }
+        let code = try #require(try await env.latestCode(for: TestUsers.carol.username))
+        try app.type(ClientLibraryTests.wrongCode(than: code))
+        try app.waitForLine(after: mark) { $0 == "wrong code, try again" || $0.hasPrefix("error") }
+        try app.type(code)
+        let signedIn = try app.waitForLine(after: mark) { $0.hasPrefix("signed in:") || $0.hasPrefix("error") }
+        #expect(signedIn == "signed in: \(TestUsers.carol.username)", "\(app.allOutput)")
+
+        try app.type("quit")
         #expect(try app.finish() == 0)
     }
 

@@ -107,9 +107,18 @@ actor ViewController {
         }
     }
 
-    /// The tutorial's `callGraphAPI`: a token (silently, else interactively), then Graph.
+    /// The tutorial's `callGraphAPI`: load the current account; with nobody signed in, sign in
+    /// interactively; otherwise a token silently (interactively when that needs the user); then Graph.
     func callGraphAPI() async {
-        guard let token = await acquireTokenSilently() else { return }
+        await loadCurrentAccount()
+        let token: String?
+        if currentAccount == nil {
+            updateLogging(text: "nobody is signed in: signing in interactively")
+            token = await acquireTokenInteractively()
+        } else {
+            token = await acquireTokenSilently()
+        }
+        guard let token else { return }
         await getContentWithToken(authorizationHeader: token)
     }
 

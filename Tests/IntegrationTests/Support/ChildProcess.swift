@@ -63,6 +63,13 @@ final class ChildProcess: @unchecked Sendable {
     /// A write to a process that has exited fails instead of killing the test runner with SIGPIPE.
     private static let brokenPipesAreErrors: Void = { _ = Foundation.signal(SIGPIPE, SIG_IGN) }()
 
+    /// Ends standard input and waits for the exit, at most `timeout`; returns the status.
+    @discardableResult
+    func finish(timeout: Duration = .seconds(10)) throws -> Int32 {
+        closeStdin()
+        return try waitForExit(timeout: timeout)
+    }
+
     /// Ends the process's standard input (end of file).
     func closeStdin() {
         let handle = state.withLock { () -> FileHandle? in defer { input = nil }; return input }
@@ -94,15 +101,19 @@ final class ChildProcess: @unchecked Sendable {
         state.broadcast()
     }
 
+    /// How many lines standard output has so far: a mark for ``waitForLine(after:timeout:stderr:skipping:_:)``.
+    var mark: Int { state.withLock { stdout.count } }
+
     /// Waits until a line of standard output (or error) satisfies `matches`, at most `timeout`;
-    /// returns it. `skipping` passes over that many earlier matching lines (the second prompt, ...).
+    /// returns it. Only lines from `after` on count (a ``mark`` taken before sending a command);
+    /// `skipping` passes over that many earlier matching lines (the second prompt, ...).
     @discardableResult
-    func waitForLine(timeout: Duration = .seconds(30), stderr useStderr: Bool = false, skipping: Int = 0,
+    func waitForLine(after: Int = 0, timeout: Duration = .seconds(30), stderr useStderr: Bool = false, skipping: Int = 0,
                      _ matches: (String) -> Bool) throws -> String {
         let deadline = Date().addingTimeInterval(timeout.seconds)
         state.lock()
         defer { state.unlock() }
-        var seen = 0
+        var seen = min(after, useStderr ? stderr.count : stdout.count)
         var toSkip = skipping
         while true {
             let lines = useStderr ? stderr : stdout
