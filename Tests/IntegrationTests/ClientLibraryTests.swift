@@ -195,7 +195,7 @@ struct ClientLibraryTests {
             }
         }
         // The browser was opened: the flow is waiting in the broker. Nobody finishes it; the app gives up.
-        _ = try env.browser.nextURL()
+        _ = try await env.browser.nextURL()
         attempt.cancel()
         switch await attempt.value {
         case .success: Issue.record("the interactive sign-in succeeded without anyone signing in")

@@ -66,7 +66,7 @@ struct ExamplesTests {
         mark = app.mark
         try app.type("graph")
         try app.waitForLine(after: mark) { $0.hasPrefix("nobody is signed in: signing in interactively") || $0.hasPrefix("error") }
-        try await env.browser.signIn(at: try env.browser.nextURL(), username: TestUsers.alice.username,
+        try await env.browser.signIn(at: try await env.browser.nextURL(), username: TestUsers.alice.username,
                                      password: TestUsers.alice.password)
         try app.waitForLine(after: mark) { $0 == "token acquired interactively for \(TestUsers.alice.username)" || $0.hasPrefix("error") }
         let profile = try app.waitForLine(after: mark) { $0.hasPrefix("graph:") || $0.hasPrefix("error") }
@@ -76,7 +76,7 @@ struct ExamplesTests {
         mark = app.mark
         try app.type("signout")
         try app.waitForLine(after: mark) { $0.hasPrefix("signed out") || $0.hasPrefix("error") }
-        try await env.browser.visit(try env.browser.nextURL())
+        try await env.browser.visit(try await env.browser.nextURL())
         #expect(!env.browser.hasCookies(for: env.idp.baseURL))
 
         // The email one-time code: a wrong code, then the right one.

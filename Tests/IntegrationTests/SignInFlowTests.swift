@@ -120,7 +120,7 @@ struct SignInFlowTests {
 
         let ctl = try env.startBrokerctl(["sign-in", "--client-id", "mail-app", "--interactive", "--prompt", "login",
                                           "--username", alice.username, "--scope", "User.Read"])
-        let url = try env.browser.nextURL()
+        let url = try await env.browser.nextURL()
         #expect(try await env.browser.signIn(at: url, username: alice.username, password: alice.password) != .signInForm)
         #expect(try ctl.waitForExit(timeout: .seconds(20)) == 0, "\(ctl.allOutput)")
         let recovered = try env.brokerctl(["token", "--client-id", "mail-app", "--scope", "User.Read"])
@@ -194,7 +194,7 @@ struct SignInFlowTests {
     func interactiveSignIn() async throws {
         let env = try BrokerEnvironment()
         let ctl = try env.startBrokerctl(["sign-in", "--client-id", "mail-app", "--interactive", "--scope", "User.Read", "--json"])
-        let url = try env.browser.nextURL()
+        let url = try await env.browser.nextURL()
         let query = try #require(URLComponents(string: url)?.queryItems).reduce(into: [String: String]()) { $0[$1.name] = $1.value }
         #expect(url.hasPrefix(env.idp.authority + "/oauth2/v2.0/authorize?"))
         #expect(query["code_challenge_method"] == "S256")
@@ -221,25 +221,25 @@ struct SignInFlowTests {
         let env = try BrokerEnvironment()
         let interactive = ["sign-in", "--client-id", "mail-app", "--interactive"]
         let ctl = try env.startBrokerctl(interactive)
-        try await env.browser.signIn(at: try env.browser.nextURL(), username: alice.username, password: alice.password)
+        try await env.browser.signIn(at: try await env.browser.nextURL(), username: alice.username, password: alice.password)
         #expect(try ctl.waitForExit(timeout: .seconds(20)) == 0, "\(ctl.allOutput)")
 
         // A plain sign-out: the provider still knows the browser, so prompt=none signs in without a form.
         #expect(try env.brokerctl(["sign-out", "--client-id", "calendar-app"]).status == 0)
         #expect(env.browser.openedCount == 1)
         let silent = try env.startBrokerctl(interactive + ["--prompt", "none"])
-        #expect(try await env.browser.visit(try env.browser.nextURL()).outcome != .signInForm)
+        #expect(try await env.browser.visit(try await env.browser.nextURL()).outcome != .signInForm)
         #expect(try silent.waitForExit(timeout: .seconds(20)) == 0, "\(silent.allOutput)")
 
         // Sign-out from the browser opens the provider's end_session_endpoint, which ends the session.
         #expect(try env.brokerctl(["sign-out", "--client-id", "calendar-app", "--from-browser"]).status == 0)
-        let logout = try env.browser.nextURL()
+        let logout = try await env.browser.nextURL()
         #expect(logout.hasPrefix(env.idp.authority + "/oauth2/v2.0/logout?"))
         try await env.browser.visit(logout)
         #expect(!env.browser.hasCookies(for: env.idp.baseURL))
 
         let refused = try env.startBrokerctl(interactive + ["--prompt", "none"])
-        try await env.browser.visit(try env.browser.nextURL())
+        try await env.browser.visit(try await env.browser.nextURL())
         #expect(try refused.waitForExit(timeout: .seconds(20)) == 1)
         #expect(refused.stderrText.contains("io.shareddevice.Broker1.Error.InteractionRequired"), "\(refused.allOutput)")
         #expect(try env.brokerctl(["current-account", "--client-id", "mail-app", "--json"]).json()["current"] is NSNull)
@@ -249,7 +249,7 @@ struct SignInFlowTests {
     func interactiveTimeout() async throws {
         let env = try BrokerEnvironment(brokerArguments: ["--interactive-timeout", "1"])
         let ctl = try env.startBrokerctl(["sign-in", "--client-id", "mail-app", "--interactive"])
-        _ = try env.browser.nextURL()
+        _ = try await env.browser.nextURL()
         #expect(try ctl.waitForExit(timeout: .seconds(15)) == 1)
         #expect(ctl.stderrText.contains("io.shareddevice.Broker1.Error.Cancelled"), "\(ctl.allOutput)")
         // The flow is gone, and another sign-in works.
@@ -294,6 +294,6 @@ struct PlainProviderTests {
         #expect(result["tokensRevoked"] as? Bool == true)
         #expect(result["browserSessionEnded"] as? Bool == true)
         #expect((result["notes"] as? [String])?.isEmpty == true)
-        #expect(try env.browser.nextURL().hasPrefix(env.idp.authority + "/oauth2/v2.0/logout?"))
+        #expect(try await env.browser.nextURL().hasPrefix(env.idp.authority + "/oauth2/v2.0/logout?"))
     }
 }

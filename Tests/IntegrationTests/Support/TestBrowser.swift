@@ -60,8 +60,13 @@ final class TestBrowser: @unchecked Sendable {
         close(descriptor)
     }
 
-    /// The next URL brokerd opened, waiting at most `timeout`.
-    func nextURL(timeout: Duration = .seconds(20)) throws -> String {
+    /// The next URL brokerd opened, waiting at most `timeout` (on a thread of its own: the wait
+    /// may be for work of this very test process, which needs the shared pool's few threads).
+    func nextURL(timeout: Duration = .seconds(20)) async throws -> String {
+        try await offThePool { try self.waitForURL(timeout: timeout) }
+    }
+
+    private func waitForURL(timeout: Duration) throws -> String {
         let deadline = Date().addingTimeInterval(timeout.seconds)
         state.lock()
         defer { state.unlock() }
