@@ -172,11 +172,16 @@ final class BrokerEnvironment: @unchecked Sendable {
                       + scopes.flatMap { ["--scope", $0] }, stdin: user.password + "\n")
     }
 
-    /// Runs `gdbus call` against the broker on the private bus (a client that is not ours).
+    /// Runs `gdbus call` of a broker method on the private bus (a client that is not ours).
     func gdbusCall(_ method: String, _ arguments: [String]) throws -> CommandResult {
+        try gdbusCallInterface("io.shareddevice.Broker1.\(method)", arguments)
+    }
+
+    /// Runs `gdbus call` of `interface.Method` on the broker's object (Properties, Introspectable, ...).
+    func gdbusCallInterface(_ method: String, _ arguments: [String]) throws -> CommandResult {
         let process = try ChildProcess("gdbus", executable: "/usr/bin/gdbus", arguments: [
             "call", "--address", bus.address, "--dest", "io.shareddevice.Broker1",
-            "--object-path", "/io/shareddevice/Broker1", "--method", "io.shareddevice.Broker1.\(method)",
+            "--object-path", "/io/shareddevice/Broker1", "--method", method,
         ] + arguments)
         let status = try process.waitForExit(timeout: .seconds(20))
         return CommandResult(status: status, stdout: process.stdoutText, stderr: process.stderrText)

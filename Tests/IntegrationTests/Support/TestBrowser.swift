@@ -14,6 +14,10 @@ final class TestBrowser: @unchecked Sendable {
     private var taken = 0
     /// Cookies by origin (scheme, host and port): the provider's and the broker's listener are apart.
     private var cookies: [String: [String: String]] = [:]
+    private var visited: [String] = []
+
+    /// Every URL the browser loaded, redirects included (authorization codes travel in them).
+    var visitedURLs: [String] { state.withLock { visited } }
 
     init(in directory: TemporaryDirectory) throws {
         fifo = directory.path + "/browser.fifo"
@@ -93,6 +97,7 @@ final class TestBrowser: @unchecked Sendable {
     func visit(_ url: String) async throws -> (outcome: Outcome, lastURL: String, body: String) {
         var next = url
         for _ in 0..<10 {
+            state.withLock { visited.append(next) }
             let response = try await HTTPClient.shared.send(.get(next, headers: cookieHeader(for: next)))
             remember(response, from: next)
             if (300..<400).contains(response.status), let location = response.header("Location") {
