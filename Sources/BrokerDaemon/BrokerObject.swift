@@ -13,11 +13,13 @@ final class BrokerObject: DBusObject {
     private let logger: Logger
     /// The properties, cached so that Get/GetAll never wait for the broker actor.
     private let properties: PropertyCache
+    private let callers: CallerPolicy
 
-    init(broker: Broker, logger: Logger, properties: PropertyCache) {
+    init(broker: Broker, logger: Logger, properties: PropertyCache, callers: CallerPolicy) {
         self.broker = broker
         self.logger = logger
         self.properties = properties
+        self.callers = callers
     }
 
     func propertyValues(interface: String) -> [String: DBusValue] {
@@ -26,11 +28,23 @@ final class BrokerObject: DBusObject {
 
     func handleMethodCall(_ call: DBusMethodCall) async throws -> [DBusValue] {
         do {
+            try await callers.authorize(sender: call.sender, clientId: Self.clientId(of: call))
             return try await dispatch(call)
         } catch {
             logger.debug("call refused", metadata: ["method": "\(call.member)", "sender": "\(call.sender)",
                                                     "error": "\(error.code.rawValue)"])
             throw BusMarshalling.error(error)
+        }
+    }
+
+    /// The clientId a call acts for: the first argument of every method that takes one.
+    private static func clientId(of call: DBusMethodCall) -> String? {
+        switch call.member {
+        case "GetCurrentAccount", "SignInWithPassword", "AcquireTokenSilent", "GetAccounts", "SignOut", "StartSignIn",
+             "AcquireTokenInteractive":
+            return call.arguments.first?.string
+        default:
+            return nil
         }
     }
 

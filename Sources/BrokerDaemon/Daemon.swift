@@ -91,8 +91,10 @@ public enum Daemon {
                     logger.error("could not emit AccountChanged", metadata: ["error": "\(error)"])
                 }
             })
-        connection.export(BrokerObject(broker: broker, logger: logger, properties: properties), at: BrokerNames.objectPath)
-        let departures = try await watchDepartures(connection, broker: broker)
+        let callers = CallerPolicy(connection: connection, allowedExecutables: options.configuration.allowedExecutables(), logger: logger)
+        connection.export(BrokerObject(broker: broker, logger: logger, properties: properties, callers: callers),
+                          at: BrokerNames.objectPath)
+        let departures = try await watchDepartures(connection, broker: broker, callers: callers)
         defer { departures.cancel() }
 
         // Catch SIGTERM/SIGINT before anyone can know we are here.
@@ -115,8 +117,8 @@ public enum Daemon {
         return 0
     }
 
-    /// Sign-ins belong to the connection that started them: when it leaves the bus, they go.
-    static func watchDepartures(_ connection: DBusConnection, broker: Broker) async throws(DaemonError) -> Task<Void, Never> {
+    /// Sign-ins and what the broker knows of a caller belong to its connection: when it leaves the bus, they go.
+    static func watchDepartures(_ connection: DBusConnection, broker: Broker, callers: CallerPolicy) async throws(DaemonError) -> Task<Void, Never> {
         let changes: AsyncStream<DBusSignal>
         do {
             changes = try await connection.signals(matching: DBusMatchRule(
@@ -129,6 +131,7 @@ public enum Daemon {
             for await change in changes {
                 guard change.arguments.count == 3, let name = change.arguments[0].string, name.hasPrefix(":"),
                       change.arguments[2].string == "" else { continue }
+                callers.forget(name)
                 await broker.callerLeft(name)
             }
         }

@@ -32,6 +32,11 @@ struct Brokerd: AsyncParsableCommand {
     @Option(help: "A JSON configuration file (device mode, authority, tenant, allowed clients). Flags win over it.")
     var config: String?
 
+    @Option(help: ArgumentHelp(
+        "An administrator's configuration to use when \(DaemonConfigurationFile.administratorPath) does not exist (it must belong to root).",
+        discussion: "The administrator's file wins over --config and over the flags: its device mode is the device's."))
+    var adminConfig: String?
+
     @Option(help: "The bus address to serve on, instead of DBUS_SESSION_BUS_ADDRESS.")
     var address: String?
 
@@ -50,13 +55,22 @@ struct Brokerd: AsyncParsableCommand {
         }
         let logger = Logger(label: "brokerd")
         do {
-            let file = try config.map { path throws(DaemonError) in try DaemonConfigurationFile.load(path: path) }
+            let user = try config.map { path throws(DaemonError) in try DaemonConfigurationFile.load(path: path) }
                 ?? DaemonConfigurationFile()
-            guard let authority = authority ?? file.authority else {
+            let administrator = try DaemonConfigurationFile.loadAdministrator(fallback: adminConfig)
+            let file = user.overridden(by: administrator)
+            if let fixed = administrator?.deviceMode, let asked = deviceMode, asked != fixed {
+                logger.warning("the administrator's configuration sets the device mode; --device-mode is ignored",
+                               metadata: ["administrator": "\(fixed.rawValue)", "asked": "\(asked.rawValue)"])
+            }
+            if administrator?.authority != nil, authority != nil {
+                logger.warning("the administrator's configuration sets the authority; --authority is ignored")
+            }
+            guard let authority = administrator?.authority ?? authority ?? file.authority else {
                 throw ValidationError("give the provider with --authority URL (or \"authority\" in --config)")
             }
             let options = DaemonOptions(
-                deviceMode: deviceMode ?? file.deviceMode ?? .shared, authority: authority,
+                deviceMode: administrator?.deviceMode ?? deviceMode ?? file.deviceMode ?? .shared, authority: authority,
                 stateDirectory: stateDir ?? DaemonOptions.defaultStateDirectory(), configuration: file,
                 busAddress: address, interactiveTimeout: .seconds(max(1, interactiveTimeout)))
             let status = try await Daemon.run(options, logger: logger)

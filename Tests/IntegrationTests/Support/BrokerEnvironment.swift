@@ -33,9 +33,11 @@ final class PrivateBus: @unchecked Sendable {
     let address: String
     private let daemon: ChildProcess
 
-    init() throws {
+    /// A `--session` bus, or one run with the configuration file `configFile`.
+    init(configFile: String? = nil) throws {
         daemon = try ChildProcess("dbus-daemon", executable: "/usr/bin/dbus-daemon",
-                                  arguments: ["--session", "--nofork", "--nopidfile", "--print-address=1"])
+                                  arguments: [configFile.map { "--config-file=\($0)" } ?? "--session",
+                                              "--nofork", "--nopidfile", "--print-address=1"])
         address = try daemon.waitForLine(timeout: .seconds(10)) { $0.contains("unix:") || $0.contains("tcp:") }
             .trimmingCharacters(in: .whitespaces)
     }
@@ -98,11 +100,13 @@ final class BrokerEnvironment: @unchecked Sendable {
     let stateDirectory: String
     let mode: String
 
-    init(mode: String = "shared", brokerArguments: [String] = [], idpArguments: [String] = []) throws {
-        directory = try TemporaryDirectory()
+    /// `busConfig`, when given, is the text of the private bus's configuration file.
+    init(mode: String = "shared", brokerArguments: [String] = [], idpArguments: [String] = [], busConfig: String? = nil) throws {
+        let directory = try TemporaryDirectory()
+        self.directory = directory
         stateDirectory = directory.path + "/state"
         self.mode = mode
-        bus = try PrivateBus()
+        bus = try PrivateBus(configFile: try busConfig.map { try directory.write("bus.conf", $0) })
         idp = try IdpSim(in: directory, extraArguments: idpArguments)
         browser = try TestBrowser(in: directory)
         brokerd = try Brokerd(bus: bus, authority: idp.authority, stateDirectory: stateDirectory, mode: mode,

@@ -1,0 +1,94 @@
+import Foundation
+import Testing
+
+/// Who may call the broker: its own user only, and, for a clientId the configuration binds to
+/// executables, only those programs. And the administrator's device mode wins.
+@Suite("Callers and the administrator's configuration")
+struct CallerPolicyTests {
+    static var isRoot: Bool { getuid() == 0 }
+
+    @Test("a clientId bound to executables serves those programs only; other clientIds serve anyone")
+    func executableBinding() throws {
+        let directory = try TemporaryDirectory()
+        let config = try directory.write("brokerd.json", """
+            {"clients": [{"clientId": "mail-app", "allowedExecutables": ["\(Binaries.path("brokerctl"))"]},
+                         {"clientId": "calendar-app"}]}
+            """)
+        let env = try BrokerEnvironment(brokerArguments: ["--config", config])
+        #expect(try env.signIn(TestUsers.alice, client: "mail-app").status == 0)
+        #expect(try env.brokerctl(["current-account", "--client-id", "mail-app"]).stdout.contains(TestUsers.alice.username))
+
+        let stranger = try env.gdbusCall("GetCurrentAccount", ["mail-app"])
+        #expect(stranger.status != 0)
+        #expect(stranger.stderr.contains("io.shareddevice.Broker1.Error.AccessDenied"), "\(stranger.stderr)")
+        #expect(stranger.stderr.contains("gdbus"), "the refusal names the caller's program: \(stranger.stderr)")
+        let signOut = try env.gdbusCall("SignOut", ["mail-app", "", "{}"])
+        #expect(signOut.stderr.contains("io.shareddevice.Broker1.Error.AccessDenied"), "\(signOut.stderr)")
+
+        // An unbound clientId serves gdbus; the device is still signed in.
+        let other = try env.gdbusCall("GetCurrentAccount", ["calendar-app"])
+        #expect(other.status == 0, "\(other.stderr)")
+        #expect(other.stdout.contains(TestUsers.alice.username))
+    }
+
+    @Test("a caller of another user is refused with AccessDenied, on a bus that lets it connect",
+          .enabled(if: isRoot, "needs root to run a client as another user"))
+    func otherUserRefused() throws {
+        // A bus that admits every user (a session bus admits only its own): the broker's own check must hold.
+        let env = try BrokerEnvironment(busConfig: """
+            <!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
+             "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+            <busconfig>
+              <type>session</type>
+              <listen>unix:tmpdir=/tmp</listen>
+              <auth>EXTERNAL</auth>
+              <policy context="default">
+                <allow user="*"/>
+                <allow send_destination="*" eavesdrop="true"/>
+                <allow eavesdrop="true"/>
+                <allow own="*"/>
+              </policy>
+            </busconfig>
+            """)
+        #expect(try env.signIn(TestUsers.alice, client: "mail-app").status == 0)
+        for method in [["GetCurrentAccount", "string:mail-app"], ["GetDeviceInformation"],
+                       ["GetAccounts", "string:mail-app"]] {
+            let call = try ChildProcess("dbus-send as nobody", executable: "/usr/bin/setpriv", arguments: [
+                "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/dbus-send", "--bus=\(env.bus.address)",
+                "--print-reply", "--reply-timeout=5000", "--dest=io.shareddevice.Broker1", "/io/shareddevice/Broker1",
+                "io.shareddevice.Broker1.\(method[0])"] + method.dropFirst())
+            #expect(try call.waitForExit(timeout: .seconds(10)) != 0, "\(method[0])")
+            #expect(call.stderrText.contains("io.shareddevice.Broker1.Error.AccessDenied"), "\(method[0]): \(call.stderrText)")
+        }
+        // Nothing changed, and the broker's own user is still served.
+        #expect(try env.brokerctl(["current-account", "--client-id", "mail-app"]).stdout.contains(TestUsers.alice.username))
+    }
+
+    @Test("the administrator's configuration sets the device mode over --config and --device-mode",
+          .enabled(if: isRoot, "needs root to make a root-owned file that is not the real /etc one"))
+    func administratorWins() throws {
+        let directory = try TemporaryDirectory()
+        let admin = try directory.write("admin.conf", #"{"deviceMode": "default"}"#)
+        chmod(admin, 0o644)
+        let user = try directory.write("user.json", #"{"deviceMode": "shared"}"#)
+        let env = try BrokerEnvironment(mode: "shared", brokerArguments: ["--config", user, "--admin-config", admin])
+        let info = try env.brokerctl(["device-info", "--json"]).json()
+        #expect(info["deviceMode"] as? String == "default")
+        #expect(env.brokerd.process.stderrText.contains("the administrator's configuration sets the device mode"))
+
+        // A file someone else could have written is no administrator's: brokerd refuses to start.
+        chown(admin, 65534, 65534)
+        let refused = try ChildProcess("brokerd", executable: Binaries.path("brokerd"), arguments: [
+            "--address", env.bus.address, "--authority", env.idp.authority, "--state-dir", directory.path + "/state2",
+            "--admin-config", admin])
+        #expect(try refused.waitForExit(timeout: .seconds(10)) == 1)
+        #expect(refused.stderrText.contains("must belong to root and be writable by nobody else"), "\(refused.stderrText)")
+        chown(admin, 0, 0)
+        chmod(admin, 0o666)
+        let writable = try ChildProcess("brokerd", executable: Binaries.path("brokerd"), arguments: [
+            "--address", env.bus.address, "--authority", env.idp.authority, "--state-dir", directory.path + "/state3",
+            "--admin-config", admin])
+        #expect(try writable.waitForExit(timeout: .seconds(10)) == 1)
+        #expect(writable.stderrText.contains("mode 666"), "\(writable.stderrText)")
+    }
+}
