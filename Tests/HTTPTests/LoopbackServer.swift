@@ -58,6 +58,19 @@ final class LoopbackServer: Sendable {
         var connections = 0
         var clientsGoneDuringDelay = 0
         var stopped = false
+        var waiters: [UInt64: Waiter] = [:]
+        var nextWaiter: UInt64 = 0
+    }
+
+    /// What ``wait(within:until:)`` conditions look at.
+    struct Observed: Sendable {
+        var received: [ReceivedRequest]
+        var clientsGoneDuringDelay: Int
+    }
+
+    private struct Waiter: Sendable {
+        let condition: @Sendable (Observed) -> Bool
+        let continuation: CheckedContinuation<Bool, Never>
     }
 
     static let maxConnections = 128
@@ -94,6 +107,39 @@ final class LoopbackServer: Sendable {
         self.listener = fd
         self.handler = handler
         spawn { [self] in acceptLoop() }
+    }
+
+    /// Suspends until `condition` holds for what the server has seen (true) or `limit` passes (false).
+    /// Resumed from the server's own threads or a timer thread, never by polling with `Task.sleep`,
+    /// so it also works for a task on ``DedicatedThreadExecutor`` while the global pool is stalled.
+    func wait(within limit: Duration, until condition: @escaping @Sendable (Observed) -> Bool) async -> Bool {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
+            let id: UInt64? = state.withLock { state in
+                if condition(Observed(received: state.received, clientsGoneDuringDelay: state.clientsGoneDuringDelay)) { return nil }
+                state.nextWaiter += 1
+                state.waiters[state.nextWaiter] = Waiter(condition: condition, continuation: continuation)
+                return state.nextWaiter
+            }
+            guard let id else {
+                continuation.resume(returning: true)
+                return
+            }
+            afterDelay(limit) { [state] in
+                state.withLock { $0.waiters.removeValue(forKey: id) }?.continuation.resume(returning: false)
+            }
+        }
+    }
+
+    /// Applies `change` to the state and resumes the waiters whose condition now holds.
+    private func update(_ change: (inout State) -> Void) {
+        let satisfied: [Waiter] = state.withLock { state in
+            change(&state)
+            let observed = Observed(received: state.received, clientsGoneDuringDelay: state.clientsGoneDuringDelay)
+            let ready = state.waiters.filter { $0.value.condition(observed) }
+            for id in ready.keys { state.waiters[id] = nil }
+            return Array(ready.values)
+        }
+        for waiter in satisfied { waiter.continuation.resume(returning: true) }
     }
 
     /// Stops accepting; connections in progress finish on their own.
@@ -136,7 +182,7 @@ final class LoopbackServer: Sendable {
         var timeout = timeval(tv_sec: 10, tv_usec: 0)
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
         guard let request = readRequest(fd) else { return }
-        state.withLock { $0.received.append(request) }
+        update { $0.received.append(request) }
         switch handler(request) {
         case .close:
             return
@@ -151,7 +197,7 @@ final class LoopbackServer: Sendable {
             }
         case .respond(let status, let headers, let body, let delay):
             if delay > .zero, clientLeft(fd, within: delay) {
-                state.withLock { $0.clientsGoneDuringDelay += 1 }
+                update { $0.clientsGoneDuringDelay += 1 }
                 return
             }
             var head = "HTTP/1.1 \(status) \(reason(status))\r\n"

@@ -77,8 +77,10 @@ final class IdpSimServer: Sendable {
 
         let line = Mutex<String?>(nil)
         let handle = stdout.fileHandleForReading
-        // Drains stdout on a Dispatch thread for the life of the process.
-        DispatchQueue.global().async {
+        // Drains stdout on a thread of its own for the life of the process: a blocking read on a
+        // Dispatch worker would take a thread from the pool Swift's tasks run on (libdispatch adds
+        // about one worker a second), stalling every test in the process.
+        Thread {
             var buffer = Data()
             while true {
                 let chunk = handle.availableData
@@ -89,7 +91,7 @@ final class IdpSimServer: Sendable {
                     line.withLock { if $0 == nil { $0 = String(found) } }
                 }
             }
-        }
+        }.start()
         let deadline = Date().addingTimeInterval(timeout)
         while Date() < deadline {
             if let announced = line.withLock({ $0 }) {
