@@ -44,8 +44,8 @@ struct ExamplesTests {
         mark = app.mark
         try app.type("signin-password \(TestUsers.alice.username)")
         try app.type(TestUsers.alice.password)
-        try app.waitForLine(after: mark) { $0 == "signed in: \(TestUsers.alice.username)" || $0.hasPrefix("error") }
-        #expect(app.stdoutLines.last == "signed in: \(TestUsers.alice.username)", "\(app.allOutput)")
+        let signedInLine = try app.waitForLine(after: mark) { $0 == "signed in: \(TestUsers.alice.username)" || $0.hasPrefix("error") }
+        #expect(signedInLine == "signed in: \(TestUsers.alice.username)", "\(app.allOutput)")
 
         mark = app.mark
         try app.type("graph")

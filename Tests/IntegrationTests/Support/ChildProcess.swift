@@ -10,7 +10,20 @@ final class ChildProcess: @unchecked Sendable {
     private var stdout: [String] = []
     private var stderr: [String] = []
     private var partial = ["", ""]
-    private var exited = false
+    /// The process has ended.
+    private var terminated = false
+    /// Each output stream has reached its end (every writer, grandchildren too, closed it).
+    private var ended = [false, false]
+    /// When the process ended; its output is awaited a little longer, for what is still in the pipes.
+    private var terminatedAt: Date?
+    /// The process has ended and its output is in (or stopped coming a second after the end:
+    /// a grandchild may hold the pipes open).
+    private var exited: Bool {
+        guard terminated else { return false }
+        if ended[0] && ended[1] { return true }
+        if terminatedAt == nil { terminatedAt = Date() }
+        return Date().timeIntervalSince(terminatedAt ?? Date()) > 1
+    }
     /// Standard input, while the test keeps it open to type into.
     private var input: FileHandle?
 
@@ -30,21 +43,34 @@ final class ChildProcess: @unchecked Sendable {
         process.standardOutput = outPipe
         process.standardError = errPipe
         process.standardInput = inPipe
-        outPipe.fileHandleForReading.readabilityHandler = { [weak self] handle in self?.take(handle.availableData, stream: 0) }
-        errPipe.fileHandleForReading.readabilityHandler = { [weak self] handle in self?.take(handle.availableData, stream: 1) }
         process.terminationHandler = { [weak self] _ in
             guard let self else { return }
-            // Collect what is still in the pipes before announcing the exit.
-            self.take(outPipe.fileHandleForReading.readDataToEndOfFile(), stream: 0)
-            self.take(errPipe.fileHandleForReading.readDataToEndOfFile(), stream: 1)
-            outPipe.fileHandleForReading.readabilityHandler = nil
-            errPipe.fileHandleForReading.readabilityHandler = nil
-            self.state.lock()
-            self.exited = true
-            self.state.broadcast()
-            self.state.unlock()
+            self.state.withLock {
+                self.terminated = true
+                self.state.broadcast()
+            }
         }
         try process.run()
+        // Output is read on threads of their own with plain blocking reads: Foundation's
+        // readabilityHandler can crash libdispatch when a pipe is torn down while a handler runs,
+        // and a wait on a Dispatch worker would take a thread from the pool tests run on.
+        for (stream, pipe) in [(0, outPipe), (1, errPipe)] {
+            Thread { [weak self] in
+                let descriptor = pipe.fileHandleForReading.fileDescriptor
+                var buffer = [UInt8](repeating: 0, count: 65536)
+                while true {
+                    let count = buffer.withUnsafeMutableBytes { Glibc.read(descriptor, $0.baseAddress, $0.count) }
+                    if count < 0 && errno == EINTR { continue }
+                    guard count > 0, let self else { break }
+                    self.take(Data(buffer[..<count]), stream: stream)
+                }
+                self?.state.withLock {
+                    self?.ended[stream] = true
+                    self?.state.broadcast()
+                }
+                withExtendedLifetime(pipe) {}
+            }.start()
+        }
         if let stdin { inPipe.fileHandleForWriting.write(Data(stdin.utf8)) }
         if keepStdinOpen {
             input = inPipe.fileHandleForWriting
@@ -125,10 +151,17 @@ final class ChildProcess: @unchecked Sendable {
             if exited {
                 throw ProcessFailure("\(name) exited (status \(process.terminationStatus)) without the expected line; output:\n\(stdout.joined(separator: "\n"))\n\(stderr.joined(separator: "\n"))")
             }
-            if !state.wait(until: deadline) {
+            if !waitForChange(until: deadline) {
                 throw ProcessFailure("\(name) did not print the expected line within \(timeout); output:\n\(stdout.joined(separator: "\n"))\n\(stderr.joined(separator: "\n"))")
             }
         }
+    }
+
+    /// Waits (lock held) for news from the readers or the exit; false once `deadline` has passed.
+    /// After the exit, wakes every 100 ms: the output's end may never be announced.
+    private func waitForChange(until deadline: Date) -> Bool {
+        let step = terminated ? min(deadline, Date().addingTimeInterval(0.1)) : deadline
+        return state.wait(until: step) || Date() < deadline
     }
 
     /// Waits for the process to exit, at most `timeout`; returns its status.
@@ -138,7 +171,7 @@ final class ChildProcess: @unchecked Sendable {
         state.lock()
         defer { state.unlock() }
         while !exited {
-            if !state.wait(until: deadline) {
+            if !waitForChange(until: deadline) {
                 throw ProcessFailure("\(name) did not exit within \(timeout); output:\n\(stdout.joined(separator: "\n"))\n\(stderr.joined(separator: "\n"))")
             }
         }
