@@ -227,8 +227,11 @@ public actor Broker {
     }
 
     private func cachedToken(clientId: String, scopes: Scopes) -> CachedAccessToken? {
-        guard let cached = state.clients[clientId]?.accessTokens[scopes.joined],
-              cached.expiresOn - clock.now() > configuration.expiryMarginSeconds
+        // Overflow-safe: a stored expiry may be anything a damaged or hostile state file held.
+        let (lifeLeft, overflowed) = (state.clients[clientId]?.accessTokens[scopes.joined]?.expiresOn ?? .min)
+            .subtractingReportingOverflow(clock.now())
+        guard let cached = state.clients[clientId]?.accessTokens[scopes.joined], !overflowed,
+              lifeLeft > configuration.expiryMarginSeconds
         else { return nil }
         return cached
     }
@@ -265,16 +268,24 @@ public actor Broker {
             onAccountChange(AccountChange(current: nil, previous: account, reason: .signedOut))
         }
         var outcome = SignOutOutcome()
-        for (id, token) in revoke {
-            do {
-                if try await provider.revoke(clientId: id, refreshToken: token) == .notOffered {
-                    outcome.tokensRevoked = false
-                    outcome.note("the provider offers no token revocation; refresh tokens expire on their own")
+        // Every app's refresh token at once: the sign-out answers within one provider call's bound.
+        let provider = self.provider
+        let problems = await withTaskGroup(of: String?.self) { group in
+            for (id, token) in revoke {
+                group.addTask {
+                    do {
+                        let done = try await provider.revoke(clientId: id, refreshToken: token)
+                        return done == .notOffered ? "the provider offers no token revocation; refresh tokens expire on their own" : nil
+                    } catch {
+                        return "a refresh token could not be revoked at the provider: \(Self.describe(error))"
+                    }
                 }
-            } catch {
-                outcome.tokensRevoked = false
-                outcome.note("a refresh token could not be revoked at the provider: \(Self.describe(error))")
             }
+            return await group.reduce(into: [String]()) { problems, problem in if let problem { problems.append(problem) } }
+        }
+        for problem in problems {
+            outcome.tokensRevoked = false
+            outcome.note(problem)
         }
         if fromBrowser {
             do {

@@ -184,9 +184,11 @@ final class Transfer {
         case CURLE_COULDNT_RESOLVE_PROXY, CURLE_COULDNT_CONNECT:
             return .couldNotConnect(detail)
         case CURLE_OPERATION_TIMEDOUT:
-            var connectMicros: curl_off_t = 0
+            // A reused connection reports no connect time; the pre-transfer time says the request went out.
+            var connectMicros: curl_off_t = 0, pretransferMicros: curl_off_t = 0
             _ = ccurl_easy_getinfo_off_t(easy, CURLINFO_CONNECT_TIME_T, &connectMicros)
-            let connected = connectMicros > 0
+            _ = ccurl_easy_getinfo_off_t(easy, CURLINFO_PRETRANSFER_TIME_T, &pretransferMicros)
+            let connected = connectMicros > 0 || pretransferMicros > 0
             return .timedOut(connected || request.timeout < request.connectTimeout ? request.timeout : request.connectTimeout)
         case CURLE_SSL_CONNECT_ERROR, CURLE_PEER_FAILED_VERIFICATION, CURLE_SSL_CERTPROBLEM,
              CURLE_SSL_CIPHER, CURLE_SSL_CACERT_BADFILE, CURLE_SSL_ENGINE_NOTFOUND,
