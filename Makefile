@@ -5,7 +5,7 @@ SWIFT        ?= swift
 PREFIX       ?= /usr/local
 CONFIG       ?= debug
 BIN_DIR       = $(shell $(SWIFT) build -c $(CONFIG) --show-bin-path 2>/dev/null)
-APT_PACKAGES  = libdbus-1-dev libcurl4-openssl-dev pkg-config dbus python3 python3-dbus python3-gi
+APT_PACKAGES  = libdbus-1-dev libcurl4-openssl-dev pkg-config dbus python3 python3-dbus python3-gi gnome-keyring
 SUDO          = $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: all deps build demo test contract check-contract install clean bench bench-smoke
@@ -15,7 +15,8 @@ all: build
 ## deps: install the system libraries the project builds on, when missing.
 deps:
 	@if ! pkg-config --exists dbus-1 libcurl 2>/dev/null || ! command -v dbus-daemon >/dev/null \
-		|| ! python3 -c 'import dbus, gi' 2>/dev/null; then \
+		|| ! command -v gnome-keyring-daemon >/dev/null \
+		|| ! /usr/bin/python3 -c 'import dbus, gi' 2>/dev/null; then \
 		echo "Installing $(APT_PACKAGES) ..."; \
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES); \
@@ -42,14 +43,28 @@ contract:
 check-contract:
 	python3 scripts/generate-contract.py --check
 
-## install: the binaries, under PREFIX (default /usr/local).
-install:
+## install: the binaries, the D-Bus interface, the D-Bus activation file and the systemd user unit,
+## under PREFIX (default /usr/local); DESTDIR stages them elsewhere (packaging).
+install: install-data
 	$(SWIFT) build -c release
 	install -d $(DESTDIR)$(PREFIX)/bin
 	install -m 0755 $$($(SWIFT) build -c release --show-bin-path)/brokerd $(DESTDIR)$(PREFIX)/bin/brokerd
 	install -m 0755 $$($(SWIFT) build -c release --show-bin-path)/brokerctl $(DESTDIR)$(PREFIX)/bin/brokerctl
-	install -d $(DESTDIR)$(PREFIX)/share/dbus-1/interfaces
+
+## install-data: only the data files, without building: the interface XML, and the activation file
+## and user unit made from their templates (dbus/*.service.in, systemd/*.service.in) with @PREFIX@
+## replaced, so that Exec= and ExecStart= name $(PREFIX)/bin/brokerd.
+.PHONY: install-data
+install-data:
+	install -d $(DESTDIR)$(PREFIX)/share/dbus-1/interfaces $(DESTDIR)$(PREFIX)/share/dbus-1/services \
+		$(DESTDIR)$(PREFIX)/lib/systemd/user
 	install -m 0644 dbus/io.shareddevice.Broker1.xml $(DESTDIR)$(PREFIX)/share/dbus-1/interfaces/
+	sed -e 's|@PREFIX@|$(PREFIX)|g' dbus/io.shareddevice.Broker1.service.in \
+		> $(DESTDIR)$(PREFIX)/share/dbus-1/services/io.shareddevice.Broker1.service
+	chmod 0644 $(DESTDIR)$(PREFIX)/share/dbus-1/services/io.shareddevice.Broker1.service
+	sed -e 's|@PREFIX@|$(PREFIX)|g' systemd/shared-device-broker.service.in \
+		> $(DESTDIR)$(PREFIX)/lib/systemd/user/shared-device-broker.service
+	chmod 0644 $(DESTDIR)$(PREFIX)/lib/systemd/user/shared-device-broker.service
 
 ## bench: brokerd against a hand-written C libdbus service, side by side (a few minutes);
 ## BENCH_ARGS=--pin runs the services under taskset -c 0. Results: benchmarks/results/, BENCHMARKS.md.
@@ -69,3 +84,16 @@ bench-smoke: deps
 
 clean:
 	rm -rf .build
+
+## fuzz: coverage-guided fuzzing (libFuzzer, swiftc -sanitize=fuzzer) of every parser of outside data:
+## provider JSON, token responses, ID tokens, JWKS, discovery documents, the state file and the browser's
+## redirect to the loopback listener, FUZZ_SECONDS (default 60) each. Not part of `make test`; see
+## fuzz/README.md and docs/reliability.md ("Fuzzing").
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS ?= json token jwt jwks discovery statefile redirect
+.PHONY: fuzz
+fuzz: deps
+	SWIFT=$(SWIFT) bash fuzz/build.sh $(FUZZ_TARGETS)
+	@status=0; for target in $(FUZZ_TARGETS); do \
+		FUZZ_SKIP_BUILD=1 bash fuzz/run.sh $$target $(FUZZ_SECONDS) || status=1; \
+	done; exit $$status

@@ -25,7 +25,7 @@ AUTH="$(wait_line "$WORK/idp" 60 'listening on ' | sed 's/^listening on //')/con
 cp "$BIN/brokerd" "$WORK/brokerd"; strip --strip-debug "$WORK/brokerd"
 CG="valgrind --tool=callgrind --dump-instr=no --collect-atstart=yes"
 $CG --callgrind-out-file="$WORK/cg.brokerd" "$WORK/brokerd" --address "$BUS" --device-mode shared \
-    --authority "$AUTH" --state-dir "$WORK/state" > "$WORK/brokerd.out" 2>"$WORK/brokerd.err" & BPID=$!; PIDS+=($BPID)
+    --authority "$AUTH" --state-dir "$WORK/state" --token-storage plaintext-file > "$WORK/brokerd.out" 2>"$WORK/brokerd.err" & BPID=$!; PIDS+=($BPID)
 wait_line "$WORK/brokerd.out" 120 "brokerd ready" > /dev/null || { cat "$WORK/brokerd.err" >&2; exit 1; }
 echo alice-Demo-Passw0rd | "$BIN/brokerctl" sign-in --client-id mail-app --username alice@contoso.example \
     --password-stdin --scope User.Read --address "$BUS" > /dev/null

@@ -148,7 +148,7 @@ class Env:
 
     def brokerd_cmd(self):
         return [f"{self.bin}/brokerd", "--address", self.address, "--device-mode", "shared",
-                "--authority", self.authority, "--state-dir", self.state_dir]
+                "--authority", self.authority, "--state-dir", self.state_dir, "--token-storage", "plaintext-file"]
 
     def start_brokerd(self):
         p, _ = spawn(self.brokerd_cmd(), "brokerd ready", pin=args.pin)

@@ -100,7 +100,11 @@ extension Broker {
         logger.info("interactive sign-in started", metadata: ["clientId": "\(clientId)", "flowId": "\(id)",
                                                               "correlationId": "\(correlationId)"])
         defer { flows.removeInteractive(id) }
-        let tokens = try await callProvider(correlationId) { try await task.value }
+        // The flow runs in a task of its own (CancelSignIn and the caller leaving cancel it);
+        // cancelling this call, as brokerd does when it stops, cancels it too.
+        let tokens = try await callProvider(correlationId) {
+            try await withTaskCancellationHandler { try await task.value } onCancel: { task.cancel() }
+        }
         return try adoptSignIn(tokens, clientId: clientId, scopes: scopes, correlationId: correlationId,
                                startGeneration: startGeneration)
     }

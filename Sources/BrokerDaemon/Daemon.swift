@@ -4,6 +4,7 @@ import Dispatch
 import Glibc
 import Identity
 import Logging
+import Synchronization
 
 /// What `brokerd` was asked to do, after its command line and configuration are read.
 public struct DaemonOptions: Sendable {
@@ -14,6 +15,9 @@ public struct DaemonOptions: Sendable {
     public var busAddress: String?
     /// How long a person has to finish an interactive sign-in.
     public var interactiveTimeout: Duration
+    /// How long calls in flight may take to finish once brokerd is asked to stop (SIGTERM,
+    /// SIGINT); those still running then are cancelled and answered with `Cancelled`.
+    public var stopGracePeriod: Duration = .seconds(10)
 
     public init(deviceMode: DeviceMode, authority: String, stateDirectory: String,
                 configuration: DaemonConfigurationFile, busAddress: String? = nil,
@@ -43,6 +47,9 @@ public enum Daemon {
     /// Starts the broker, serves until SIGTERM/SIGINT or until the bus goes away, and returns
     /// the process exit status.
     public static func run(_ options: DaemonOptions, logger: Logger) async throws(DaemonError) -> Int32 {
+        var options = options
+        // Started by D-Bus activation: serve the bus that started us.
+        if options.busAddress == nil { options.busAddress = activationBusAddress() }
         let authority: Authority
         do { authority = try Authority(options.authority) } catch {
             throw DaemonError.configuration("--authority \(options.authority): \(error)")
@@ -51,7 +58,10 @@ public enum Daemon {
         do { store = try FileStateStore(directory: options.stateDirectory) } catch {
             throw DaemonError.state("cannot use the state directory: \(error)")
         }
-        let initialState = try loadState(store, logger: logger)
+        // Tokens go where --token-storage says (the Secret Service by default), never silently elsewhere.
+        let (tokenStore, initialState) = try TokenStorageSetup.open(
+            options.configuration.tokenStorage ?? .secretService, files: store, loaded: try loadState(store, logger: logger),
+            busAddress: options.busAddress, logger: logger)
 
         let connection: DBusConnection
         do {
@@ -76,7 +86,7 @@ public enum Daemon {
                 deviceMode: options.deviceMode, brokerVersion: version, tenantId: tenant,
                 knownClientIds: options.configuration.clients.map { Set($0.map(\.clientId)) },
                 extraDeviceInformation: deviceFacts(), interactiveTimeout: options.interactiveTimeout),
-            provider: provider, store: store, clock: clock, initialState: initialState, logger: logger,
+            provider: provider, store: tokenStore, clock: clock, initialState: initialState, logger: logger,
             onAccountChange: { change in
                 // Runs after the change is written and before the call that made it replies.
                 let current = BusMarshalling.account(change.current)
@@ -92,8 +102,8 @@ public enum Daemon {
                 }
             })
         let callers = CallerPolicy(connection: connection, allowedExecutables: options.configuration.allowedExecutables(), logger: logger)
-        connection.export(BrokerObject(broker: broker, logger: logger, properties: properties, callers: callers),
-                          at: BrokerNames.objectPath)
+        let calls = CallsInFlight(BrokerObject(broker: broker, logger: logger, properties: properties, callers: callers))
+        connection.export(calls, at: BrokerNames.objectPath)
         let departures = try await watchDepartures(connection, broker: broker, callers: callers)
         defer { departures.cancel() }
 
@@ -113,7 +123,16 @@ public enum Daemon {
 
         let reason = await stop.next()
         logger.info("stopping", metadata: ["reason": "\(reason)"])
-        _ = try? await connection.releaseName(BrokerNames.busName)
+        if connection.isConnected {
+            // Every caller gets an answer: new calls are refused, those in flight finish (or are
+            // cancelled and answered once the grace period is over, or at a second signal). The
+            // name goes only then, so a successor never loads the state while a change is in flight.
+            await calls.stop(grace: options.stopGracePeriod, hurry: { _ = await stop.next() },
+                             endSignIns: { await broker.callerLeft($0) }, logger: logger)
+            // A round trip after the last reply: once ReleaseName is answered, every reply is on the bus.
+            _ = try? await connection.releaseName(BrokerNames.busName)
+        }
+        logger.info("stopped")
         return 0
     }
 
@@ -153,6 +172,15 @@ public enum Daemon {
         }
     }
 
+    /// The bus whose activation started brokerd (`DBUS_STARTER_ADDRESS`), unless that is the
+    /// system bus: a D-Bus-activated broker serves the bus that asked for it, even when its
+    /// environment names no session bus (`DBUS_SESSION_BUS_ADDRESS` is the fallback).
+    static func activationBusAddress() -> String? {
+        guard let address = getenv("DBUS_STARTER_ADDRESS"), address.pointee != 0 else { return nil }
+        if let type = getenv("DBUS_STARTER_BUS_TYPE"), String(cString: type) == "system" { return nil }
+        return String(cString: address)
+    }
+
     /// Host and OS facts for `extraDeviceInformation`.
     static func deviceFacts() -> [String: String] {
         var facts: [String: String] = [:]
@@ -166,12 +194,21 @@ public enum Daemon {
     }
 }
 
+/// The pipe SIGTERM and SIGINT are written to by ``StopRequests``'s handler (its write end).
+nonisolated(unsafe) private var stopSignalPipe: Int32 = -1
+
 /// SIGTERM, SIGINT or the loss of the bus: the reasons brokerd stops. Installed before the
 /// bus name is taken, so a stop request that comes right after start-up is never lost.
-final class StopRequests {
+///
+/// The handler is brokerd's own (`sigaction`, in place when `init` returns): it writes the
+/// signal's number to a pipe, which a read source turns into a reason. A dispatch signal source
+/// alone is not enough on Linux: it installs its handler asynchronously, on the dispatch manager
+/// thread, and a signal that comes before that (the disposition being SIG_IGN meanwhile) is lost.
+/// `@unchecked`: its stored properties are set once; `next()` is awaited by one task at a time.
+final class StopRequests: @unchecked Sendable {
     private let reasons: AsyncStream<String>
     private let continuation: AsyncStream<String>.Continuation
-    private let sources: [any DispatchSourceSignal]
+    private let source: (any DispatchSourceRead)?
     private let watcher: Task<Void, Never>
 
     init(_ connection: DBusConnection) {
@@ -179,13 +216,39 @@ final class StopRequests {
         let (reasons, continuation) = AsyncStream<String>.makeStream()
         self.reasons = reasons
         self.continuation = continuation
-        sources = [(SIGTERM, "SIGTERM"), (SIGINT, "SIGINT")].map { number, name in
-            // The dispatch source sees the signal only once its default action is off.
-            signal(number, SIG_IGN)
-            let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
-            source.setEventHandler { continuation.yield(name) }
+        var ends: [Int32] = [-1, -1]
+        if stopSignalPipe < 0, pipe(&ends) == 0 {
+            for end in ends {
+                _ = fcntl(end, F_SETFD, FD_CLOEXEC)
+                _ = fcntl(end, F_SETFL, O_NONBLOCK)   // the handler never blocks; the reader drains
+            }
+            stopSignalPipe = ends[1]
+            var action = sigaction()
+            action.__sigaction_handler.sa_handler = { number in
+                let saved = errno
+                var byte = UInt8(truncatingIfNeeded: number)
+                _ = write(stopSignalPipe, &byte, 1)
+                errno = saved
+            }
+            action.sa_flags = SA_RESTART
+            sigemptyset(&action.sa_mask)
+            sigaction(SIGTERM, &action, nil)
+            sigaction(SIGINT, &action, nil)
+            let readEnd = ends[0]
+            let source = DispatchSource.makeReadSource(fileDescriptor: readEnd, queue: .global())
+            source.setEventHandler {
+                var bytes = [UInt8](repeating: 0, count: 16)
+                while true {
+                    let count = bytes.withUnsafeMutableBytes { read(readEnd, $0.baseAddress, $0.count) }
+                    guard count > 0 else { break }
+                    for byte in bytes[..<count] { continuation.yield(Int32(byte) == SIGINT ? "SIGINT" : "SIGTERM") }
+                }
+            }
             source.resume()
-            return source
+            self.source = source
+        } else {
+            // Not expected (one StopRequests per process); the default action still ends brokerd.
+            self.source = nil
         }
         watcher = Task {
             await connection.waitUntilDisconnected()
@@ -195,7 +258,7 @@ final class StopRequests {
 
     deinit {
         watcher.cancel()
-        sources.forEach { $0.cancel() }
+        source?.cancel()
         continuation.finish()
     }
 
@@ -203,5 +266,173 @@ final class StopRequests {
     func next() async -> String {
         for await reason in reasons { return reason }
         return "stopped"
+    }
+}
+
+/// The exported object, with its calls in flight counted, so that a stop answers every caller
+/// instead of leaving it to a NoReply: once ``stop(grace:hurry:endSignIns:logger:)`` begins, new
+/// calls are refused with `Cancelled`; those in flight may finish within the grace period, except
+/// interactive sign-ins, which wait for a person and are ended at once; what is still running
+/// then is cancelled, and a call that does not end within a second of that is answered with
+/// `Cancelled` anyway.
+final class CallsInFlight: DBusObject {
+    private let object: any DBusObject
+    private let state = Mutex(State())
+
+    private struct Call {
+        var member: String
+        var sender: String
+        var work: Task<Void, Never>?
+        var answer: Answer
+    }
+
+    private struct State {
+        var stopping = false
+        var cancelling = false
+        var nextId: UInt64 = 0
+        var calls: [UInt64: Call] = [:]
+        var idleWaiters: [UInt64: CheckedContinuation<Void, Never>] = [:]
+    }
+
+    /// Calls that wait for a person rather than for a provider: not worth a grace period.
+    private static let waitingForPeople: Set<String> = ["AcquireTokenInteractive"]
+
+    private static let stopping = BusMarshalling.error(BrokerFailure(.cancelled,
+        "brokerd is stopping; call again (the bus or the service manager starts a new one)"))
+
+    init(_ object: any DBusObject) {
+        self.object = object
+    }
+
+    var interfaces: [DBusInterfaceDescription] { object.interfaces }
+
+    func propertyValues(interface: String) -> [String: DBusValue] { object.propertyValues(interface: interface) }
+
+    func setProperty(interface: String, name: String, value: DBusValue) async throws {
+        try await object.setProperty(interface: interface, name: name, value: value)
+    }
+
+    func handleMethodCall(_ call: DBusMethodCall) async throws -> [DBusValue] {
+        let answer = Answer()
+        let admitted: UInt64? = state.withLock { state in
+            guard !state.stopping else { return nil }
+            state.nextId &+= 1
+            state.calls[state.nextId] = Call(member: call.member, sender: call.sender, work: nil, answer: answer)
+            return state.nextId
+        }
+        guard let id = admitted else { throw Self.stopping }
+        defer { finished(id) }
+        let object = self.object
+        let work = Task {
+            do { answer.give(.success(try await object.handleMethodCall(call))) } catch { answer.give(.failure(error)) }
+        }
+        let cancelNow = state.withLock { state in
+            state.calls[id]?.work = work
+            return state.cancelling || (state.stopping && Self.waitingForPeople.contains(call.member))
+        }
+        if cancelNow { work.cancel() }
+        return try await withTaskCancellationHandler {
+            try await answer.value()
+        } onCancel: {
+            work.cancel()
+        }
+    }
+
+    private func finished(_ id: UInt64) {
+        let waiters: [CheckedContinuation<Void, Never>] = state.withLock { state in
+            state.calls[id] = nil
+            guard state.calls.isEmpty else { return [] }
+            defer { state.idleWaiters = [:] }
+            return Array(state.idleWaiters.values)
+        }
+        for waiter in waiters { waiter.resume() }
+    }
+
+    /// Refuses new calls and returns once every call in flight is answered (see the type).
+    /// `hurry` returning (a second SIGTERM or SIGINT) ends the grace period early. `endSignIns`
+    /// ends the sign-ins a caller waits on in the browser (they run apart from its call's task).
+    func stop(grace: Duration, hurry: @escaping @Sendable () async -> Void,
+              endSignIns: (String) async -> Void, logger: Logger) async {
+        let (running, interactive): (Int, [Call]) = state.withLock { state in
+            state.stopping = true
+            return (state.calls.count, state.calls.values.filter { Self.waitingForPeople.contains($0.member) })
+        }
+        guard running > 0 else { return }
+        logger.info("waiting for the calls in flight", metadata: ["calls": "\(running)", "grace": "\(grace)"])
+        for call in interactive {
+            call.work?.cancel()
+            await endSignIns(call.sender)
+        }
+        if await idle(within: grace, hurry: hurry) { return }
+
+        let left: [Task<Void, Never>] = state.withLock { state in
+            state.cancelling = true
+            return state.calls.values.compactMap(\.work)
+        }
+        logger.notice("cancelling the calls still in flight", metadata: ["calls": "\(left.count)"])
+        left.forEach { $0.cancel() }
+        if await idle(within: .seconds(1), hurry: nil) { return }
+
+        let stuck: [Answer] = state.withLock { state in state.calls.values.map(\.answer) }
+        logger.warning("answering the calls that ignored cancellation", metadata: ["calls": "\(stuck.count)"])
+        for answer in stuck { answer.give(.failure(Self.stopping)) }
+        _ = await idle(within: .seconds(1), hurry: nil)
+    }
+
+    /// Whether every call ended within `limit` (false when `hurry` returned first).
+    private func idle(within limit: Duration, hurry: (@Sendable () async -> Void)?) async -> Bool {
+        await withTaskGroup(of: Bool.self) { group in
+            group.addTask { await self.untilIdle(); return !Task.isCancelled }
+            group.addTask { try? await Task.sleep(for: limit); return false }
+            if let hurry { group.addTask { await hurry(); return false } }
+            let first = await group.next() ?? false
+            group.cancelAll()
+            return first
+        }
+    }
+
+    private func untilIdle() async {
+        let id: UInt64 = state.withLock { state in
+            state.nextId &+= 1
+            return state.nextId
+        }
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                let resumeNow = state.withLock { state in
+                    if state.calls.isEmpty || Task.isCancelled { return true }
+                    state.idleWaiters[id] = continuation
+                    return false
+                }
+                if resumeNow { continuation.resume() }
+            }
+        } onCancel: {
+            state.withLock { $0.idleWaiters.removeValue(forKey: id) }?.resume()
+        }
+    }
+
+    /// A call's one answer: the first of its result and a stop's `Cancelled`.
+    final class Answer: Sendable {
+        private let slot = Mutex<(result: Result<[DBusValue], any Error>?, waiter: CheckedContinuation<[DBusValue], any Error>?)>((nil, nil))
+
+        func give(_ result: Result<[DBusValue], any Error>) {
+            let waiter: CheckedContinuation<[DBusValue], any Error>? = slot.withLock { slot in
+                guard slot.result == nil else { return nil }
+                slot.result = result
+                defer { slot.waiter = nil }
+                return slot.waiter
+            }
+            waiter?.resume(with: result)
+        }
+
+        func value() async throws -> [DBusValue] {
+            try await withCheckedThrowingContinuation { continuation in
+                let ready: Result<[DBusValue], any Error>? = slot.withLock { slot in
+                    if let result = slot.result { return result }
+                    slot.waiter = continuation
+                    return nil
+                }
+                if let ready { continuation.resume(with: ready) }
+            }
+        }
     }
 }

@@ -11,6 +11,7 @@ import Identity
 ///   "deviceMode": "shared",
 ///   "authority": "https://login.example/TENANT/v2.0",
 ///   "tenantId": "TENANT",
+///   "tokenStorage": "secret-service",
 ///   "clients": [{"clientId": "mail-app", "name": "Mail"},
 ///               {"clientId": "backoffice", "clientSecret": "...", "clientSecretMethod": "client_secret_post"},
 ///               {"clientId": "kiosk-app", "allowedExecutables": ["/usr/bin/kiosk-app"]}]
@@ -30,12 +31,16 @@ public struct DaemonConfigurationFile: Decodable, Sendable {
     public var tenantId: String?
     /// When present, only these clientIds may use the broker.
     public var clients: [Client]?
+    /// Where tokens are kept between runs: `secret-service` (the default), `plaintext-file` or `memory`.
+    public var tokenStorage: TokenStorage?
 
-    public init(deviceMode: DeviceMode? = nil, authority: String? = nil, tenantId: String? = nil, clients: [Client]? = nil) {
+    public init(deviceMode: DeviceMode? = nil, authority: String? = nil, tenantId: String? = nil, clients: [Client]? = nil,
+                tokenStorage: TokenStorage? = nil) {
         self.deviceMode = deviceMode
         self.authority = authority
         self.tenantId = tenantId
         self.clients = clients
+        self.tokenStorage = tokenStorage
     }
 
     /// Where the administrator's configuration lives. It wins over the user's file and flags.
@@ -68,7 +73,8 @@ public struct DaemonConfigurationFile: Decodable, Sendable {
         return DaemonConfigurationFile(deviceMode: administrator.deviceMode ?? deviceMode,
                                        authority: administrator.authority ?? authority,
                                        tenantId: administrator.tenantId ?? tenantId,
-                                       clients: administrator.clients ?? clients)
+                                       clients: administrator.clients ?? clients,
+                                       tokenStorage: administrator.tokenStorage ?? tokenStorage)
     }
 
     public static func load(path: String) throws(DaemonError) -> DaemonConfigurationFile {

@@ -9,24 +9,37 @@ public final class FileStateStore: StateStore {
     public let directory: String
     public var path: String { directory + "/state.json" }
 
-    /// Creates the directory (0700) when missing and refuses one that others can read.
+    /// Creates the directory (0700) when missing and refuses one that others can read. Removes
+    /// the temporary files of brokerd processes that died in the middle of a save.
     public init(directory: String) throws(StoreError) {
         self.directory = directory
         try Self.makeDirectory(directory)
+        removeAbandonedTemporaryFiles()
     }
 
+    /// The saved state, or nil when there is none. Throws ``StoreError/unsafe(_:)`` for a file
+    /// that is not a regular file of this user's with mode 0600 (or stricter),
+    /// ``StoreError/corrupt(_:)`` for one that is not a whole state file, and
+    /// ``StoreError/newerFormat(_:)`` for one written by a newer brokerd.
     public func load() throws -> BrokerState? {
-        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
+        // O_NONBLOCK: a FIFO put in its place must not hang the start; O_NOFOLLOW: nor may a symlink redirect it.
+        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)
         if fd < 0 {
             if errno == ENOENT { return nil }
+            if errno == ELOOP { throw StoreError.unsafe("\(path) is a symbolic link, not the broker's own file") }
             throw StoreError.io("cannot open \(path)", errno)
         }
         defer { close(fd) }
         var info = stat()
         guard fstat(fd, &info) == 0 else { throw StoreError.io("cannot stat \(path)", errno) }
-        guard info.st_uid == getuid() else { throw StoreError.unsafe("\(path) belongs to uid \(info.st_uid), not to this user") }
+        guard info.st_mode & S_IFMT == S_IFREG else { throw StoreError.unsafe("\(path) is not a regular file") }
+        guard info.st_uid == getuid() else {
+            throw StoreError.unsafe("\(path) belongs to uid \(info.st_uid), not to this user (uid \(getuid())): someone else wrote it")
+        }
         guard info.st_mode & 0o077 == 0 else {
-            throw StoreError.unsafe("\(path) is readable by others (mode \(String(info.st_mode & 0o777, radix: 8))); it must be 0600")
+            let mode = String(info.st_mode & 0o777, radix: 8)
+            let risk = info.st_mode & 0o022 != 0 ? "others may change it" : "others may read its tokens"
+            throw StoreError.unsafe("\(path) has mode \(mode): \(risk); it must be 0600")
         }
         let bytes: [UInt8]
         do {
@@ -34,12 +47,17 @@ public final class FileStateStore: StateStore {
         } catch {
             throw StoreError.io("cannot read \(path)", error.code)
         }
+        guard !bytes.isEmpty else {
+            throw StoreError.corrupt("\(path) is empty (0 bytes): it was cut short, or is not the broker's")
+        }
         let version: Int
         do {
             struct Header: Decodable { var version: Int }
             version = try JSONDecoder().decode(Header.self, from: Data(bytes)).version
+        } catch DecodingError.dataCorrupted {
+            throw StoreError.corrupt("\(path) is not valid JSON (\(bytes.count) bytes): it is damaged or was cut short")
         } catch {
-            throw StoreError.corrupt("\(path) is not a broker state file (\(bytes.count) bytes)")
+            throw StoreError.corrupt("\(path) is not a broker state file: it has no format version (\(bytes.count) bytes)")
         }
         guard version <= BrokerState.currentVersion else {
             throw StoreError.newerFormat("\(path) has format \(version); this brokerd reads up to \(BrokerState.currentVersion)")
@@ -55,8 +73,11 @@ public final class FileStateStore: StateStore {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys]
         let data = try encoder.encode(state)
-        let temporary = "\(directory)/.state.json.\(getpid()).tmp"
-        let fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0o600)
+        // In the same directory, so that the rename is atomic; made afresh (O_EXCL), so that it has
+        // this process's owner and mode 0600 whatever an earlier file of that name had.
+        let temporary = "\(directory)/\(Self.temporaryPrefix)\(getpid()).tmp"
+        unlink(temporary)
+        let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0o600)
         guard fd >= 0 else { throw StoreError.io("cannot create \(temporary)", errno) }
         var ok = false
         defer {
@@ -82,10 +103,62 @@ public final class FileStateStore: StateStore {
         }
     }
 
-    /// Moves an unreadable state file aside (never overwrites it silently) and returns where it went.
+    /// Moves an unusable state file aside (never overwrites it silently) and returns where it
+    /// went: `state.json.broken-<unix time>`, with a counter when that name is taken, so that an
+    /// earlier copy is never replaced. The copy is made 0600 when it is this user's.
     public func quarantine() -> String? {
-        let aside = "\(path).broken-\(time(nil))"
-        return rename(path, aside) == 0 ? aside : nil
+        let stamp = "\(path).broken-\(time(nil))"
+        for attempt in 0..<100 {
+            let aside = attempt == 0 ? stamp : "\(stamp)-\(attempt)"
+            // link + unlink rather than rename: link never replaces an existing file.
+            if link(path, aside) == 0 {
+                unlink(path)
+            } else if errno == EEXIST {
+                continue
+            } else {
+                // No hard link possible (a file system without them, or a directory): rename,
+                // once the name is known to be free.
+                if Self.exists(aside) { continue }
+                guard rename(path, aside) == 0 else { return nil }
+            }
+            var info = stat()
+            if lstat(aside, &info) == 0, info.st_mode & S_IFMT == S_IFREG, info.st_uid == getuid() {
+                chmod(aside, 0o600)
+            }
+            syncDirectory()
+            return aside
+        }
+        return nil
+    }
+
+    /// The prefix of the temporary files `save` writes (`.state.json.<pid>.tmp`).
+    static let temporaryPrefix = ".state.json."
+
+    /// Removes `.state.json.<pid>.tmp` files whose process is gone (killed during a save).
+    private func removeAbandonedTemporaryFiles() {
+        guard let dir = opendir(directory) else { return }
+        defer { closedir(dir) }
+        while let entry = readdir(dir) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+            guard name.hasPrefix(Self.temporaryPrefix), name.hasSuffix(".tmp"),
+                  let pid = Int32(name.dropFirst(Self.temporaryPrefix.count).dropLast(4)) else { continue }
+            if pid != getpid(), kill(pid, 0) != 0, errno == ESRCH {
+                unlink("\(directory)/\(name)")
+            }
+        }
+    }
+
+    private func syncDirectory() {
+        let dirFD = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        if dirFD >= 0 {
+            fsync(dirFD)
+            close(dirFD)
+        }
+    }
+
+    private static func exists(_ path: String) -> Bool {
+        var info = stat()
+        return lstat(path, &info) == 0
     }
 
     private static func makeDirectory(_ directory: String) throws(StoreError) {

@@ -98,6 +98,29 @@ public final class DBusConnection: Sendable {
         return try await loop.call(message, timeout: timeout)
     }
 
+    /// Calls a method and blocks the calling thread until the reply: for synchronous code that
+    /// cannot `await` (a `save` that must finish before it returns, on an actor).
+    ///
+    /// The connection's own thread hands the reply over through a condition variable, so the
+    /// wait never needs Swift's cooperative pool to make progress: unlike waiting on an async
+    /// `call` with a semaphore, it cannot deadlock when every pool thread is busy. It does occupy
+    /// the calling thread for the round trip, so keep it to quick calls and short timeouts.
+    /// The reply needs no pool thread, but the peer may: an object exported in this same
+    /// process answers from a Task, so do not call one from a pool thread.
+    ///
+    /// Throws like `call`: error replies keep their name and message; NoReply once `timeout`
+    /// passes (if the connection thread should fail to answer at all, the wait still ends one
+    /// second later with NoReply); Disconnected when the connection is or gets closed. Throws
+    /// Failed when called on the connection's own thread (e.g. from an object's
+    /// `propertyValues`), which would otherwise wait for itself forever.
+    public func callBlocking(destination: String, path: String, interface: String, member: String,
+                             arguments: [DBusValue] = [], timeout: Duration = .seconds(25)) throws -> [DBusValue] {
+        let message = try MessageBuilder.methodCall(destination: destination, path: path,
+                                                    interface: interface.isEmpty ? nil : interface,
+                                                    member: member, arguments: arguments)
+        return try loop.callBlocking(message, timeout: timeout)
+    }
+
     // MARK: Names
 
     /// Flags for `requestName`.

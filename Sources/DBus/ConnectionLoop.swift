@@ -2,10 +2,14 @@ import CDBus
 import Glibc
 import Logging
 
+/// How a call's outcome is handed back: called exactly once, on the connection thread (or on the
+/// thread that tried to queue the call when the connection is closed). It must not block.
+typealias ReplyHandler = @Sendable (Result<[DBusValue], any Error>) -> Void
+
 /// Work handed to the connection thread.
 enum LoopCommand: Sendable {
     case send(MessageRef)
-    case call(id: UInt64, MessageRef, deadline: UInt64, CheckedContinuation<[DBusValue], any Error>)
+    case call(id: UInt64, MessageRef, deadline: UInt64, ReplyHandler)
     case cancelCall(id: UInt64)
     case subscribe(id: UInt64, DBusMatchRule, AsyncStream<DBusSignal>.Continuation)
     case unsubscribe(id: UInt64)
@@ -28,6 +32,8 @@ final class ConnectionLoop: @unchecked Sendable {
     private var accepting = true
     private var nextID: UInt64 = 0
     private var disconnectWaiters: [CheckedContinuation<Void, Never>] = []
+    /// The connection thread, once it runs: `callBlocking` refuses to wait on it.
+    private var loopThread: pthread_t?
     private let wakeRead: Int32
     private let wakeWrite: Int32
 
@@ -37,7 +43,7 @@ final class ConnectionLoop: @unchecked Sendable {
     private struct Pending {
         var id: UInt64
         var deadline: UInt64
-        var continuation: CheckedContinuation<[DBusValue], any Error>
+        var complete: ReplyHandler
     }
     private var pending: [UInt32: Pending] = [:]
     private var serialOfCall: [UInt64: UInt32] = [:]
@@ -130,6 +136,16 @@ final class ConnectionLoop: @unchecked Sendable {
 
     func requestClose() { enqueue(.close) }
 
+    /// Queues a call whose outcome goes to `complete` (exactly once): the reply, an error reply,
+    /// NoReply once `deadline` (monotonic ns) passes, Disconnected, or CancellationError after
+    /// `.cancelCall(id)`. Takes ownership of `message`.
+    func startCall(id: UInt64, _ message: MessageRef, deadline: UInt64, complete: @escaping ReplyHandler) {
+        if !enqueue(.call(id: id, message, deadline: deadline, complete)) {
+            message.release()
+            complete(.failure(DBusError.disconnected()))
+        }
+    }
+
     /// Sends a call and waits for its reply, deadline or cancellation.
     func call(_ message: MessageRef, timeout: Duration) async throws -> [DBusValue] {
         if Task.isCancelled {
@@ -140,19 +156,43 @@ final class ConnectionLoop: @unchecked Sendable {
         let deadline = monotonicNanoseconds() &+ timeout.clampedNanoseconds
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { continuation in
-                if !enqueue(.call(id: id, message, deadline: deadline, continuation)) {
-                    message.release()
-                    continuation.resume(throwing: DBusError.disconnected())
-                }
+                startCall(id: id, message, deadline: deadline) { continuation.resume(with: $0) }
             }
         } onCancel: {
             enqueue(.cancelCall(id: id))
         }
     }
 
+    /// Sends a call and blocks the calling thread until its reply, its deadline or the connection's
+    /// end. The reply is handed over by the connection thread through a condition variable, so
+    /// nothing here needs Swift's cooperative pool: a pool thread may wait here (it is tied up for
+    /// the round trip) without risking the deadlock an async call awaited synchronously would.
+    ///
+    /// The loop fails the call with NoReply at `timeout`; should the loop itself be wedged, the
+    /// waiter gives up one second later on its own, cancels the call and throws NoReply.
+    /// Refuses (Failed) to run on the connection thread itself, which would wait for itself.
+    func callBlocking(_ message: MessageRef, timeout: Duration) throws -> [DBusValue] {
+        let onLoopThread = lock.withLock { loopThread.map { pthread_equal($0, pthread_self()) != 0 } ?? false }
+        if onLoopThread {
+            message.release()
+            throw DBusError.failed("callBlocking on the connection's own thread would wait for itself; use call() there")
+        }
+        let id = makeID()
+        let now = monotonicNanoseconds()
+        let deadline = now &+ timeout.clampedNanoseconds
+        let waiter = BlockingReply()
+        startCall(id: id, message, deadline: deadline) { waiter.deliver($0) }
+        guard let result = waiter.wait(until: deadline &+ 1_000_000_000) else {
+            enqueue(.cancelCall(id: id))
+            throw DBusError.noReply("Did not receive a reply within the call timeout (the connection thread did not answer)")
+        }
+        return try result.get()
+    }
+
     // MARK: The thread
 
     private func run() {
+        lock.withLock { loopThread = pthread_self() }
         var fds = [pollfd(fd: busFD, events: 0, revents: 0), pollfd(fd: wakeRead, events: Int16(POLLIN), revents: 0)]
         var buffer = [UInt8](repeating: 0, count: 64)
         var reason = "Connection closed"
@@ -201,22 +241,22 @@ final class ConnectionLoop: @unchecked Sendable {
                 logger.error("dbus_connection_send failed (out of memory)")
             }
             message.release()
-        case .call(let id, let message, let deadline, let continuation):
+        case .call(let id, let message, let deadline, let complete):
             defer { message.release() }
             if cancelledBeforeSend.remove(id) != nil {
-                continuation.resume(throwing: CancellationError())
+                complete(.failure(CancellationError()))
                 return
             }
             var serial: UInt32 = 0
             guard dbus_connection_send(connection, message.raw, &serial) != 0 else {
-                continuation.resume(throwing: DBusError.noMemory())
+                complete(.failure(DBusError.noMemory()))
                 return
             }
-            pending[serial] = Pending(id: id, deadline: deadline, continuation: continuation)
+            pending[serial] = Pending(id: id, deadline: deadline, complete: complete)
             serialOfCall[id] = serial
         case .cancelCall(let id):
             if let serial = serialOfCall.removeValue(forKey: id) {
-                pending.removeValue(forKey: serial)?.continuation.resume(throwing: CancellationError())
+                pending.removeValue(forKey: serial)?.complete(.failure(CancellationError()))
             } else {
                 cancelledBeforeSend.insert(id)
             }
@@ -241,7 +281,7 @@ final class ConnectionLoop: @unchecked Sendable {
         for serial in expired {
             if let call = pending.removeValue(forKey: serial) {
                 serialOfCall.removeValue(forKey: call.id)
-                call.continuation.resume(throwing: DBusError.noReply("Did not receive a reply within the call timeout"))
+                call.complete(.failure(DBusError.noReply("Did not receive a reply within the call timeout")))
             }
         }
         guard next != .max else { return -1 }
@@ -273,14 +313,14 @@ final class ConnectionLoop: @unchecked Sendable {
         for command in leftover {
             switch command {
             case .send(let message): if !flush { message.release() }
-            case .call(_, let message, _, let continuation):
+            case .call(_, let message, _, let complete):
                 message.release()
-                continuation.resume(throwing: error)
+                complete(.failure(error))
             case .subscribe(_, _, let continuation): continuation.finish()
             case .cancelCall, .unsubscribe, .close: break
             }
         }
-        for (_, call) in pending { call.continuation.resume(throwing: error) }
+        for (_, call) in pending { call.complete(.failure(error)) }
         pending = [:]
         serialOfCall = [:]
         let subs = subscriptions
@@ -308,12 +348,12 @@ final class ConnectionLoop: @unchecked Sendable {
                 let name = dbus_message_get_error_name(raw).map { String(cString: $0) } ?? DBusError.failed("").name
                 var text = ""
                 if let args = try? DBusCodec.decodeArguments(raw), case .string(let s)? = args.first { text = s }
-                call.continuation.resume(throwing: DBusError(name: name, message: text))
+                call.complete(.failure(DBusError(name: name, message: text)))
             } else {
                 do {
-                    call.continuation.resume(returning: try DBusCodec.decodeArguments(raw))
+                    call.complete(.success(try DBusCodec.decodeArguments(raw)))
                 } catch {
-                    call.continuation.resume(throwing: error)
+                    call.complete(.failure(error))
                 }
             }
             return DBUS_HANDLER_RESULT_HANDLED

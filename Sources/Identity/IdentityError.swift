@@ -15,6 +15,13 @@ public enum IdentityError: Error, Sendable, Equatable, CustomStringConvertible {
     case badResponse(String)
     /// The ID token failed validation.
     case invalidIDToken(String)
+    /// The provider is down, too slow, or says it is unavailable (503, 429, 502, 504), after the
+    /// retries the policy allows; the text says where, what, how long and how often.
+    case unavailable(String)
+    /// The provider failed with a server error (500 and the like); the text says where and what.
+    case serverFailure(String)
+    /// The caller went away while the broker waited for the provider.
+    case cancelled
 
     public var description: String {
         switch self {
@@ -25,6 +32,25 @@ public enum IdentityError: Error, Sendable, Equatable, CustomStringConvertible {
             return description.isEmpty ? "the provider answered \(status) \(error)" : "the provider answered \(status) \(error): \(description)"
         case .badResponse(let why): return "the identity provider's answer is not valid: \(why)"
         case .invalidIDToken(let why): return "the ID token is not valid: \(why)"
+        case .unavailable(let text), .serverFailure(let text): return text
+        case .cancelled: return "the request was cancelled"
+        }
+    }
+
+    /// The broker error for this, with the provider's `host` named where the text does not
+    /// name it already.
+    func brokerFailure(during kind: GrantKind, host: String) -> BrokerFailure {
+        switch self {
+        case .badResponse(let why):
+            return BrokerFailure(.serverError, "the identity provider at \(host) gave an answer that is not valid: \(why); "
+                                 + "try again later, and tell the provider's administrator if it persists")
+        case .unreachable(let error):
+            return BrokerFailure(.serverUnavailable, "the identity provider at \(host) could not be reached (\(error)); try again later")
+        case .invalidIDToken:
+            return BrokerFailure(.serverError, "\(description); the broker refused the answer. If this persists, tell the "
+                                 + "administrator of the identity provider at \(host): it is misconfigured, or not the provider it claims to be")
+        default:
+            return brokerFailure(during: kind)
         }
     }
 
@@ -37,10 +63,16 @@ public enum IdentityError: Error, Sendable, Equatable, CustomStringConvertible {
             return BrokerFailure(.serverUnavailable, "\(self); try again later")
         case .badResponse, .invalidIDToken:
             return BrokerFailure(.serverError, description)
+        case .unavailable(let text):
+            return BrokerFailure(.serverUnavailable, text)
+        case .serverFailure(let text):
+            return BrokerFailure(.serverError, text)
+        case .cancelled:
+            return BrokerFailure(.cancelled, "the request was cancelled")
         case .oauth(let status, let error, _, let codes, let suberror):
             let text = description
-            if status >= 500 {
-                return BrokerFailure(status == 503 ? .serverUnavailable : .serverError, text)
+            if status >= 500 || status == 429 {
+                return BrokerFailure([429, 502, 503, 504].contains(status) ? .serverUnavailable : .serverError, text)
             }
             switch error {
             case "invalid_client", "unauthorized_client":
@@ -70,4 +102,16 @@ public enum IdentityError: Error, Sendable, Equatable, CustomStringConvertible {
 }
 
 /// Which grant a provider answer belongs to; the same OAuth error means different things.
-enum GrantKind: Sendable { case password, refresh, code, other }
+enum GrantKind: Sendable {
+    case password, refresh, code, other
+
+    /// The token request of this kind, in words, for messages.
+    var request: String {
+        switch self {
+        case .password: "the password sign-in's token request"
+        case .refresh: "the token refresh"
+        case .code: "the one-time code's token request"
+        case .other: "the token request"
+        }
+    }
+}

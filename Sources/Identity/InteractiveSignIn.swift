@@ -7,8 +7,12 @@ import HTTP
 /// a loopback redirect on 127.0.0.1 with a port chosen per flow, `state` against forgery,
 /// `nonce` bound into the ID token, S256 code challenge (RFC 7636).
 extension OIDCProvider {
+    /// The provider exchanges before and after the browser (discovery; the code grant) each have
+    /// the call budget; the wait for the person in the browser is bounded by `request.timeout`.
     public func signInInteractively(clientId: String, scopes: Scopes, request: InteractiveRequest) async throws -> ProviderTokens {
-        let endpoints = try await endpoints(for: .other)
+        let endpoints = try await requester.withBudget { () async throws(BrokerFailure) -> ProviderMetadata in
+            try await self.endpoints(for: .other)
+        }
         guard let authorize = endpoints.authorizationEndpoint else {
             throw BrokerFailure(.notSupported, "the provider's discovery document names no authorization_endpoint")
         }
@@ -49,16 +53,20 @@ extension OIDCProvider {
         guard let code = parameters["code"], !code.isEmpty else {
             throw BrokerFailure(.serverError, "the provider's redirect carries neither a code nor an error")
         }
-        return try await grant(.other, clientId: clientId, scopes: scopes, nonce: nonce, fields: [
-            ("grant_type", "authorization_code"), ("code", code), ("redirect_uri", listener.redirectURI),
-            ("code_verifier", verifier),
-        ])
+        return try await requester.withBudget { () async throws(BrokerFailure) -> ProviderTokens in
+            try await grant(.other, clientId: clientId, scopes: scopes, nonce: nonce, fields: [
+                ("grant_type", "authorization_code"), ("code", code), ("redirect_uri", listener.redirectURI),
+                ("code_verifier", verifier),
+            ])
+        }
     }
 
     /// RP-initiated logout 1.0: opens the end_session_endpoint in the browser, so the
     /// provider forgets the browser session and the next interactive sign-in asks again.
     public func endBrowserSession(clientId: String, idTokenHint: String?) async throws -> EndpointOutcome {
-        let endpoints = try await endpoints(for: .other)
+        let endpoints = try await requester.withBudget { () async throws(BrokerFailure) -> ProviderMetadata in
+            try await self.endpoints(for: .other)
+        }
         guard let endSession = endpoints.endSessionEndpoint else { return .notOffered }
         var query = [("client_id", clientId)]
         if let idTokenHint { query.append(("id_token_hint", idTokenHint)) }

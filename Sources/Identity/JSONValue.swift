@@ -24,7 +24,8 @@ public enum JSONValue: Sendable, Equatable, Decodable {
     public var int64: Int64? {
         switch self {
         case .number(let value) where value.isFinite && abs(value) < 9e15: return Int64(value)
-        case .string(let value): return Int64(value)  // some providers send expires_in as a string
+        // Some providers send expires_in as a string; it gets the same bounds as a number.
+        case .string(let value): return Int64(value).flatMap { abs($0) < 9_000_000_000_000_000 ? $0 : nil }
         default: return nil
         }
     }

@@ -177,6 +177,23 @@ actor JWKSCache {
                   })
     }
 
+    /// A cache that GETs `uri` through the provider's requester: the retry policy and the call's budget apply.
+    init(uri: String, requester: ProviderHTTP, clock: any WallClock, minimumRefetchInterval: Int64 = 60,
+         maximumAge: Int64 = 86_400, logger: Logger? = nil) {
+        self.init(uri: uri, clock: clock, minimumRefetchInterval: minimumRefetchInterval, maximumAge: maximumAge,
+                  logger: logger, fetch: { (url: String) async throws(IdentityError) -> [UInt8] in
+                      try await Self.get(url, with: requester)
+                  })
+    }
+
+    /// Makes sure a current set is cached, fetching it if not, so a grant that spends a one-time
+    /// token is not sent while its answer could not be checked.
+    func prefetch() async throws(IdentityError) {
+        let now = clock.now()
+        if cached != nil, now - fetchedAt < maximumAge, now >= fetchedAt { return }
+        _ = try await refresh()
+    }
+
     /// The key that verifies a token whose header names `kid` (or none) and `algorithm`.
     ///
     /// - Throws: ``IdentityError/invalidIDToken(_:)`` when the provider publishes no such key;
@@ -269,6 +286,18 @@ actor JWKSCache {
                                           codes: [], suberror: nil)
             }
             throw IdentityError.badResponse("\(Authority.redacted(url)) answered \(response.status)")
+        }
+        return response.body
+    }
+
+    /// The fetch through the provider's requester: one GET with retries, the body capped.
+    static func get(_ url: String, with requester: ProviderHTTP) async throws(IdentityError) -> [UInt8] {
+        _ = try Authority.checkedHost(of: url)
+        var request = HTTPRequest.get(url, headers: [HTTPHeader("Accept", "application/json")])
+        request.maxResponseBytes = maximumBytes
+        let response = try await requester.send(request, what: "the signing keys (JWKS)", replay: .idempotent)
+        guard response.status == 200 else {
+            throw IdentityError.badResponse("\(Authority.redacted(url)) answered HTTP \(response.status)")
         }
         return response.body
     }

@@ -15,20 +15,26 @@ extension OIDCProvider {
     }
 
     public func startCodeSignIn(clientId: String, username: String) async throws -> CodeChallenge {
-        guard let continuation = try await initiate(clientId: clientId, username: username, challenge: .code) else {
-            throw Self.notOffered
+        try await requester.withBudget { () async throws(BrokerFailure) -> CodeChallenge in
+            guard let continuation = try await initiate(clientId: clientId, username: username, challenge: .code) else {
+                throw Self.notOffered
+            }
+            return try await challenge(clientId: clientId, continuationToken: continuation, expecting: .code)
         }
-        return try await challenge(clientId: clientId, continuationToken: continuation, expecting: .code)
     }
 
     public func resendCode(clientId: String, continuationToken: String) async throws -> CodeChallenge {
-        try await challenge(clientId: clientId, continuationToken: continuationToken, expecting: .code)
+        try await requester.withBudget { () async throws(BrokerFailure) -> CodeChallenge in
+            try await challenge(clientId: clientId, continuationToken: continuationToken, expecting: .code)
+        }
     }
 
     public func submitCode(clientId: String, continuationToken: String, code: String, scopes: Scopes) async throws -> ProviderTokens {
-        try await grant(.code, clientId: clientId, scopes: scopes, fields: [
-            ("grant_type", "oob"), ("oob", code), ("continuation_token", continuationToken),
-        ])
+        try await requester.withBudget { () async throws(BrokerFailure) -> ProviderTokens in
+            try await grant(.code, clientId: clientId, scopes: scopes, fields: [
+                ("grant_type", "oob"), ("oob", code), ("continuation_token", continuationToken),
+            ])
+        }
     }
 
     /// The password through native authentication (initiate, challenge `password`, token), or
@@ -77,15 +83,19 @@ extension OIDCProvider {
 
     /// Posts a form to `{authority}/oauth2/v2.0/<path>` and returns its JSON answer, or nil
     /// when the provider has no such endpoint.
+    ///
+    /// One-time for the retry policy: a continuation token is spent by each step, and a
+    /// challenge sends an email (a second one would replace the code the user is reading).
     private func post(path: String, kind: GrantKind, fields: [(String, String)]) async throws(BrokerFailure) -> JSONValue? {
         let url = authority + "/oauth2/v2.0/" + path
-        let response = try await send(.postForm(url, fields: fields), kind: kind)
+        let response = try await send(.postForm(url, fields: fields), kind: kind,
+                                      what: "the native-authentication \(path) request", replay: .oneTime)
         if response.status == 404 || response.status == 405 { return nil }
-        guard response.status == 200 else { throw Self.oauthError(response).brokerFailure(during: kind) }
+        guard response.status == 200 else { throw Self.oauthError(response).brokerFailure(during: kind, host: host) }
         do {
             return try JSONParsing.object(response.body, what: "the provider's \(path) answer")
         } catch {
-            throw error.brokerFailure(during: kind)
+            throw error.brokerFailure(during: kind, host: host)
         }
     }
 

@@ -16,10 +16,16 @@ public struct ClientSecret: Sendable {
 
 /// An OpenID Connect provider reached over HTTP: discovery, the token endpoint, userinfo
 /// and revocation, all through the project's libcurl client.
+///
+/// Every request goes through ``ProviderHTTP``: bounded retries with backoff and jitter where
+/// they are safe (``RetryPolicy``), and one time budget per broker call. Each method of
+/// ``IdentityProvider`` that talks to the provider finishes within ``RetryPolicy/budget``
+/// (30 s by default); interactive sign-in's wait for the browser is not part of it, only the
+/// provider exchanges before and after.
 public final class OIDCProvider: IdentityProvider {
     public let authority: String
     private let parsedAuthority: Authority
-    private let http: HTTPClient
+    let requester: ProviderHTTP
     private let clock: any WallClock
     let logger: Logger
     private let secrets: [String: ClientSecret]
@@ -29,22 +35,33 @@ public final class OIDCProvider: IdentityProvider {
     let nativeAuthentication = NativeAuthenticationSupport()
     let browser = BrowserLauncher()
 
-    public init(authority: Authority, http: HTTPClient = .shared, clock: any WallClock, logger: Logger,
-                clientSecrets: [String: ClientSecret] = [:], tenantId: String = "") {
+    public convenience init(authority: Authority, http: HTTPClient = .shared, clock: any WallClock, logger: Logger,
+                            clientSecrets: [String: ClientSecret] = [:], tenantId: String = "",
+                            retryPolicy: RetryPolicy = .standard) {
+        self.init(authority: authority, requester: ProviderHTTP(http: http, policy: retryPolicy, logger: logger),
+                  clock: clock, logger: logger, clientSecrets: clientSecrets, tenantId: tenantId)
+    }
+
+    /// A provider whose requests go through `requester` (tests inject a transport, a clock and a sleeper).
+    init(authority: Authority, requester: ProviderHTTP, clock: any WallClock, logger: Logger,
+         clientSecrets: [String: ClientSecret] = [:], tenantId: String = "") {
         self.authority = authority.url
         self.parsedAuthority = authority
-        self.http = http
+        self.requester = requester
         self.clock = clock
         self.logger = logger
         self.secrets = clientSecrets
         self.fallbackTenant = tenantId
-        self.metadata = MetadataCache(authority: authority, http: http, logger: logger)
-        self.signingKeys = SigningKeysCache(http: http, clock: clock, logger: logger)
+        self.metadata = MetadataCache(authority: authority, requester: requester, logger: logger)
+        self.signingKeys = SigningKeysCache(requester: requester, clock: clock, logger: logger)
     }
+
+    /// The provider's `host[:port]`, as messages name it.
+    var host: String { parsedAuthority.hostAndPort }
 
     /// The provider's endpoints, fetched on first use and again after a failure.
     public func endpoints() async throws(IdentityError) -> ProviderMetadata {
-        try await metadata.get()
+        try await requester.withBudget { () async throws(IdentityError) -> ProviderMetadata in try await metadata.get() }
     }
 
     // MARK: IdentityProvider
@@ -52,6 +69,12 @@ public final class OIDCProvider: IdentityProvider {
     /// Native authentication's password path where the provider offers it (remembered after
     /// the first try), the resource-owner password grant (RFC 6749 4.3) otherwise.
     public func signInWithPassword(clientId: String, username: String, password: String, scopes: Scopes) async throws -> ProviderTokens {
+        try await requester.withBudget { () async throws(BrokerFailure) -> ProviderTokens in
+            try await passwordSignIn(clientId: clientId, username: username, password: password, scopes: scopes)
+        }
+    }
+
+    private func passwordSignIn(clientId: String, username: String, password: String, scopes: Scopes) async throws(BrokerFailure) -> ProviderTokens {
         if await nativeAuthentication.mayBeOffered {
             if let tokens = try await nativePasswordSignIn(clientId: clientId, username: username, password: password, scopes: scopes) {
                 return tokens
@@ -64,42 +87,61 @@ public final class OIDCProvider: IdentityProvider {
         ])
     }
 
+    /// A refresh is a one-time request: with rotation, the provider takes the refresh token once
+    /// (presenting it again revokes its whole family). It is sent again only when the provider
+    /// clearly did not process it (no connection, 503, 429); see ``RetryPolicy``.
     public func refresh(clientId: String, refreshToken: String, scopes: Scopes) async throws -> ProviderTokens {
-        try await grant(.refresh, clientId: clientId, scopes: scopes, fields: [
-            ("grant_type", "refresh_token"), ("refresh_token", refreshToken),
-        ])
+        try await requester.withBudget { () async throws(BrokerFailure) -> ProviderTokens in
+            try await grant(.refresh, clientId: clientId, scopes: scopes, fields: [
+                ("grant_type", "refresh_token"), ("refresh_token", refreshToken),
+            ])
+        }
     }
 
+    /// RFC 7009 revocation is idempotent (revoking twice is revoking once), so it is retried.
     public func revoke(clientId: String, refreshToken: String) async throws -> EndpointOutcome {
-        let endpoints = try await endpoints(for: .other)
-        guard let revocation = endpoints.revocationEndpoint else { return .notOffered }
-        var request = HTTPRequest.postForm(revocation, fields: authenticated(clientId, [
-            ("token", refreshToken), ("token_type_hint", "refresh_token"),
-        ]))
-        addBasicAuthentication(clientId, to: &request)
-        let response = try await send(request, kind: .other)
-        // RFC 7009 2.2: 200 whether or not the token was valid; anything else is an error.
-        guard response.status == 200 else {
-            throw Self.oauthError(response).brokerFailure(during: .other)
+        try await requester.withBudget { () async throws(BrokerFailure) -> EndpointOutcome in
+            let endpoints = try await endpoints(for: .other)
+            guard let revocation = endpoints.revocationEndpoint else { return .notOffered }
+            var request = HTTPRequest.postForm(revocation, fields: authenticated(clientId, [
+                ("token", refreshToken), ("token_type_hint", "refresh_token"),
+            ]))
+            addBasicAuthentication(clientId, to: &request)
+            let response = try await send(request, kind: .other, what: "the token revocation", replay: .idempotent)
+            // RFC 7009 2.2: 200 whether or not the token was valid; anything else is an error.
+            guard response.status == 200 else {
+                throw Self.oauthError(response).brokerFailure(during: .other, host: host)
+            }
+            return .done
         }
-        return .done
     }
 
     // MARK: Token endpoint
 
     /// Posts one grant to the token endpoint and reads the answer (RFC 6749 5.1, 5.2).
+    ///
+    /// Every grant spends something once (a refresh token, a code, a continuation token), so
+    /// what is needed to check the answer (the signing keys) is fetched first: a provider whose
+    /// JWKS cannot be had fails the call before the grant is spent, not after.
     func grant(_ kind: GrantKind, clientId: String, scopes: Scopes, nonce: String? = nil,
                fields: [(String, String)]) async throws(BrokerFailure) -> ProviderTokens {
         let endpoints = try await endpoints(for: kind)
+        if endpoints.jwksURI != nil {
+            do {
+                try await signingKeys.validator(for: endpoints).jwks.prefetch()
+            } catch {
+                throw error.brokerFailure(during: kind, host: host)
+            }
+        }
         var request = HTTPRequest.postForm(endpoints.tokenEndpoint,
                                            fields: authenticated(clientId, fields + [("scope", scopes.joined)]))
         addBasicAuthentication(clientId, to: &request)
-        let response = try await send(request, kind: kind)
-        guard response.status == 200 else { throw Self.oauthError(response).brokerFailure(during: kind) }
+        let response = try await send(request, kind: kind, what: kind.request, replay: .oneTime)
+        guard response.status == 200 else { throw Self.oauthError(response).brokerFailure(during: kind, host: host) }
         do {
             return try await tokens(from: response, clientId: clientId, scopes: scopes, nonce: nonce, endpoints: endpoints)
         } catch {
-            throw error.brokerFailure(during: kind)
+            throw error.brokerFailure(during: kind, host: host)
         }
     }
 
@@ -112,7 +154,9 @@ public final class OIDCProvider: IdentityProvider {
         guard body["token_type"]?.string?.lowercased() == "bearer" else {
             throw IdentityError.badResponse("the token response's token_type is not Bearer")
         }
-        let expiresIn = body["expires_in"]?.int64 ?? 3600
+        // RFC 6749 5.1: seconds of life. Anything beyond a year is treated as a year, so no
+        // answer can overflow the expiry or keep a token cached for ever.
+        let expiresIn = min(max(0, body["expires_in"]?.int64 ?? 3600), Self.maximumTokenLifetime)
         let granted = body["scope"]?.string.map { Scopes($0.split(separator: " ").map(String.init)) } ?? scopes
         let idToken = body["id_token"]?.string
         let claims: IdentityClaims
@@ -125,7 +169,7 @@ public final class OIDCProvider: IdentityProvider {
             claims = try await userinfo(accessToken: accessToken, endpoints: endpoints)
         }
         return ProviderTokens(
-            accessToken: accessToken, expiresOn: clock.now() + max(0, expiresIn),
+            accessToken: accessToken, expiresOn: clock.now().addingReportingOverflow(expiresIn).partialValue,
             refreshToken: body["refresh_token"]?.string, idToken: idToken, grantedScopes: granted,
             account: try claims.account(environment: parsedAuthority.hostAndPort, fallbackTenant: fallbackTenant))
     }
@@ -134,12 +178,8 @@ public final class OIDCProvider: IdentityProvider {
         guard let url = endpoints.userinfoEndpoint else {
             throw IdentityError.badResponse("the provider returned no ID token and offers no userinfo endpoint")
         }
-        let response: HTTPResponse
-        do {
-            response = try await http.send(.get(url, headers: [HTTPHeader("Authorization", "Bearer \(accessToken)")]))
-        } catch {
-            throw IdentityError.unreachable(error)
-        }
+        let response = try await requester.send(.get(url, headers: [HTTPHeader("Authorization", "Bearer \(accessToken)")]),
+                                                what: "the userinfo request", replay: .idempotent)
         guard response.status == 200 else { throw IdentityError.badResponse("userinfo answered \(response.status)") }
         return IdentityClaims(claims: try JSONParsing.object(response.body, what: "the userinfo answer"))
     }
@@ -148,16 +188,15 @@ public final class OIDCProvider: IdentityProvider {
 
     /// The endpoints, or the broker error for a caller doing a `kind` of grant.
     func endpoints(for kind: GrantKind) async throws(BrokerFailure) -> ProviderMetadata {
-        do { return try await metadata.get() } catch { throw error.brokerFailure(during: kind) }
+        do { return try await metadata.get() } catch { throw error.brokerFailure(during: kind, host: host) }
     }
 
-    func send(_ request: HTTPRequest, kind: GrantKind) async throws(BrokerFailure) -> HTTPResponse {
+    /// Sends `request` with the retry policy; a failure becomes the broker error for a `kind` of grant.
+    func send(_ request: HTTPRequest, kind: GrantKind, what: String, replay: Replay) async throws(BrokerFailure) -> HTTPResponse {
         do {
-            return try await http.send(request)
-        } catch .cancelled {
-            throw BrokerFailure(.cancelled, "the request was cancelled")
+            return try await requester.send(request, what: what, replay: replay)
         } catch {
-            throw IdentityError.unreachable(error).brokerFailure(during: kind)
+            throw error.brokerFailure(during: kind, host: host)
         }
     }
 
@@ -174,6 +213,9 @@ public final class OIDCProvider: IdentityProvider {
         let pair = HTTPRequest.percentEncode(clientId) + ":" + HTTPRequest.percentEncode(secret.secret)
         request.headers.append(HTTPHeader("Authorization", "Basic " + Data(pair.utf8).base64EncodedString()))
     }
+
+    /// The longest access-token life the broker believes: one year, in seconds.
+    static let maximumTokenLifetime: Int64 = 366 * 86_400
 
     static func oauthError(_ response: HTTPResponse) -> IdentityError {
         guard let body = try? JSONParsing.object(response.body, what: "the error response"),
@@ -198,13 +240,13 @@ actor NativeAuthenticationSupport {
 
 /// One ID-token validator per provider, made once discovery has named the JWKS.
 actor SigningKeysCache {
-    private let http: HTTPClient
+    private let requester: ProviderHTTP
     private let clock: any WallClock
     private let logger: Logger
     private var validator: IDTokenValidator?
 
-    init(http: HTTPClient, clock: any WallClock, logger: Logger) {
-        self.http = http
+    init(requester: ProviderHTTP, clock: any WallClock, logger: Logger) {
+        self.requester = requester
         self.clock = clock
         self.logger = logger
     }
@@ -215,7 +257,7 @@ actor SigningKeysCache {
             throw IdentityError.badResponse("the provider returns ID tokens but its discovery document names no jwks_uri to check them with")
         }
         let made = IDTokenValidator(issuer: metadata.issuer,
-                                    jwks: JWKSCache(uri: jwksURI, http: http, clock: clock, logger: logger),
+                                    jwks: JWKSCache(uri: jwksURI, requester: requester, clock: clock, logger: logger),
                                     clock: clock)
         validator = made
         return made
@@ -223,17 +265,18 @@ actor SigningKeysCache {
 }
 
 /// The discovery document, fetched once and kept; a failed fetch is retried on the next use,
-/// so a broker started while offline recovers by itself.
+/// so a broker started while offline recovers by itself. Within one use, the retry policy
+/// applies (discovery is a GET: 5xx, 429 and broken connections are tried again).
 actor MetadataCache {
     private let authority: Authority
-    private let http: HTTPClient
+    private let requester: ProviderHTTP
     private let logger: Logger
     private var cached: ProviderMetadata?
     private var inFlight: Task<ProviderMetadata, any Error>?
 
-    init(authority: Authority, http: HTTPClient, logger: Logger) {
+    init(authority: Authority, requester: ProviderHTTP, logger: Logger) {
         self.authority = authority
-        self.http = http
+        self.requester = requester
         self.logger = logger
     }
 
@@ -254,18 +297,10 @@ actor MetadataCache {
     }
 
     private func fetch() async throws(IdentityError) -> ProviderMetadata {
-        let response: HTTPResponse
-        do {
-            response = try await http.send(.get(authority.discoveryURL))
-        } catch {
-            throw IdentityError.unreachable(error)
-        }
+        let response = try await requester.send(.get(authority.discoveryURL, headers: [HTTPHeader("Accept", "application/json")]),
+                                                what: "the discovery document", replay: .idempotent)
         guard response.status == 200 else {
-            if response.status >= 500 {
-                throw IdentityError.oauth(status: response.status, error: "server_error",
-                                          description: "discovery answered \(response.status)", codes: [], suberror: nil)
-            }
-            throw IdentityError.badResponse("\(authority.discoveryURL) answered \(response.status)")
+            throw IdentityError.badResponse("\(authority.discoveryURL) answered HTTP \(response.status)")
         }
         let metadata = try ProviderMetadata.parse(response.body, for: authority)
         logger.info("provider discovered", metadata: ["issuer": "\(metadata.issuer)"])

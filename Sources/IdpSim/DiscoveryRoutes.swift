@@ -8,11 +8,20 @@ struct DiscoveryRoutes: Sendable {
         let endpoints = provider.endpoints
         router.get(endpoints.route(Endpoints.discoveryPath)) { _, _ in
             await provider.stats.count("discovery")
-            return JSONBody.response(document(), headers: [.cacheControl: "max-age=60"])
+            let (fault, replacement) = await FaultResponses.before(.discovery, provider: provider)
+            if let replacement { return replacement }
+            return FaultResponses.after(fault, JSONBody.response(document(), headers: [.cacheControl: "max-age=60"]))
         }
         router.get(endpoints.route(Endpoints.jwksPath)) { _, _ in
             await provider.stats.count("jwks")
-            return JSONBody.response(encoding: provider.keys.jwks, headers: [.cacheControl: "max-age=60"])
+            let (fault, replacement) = await FaultResponses.before(.jwks, provider: provider)
+            if let replacement { return replacement }
+            if fault.mode == .jwksWithoutKey {
+                // A well-formed set that lacks the key tokens are signed with: another, fresh key.
+                let other = try await SigningKeys.generate()
+                return JSONBody.response(encoding: other.jwks, headers: [.cacheControl: "max-age=60"])
+            }
+            return FaultResponses.after(fault, JSONBody.response(encoding: provider.keys.jwks, headers: [.cacheControl: "max-age=60"]))
         }
     }
 

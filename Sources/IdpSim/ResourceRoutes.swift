@@ -20,10 +20,12 @@ struct ResourceRoutes: Sendable {
         }
         router.get(provider.endpoints.route(Endpoints.userinfoPath)) { request, _ in
             await provider.stats.count("userinfo")
+            let (fault, replacement) = await FaultResponses.before(.userinfo, provider: provider)
+            if let replacement { return replacement }
             let (claims, user) = try await authorize(request, requiredScope: "openid")
             var body: [String: Any] = ["sub": claims.sub, "name": user.displayName, "preferred_username": user.username, "oid": claims.oid]
             if let email = user.email { body["email"] = email }
-            return JSONBody.response(body)
+            return FaultResponses.after(fault, JSONBody.response(body))
         }
     }
 

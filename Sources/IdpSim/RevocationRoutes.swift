@@ -8,6 +8,8 @@ struct RevocationRoutes: Sendable {
     func register(on router: Router<BasicRequestContext>) {
         router.post(provider.endpoints.route(Endpoints.revokePath)) { request, _ in
             await provider.stats.count("revoke")
+            let (fault, replacement) = await FaultResponses.before(.revoke, provider: provider)
+            if let replacement { return replacement }
             let parameters = try await request.formParameters()
             guard let token = parameters.nonEmpty("token") else {
                 throw OAuthError.invalidRequest("The request body must contain the following parameter: 'token'.")
@@ -20,7 +22,7 @@ struct RevocationRoutes: Sendable {
             await provider.refreshTokens.revoke(token, clientId: clientId)
             provider.logger.info("revocation request handled", metadata: ["hint": "\(parameters["token_type_hint"] ?? "none")"])
             // §2.2: 200 whether or not the token was known.
-            return Response(status: .ok, headers: [.cacheControl: "no-store"])
+            return FaultResponses.after(fault, Response(status: .ok, headers: [.cacheControl: "no-store"]))
         }
     }
 }

@@ -6,6 +6,9 @@ import Hummingbird
 struct TestRoutes: Sendable {
     let provider: Provider
 
+    static let modes = FaultInjector.Mode.allCases.map(\.rawValue).joined(separator: "|")
+    static let endpoints = FaultInjector.Endpoint.allCases.map(\.rawValue).joined(separator: "|")
+
     func register(on router: Router<BasicRequestContext>) {
         router.get("/test/stats") { _, _ in
             JSONBody.response(await provider.stats.snapshot().json)
@@ -22,16 +25,24 @@ struct TestRoutes: Sendable {
             provider.logger.info("admin revocation", metadata: ["user": "\(username)", "families": "\(revoked)"])
             return JSONBody.response(["username": username, "revokedFamilies": revoked])
         }
-        router.get("/test/faults") { _, _ in
-            JSONBody.response(encoding: await provider.faults.current())
+        router.get("/test/faults") { request, _ in
+            let name = request.queryParameters["endpoint"] ?? "token"
+            guard let endpoint = FaultInjector.Endpoint(rawValue: name) else {
+                throw OAuthError.invalidRequest("unknown endpoint \(name); expected \(Self.endpoints)")
+            }
+            return JSONBody.response(encoding: await provider.faults.current(endpoint))
         }
         router.post("/test/faults") { request, _ in
             let body = try await request.body.collect(upTo: 1 << 16)
             guard let setting = try? JSONDecoder().decode(FaultInjector.Setting.self, from: Data(body.readableBytesView)) else {
-                throw OAuthError.invalidRequest("expected {\"mode\": \"none|unavailable|slow|garbage|error500|idTokenWrongKey|idTokenWrongAudience|idTokenWrongIssuer|idTokenExpired\", \"retryAfter\"?, \"delayMs\"?, \"count\"?}")
+                throw OAuthError.invalidRequest("expected {\"mode\": \"\(Self.modes)\", \"endpoint\"?: \"\(Self.endpoints)\", "
+                                                + "\"retryAfter\"?, \"delayMs\"?, \"count\"?, \"sizeBytes\"?}")
+            }
+            guard setting.mode.applies(to: setting.target) else {
+                throw OAuthError.invalidRequest("the mode \(setting.mode.rawValue) does not apply to the \(setting.target.rawValue) endpoint")
             }
             await provider.faults.set(setting)
-            provider.logger.notice("fault mode set", metadata: ["mode": "\(setting.mode.rawValue)"])
+            provider.logger.notice("fault mode set", metadata: ["mode": "\(setting.mode.rawValue)", "endpoint": "\(setting.target.rawValue)"])
             return JSONBody.response(encoding: setting)
         }
         router.get("/test/outbox") { _, _ in

@@ -17,8 +17,8 @@ struct TokenRoutes: Sendable {
         let parameters = try await request.formParameters()
         let grantType = parameters["grant_type"] ?? ""
         await provider.stats.countToken(grantType: grantType.isEmpty ? "(missing)" : grantType)
-        let fault = await provider.faults.take()
-        if let faulted = await response(for: fault) { return faulted }
+        let (fault, replacement) = await FaultResponses.before(.token, provider: provider)
+        if let replacement { return replacement }
 
         let client = try ClientAuthenticator(users: provider.users).authenticate(request, parameters)
         let signIn: SignIn
@@ -43,7 +43,7 @@ struct TokenRoutes: Sendable {
         }
         let tokens = try await provider.issuer.issue(signIn, forging: fault.mode.forgery)
         provider.logger.info("issued tokens", metadata: ["grant": "\(grantType)", "client": "\(client.clientId)", "user": "\(signIn.user.username)"])
-        return JSONBody.response(encoding: tokens, headers: .noStore)
+        return FaultResponses.after(fault, JSONBody.response(encoding: tokens, headers: .noStore))
     }
 
     /// Resource owner password credentials (RFC 6749 §4.3).
@@ -98,26 +98,5 @@ struct TokenRoutes: Sendable {
             scopes = asked
         }
         return SignIn(user: user, client: client, scopes: scopes, nonce: nil, authTime: grant.authTime, refreshFamily: grant.family)
-    }
-
-    /// The answer a test-only fault replaces the normal one with; nil means answer normally
-    /// (perhaps late, or with a forged ID token).
-    private func response(for fault: FaultInjector.Setting) async -> Response? {
-        switch fault.mode {
-        case .none, .idTokenWrongKey, .idTokenWrongAudience, .idTokenWrongIssuer, .idTokenExpired:
-            return nil
-        case .slow:
-            try? await Task.sleep(for: .milliseconds(fault.delayMs ?? 2000))
-            return nil
-        case .unavailable:
-            var headers: HTTPFields = [.contentType: "text/plain"]
-            if let retryAfter = fault.retryAfter { headers[.retryAfter] = String(retryAfter) }
-            return Response(status: .serviceUnavailable, headers: headers, body: .init(byteBuffer: ByteBuffer(string: "Service Unavailable")))
-        case .garbage:
-            return Response(status: .ok, headers: [.contentType: "application/json"],
-                            body: .init(byteBuffer: ByteBuffer(string: "<html>this is not JSON")))
-        case .error500:
-            return Response(status: .internalServerError)
-        }
     }
 }

@@ -40,6 +40,15 @@ struct Brokerd: AsyncParsableCommand {
     @Option(help: "The bus address to serve on, instead of DBUS_SESSION_BUS_ADDRESS.")
     var address: String?
 
+    @Option(help: ArgumentHelp(
+        "Where tokens are kept between runs: secret-service (the default), plaintext-file or memory.",
+        discussion: """
+            secret-service: the desktop's Secret Service (org.freedesktop.secrets); without one on the bus brokerd \
+            refuses to start. plaintext-file: in state.json (0600), readable by any program running as you. memory: \
+            never written; after a restart apps must sign in again. The last two log a warning at start.
+            """))
+    var tokenStorage: TokenStorage?
+
     @Option(help: "Seconds a person has to finish an interactive sign-in in the browser.")
     var interactiveTimeout: Int = 300
 
@@ -58,7 +67,7 @@ struct Brokerd: AsyncParsableCommand {
             let user = try config.map { path throws(DaemonError) in try DaemonConfigurationFile.load(path: path) }
                 ?? DaemonConfigurationFile()
             let administrator = try DaemonConfigurationFile.loadAdministrator(fallback: adminConfig)
-            let file = user.overridden(by: administrator)
+            var file = user.overridden(by: administrator)
             if let fixed = administrator?.deviceMode, let asked = deviceMode, asked != fixed {
                 logger.warning("the administrator's configuration sets the device mode; --device-mode is ignored",
                                metadata: ["administrator": "\(fixed.rawValue)", "asked": "\(asked.rawValue)"])
@@ -66,6 +75,11 @@ struct Brokerd: AsyncParsableCommand {
             if administrator?.authority != nil, authority != nil {
                 logger.warning("the administrator's configuration sets the authority; --authority is ignored")
             }
+            if let fixed = administrator?.tokenStorage, let asked = tokenStorage, asked != fixed {
+                logger.warning("the administrator's configuration sets the token storage; --token-storage is ignored",
+                               metadata: ["administrator": "\(fixed.rawValue)", "asked": "\(asked.rawValue)"])
+            }
+            file.tokenStorage = administrator?.tokenStorage ?? tokenStorage ?? file.tokenStorage
             guard let authority = administrator?.authority ?? authority ?? file.authority else {
                 throw ValidationError("give the provider with --authority URL (or \"authority\" in --config)")
             }
@@ -83,6 +97,7 @@ struct Brokerd: AsyncParsableCommand {
 }
 
 extension DeviceMode: ExpressibleByArgument {}
+extension TokenStorage: ExpressibleByArgument {}
 extension Logger.Level: @retroactive ExpressibleByArgument {}
 
 

@@ -130,7 +130,7 @@ struct ContractTests {
         let env = try BrokerEnvironment()
         let second = try ChildProcess("brokerd 2", executable: Binaries.path("brokerd"), arguments: [
             "--address", env.bus.address, "--authority", env.idp.authority,
-            "--state-dir", env.directory.path + "/state2"])
+            "--state-dir", env.directory.path + "/state2", "--token-storage", "plaintext-file"])
         #expect(try second.waitForExit(timeout: .seconds(20)) != 0)
         #expect(second.stderrText.contains("already taken"))
     }

@@ -89,6 +89,7 @@ func runDemo() throws {
 
     let brokerd = try ManagedProcess("brokerd", executable: binDir + "/brokerd", arguments: [
         "--address", address, "--device-mode", "shared", "--authority", authority, "--state-dir", work + "/state",
+        "--token-storage", "memory",   // a throwaway demo: no keyring needed, nothing written
     ], stderrFile: work + "/brokerd.log")
     _ = try brokerd.waitForLine(timeout: 30) { $0.hasPrefix("brokerd ready:") }
     say("demo", "brokerd is ready, in shared device mode")

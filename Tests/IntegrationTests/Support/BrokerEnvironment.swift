@@ -66,11 +66,13 @@ final class Brokerd: @unchecked Sendable {
     let process: ChildProcess
 
     /// Starts brokerd and waits for its readiness line. `browser` is its `$BROWSER`.
+    /// Tokens stay in state.json (`--token-storage plaintext-file`) unless `extraArguments` gives
+    /// another `--token-storage` (the last one given wins).
     init(bus: PrivateBus, authority: String, stateDirectory: String, mode: String = "shared",
          browser: String, extraArguments: [String] = []) throws {
         process = try ChildProcess("brokerd", executable: Binaries.path("brokerd"), arguments: [
             "--address", bus.address, "--device-mode", mode, "--authority", authority,
-            "--state-dir", stateDirectory, "--log-level", "debug",
+            "--state-dir", stateDirectory, "--log-level", "debug", "--token-storage", "plaintext-file",
         ] + extraArguments, environment: ["BROWSER": browser])
         try process.waitForLine(timeout: .seconds(20)) { $0.hasPrefix("brokerd ready:") }
     }

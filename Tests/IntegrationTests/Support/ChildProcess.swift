@@ -5,8 +5,10 @@ import Synchronization
 /// (bounded) for a readiness line instead of sleeping. Killed when the test is done with it.
 final class ChildProcess: @unchecked Sendable {
     let name: String
-    private let process = Process()
+    let pid: Int32
     private let state = NSCondition()
+    /// The exit status, once the process has ended (128 + N when signal N killed it).
+    private var status: Int32 = 0
     private var stdout: [String] = []
     private var stderr: [String] = []
     private var partial = ["", ""]
@@ -32,31 +34,26 @@ final class ChildProcess: @unchecked Sendable {
     init(_ name: String, executable: String, arguments: [String], environment: [String: String] = [:],
          stdin: String? = nil, keepStdinOpen: Bool = false) throws {
         self.name = name
-        process.executableURL = URL(fileURLWithPath: executable)
-        process.arguments = arguments
         var env = ProcessInfo.processInfo.environment
         // Never the developer's own bus: a test names its bus explicitly.
         env["DBUS_SESSION_BUS_ADDRESS"] = "disabled:"
         for (key, value) in environment { env[key] = value }
-        process.environment = env
-        let outPipe = Pipe(), errPipe = Pipe(), inPipe = Pipe()
-        process.standardOutput = outPipe
-        process.standardError = errPipe
-        process.standardInput = inPipe
-        process.terminationHandler = { [weak self] _ in
+        let child = try Spawned.start(executable, arguments: arguments, environment: env)
+        pid = child.pid
+        // Output is read, and the exit awaited, on threads of their own with plain blocking calls:
+        // Foundation's readabilityHandler can crash libdispatch when a pipe is torn down while a
+        // handler runs, and a wait on a Dispatch worker would take a thread from the pool tests run on.
+        Thread { [weak self] in
+            let status = child.waitForStatus()
             guard let self else { return }
             self.state.withLock {
+                self.status = status
                 self.terminated = true
                 self.state.broadcast()
             }
-        }
-        try process.run()
-        // Output is read on threads of their own with plain blocking reads: Foundation's
-        // readabilityHandler can crash libdispatch when a pipe is torn down while a handler runs,
-        // and a wait on a Dispatch worker would take a thread from the pool tests run on.
-        for (stream, pipe) in [(0, outPipe), (1, errPipe)] {
+        }.start()
+        for (stream, descriptor) in [(0, child.output), (1, child.error)] {
             Thread { [weak self] in
-                let descriptor = pipe.fileHandleForReading.fileDescriptor
                 var buffer = [UInt8](repeating: 0, count: 65536)
                 while true {
                     let count = buffer.withUnsafeMutableBytes { Glibc.read(descriptor, $0.baseAddress, $0.count) }
@@ -64,18 +61,19 @@ final class ChildProcess: @unchecked Sendable {
                     guard count > 0, let self else { break }
                     self.take(Data(buffer[..<count]), stream: stream)
                 }
+                close(descriptor)
                 self?.state.withLock {
                     self?.ended[stream] = true
                     self?.state.broadcast()
                 }
-                withExtendedLifetime(pipe) {}
             }.start()
         }
-        if let stdin { inPipe.fileHandleForWriting.write(Data(stdin.utf8)) }
+        let input = FileHandle(fileDescriptor: child.input, closeOnDealloc: true)
+        if let stdin { input.write(Data(stdin.utf8)) }
         if keepStdinOpen {
-            input = inPipe.fileHandleForWriting
+            self.input = input
         } else {
-            try? inPipe.fileHandleForWriting.close()
+            try? input.close()
         }
     }
 
@@ -102,10 +100,13 @@ final class ChildProcess: @unchecked Sendable {
         try? handle?.close()
     }
 
-    deinit { kill() }
+    /// Kills a process still running; its own thread reaps it (no wait here: the waiting thread
+    /// no longer reaches this object, and a test's thread should not be held up).
+    deinit {
+        if !terminated { Foundation.kill(pid, SIGKILL) }
+    }
 
-    var pid: Int32 { process.processIdentifier }
-    var isRunning: Bool { process.isRunning }
+    var isRunning: Bool { state.withLock { !terminated } }
     var stdoutLines: [String] { state.withLock { stdout + (partial[0].isEmpty ? [] : [partial[0]]) } }
     var stderrLines: [String] { state.withLock { stderr + (partial[1].isEmpty ? [] : [partial[1]]) } }
     var stdoutText: String { stdoutLines.joined(separator: "\n") }
@@ -149,7 +150,7 @@ final class ChildProcess: @unchecked Sendable {
             }
             seen = lines.count
             if exited {
-                throw ProcessFailure("\(name) exited (status \(process.terminationStatus)) without the expected line; output:\n\(stdout.joined(separator: "\n"))\n\(stderr.joined(separator: "\n"))")
+                throw ProcessFailure("\(name) exited (status \(status)) without the expected line; output:\n\(stdout.joined(separator: "\n"))\n\(stderr.joined(separator: "\n"))")
             }
             if !waitForChange(until: deadline) {
                 throw ProcessFailure("\(name) did not print the expected line within \(timeout); output:\n\(stdout.joined(separator: "\n"))\n\(stderr.joined(separator: "\n"))")
@@ -175,17 +176,20 @@ final class ChildProcess: @unchecked Sendable {
                 throw ProcessFailure("\(name) did not exit within \(timeout); output:\n\(stdout.joined(separator: "\n"))\n\(stderr.joined(separator: "\n"))")
             }
         }
-        return process.terminationStatus
+        return status
     }
 
     func signal(_ number: Int32) {
-        if process.isRunning { Foundation.kill(process.processIdentifier, number) }
+        if isRunning { Foundation.kill(pid, number) }
     }
 
+    /// SIGKILL, and waits (bounded) until the exit is reaped.
     func kill() {
-        if process.isRunning {
-            Foundation.kill(process.processIdentifier, SIGKILL)
-            process.waitUntilExit()
+        guard isRunning else { return }
+        Foundation.kill(pid, SIGKILL)
+        let deadline = Date().addingTimeInterval(10)
+        state.withLock {
+            while !terminated, state.wait(until: deadline) {}
         }
     }
 }

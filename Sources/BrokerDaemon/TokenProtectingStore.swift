@@ -1,0 +1,255 @@
+import BrokerCore
+import DBus
+import FoundationEssentials
+import Logging
+import Synchronization
+
+/// Where brokerd keeps tokens (refresh tokens, access tokens and the ID tokens that came with
+/// them) between runs: `--token-storage` or the configuration's `tokenStorage`.
+public enum TokenStorage: String, Sendable, Codable, CaseIterable {
+    /// The desktop's Secret Service (`org.freedesktop.secrets`): the default. Without one on the
+    /// bus brokerd refuses to start rather than fall back to anything weaker.
+    case secretService = "secret-service"
+    /// In `state.json` (0600) with the rest of the state: an explicit opt-in, warned about at start.
+    case plaintextFile = "plaintext-file"
+    /// Never written: lost when brokerd stops, so apps must sign in again. Warned about at start.
+    case memory
+}
+
+/// The tokens of a `BrokerState`, as kept apart from the state file: per clientId, the tokens
+/// and the identifier of the account they belong to.
+struct StoredTokens: Codable, Equatable, Sendable {
+    static let currentVersion = 1
+
+    struct Client: Codable, Equatable, Sendable {
+        /// The `identifier` of the account the tokens were issued to.
+        var account: String
+        var refreshToken: String?
+        var accessTokens: [String: CachedAccessToken]
+    }
+
+    var version = Self.currentVersion
+    var clients: [String: Client] = [:]
+
+    var isEmpty: Bool { clients.isEmpty }
+}
+
+/// Keeps the tokens half of the state (`StoredTokens`) somewhere safer than the state file.
+protocol TokenVault: Sendable {
+    /// What the vault holds for this device, or nil.
+    func load(deviceId: String) throws -> StoredTokens?
+    /// Replaces what the vault holds for this device; an empty set removes it.
+    func save(_ tokens: StoredTokens, deviceId: String) throws
+}
+
+/// A `StateStore` that keeps tokens out of the state file: each save splits the state into its
+/// public part, written by the wrapped file store with every token removed, and its tokens,
+/// written to the vault (or, without one, nowhere: `--token-storage memory`).
+///
+/// The vault is written first, then the file. A crash between the two leaves a file that still
+/// names the account it had; on load a client's tokens are adopted only when the vault says they
+/// belong to the account the file gives that client, so a restart never pairs one account with
+/// another's tokens. A vault that is newer than the file for the same account (a rotated refresh
+/// token) is adopted: that is the newest token the provider issued.
+final class TokenProtectingStore: StateStore {
+    let file: any StateStore
+    let vault: (any TokenVault)?
+    let logger: Logger
+    /// What the vault holds as far as this process knows (nil: unknown, so the next save writes
+    /// it): a save that changes no token (most saves: an app's `lastSeen`) does not touch the vault.
+    private let inVault: Mutex<StoredTokens?>
+
+    /// `inVault`: what `vault` was found to hold (an empty set when nothing), or nil when unknown.
+    init(file: any StateStore, vault: (any TokenVault)?, inVault: StoredTokens?, logger: Logger) {
+        self.file = file
+        self.vault = vault
+        self.logger = logger
+        self.inVault = Mutex(inVault)
+    }
+
+    func load() throws -> BrokerState? {
+        guard let state = try file.load() else { return nil }
+        return Self.merge(state, with: try vault?.load(deviceId: state.deviceId), logger: logger)
+    }
+
+    func save(_ state: BrokerState) throws {
+        let (publicPart, tokens) = Self.split(state)
+        if let vault, tokens != inVault.withLock({ $0 }) {
+            try vault.save(tokens, deviceId: state.deviceId)
+            inVault.withLock { $0 = tokens }
+        }
+        try file.save(publicPart)
+    }
+
+    /// The state without a token, and its tokens. Tokens of a client with no account cannot be
+    /// matched to one on load, so they are dropped (the broker never keeps such tokens).
+    static func split(_ state: BrokerState) -> (publicPart: BrokerState, tokens: StoredTokens) {
+        var publicPart = state
+        var tokens = StoredTokens()
+        for (clientId, record) in state.clients {
+            if let account = record.account, record.refreshToken != nil || !record.accessTokens.isEmpty {
+                tokens.clients[clientId] = StoredTokens.Client(account: account.identifier, refreshToken: record.refreshToken,
+                                                               accessTokens: record.accessTokens)
+            }
+            publicPart.clients[clientId] = ClientRecord(lastSeen: record.lastSeen, account: record.account)
+        }
+        return (publicPart, tokens)
+    }
+
+    /// `state` with each client's tokens from `tokens` where they belong to the account the
+    /// state gives that client; other tokens are left out.
+    static func merge(_ state: BrokerState, with tokens: StoredTokens?, logger: Logger) -> BrokerState {
+        guard let tokens else { return state }
+        var merged = state
+        for (clientId, entry) in tokens.clients.sorted(by: { $0.key < $1.key }) {
+            guard var record = merged.clients[clientId], record.account?.identifier == entry.account else {
+                logger.notice("stored tokens belong to an account this app is not signed in with; not using them",
+                              metadata: ["clientId": "\(clientId)", "tokensFor": "\(entry.account)",
+                                         "signedIn": "\(merged.clients[clientId]?.account?.identifier ?? "nobody")"])
+                continue
+            }
+            record.refreshToken = entry.refreshToken
+            record.accessTokens = entry.accessTokens
+            merged.clients[clientId] = record
+        }
+        return merged
+    }
+
+    /// Whether `state` holds any token (a state file written by `--token-storage plaintext-file`).
+    static func hasTokens(_ state: BrokerState) -> Bool {
+        state.clients.values.contains { $0.refreshToken != nil || !$0.accessTokens.isEmpty }
+    }
+}
+
+/// The tokens as one item of the Secret Service's default collection per device, with the
+/// attributes `application` (the broker's bus name) and `deviceId`; the secret is the JSON of
+/// `StoredTokens`.
+final class SecretServiceVault: TokenVault {
+    static let application = BrokerNames.busName
+    let service: SecretService
+
+    init(service: SecretService) { self.service = service }
+
+    static func attributes(deviceId: String) -> [String: String] {
+        ["application": application, "deviceId": deviceId]
+    }
+
+    func load(deviceId: String) throws -> StoredTokens? {
+        guard let bytes = try service.read(attributes: Self.attributes(deviceId: deviceId)) else { return nil }
+        let version: Int
+        do {
+            struct Header: Decodable { var version: Int }
+            version = try JSONDecoder().decode(Header.self, from: Data(bytes)).version
+        } catch {
+            // Never the decoder's words: they could quote the secret.
+            throw VaultError.unreadable("the Secret Service item of this device (application \(Self.application), deviceId \(deviceId)) "
+                                        + "is not a token set brokerd wrote (\(bytes.count) bytes)")
+        }
+        guard version <= StoredTokens.currentVersion else {
+            throw VaultError.newerFormat("the Secret Service item of this device has format \(version); this brokerd reads up to "
+                                         + "\(StoredTokens.currentVersion). Run the newer brokerd, or delete the item with your keyring app")
+        }
+        do {
+            return try JSONDecoder().decode(StoredTokens.self, from: Data(bytes))
+        } catch {
+            throw VaultError.unreadable("the Secret Service item of this device (application \(Self.application), deviceId \(deviceId)) "
+                                        + "is damaged (\(bytes.count) bytes)")
+        }
+    }
+
+    func save(_ tokens: StoredTokens, deviceId: String) throws {
+        let attributes = Self.attributes(deviceId: deviceId)
+        if tokens.isEmpty {
+            try service.delete(attributes: attributes)
+            return
+        }
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
+        let data = try encoder.encode(tokens)
+        try service.write(label: "Shared-device broker tokens (device \(deviceId))", attributes: attributes,
+                          secret: [UInt8](data), contentType: "application/json")
+    }
+}
+
+/// Why the vault's item could not be used.
+enum VaultError: Error, CustomStringConvertible {
+    case unreadable(String)
+    case newerFormat(String)
+
+    var description: String {
+        switch self {
+        case .unreadable(let why), .newerFormat(let why): return why
+        }
+    }
+}
+
+/// Start-up: where tokens go, checked before the broker serves anyone.
+public enum TokenStorageSetup {
+    /// Returns the store the broker writes through and the state it starts with (`loaded`, the
+    /// state file's content, with the tokens kept elsewhere merged in).
+    ///
+    /// - `plaintextFile`: the file store itself, with a warning.
+    /// - `memory`: tokens are never written, with a warning.
+    /// - `secretService`: refuses (throws) when no Secret Service is on the bus, neither running
+    ///   nor activatable, or when its default keyring is locked: never a silent fallback.
+    ///
+    /// A state file that still holds tokens (written with `plaintext-file`) is rewritten at once
+    /// without them, after they are in the vault (`secretService`) or in memory (`memory`).
+    public static func open(_ storage: TokenStorage, files: FileStateStore, loaded: BrokerState, busAddress: String?,
+                            logger: Logger) throws(DaemonError) -> (store: any StateStore, state: BrokerState) {
+        switch storage {
+        case .plaintextFile:
+            logger.warning("tokens are stored in plaintext in the state file (--token-storage plaintext-file): any program running as this user can read them; use the Secret Service (--token-storage secret-service) where there is one",
+                           metadata: ["file": "\(files.path)"])
+            return (files, loaded)
+        case .memory:
+            logger.warning("tokens are kept in memory only (--token-storage memory): they are lost when brokerd stops, and every app must then sign in interactively again")
+            let store = TokenProtectingStore(file: files, vault: nil, inVault: nil, logger: logger)
+            try removeTokensFromFile(store, fileContent: loaded, state: loaded, to: "memory", logger: logger)
+            return (store, loaded)
+        case .secretService:
+            let connection: DBusConnection
+            do {
+                connection = try busAddress.map { try DBusConnection(address: $0, logger: logger) } ?? DBusConnection.sessionBus(logger: logger)
+            } catch {
+                throw DaemonError.bus("cannot connect to the session bus to reach the Secret Service: \(error)")
+            }
+            let service = SecretService(connection: connection)
+            let available: Bool
+            do { available = try service.isAvailable() } catch { throw DaemonError.bus("\(error)") }
+            guard available else {
+                throw DaemonError.configuration(
+                    "no Secret Service (\(SecretService.busName)) is running on the session bus or can be started by it, so refresh tokens have nowhere safe to go (--token-storage secret-service, the default). "
+                    + "Start one (gnome-keyring-daemon, KeePassXC, KWallet), \(SecretService.alternatives)")
+            }
+            let vault = SecretServiceVault(service: service)
+            let tokens: StoredTokens?
+            let known: StoredTokens?
+            do {
+                tokens = try vault.load(deviceId: loaded.deviceId)
+                known = tokens ?? StoredTokens()
+            } catch VaultError.unreadable(let why) {
+                // Like a damaged state file: start without those tokens (apps sign in again); the next save replaces the item.
+                logger.error("the stored tokens cannot be used; starting without them", metadata: ["why": "\(why)"])
+                (tokens, known) = (nil, nil)
+            } catch {
+                throw DaemonError.state("cannot read the tokens from the Secret Service: \(error)")
+            }
+            let store = TokenProtectingStore(file: files, vault: vault, inVault: known, logger: logger)
+            let state = TokenProtectingStore.merge(loaded, with: tokens, logger: logger)
+            try removeTokensFromFile(store, fileContent: loaded, state: state, to: "the Secret Service", logger: logger)
+            logger.info("tokens are stored in the Secret Service", metadata: ["service": "\(SecretService.busName)"])
+            return (store, state)
+        }
+    }
+
+    /// Moves the tokens a `plaintext-file` run left in the state file to where they go now.
+    private static func removeTokensFromFile(_ store: TokenProtectingStore, fileContent: BrokerState, state: BrokerState,
+                                             to destination: String, logger: Logger) throws(DaemonError) {
+        guard TokenProtectingStore.hasTokens(fileContent) else { return }
+        do { try store.save(state) } catch {
+            throw DaemonError.state("the state file holds tokens from a plaintext-file run, and moving them to \(destination) failed: \(error)")
+        }
+        logger.notice("moved the tokens out of the state file", metadata: ["to": "\(destination)"])
+    }
+}

@@ -1,0 +1,73 @@
+import Foundation
+
+/// Starts a process with `posix_spawn`, its standard streams on pipes.
+///
+/// Not Foundation's `Process`: on Linux its `run()` over-reads `/proc/self/fd` directory entries
+/// and crashes now and then (swift-corelibs-foundation #5472, seen here once in a few full runs,
+/// more often the more threads and descriptors the test process holds).
+struct Spawned {
+    let pid: pid_t
+    /// The write end of the child's standard input.
+    let input: Int32
+    /// The read ends of the child's standard output and error.
+    let output: Int32
+    let error: Int32
+
+    static func start(_ executable: String, arguments: [String], environment: [String: String]) throws -> Spawned {
+        func pipePair() throws -> (read: Int32, write: Int32) {
+            // pipe2(O_CLOEXEC) is not visible from Swift here; a child spawned by another thread in
+            // between may inherit an end, which only delays that pipe's end of file (waits allow for it).
+            var fds: [Int32] = [0, 0]
+            guard pipe(&fds) == 0 else { throw ProcessFailure("pipe: \(String(cString: strerror(errno)))") }
+            for fd in fds { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
+            return (fds[0], fds[1])
+        }
+        let stdin = try pipePair(), stdout = try pipePair(), stderr = try pipePair()
+
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        // dup2 clears close-on-exec on the copies; every other descriptor of ours is close-on-exec.
+        posix_spawn_file_actions_adddup2(&actions, stdin.read, 0)
+        posix_spawn_file_actions_adddup2(&actions, stdout.write, 1)
+        posix_spawn_file_actions_adddup2(&actions, stderr.write, 2)
+
+        // The child starts with default signal handling and nothing blocked (the test process ignores SIGPIPE).
+        var attributes = posix_spawnattr_t()
+        posix_spawnattr_init(&attributes)
+        defer { posix_spawnattr_destroy(&attributes) }
+        var defaults = sigset_t()
+        sigemptyset(&defaults)
+        sigaddset(&defaults, SIGPIPE)
+        posix_spawnattr_setsigdefault(&attributes, &defaults)
+        var unblocked = sigset_t()
+        sigemptyset(&unblocked)
+        posix_spawnattr_setsigmask(&attributes, &unblocked)
+        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK))
+
+        let argv = ([executable] + arguments).map { strdup($0) } + [nil]
+        let envp = environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
+        defer {
+            argv.forEach { free($0) }
+            envp.forEach { free($0) }
+        }
+        var pid = pid_t()
+        let status = posix_spawn(&pid, executable, &actions, &attributes, argv, envp)
+        for fd in [stdin.read, stdout.write, stderr.write] { close(fd) }
+        guard status == 0 else {
+            for fd in [stdin.write, stdout.read, stderr.read] { close(fd) }
+            throw ProcessFailure("cannot start \(executable): \(String(cString: strerror(status)))")
+        }
+        return Spawned(pid: pid, input: stdin.write, output: stdout.read, error: stderr.read)
+    }
+
+    /// Waits for the child's exit (on the calling thread): its status, 128 + N when killed by signal N.
+    func waitForStatus() -> Int32 {
+        var status: Int32 = 0
+        while waitpid(pid, &status, 0) < 0 {
+            if errno != EINTR { return -1 }
+        }
+        let signal = status & 0x7f
+        return signal == 0 ? (status >> 8) & 0xff : 128 + signal
+    }
+}
