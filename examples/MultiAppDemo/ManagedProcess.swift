@@ -31,17 +31,22 @@ final class ManagedProcess: @unchecked Sendable {
         } else {
             process.standardError = FileHandle.nullDevice
         }
-        output.fileHandleForReading.readabilityHandler = { [weak self] handle in self?.take(handle.availableData) }
-        process.terminationHandler = { [weak self] _ in
+        try process.run()
+        // Read on a thread of its own with blocking reads, until the end of the output (the exit):
+        // Foundation's readabilityHandler can crash libdispatch when the pipe is torn down.
+        Thread { [weak self] in
+            let handle = output.fileHandleForReading
+            while true {
+                let data = handle.availableData
+                guard !data.isEmpty, let self else { break }
+                self.take(data)
+            }
             guard let self else { return }
-            self.take(output.fileHandleForReading.readDataToEndOfFile())
-            output.fileHandleForReading.readabilityHandler = nil
             self.condition.lock()
             self.exited = true
             self.condition.broadcast()
             self.condition.unlock()
-        }
-        try process.run()
+        }.start()
         Cleanup.shared.register(self)
     }
 
