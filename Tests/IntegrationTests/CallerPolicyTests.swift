@@ -35,21 +35,7 @@ struct CallerPolicyTests {
           .enabled(if: isRoot, "needs root to run a client as another user"))
     func otherUserRefused() throws {
         // A bus that admits every user (a session bus admits only its own): the broker's own check must hold.
-        let env = try BrokerEnvironment(busConfig: """
-            <!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
-             "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
-            <busconfig>
-              <type>session</type>
-              <listen>unix:tmpdir=/tmp</listen>
-              <auth>EXTERNAL</auth>
-              <policy context="default">
-                <allow user="*"/>
-                <allow send_destination="*" eavesdrop="true"/>
-                <allow eavesdrop="true"/>
-                <allow own="*"/>
-              </policy>
-            </busconfig>
-            """)
+        let env = try BrokerEnvironment(busConfig: PrivateBus.configuration(everyUser: true))
         #expect(try env.signIn(TestUsers.alice, client: "mail-app").status == 0)
         for method in [["GetCurrentAccount", "string:mail-app"], ["GetDeviceInformation"],
                        ["GetAccounts", "string:mail-app"]] {

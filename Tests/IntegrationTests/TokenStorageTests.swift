@@ -210,20 +210,7 @@ final class TestKeyring: @unchecked Sendable {
 
     /// A session bus that can activate nothing: the system-wide org.freedesktop.secrets.service
     /// would otherwise start a gnome-keyring on the developer's own keyrings.
-    static let busWithoutActivation = """
-        <!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
-         "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
-        <busconfig>
-          <type>session</type>
-          <listen>unix:tmpdir=/tmp</listen>
-          <auth>EXTERNAL</auth>
-          <policy context="default">
-            <allow send_destination="*" eavesdrop="true"/>
-            <allow eavesdrop="true"/>
-            <allow own="*"/>
-          </policy>
-        </busconfig>
-        """
+    static let busWithoutActivation = PrivateBus.configuration()
 
     let process: ChildProcess
     let connection: DBusConnection

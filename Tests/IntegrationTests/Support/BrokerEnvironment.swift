@@ -33,6 +33,30 @@ final class PrivateBus: @unchecked Sendable {
     let address: String
     private let daemon: ChildProcess
 
+    /// The text of a bus configuration with the standard session policy. `serviceDirectory` is
+    /// its only place for D-Bus activation (none: it can activate nothing, not even the system's
+    /// services); `everyUser` admits connections of any user, not only the daemon's own;
+    /// `sessionType` off leaves activated services only `DBUS_STARTER_ADDRESS`.
+    static func configuration(listen: String = "unix:tmpdir=/tmp", sessionType: Bool = true,
+                              serviceDirectory: String? = nil, everyUser: Bool = false) -> String {
+        """
+        <!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
+         "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+        <busconfig>
+          \(sessionType ? "<type>session</type>" : "")
+          <listen>\(listen)</listen>
+          <auth>EXTERNAL</auth>
+          \(serviceDirectory.map { "<servicedir>\($0)</servicedir>" } ?? "")
+          <policy context="default">
+            \(everyUser ? "<allow user=\"*\"/>" : "")
+            <allow send_destination="*" eavesdrop="true"/>
+            <allow eavesdrop="true"/>
+            <allow own="*"/>
+          </policy>
+        </busconfig>
+        """
+    }
+
     /// A `--session` bus, or one run with the configuration file `configFile`.
     init(configFile: String? = nil) throws {
         daemon = try ChildProcess("dbus-daemon", executable: "/usr/bin/dbus-daemon",

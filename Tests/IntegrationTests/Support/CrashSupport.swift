@@ -94,21 +94,8 @@ final class ActivatingBus: @unchecked Sendable {
     ///   it dbus-daemon gives activated services only `DBUS_STARTER_ADDRESS`, not
     ///   `DBUS_SESSION_BUS_ADDRESS` (theirs stays the test's `disabled:`).
     init(in directory: TemporaryDirectory, serviceDirectory: String, sessionType: Bool) throws {
-        let config = try directory.write("activating-bus.conf", """
-            <!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
-             "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
-            <busconfig>
-              \(sessionType ? "<type>session</type>" : "")
-              <listen>unix:dir=\(directory.path)</listen>
-              <auth>EXTERNAL</auth>
-              <servicedir>\(serviceDirectory)</servicedir>
-              <policy context="default">
-                <allow send_destination="*" eavesdrop="true"/>
-                <allow eavesdrop="true"/>
-                <allow own="*"/>
-              </policy>
-            </busconfig>
-            """)
+        let config = try directory.write("activating-bus.conf", PrivateBus.configuration(
+            listen: "unix:dir=\(directory.path)", sessionType: sessionType, serviceDirectory: serviceDirectory))
         daemon = try ChildProcess("dbus-daemon (activating)", executable: "/usr/bin/dbus-daemon",
                                   arguments: ["--config-file=\(config)", "--nofork", "--nopidfile", "--print-address=1"])
         address = try daemon.waitForLine(timeout: .seconds(10)) { $0.hasPrefix("unix:") }.trimmingCharacters(in: .whitespaces)
