@@ -10,11 +10,12 @@ struct IdentityClaims: Sendable {
         guard let subject = claims["sub"]?.string, !subject.isEmpty else {
             throw IdentityError.invalidIDToken("it has no sub claim")
         }
-        let objectId = claims["oid"]?.string ?? subject
-        let tenant = claims["tid"]?.string ?? fallbackTenant
-        let username = claims["preferred_username"]?.string ?? claims["email"]?.string
-            ?? claims["upn"]?.string ?? subject
+        // An empty claim is no claim: it must not hide a usable one after it.
+        func text(_ name: String) -> String? { claims[name]?.string.flatMap { $0.isEmpty ? nil : $0 } }
+        let objectId = text("oid") ?? subject
+        let tenant = text("tid") ?? fallbackTenant
+        let username = text("preferred_username") ?? text("email") ?? text("upn") ?? subject
         return Account(username: username, identifier: tenant.isEmpty ? objectId : "\(objectId).\(tenant)",
-                       tenantId: tenant, environment: environment, name: claims["name"]?.string ?? username)
+                       tenantId: tenant, environment: environment, name: text("name") ?? username)
     }
 }

@@ -25,7 +25,7 @@ public enum JSONValue: Sendable, Equatable, Decodable {
         switch self {
         case .number(let value) where value.isFinite && abs(value) < 9e15: return Int64(value)
         // Some providers send expires_in as a string; it gets the same bounds as a number.
-        case .string(let value): return Int64(value).flatMap { abs($0) < 9_000_000_000_000_000 ? $0 : nil }
+        case .string(let value): return Int64(value).flatMap { $0.magnitude < 9_000_000_000_000_000 ? $0 : nil }
         default: return nil
         }
     }

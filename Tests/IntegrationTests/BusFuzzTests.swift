@@ -1,0 +1,493 @@
+import BrokerAPI
+import DBus
+import Foundation
+import Synchronization
+import Testing
+
+/// Issue 6, "Hostile and careless callers": every method of the broker's interface and of the
+/// standard ones, called through a real D-Bus client on a private bus against the real brokerd
+/// and idp-sim, with thousands of random and malformed argument sets. Every call must get a reply
+/// in time, every call that must be refused is, and the broker's state stays exactly as it was.
+///
+/// Seeded and reproducible: the seed is printed; `BUS_FUZZ_SEED=N` repeats a run,
+/// `BUS_FUZZ_CALLS=N` changes its length (default 10,000), `BUS_FUZZ_ONLY=I,J` replays single calls.
+@Suite("Bus fuzzing: hostile and careless callers", .serialized)
+struct BusFuzzTests {
+    /// Calls between two checks of the broker's state.
+    static let batch = 500
+    /// Calls in flight at once (pipelined on one connection).
+    static let inFlight = 8
+    /// The bound on every call's reply.
+    static let callTimeout: Duration = .seconds(10)
+
+    @Test("10,000 random and malformed calls: each answered in time, each bad one refused, nothing changed, brokerd alive")
+    func randomCalls() async throws {
+        let environment = ProcessInfo.processInfo.environment
+        let seed = environment["BUS_FUZZ_SEED"].flatMap { UInt64($0) } ?? UInt64.random(in: 1...UInt64(UInt32.max))
+        let count = environment["BUS_FUZZ_CALLS"].flatMap { Int($0) } ?? 10_000
+        let only = environment["BUS_FUZZ_ONLY"].map { $0.split(separator: ",").compactMap { Int($0) } }
+        print("bus fuzz: seed \(seed), \(only.map { "calls \($0)" } ?? "\(count) calls") (BUS_FUZZ_SEED=\(seed) repeats this run)")
+
+        let run = try await FuzzedBroker.start()
+        defer { run.close() }
+        let generator = FuzzGenerator(seed: seed, context: run.context)
+        var figures = FuzzFigures()
+        let started = ContinuousClock.now
+
+        let indices = only ?? Array(0..<count)
+        var position = 0, checks = 0
+        var stateProblems: [String] = []
+        while position < indices.count {
+            let batch = Array(indices[position..<min(position + Self.batch, indices.count)])
+            position += batch.count
+            for (call, outcome, latency) in await run.perform(batch.map(generator.call), inFlight: Self.inFlight, timeout: Self.callTimeout) {
+                figures.record(call, outcome, latency)
+                if only != nil { print("bus fuzz: \(call.description)\n    -> \(outcome)") }
+            }
+            checks += 1
+            let changes = await run.checkUnchanged()
+            if !changes.isEmpty {
+                stateProblems = changes.map { "after calls up to #\(batch.last ?? 0): \($0)" }
+                break
+            }
+        }
+        let elapsed = ContinuousClock.now - started
+        print(figures.report(seed: seed, elapsed: elapsed))
+        print("bus fuzz: \(checks) checks of the broker's state, every \(Self.batch) calls: \(stateProblems.isEmpty ? "unchanged" : "CHANGED")")
+        for problem in stateProblems { Issue.record("\(problem)\n(BUS_FUZZ_SEED=\(seed) repeats this run)") }
+        for problem in figures.problems.prefix(30) { Issue.record("\(problem)\n(BUS_FUZZ_SEED=\(seed) repeats this run)") }
+        #expect(figures.problems.isEmpty, "\(figures.problems.count) calls got a wrong answer; seed \(seed)")
+        #expect(figures.calls == indices.count, "only \(figures.calls) of \(indices.count) calls ran")
+        #expect(figures.slowest.0 < Self.callTimeout)
+        #expect(run.brokerd.isRunning)
+    }
+
+    @Test("the limits are exact, counted in bytes: 256 for ids, 4096 for usernames and passwords, 64 scopes of 256")
+    func limitsAreExact() async throws {
+        let run = try await FuzzedBroker.start()
+        defer { run.close() }
+        let bob = TestUsers.bob
+        func s(_ text: String) -> DBusValue { .string(text) }
+        func repeated(_ piece: String, bytes: Int) -> String {
+            String(repeating: piece, count: bytes / piece.utf8.count) + String(repeating: "x", count: bytes % piece.utf8.count)
+        }
+        let noOptions = DBusValue.vardict([:])
+        let cases: [(String, [DBusValue], String)] = [
+            // clientId: 256 bytes is well-formed (and unknown here), 257 is not.
+            ("GetCurrentAccount", [s(repeated("a", bytes: 256))], "UnknownClient"),
+            ("GetCurrentAccount", [s(repeated("a", bytes: 257))], "InvalidArgument"),
+            // username: 4096 bytes passes (then the empty password is refused), 4097 does not; bytes, not characters.
+            ("SignInWithPassword", [s("mail-app"), s(repeated("u", bytes: 4096)), s(""), .strings([])], "InvalidArgument"),
+            ("SignInWithPassword", [s("mail-app"), s(repeated("u", bytes: 4097)), s(""), .strings([])], "InvalidUsername"),
+            ("SignInWithPassword", [s("mail-app"), s(repeated("é", bytes: 4096)), s(""), .strings([])], "InvalidArgument"),
+            ("SignInWithPassword", [s("mail-app"), s(repeated("é", bytes: 4098)), s(""), .strings([])], "InvalidUsername"),
+            // password: 4096 bytes passes (bob is then refused: alice holds the device), 4097 does not.
+            ("SignInWithPassword", [s("mail-app"), s(bob.username), s(repeated("p", bytes: 4096)), .strings([])], "AccountAlreadySignedIn"),
+            ("SignInWithPassword", [s("mail-app"), s(bob.username), s(repeated("p", bytes: 4097)), .strings([])], "InvalidArgument"),
+            ("SignInWithPassword", [s("mail-app"), s(bob.username), s(repeated("ü", bytes: 4098)), .strings([])], "InvalidArgument"),
+            // scopes: 64 of 256 bytes pass, a 65th or a 257-byte one does not.
+            ("SignInWithPassword", [s("mail-app"), s(bob.username), s("pw"), .strings((0..<64).map { repeated("s\($0)-", bytes: 256) })], "AccountAlreadySignedIn"),
+            ("SignInWithPassword", [s("mail-app"), s(bob.username), s("pw"), .strings((0..<65).map { "s\($0)" })], "InvalidArgument"),
+            ("SignInWithPassword", [s("mail-app"), s(bob.username), s("pw"), .strings(["User.Read", repeated("s", bytes: 257)])], "InvalidArgument"),
+            // accountId: 256 bytes is well-formed (and not signed in), 257 is not.
+            ("AcquireTokenSilent", [s("mail-app"), .strings([]), s(repeated("i", bytes: 256)), noOptions], "NoAccount"),
+            ("AcquireTokenSilent", [s("mail-app"), .strings([]), s(repeated("i", bytes: 257)), noOptions], "InvalidArgument"),
+            ("SignOut", [s("mail-app"), s(repeated("i", bytes: 256)), noOptions], "NoAccount"),
+            ("SignOut", [s("mail-app"), s(repeated("i", bytes: 257)), noOptions], "InvalidArgument"),
+            // flowId: 256 bytes is well-formed (and unknown), 257 is not; a code is 1 to 64 letters or digits.
+            ("SubmitCode", [s(repeated("f", bytes: 256)), s(repeated("1", bytes: 64))], "FlowNotFound"),
+            ("SubmitCode", [s(repeated("f", bytes: 257)), s("12345678")], "InvalidArgument"),
+            ("SubmitCode", [s("flow"), s(repeated("1", bytes: 65))], "InvalidCode"),
+            ("ResendCode", [s(repeated("f", bytes: 256))], "FlowNotFound"),
+            ("CancelSignIn", [s(repeated("f", bytes: 257))], "InvalidArgument"),
+        ]
+        for (member, arguments, expected) in cases {
+            let outcome = await run.call(member, arguments)
+            let shown = FuzzCall.describe(arguments)
+            switch outcome {
+            case .success(let values): Issue.record("\(member)(\(shown)) succeeded: \(FuzzCall.describe(values))")
+            case .failure(let error): #expect(error.name == Fuzz.broker(expected), "\(member)(\(shown)): \(error)")
+            }
+        }
+        let problems = await run.checkUnchanged()
+        #expect(problems.isEmpty, "\(problems)")
+    }
+
+    /// A D-Bus string must be valid UTF-8, and libdbus never sends one that is not, so these
+    /// messages are written to the socket by hand: the bus daemon must drop such a sender before
+    /// anything reaches brokerd. Noncharacters (U+FFFE, U+FDD0, U+10FFFF) are valid UTF-8 for
+    /// libdbus: those are delivered, and the broker must refuse them as it refuses any bad clientId.
+    @Test("invalid UTF-8 never reaches brokerd; noncharacters do, and are refused")
+    func invalidUTF8() async throws {
+        let run = try await FuzzedBroker.start()
+        defer { run.close() }
+        let invalid: [[UInt8]] = [
+            [0xC3, 0x28], [0xA0, 0xA1], [0xE2, 0x28, 0xA1], [0xF0, 0x90, 0x28, 0xBC], [0xC0, 0xAF],  // bad continuations, overlong
+            [0xED, 0xA0, 0x80], [0xF4, 0x90, 0x80, 0x80], [0xFF], [0xFE, 0xFF], [0x6D, 0x61, 0x69, 0x6C, 0x80],  // surrogate, > U+10FFFF, bytes never in UTF-8
+        ]
+        for bytes in invalid {
+            let outcome = try await offThePool { try RawBusClient.call(address: run.environment.bus.address, member: "GetCurrentAccount", stringBytes: bytes) }
+            #expect(outcome == .droppedByBus, "\(bytes.map { String($0, radix: 16) }): \(outcome)")
+        }
+        let noncharacters: [[UInt8]] = [[0xEF, 0xBF, 0xBE], [0xEF, 0xB7, 0x90], [0xF4, 0x8F, 0xBF, 0xBF]]
+        for bytes in noncharacters {
+            let outcome = try await offThePool { try RawBusClient.call(address: run.environment.bus.address, member: "GetCurrentAccount", stringBytes: bytes) }
+            #expect(outcome == .error(Fuzz.broker("InvalidArgument")), "\(bytes.map { String($0, radix: 16) }): \(outcome)")
+        }
+        let problems = await run.checkUnchanged()
+        #expect(problems.isEmpty, "\(problems)")
+    }
+}
+
+// MARK: - The broker under fuzz
+
+/// The names of the signals seen, filled by a task that reads the subscription.
+final class SignalLog: Sendable {
+    let names = Mutex<[String]>([])
+}
+
+/// brokerd with alice signed in, a client connection to it, and what its state looked like
+/// before the first fuzzed call.
+final class FuzzedBroker: @unchecked Sendable {
+    let environment: BrokerEnvironment
+    let connection: DBusConnection
+    let context: FuzzContext
+    private let configDirectory: TemporaryDirectory
+    private let stateFile: [UInt8]
+    private let token: String
+    private let providerStats: Data
+    private let outboxCount: Int
+    /// Signals the broker emitted since the snapshot (AccountChanged, PropertiesChanged): none may come.
+    private let signalsSeen = SignalLog()
+    private let signalWatch: Task<Void, Never>
+
+    var brokerd: ChildProcess { environment.brokerd.process }
+    static let clients = TestUsers.clients
+
+    private init(environment: BrokerEnvironment, connection: DBusConnection, context: FuzzContext, configDirectory: TemporaryDirectory,
+                 stateFile: [UInt8], token: String, providerStats: Data, outboxCount: Int, signals: AsyncStream<DBusSignal>) {
+        self.environment = environment
+        self.connection = connection
+        self.context = context
+        self.configDirectory = configDirectory
+        self.stateFile = stateFile
+        self.token = token
+        self.providerStats = providerStats
+        self.outboxCount = outboxCount
+        let seen = signalsSeen
+        signalWatch = Task {
+            for await signal in signals { seen.names.withLock { $0.append("\(signal.interface).\(signal.member)") } }
+        }
+    }
+
+    /// Starts idp-sim and brokerd (its configuration lists the three test apps, so other clientIds
+    /// are unknown), signs alice in with mail-app, lets every app see her once, and takes the snapshot.
+    static func start() async throws -> FuzzedBroker {
+        let configDirectory = try TemporaryDirectory()
+        let config = try configDirectory.write("broker.json", """
+            {"clients": [\(clients.map { "{\"clientId\": \"\($0)\"}" }.joined(separator: ", "))]}
+            """)
+        let environment = try await offThePool { try BrokerEnvironment(brokerArguments: ["--config", config]) }
+        let signIn = try await offThePool { try environment.signIn(TestUsers.alice, client: "mail-app") }
+        guard signIn.status == 0 else { throw ProcessFailure("signing alice in failed: \(signIn.stderr)") }
+        let connection = try await offThePool { try DBusConnection(address: environment.bus.address) }
+
+        func call(_ interface: String, _ member: String, _ arguments: [DBusValue] = [], path: String = Fuzz.path) async throws -> [DBusValue] {
+            try await connection.call(destination: Fuzz.service, path: path, interface: interface, member: member,
+                                      arguments: arguments, timeout: .seconds(10))
+        }
+        // Every app sees alice once, so that from now on GetCurrentAccount changes nothing.
+        for client in clients {
+            _ = try await call(Fuzz.interface, "GetCurrentAccount", [.string(client)])
+        }
+        let current = try await call(Fuzz.interface, "GetCurrentAccount", [.string("mail-app")])
+        guard current.count == 2, current[0] == current[1], let alice = current[0].vardict, let accountId = alice["identifier"]?.string,
+              alice["username"]?.string == TestUsers.alice.username
+        else { throw ProcessFailure("GetCurrentAccount after sign-in answered \(current)") }
+        for client in clients {
+            let seen = try await call(Fuzz.interface, "GetCurrentAccount", [.string(client)])
+            guard seen == current else { throw ProcessFailure("\(client) sees \(seen), mail-app \(current)") }
+        }
+        let silent: [DBusValue] = [.string("mail-app"), .strings(["User.Read"]), .string(""), .vardict([:])]
+        let token = try await call(Fuzz.interface, "AcquireTokenSilent", silent).first?.vardict?["accessToken"]?.string ?? ""
+        guard !token.isEmpty, try await call(Fuzz.interface, "AcquireTokenSilent", silent).first?.vardict?["accessToken"]?.string == token
+        else { throw ProcessFailure("no stable silent token for mail-app") }
+
+        var introspection: [String: Result<[DBusValue], DBusError>] = [:]
+        for path in Fuzz.paths {
+            do {
+                introspection[path] = .success(try await call(Fuzz.introspectable, "Introspect", path: path))
+            } catch let error as DBusError {
+                introspection[path] = .failure(error)
+            }
+        }
+        let context = FuzzContext(
+            knownClients: clients, accountId: accountId,
+            usernames: [TestUsers.alice.username, TestUsers.bob.username, TestUsers.carol.username, "nobody@contoso.example"],
+            password: TestUsers.alice.password, currentAccount: current,
+            accounts: try await call(Fuzz.interface, "GetAccounts", [.string("mail-app")]),
+            deviceInformation: try await call(Fuzz.interface, "GetDeviceInformation"),
+            allProperties: try await call(Fuzz.properties, "GetAll", [.string(Fuzz.interface)]),
+            introspection: introspection)
+        let signals = try await connection.signals(matching: DBusMatchRule(sender: Fuzz.service))
+        return FuzzedBroker(environment: environment, connection: connection, context: context, configDirectory: configDirectory,
+                            stateFile: try Self.readStateFile(environment), token: token,
+                            providerStats: try await Self.providerStats(environment), outboxCount: try await environment.outbox().count,
+                            signals: signals)
+    }
+
+    func close() {
+        signalWatch.cancel()
+        connection.close()
+    }
+
+    /// One call to the broker's object, bounded.
+    func call(_ member: String, _ arguments: [DBusValue]) async -> Result<[DBusValue], DBusError> {
+        let call = FuzzCall(index: 0, kind: "", path: Fuzz.path, interface: Fuzz.interface, member: member, arguments: arguments,
+                            expectation: .answers(nil))
+        return await perform(call, timeout: .seconds(10)).1
+    }
+
+    /// Sends `calls` with at most `inFlight` of them waiting for their reply at a time; returns
+    /// each with its outcome and the time its reply took.
+    func perform(_ calls: [FuzzCall], inFlight: Int, timeout: Duration) async -> [(FuzzCall, Result<[DBusValue], DBusError>, Duration)] {
+        await withTaskGroup(of: (FuzzCall, Result<[DBusValue], DBusError>, Duration).self) { group in
+            var results: [(FuzzCall, Result<[DBusValue], DBusError>, Duration)] = []
+            var next = 0
+            while next < min(inFlight, calls.count) {
+                let call = calls[next]
+                group.addTask { await self.perform(call, timeout: timeout) }
+                next += 1
+            }
+            while let result = await group.next() {
+                results.append(result)
+                if next < calls.count {
+                    let call = calls[next]
+                    group.addTask { await self.perform(call, timeout: timeout) }
+                    next += 1
+                }
+            }
+            return results
+        }
+    }
+
+    private func perform(_ call: FuzzCall, timeout: Duration) async -> (FuzzCall, Result<[DBusValue], DBusError>, Duration) {
+        let start = ContinuousClock.now
+        do {
+            let values = try await connection.call(destination: Fuzz.service, path: call.path, interface: call.interface,
+                                                   member: call.member, arguments: call.arguments, timeout: timeout)
+            return (call, .success(values), ContinuousClock.now - start)
+        } catch let error as DBusError {
+            return (call, .failure(error), ContinuousClock.now - start)
+        } catch {
+            return (call, .failure(DBusError(name: "test.NotADBusError", message: "\(error)")), ContinuousClock.now - start)
+        }
+    }
+
+    /// What differs from the snapshot: brokerd gone or silent, the state file, any app's current or
+    /// previous account, the silent token, the properties, a provider request, a code sent, a signal.
+    func checkUnchanged() async -> [String] {
+        var problems: [String] = []
+        guard brokerd.isRunning else {
+            return ["brokerd is not running; its last output:\n\(brokerd.stderrLines.suffix(30).joined(separator: "\n"))"]
+        }
+        if case .failure(let error) = await perform(FuzzCall(index: 0, kind: "", path: Fuzz.path, interface: Fuzz.peer, member: "Ping",
+                                                             arguments: [], expectation: .answers(nil)), timeout: .seconds(5)).1 {
+            problems.append("Ping failed: \(error)")
+        }
+        do {
+            if try Self.readStateFile(environment) != stateFile { problems.append("state.json changed") }
+        } catch {
+            problems.append("state.json unreadable: \(error)")
+        }
+        for client in context.knownClients {
+            let current = await call("GetCurrentAccount", [.string(client)])
+            if (try? current.get()) != context.currentAccount { problems.append("GetCurrentAccount(\(client)) is now \(current)") }
+            let accounts = await call("GetAccounts", [.string(client)])
+            if (try? accounts.get()) != context.accounts { problems.append("GetAccounts(\(client)) is now \(accounts)") }
+        }
+        let silent = await call("AcquireTokenSilent", [.string("mail-app"), .strings(["User.Read"]), .string(""), .vardict([:])])
+        if (try? silent.get())?.first?.vardict?["accessToken"]?.string != token { problems.append("the silent token changed: \(silent)") }
+        let properties = await perform(FuzzCall(index: 0, kind: "", path: Fuzz.path, interface: Fuzz.properties, member: "GetAll",
+                                                arguments: [.string(Fuzz.interface)], expectation: .answers(nil)), timeout: .seconds(5)).1
+        if (try? properties.get()) != context.allProperties { problems.append("the properties changed: \(properties)") }
+        do {
+            if try await Self.providerStats(environment) != providerStats {
+                problems.append("brokerd called the provider: idp-sim's counters changed to \(String(decoding: try await Self.providerStats(environment), as: UTF8.self))")
+            }
+            if try await environment.outbox().count != outboxCount { problems.append("idp-sim sent a one-time code") }
+        } catch {
+            problems.append("idp-sim did not answer: \(error)")
+        }
+        let signals = signalsSeen.names.withLock { $0 }
+        if !signals.isEmpty { problems.append("brokerd emitted \(signals)") }
+        return problems
+    }
+
+    private static func readStateFile(_ environment: BrokerEnvironment) throws -> [UInt8] {
+        [UInt8](try Data(contentsOf: URL(fileURLWithPath: environment.stateDirectory + "/state.json")))
+    }
+
+    private static func providerStats(_ environment: BrokerEnvironment) async throws -> Data {
+        try JSONSerialization.data(withJSONObject: try await environment.idpStats(), options: [.sortedKeys])
+    }
+}
+
+// MARK: - What the fuzzing found
+
+/// Crashes the fuzzing found (docs/reliability.md, "Fuzzing"), each reproduced end to end with
+/// the real brokerd: a failing test until the guard is in Sources, a regression test after.
+@Suite("Crash reproductions found by fuzzing", .serialized)
+struct CrashReproductionTests {
+    /// BrokerCore/Broker.swift `cachedToken`: `cached.expiresOn - clock.now()` trapped when the
+    /// state file (or the Secret Service item) held an `expiresOn` near Int64.min; found with the
+    /// `statefile` harness (fuzz/regressions/statefile/expires-on-int64-min.json), fixed in f9f4cab.
+    @Test("a state file whose token expires at Int64.min: the first silent token request must not crash brokerd")
+    func stateFileExpiryAtInt64Min() async throws {
+        let environment = try await offThePool { try BrokerEnvironment() }
+        let signIn = try await offThePool { try environment.signIn(TestUsers.alice, client: "mail-app") }
+        try #require(signIn.status == 0, "\(signIn.stderr)")
+        _ = try await offThePool { try environment.brokerd.stop() }
+
+        let path = environment.stateDirectory + "/state.json"
+        var replaced = 0
+        let state = Self.replacing("expiresOn", with: NSNumber(value: Int64.min),
+                                   in: try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: path))), count: &replaced)
+        try #require(replaced > 0, "no expiresOn in \(path)")
+        try JSONSerialization.data(withJSONObject: state, options: [.sortedKeys]).write(to: URL(fileURLWithPath: path))
+        chmod(path, 0o600)
+        try await offThePool { try environment.restartBroker() }
+
+        let connection = try await offThePool { try DBusConnection(address: environment.bus.address) }
+        defer { connection.close() }
+        let outcome = await Self.call(connection, "AcquireTokenSilent", [.string("mail-app"), .strings(["User.Read"]), .string(""), .vardict([:])])
+        if case .failure(let error) = outcome {
+            #expect(error.name.hasPrefix(BrokerNames.errorPrefix), "\(error)")
+        }
+        #expect(await Self.answers(connection), "brokerd died: \(Self.crashReport(environment.brokerd.process))")
+    }
+
+    /// A provider's `expires_in` at the edges of Int64, as a string (JSONValue.int64 reads strings
+    /// with Int64(_:)). First found by reading Identity/OIDCProvider.swift, where
+    /// `clock.now() + max(0, expiresIn)` trapped on "9223372036854775807" (since fixed in the
+    /// working tree with a one-year cap and addingReportingOverflow); then the libFuzzer target
+    /// `token` found that the new guard in Identity/JSONValue.swift, `abs($0) < 9e15` on the
+    /// parsed string, traps on "-9223372036854775808" (abs of Int64.min). A provider, or whoever
+    /// answers in its place, stops brokerd with one token response. The control, 3600, shows the
+    /// fake provider is otherwise acceptable.
+    @Test("a token response with expires_in at the edges of Int64 must not crash brokerd",
+          arguments: [#""9223372036854775807""#, #""-9223372036854775808""#, "-9223372036854775808", "3600"])
+    func providerExpiresInAtInt64Edges(expiresIn: String) async throws {
+        let directory = try TemporaryDirectory()
+        let bus = try await offThePool { try PrivateBus() }
+        let provider = try await offThePool { try HostileProvider(in: directory, tokenResponse: """
+            {"access_token": "at-1", "token_type": "Bearer", "expires_in": \(expiresIn), "refresh_token": "rt-1"}
+            """) }
+        let brokerd = try await offThePool {
+            try Brokerd(bus: bus, authority: provider.authority, stateDirectory: directory.path + "/state", browser: "/bin/true")
+        }
+        let connection = try await offThePool { try DBusConnection(address: bus.address) }
+        defer { connection.close() }
+        let outcome = await Self.call(connection, "SignInWithPassword",
+                                      [.string("mail-app"), .string("eve@example.com"), .string("pw"), .strings(["User.Read"])])
+        #expect(await Self.answers(connection), "brokerd died: \(Self.crashReport(brokerd.process))")
+        switch outcome {
+        case .success(let values):
+            #expect(values.first?.vardict?["account"]?.vardict?["username"]?.string == "eve@example.com")
+        case .failure(let error):
+            #expect(error.name.hasPrefix(BrokerNames.errorPrefix), "\(error)")
+            #expect(expiresIn != "3600", "the control sign-in failed: \(error)")
+        }
+    }
+
+    /// Whether brokerd still answers a Ping (a crashed one may not have exited yet: its
+    /// backtracer is still writing).
+    static func answers(_ connection: DBusConnection) async -> Bool {
+        do {
+            _ = try await connection.call(destination: Fuzz.service, path: Fuzz.path, interface: Fuzz.peer, member: "Ping",
+                                          timeout: .seconds(10))
+            return true
+        } catch {
+            return false
+        }
+    }
+
+    /// The lines of a crashed process's output that say where it crashed.
+    static func crashReport(_ process: ChildProcess) -> String {
+        let lines = process.stderrLines.filter { $0.contains("Fatal error") || $0.contains("crashed") || $0.contains("Sources/") }
+        return lines.prefix(6).joined(separator: "\n")
+    }
+
+    static func call(_ connection: DBusConnection, _ member: String, _ arguments: [DBusValue]) async -> Result<[DBusValue], DBusError> {
+        do {
+            return .success(try await connection.call(destination: Fuzz.service, path: Fuzz.path, interface: Fuzz.interface,
+                                                      member: member, arguments: arguments, timeout: .seconds(15)))
+        } catch let error as DBusError {
+            return .failure(error)
+        } catch {
+            return .failure(DBusError(name: "test.NotADBusError", message: "\(error)"))
+        }
+    }
+
+    /// `json` with every member named `key` set to `value`.
+    static func replacing(_ key: String, with value: Any, in json: Any, count: inout Int) -> Any {
+        if let object = json as? [String: Any] {
+            var result: [String: Any] = [:]
+            for (name, member) in object {
+                if name == key {
+                    result[name] = value
+                    count += 1
+                } else {
+                    result[name] = replacing(key, with: value, in: member, count: &count)
+                }
+            }
+            return result
+        }
+        if let array = json as? [Any] { return array.map { replacing(key, with: value, in: $0, count: &count) } }
+        return json
+    }
+}
+
+/// A minimal OpenID Connect provider on the loopback that answers every password grant with a
+/// fixed token response (no ID token, so the broker asks userinfo who signed in), and 404 to
+/// everything else, native authentication included.
+final class HostileProvider: @unchecked Sendable {
+    let process: ChildProcess
+    let authority: String
+
+    init(in directory: TemporaryDirectory, tokenResponse: String) throws {
+        let script = try directory.write("hostile_provider.py", #"""
+            import http.server, json, sys
+            TOKEN = sys.argv[1].encode()
+            class Handler(http.server.BaseHTTPRequestHandler):
+                def log_message(self, *args): pass
+                def answer(self, status, body):
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                def do_GET(self):
+                    base = "http://127.0.0.1:%d/t/v2.0" % self.server.server_port
+                    if self.path == "/t/v2.0/.well-known/openid-configuration":
+                        self.answer(200, json.dumps({"issuer": base, "token_endpoint": base + "/token",
+                                                     "userinfo_endpoint": base + "/userinfo"}).encode())
+                    elif self.path == "/t/v2.0/userinfo":
+                        self.answer(200, b'{"sub": "eve", "preferred_username": "eve@example.com", "name": "Eve"}')
+                    else:
+                        self.answer(404, b'{"error": "not_found"}')
+                def do_POST(self):
+                    self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                    if self.path == "/t/v2.0/token":
+                        self.answer(200, TOKEN)
+                    else:
+                        self.answer(404, b'{"error": "not_found"}')
+            server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+            print("listening on http://127.0.0.1:%d" % server.server_port, flush=True)
+            server.serve_forever()
+            """#)
+        process = try ChildProcess("hostile provider", executable: "/usr/bin/python3", arguments: [script, tokenResponse])
+        let line = try process.waitForLine(timeout: .seconds(20)) { $0.hasPrefix("listening on ") }
+        authority = String(line.dropFirst("listening on ".count)).trimmingCharacters(in: .whitespaces) + "/t/v2.0"
+    }
+}

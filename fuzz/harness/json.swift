@@ -1,0 +1,45 @@
+// Provider JSON: JSONParsing.object (the one place provider bytes become JSON, JSONValue's
+// decoder), the readers on top of it (accessors, IdentityClaims.account for userinfo and ID-token
+// claims, the native-authentication challenge reader) and the OAuth error body reader
+// (OIDCProvider.oauthError) for every kind of status.
+import BrokerCore
+import HTTP
+@testable import Identity
+
+func fuzzOne(_ bytes: [UInt8]) {
+    if let value = try? JSONParsing.object(bytes, what: "the fuzz input") {
+        guard case .object = value else { violated("JSONParsing.object returned something other than an object") }
+        guard value == value else { violated("a parsed JSON value is not equal to itself") }
+        walk(value, depth: 0)
+        for tenant in ["", "contoso"] {
+            if let account = try? IdentityClaims(claims: value).account(environment: "login.example", fallbackTenant: tenant) {
+                if account.identifier.isEmpty || account.username.isEmpty {
+                    violated("claims gave an account without identifier or username")
+                }
+            }
+        }
+        _ = OIDCProvider.unexpectedChallenge(value, wanted: "a one-time code").message
+    }
+    for status in [400, 401, 429, 500, 503] {
+        let error = OIDCProvider.oauthError(HTTPResponse(status: status, body: bytes))
+        _ = error.description
+        for kind in [GrantKind.password, .refresh, .code, .other] { _ = error.brokerFailure(during: kind).message }
+    }
+}
+
+/// Reads every value the way the broker's readers do.
+private func walk(_ value: JSONValue, depth: Int) {
+    if depth > 10_000 { violated("JSON nesting deeper than the decoder should allow") }
+    _ = value.string
+    _ = value.number
+    _ = value.int64
+    for key in ["access_token", "expires_in", "error", "error_codes", "sub", "keys"] { _ = value[key] }
+    switch value {
+    case .array(let elements):
+        for element in elements { walk(element, depth: depth + 1) }
+    case .object(let members):
+        for (_, member) in members { walk(member, depth: depth + 1) }
+    default:
+        break
+    }
+}

@@ -1,0 +1,152 @@
+// The state file: FileStateStore.load (BrokerDaemon; the version header, then BrokerState's
+// decoding) on whatever bytes state.json holds. A state it accepts must survive the round trip
+// the broker makes (encode as save does, decode again, equal), and the broker must be able to
+// start on it and answer its first calls (device information, current account, accounts, a
+// silent token, sign-out) in both device modes without crashing: a state file is outside data
+// too (older or newer brokers, other tools, a disk that lost a write).
+//
+// An input that starts with `{` is the file itself. Any other input describes a state
+// (FuzzedData: clients, accounts, tokens with expiries anywhere in Int64), which the harness
+// writes as brokerd's save does and then loads: mutating JSON text almost never turns a number
+// into one at the edge of Int64, and that is where arithmetic on stored values breaks.
+import BrokerCore
+@testable import BrokerDaemon
+import FoundationEssentials
+import Glibc
+
+/// On tmpfs when there is one: rewriting a file in place on ext4 flushes it at close (auto_da_alloc),
+/// which cost 5 ms an input. Named after the process; those of processes that are gone (a crash
+/// skips the clean-up at exit; fork mode starts a process per job) are removed first.
+private let directory: String = {
+    let base = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp"
+    let prefix = "sdb-fuzz-state-"
+    if let listing = opendir(base) {
+        while let entry = readdir(listing) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+            guard name.hasPrefix(prefix), let pid = Int32(name.dropFirst(prefix.count)),
+                  kill(pid, 0) != 0 && errno == ESRCH else { continue }
+            unlink("\(base)/\(name)/state.json")
+            rmdir("\(base)/\(name)")
+        }
+        closedir(listing)
+    }
+    let path = "\(base)/\(prefix)\(getpid())"
+    guard mkdir(path, 0o700) == 0 || errno == EEXIST else { violated("cannot create \(path)") }
+    atexit {
+        unlink(directory + "/state.json")
+        rmdir(directory)
+    }
+    return path
+}()
+private let store = try! FileStateStore(directory: directory)
+
+func fuzzOne(_ input: [UInt8]) {
+    var bytes = input
+    var described: BrokerState?
+    if let first = input.first, first != UInt8(ascii: "{") {
+        let state = describedState(FuzzedData(input.dropFirst()))
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
+        guard let encoded = try? encoder.encode(state) else { return }
+        bytes = [UInt8](encoded)
+        described = state
+    }
+    unlink(store.path)
+    let fd = open(store.path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+    guard fd >= 0 else { violated("cannot write \(store.path)") }
+    var offset = 0
+    while offset < bytes.count {
+        let n = bytes[offset...].withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+        guard n > 0 else { violated("cannot write \(store.path)") }
+        offset += n
+    }
+    close(fd)
+
+    let loaded: BrokerState?
+    do {
+        loaded = try store.load()
+    } catch {
+        return  // refused: brokerd moves such a file aside (or stops, for a newer format)
+    }
+    guard let state = loaded else { violated("load() found no state in an existing file") }
+    if let described, described != state { violated("a state brokerd saved loads as another state") }
+
+    let encoder = JSONEncoder()
+    encoder.outputFormatting = [.sortedKeys]
+    guard let saved = try? encoder.encode(state) else { violated("a state that loaded cannot be saved") }
+    guard let reloaded = try? JSONDecoder().decode(BrokerState.self, from: saved) else {
+        violated("a state that loaded does not load again after saving")
+    }
+    if reloaded != state { violated("a state changes when saved and loaded again") }
+
+    for mode in [DeviceMode.shared, .default] { startBroker(on: state, mode: mode) }
+}
+
+/// A state the input describes: a few clients with accounts, tokens and expiries drawn from it.
+private func describedState(_ source: FuzzedData) -> BrokerState {
+    var data = source
+    let identifiers = ["oid-1.contoso", "oid-2.contoso", "", "x"]
+    func account() -> Account {
+        Account(username: data.string(["alice@contoso.example", "bob@contoso.example", ""]), identifier: data.string(identifiers),
+                tenantId: data.string(["contoso", ""]), environment: data.string(["login.example"]), name: data.string(["Alice"]))
+    }
+    var state = BrokerState(deviceId: data.string(["6f1c1b9e-8a1a-4c55-9d7a-1a2b3c4d5e6f", ""]))
+    if data.bool() { state.current = account() }
+    for _ in 0..<Int(data.byte() % 4) {
+        let clientId = data.string(["mail-app", "calendar-app", "notes-app", ""])
+        var record = ClientRecord()
+        if data.bool() { record.lastSeen = data.bool() ? state.current : account() }
+        if data.bool() { record.account = data.bool() ? state.current : account() }
+        if data.bool() { record.refreshToken = data.string(["rt-1"]) }
+        for _ in 0..<Int(data.byte() % 3) {
+            let scopes = Scopes(data.bool() ? ["User.Read"] : [data.string(["Mail.Read", "User.Read", ""])])
+            let key = data.bool() ? scopes.joined : data.string([scopes.joined])
+            record.accessTokens[key] = CachedAccessToken(accessToken: data.string(["at-1"]), expiresOn: data.int64(),
+                                                         idToken: data.bool() ? data.string(["h.p.s"]) : nil, scopes: scopes)
+        }
+        state.clients[clientId] = record
+    }
+    return state
+}
+
+/// The first calls a broker answers after starting on `state`.
+private func startBroker(on state: BrokerState, mode: DeviceMode) {
+    let broker = Broker(configuration: BrokerConfiguration(deviceMode: mode, brokerVersion: "fuzz"),
+                        provider: OfflineProvider(), store: MemoryStore(), clock: FixedClock(),
+                        initialState: state, logger: quietLogger, onAccountChange: { _ in })
+    let clients = Array(state.clients.keys.sorted().prefix(4)) + ["mail-app"]
+    runBlocking {
+        _ = await broker.deviceInformation()
+        for clientId in clients {
+            _ = try? await broker.currentAccount(clientId: clientId)
+            _ = try? await broker.accounts(clientId: clientId)
+            let cached = state.clients[clientId]?.accessTokens.values.map(\.scopes.values) ?? []
+            for scopes in cached.prefix(4) + [["User.Read"]] {
+                _ = try? await broker.acquireTokenSilent(clientId: clientId, scopes: scopes, accountId: "", forceRefresh: false)
+            }
+        }
+        for clientId in clients {
+            _ = try? await broker.signOut(clientId: clientId, accountId: "", fromBrowser: false)
+        }
+    }
+}
+
+/// A provider that cannot be reached: the broker must cope with the state alone.
+private struct OfflineProvider: IdentityProvider {
+    var authority: String { "https://login.example/contoso/v2.0" }
+    private var offline: BrokerFailure { BrokerFailure(.serverUnavailable, "offline") }
+    func signInWithPassword(clientId: String, username: String, password: String, scopes: Scopes) async throws -> ProviderTokens { throw offline }
+    func refresh(clientId: String, refreshToken: String, scopes: Scopes) async throws -> ProviderTokens { throw offline }
+    func revoke(clientId: String, refreshToken: String) async throws -> EndpointOutcome { .notOffered }
+    func startCodeSignIn(clientId: String, username: String) async throws -> CodeChallenge { throw offline }
+    func resendCode(clientId: String, continuationToken: String) async throws -> CodeChallenge { throw offline }
+    func submitCode(clientId: String, continuationToken: String, code: String, scopes: Scopes) async throws -> ProviderTokens { throw offline }
+    func signInInteractively(clientId: String, scopes: Scopes, request: InteractiveRequest) async throws -> ProviderTokens { throw offline }
+    func endBrowserSession(clientId: String, idTokenHint: String?) async throws -> EndpointOutcome { .notOffered }
+}
+
+/// Saves nothing to disk; the harness's own file is the input.
+private struct MemoryStore: StateStore {
+    func load() throws -> BrokerState? { nil }
+    func save(_ state: BrokerState) throws {}
+}
