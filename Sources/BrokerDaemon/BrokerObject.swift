@@ -14,14 +14,12 @@ final class BrokerObject: DBusObject {
     /// The properties, cached so that Get/GetAll never wait for the broker actor.
     private let properties: PropertyCache
     private let callers: CallerPolicy
-    private let budget: CallBudget
 
-    init(broker: Broker, logger: Logger, properties: PropertyCache, callers: CallerPolicy, budget: CallBudget = CallBudget()) {
+    init(broker: Broker, logger: Logger, properties: PropertyCache, callers: CallerPolicy) {
         self.broker = broker
         self.logger = logger
         self.properties = properties
         self.callers = callers
-        self.budget = budget
     }
 
     func propertyValues(interface: String) -> [String: DBusValue] {
@@ -30,8 +28,6 @@ final class BrokerObject: DBusObject {
 
     func handleMethodCall(_ call: DBusMethodCall) async throws -> [DBusValue] {
         do {
-            try budget.enter(call.sender)
-            defer { budget.leave(call.sender) }
             try await callers.authorize(sender: call.sender, clientId: Self.clientId(of: call))
             return try await dispatch(call)
         } catch {

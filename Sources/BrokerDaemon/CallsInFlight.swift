@@ -1,0 +1,195 @@
+import BrokerCore
+import DBus
+import Logging
+import Synchronization
+
+/// The exported object, with its calls in flight counted: per caller and in all, so that a caller
+/// that floods the broker gets `LimitsExceeded` instead of growing its memory (interactive
+/// sign-ins hold their call for minutes, so the per-caller figure leaves room for them); and so
+/// that a stop answers every caller instead of leaving it to a NoReply: once ``stop(grace:hurry:endSignIns:logger:)`` begins, new
+/// calls are refused with `Cancelled`; those in flight may finish within the grace period, except
+/// interactive sign-ins, which wait for a person and are ended at once; what is still running
+/// then is cancelled, and a call that does not end within a second of that is answered with
+/// `Cancelled` anyway.
+final class CallsInFlight: DBusObject {
+    private let object: any DBusObject
+    private let state = Mutex(State())
+
+    private struct Call {
+        var member: String
+        var sender: String
+        var work: Task<Void, Never>?
+        var answer: Answer
+    }
+
+    private struct State {
+        var stopping = false
+        /// Calls in flight by caller (unique bus name).
+        var bySender: [String: Int] = [:]
+        var cancelling = false
+        var nextId: UInt64 = 0
+        var calls: [UInt64: Call] = [:]
+        var idleWaiters: [UInt64: CheckedContinuation<Void, Never>] = [:]
+    }
+
+    /// Calls that wait for a person rather than for a provider: not worth a grace period.
+    private static let waitingForPeople: Set<String> = ["AcquireTokenInteractive"]
+
+    private static let stopping = BusMarshalling.error(BrokerFailure(.cancelled,
+        "brokerd is stopping; call again (the bus or the service manager starts a new one)"))
+
+    /// How many calls may be in flight at once, from one caller and in all.
+    let perCaller: Int
+    let total: Int
+
+    init(_ object: any DBusObject, perCaller: Int = 64, total: Int = 4096) {
+        self.object = object
+        self.perCaller = perCaller
+        self.total = total
+    }
+
+    var interfaces: [DBusInterfaceDescription] { object.interfaces }
+
+    func propertyValues(interface: String) -> [String: DBusValue] { object.propertyValues(interface: interface) }
+
+    func setProperty(interface: String, name: String, value: DBusValue) async throws {
+        try await object.setProperty(interface: interface, name: name, value: value)
+    }
+
+    func handleMethodCall(_ call: DBusMethodCall) async throws -> [DBusValue] {
+        let answer = Answer()
+        let admitted: Result<UInt64, any Error> = state.withLock { state in
+            guard !state.stopping else { return .failure(Self.stopping) }
+            let mine = state.bySender[call.sender, default: 0]
+            if mine >= perCaller {
+                return .failure(BusMarshalling.error(BrokerFailure(.limitsExceeded,
+                    "this caller already has \(perCaller) calls in flight; wait for some to finish")))
+            }
+            if state.calls.count >= total {
+                return .failure(BusMarshalling.error(BrokerFailure(.limitsExceeded,
+                    "the broker already has \(total) calls in flight; try again shortly")))
+            }
+            state.nextId &+= 1
+            state.calls[state.nextId] = Call(member: call.member, sender: call.sender, work: nil, answer: answer)
+            state.bySender[call.sender] = mine + 1
+            return .success(state.nextId)
+        }
+        let id = try admitted.get()
+        defer { finished(id) }
+        let object = self.object
+        let work = Task {
+            do { answer.give(.success(try await object.handleMethodCall(call))) } catch { answer.give(.failure(error)) }
+        }
+        let cancelNow = state.withLock { state in
+            state.calls[id]?.work = work
+            return state.cancelling || (state.stopping && Self.waitingForPeople.contains(call.member))
+        }
+        if cancelNow { work.cancel() }
+        return try await withTaskCancellationHandler {
+            try await answer.value()
+        } onCancel: {
+            work.cancel()
+        }
+    }
+
+    private func finished(_ id: UInt64) {
+        let waiters: [CheckedContinuation<Void, Never>] = state.withLock { state in
+            if let sender = state.calls.removeValue(forKey: id)?.sender {
+                let left = state.bySender[sender, default: 1] - 1
+                state.bySender[sender] = left > 0 ? left : nil
+            }
+            guard state.calls.isEmpty else { return [] }
+            defer { state.idleWaiters = [:] }
+            return Array(state.idleWaiters.values)
+        }
+        for waiter in waiters { waiter.resume() }
+    }
+
+    /// Refuses new calls and returns once every call in flight is answered (see the type).
+    /// `hurry` returning (a second SIGTERM or SIGINT) ends the grace period early. `endSignIns`
+    /// ends the sign-ins a caller waits on in the browser (they run apart from its call's task).
+    func stop(grace: Duration, hurry: @escaping @Sendable () async -> Void,
+              endSignIns: (String) async -> Void, logger: Logger) async {
+        let (running, interactive): (Int, [Call]) = state.withLock { state in
+            state.stopping = true
+            return (state.calls.count, state.calls.values.filter { Self.waitingForPeople.contains($0.member) })
+        }
+        guard running > 0 else { return }
+        logger.info("waiting for the calls in flight", metadata: ["calls": "\(running)", "grace": "\(grace)"])
+        for call in interactive {
+            call.work?.cancel()
+            await endSignIns(call.sender)
+        }
+        if await idle(within: grace, hurry: hurry) { return }
+
+        let left: [Task<Void, Never>] = state.withLock { state in
+            state.cancelling = true
+            return state.calls.values.compactMap(\.work)
+        }
+        logger.notice("cancelling the calls still in flight", metadata: ["calls": "\(left.count)"])
+        left.forEach { $0.cancel() }
+        if await idle(within: .seconds(1), hurry: nil) { return }
+
+        let stuck: [Answer] = state.withLock { state in state.calls.values.map(\.answer) }
+        logger.warning("answering the calls that ignored cancellation", metadata: ["calls": "\(stuck.count)"])
+        for answer in stuck { answer.give(.failure(Self.stopping)) }
+        _ = await idle(within: .seconds(1), hurry: nil)
+    }
+
+    /// Whether every call ended within `limit` (false when `hurry` returned first).
+    private func idle(within limit: Duration, hurry: (@Sendable () async -> Void)?) async -> Bool {
+        await withTaskGroup(of: Bool.self) { group in
+            group.addTask { await self.untilIdle(); return !Task.isCancelled }
+            group.addTask { try? await Task.sleep(for: limit); return false }
+            if let hurry { group.addTask { await hurry(); return false } }
+            let first = await group.next() ?? false
+            group.cancelAll()
+            return first
+        }
+    }
+
+    private func untilIdle() async {
+        let id: UInt64 = state.withLock { state in
+            state.nextId &+= 1
+            return state.nextId
+        }
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                let resumeNow = state.withLock { state in
+                    if state.calls.isEmpty || Task.isCancelled { return true }
+                    state.idleWaiters[id] = continuation
+                    return false
+                }
+                if resumeNow { continuation.resume() }
+            }
+        } onCancel: {
+            state.withLock { $0.idleWaiters.removeValue(forKey: id) }?.resume()
+        }
+    }
+
+    /// A call's one answer: the first of its result and a stop's `Cancelled`.
+    final class Answer: Sendable {
+        private let slot = Mutex<(result: Result<[DBusValue], any Error>?, waiter: CheckedContinuation<[DBusValue], any Error>?)>((nil, nil))
+
+        func give(_ result: Result<[DBusValue], any Error>) {
+            let waiter: CheckedContinuation<[DBusValue], any Error>? = slot.withLock { slot in
+                guard slot.result == nil else { return nil }
+                slot.result = result
+                defer { slot.waiter = nil }
+                return slot.waiter
+            }
+            waiter?.resume(with: result)
+        }
+
+        func value() async throws -> [DBusValue] {
+            try await withCheckedThrowingContinuation { continuation in
+                let ready: Result<[DBusValue], any Error>? = slot.withLock { slot in
+                    if let result = slot.result { return result }
+                    slot.waiter = continuation
+                    return nil
+                }
+                if let ready { continuation.resume(with: ready) }
+            }
+        }
+    }
+}
