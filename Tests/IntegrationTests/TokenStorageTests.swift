@@ -14,10 +14,8 @@ struct TokenStorageTests {
 
     @Test("secret-service: tokens live in the keyring, survive a restart, never reach state.json, and leave with sign-out")
     func secretService() async throws {
-        let env = try BrokerEnvironment(busConfig: TestKeyring.busWithoutActivation)
-        let keyring = try await TestKeyring.start(on: env.bus, in: env.directory)
+        let (env, keyring) = try await Self.brokerOnKeyring()
         defer { withExtendedLifetime(keyring) {} }   // the daemon stops when it goes
-        try env.restartBroker(extraArguments: ["--token-storage", "secret-service"])
         // Standard error is read on its own: the readiness line on standard output may come first.
         try env.brokerd.process.waitForLine(timeout: .seconds(10), stderr: true) { $0.contains("tokens are stored in the Secret Service") }
 
@@ -71,10 +69,8 @@ struct TokenStorageTests {
 
     @Test("secret-service: a locked keyring fails the save with StorageFailed naming the fix, and brokerd then refuses to start")
     func lockedKeyring() async throws {
-        let env = try BrokerEnvironment(busConfig: TestKeyring.busWithoutActivation)
-        let keyring = try await TestKeyring.start(on: env.bus, in: env.directory)
+        let (env, keyring) = try await Self.brokerOnKeyring()
         defer { withExtendedLifetime(keyring) {} }   // the daemon stops when it goes
-        try env.restartBroker(extraArguments: ["--token-storage", "secret-service"])
         #expect(try env.signIn(TestUsers.alice, client: "mail-app").status == 0)
 
         try await keyring.lockDefault()
@@ -93,10 +89,8 @@ struct TokenStorageTests {
 
     @Test("secret-service: keyring and state file out of step (a crash between the two writes) never pair an account with another's tokens")
     func accountMismatchIsNotAdopted() async throws {
-        let env = try BrokerEnvironment(busConfig: TestKeyring.busWithoutActivation)
-        let keyring = try await TestKeyring.start(on: env.bus, in: env.directory)
+        let (env, keyring) = try await Self.brokerOnKeyring()
         defer { withExtendedLifetime(keyring) {} }   // the daemon stops when it goes
-        try env.restartBroker(extraArguments: ["--token-storage", "secret-service"])
         #expect(try env.signIn(TestUsers.alice, client: "mail-app").status == 0)
         let aliceState = try Self.stateFile(env)
         #expect(try env.brokerctl(["sign-out", "--client-id", "mail-app"]).status == 0)
@@ -190,6 +184,14 @@ struct TokenStorageTests {
 
     static func stateFile(_ env: BrokerEnvironment) throws -> String {
         try String(contentsOfFile: env.stateDirectory + "/state.json", encoding: .utf8)
+    }
+
+    /// A bus that activates nothing, a headless keyring on it, and brokerd keeping its tokens there.
+    static func brokerOnKeyring() async throws -> (BrokerEnvironment, TestKeyring) {
+        let env = try BrokerEnvironment(busConfig: TestKeyring.busWithoutActivation)
+        let keyring = try await TestKeyring.start(on: env.bus, in: env.directory)
+        try env.restartBroker(extraArguments: ["--token-storage", "secret-service"])
+        return (env, keyring)
     }
 
     /// brokerd on the environment's bus and state, not waited for (it may refuse to start).
