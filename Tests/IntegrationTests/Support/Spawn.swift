@@ -15,8 +15,8 @@ struct Spawned {
 
     static func start(_ executable: String, arguments: [String], environment: [String: String]) throws -> Spawned {
         func pipePair() throws -> (read: Int32, write: Int32) {
-            // pipe2(O_CLOEXEC) is not visible from Swift here; a child spawned by another thread in
-            // between may inherit an end, which only delays that pipe's end of file (waits allow for it).
+            // pipe2(O_CLOEXEC) is not visible from Swift here; children close everything past
+            // standard error anyway (below), so close-on-exec only keeps them out of others' execs.
             var fds: [Int32] = [0, 0]
             guard pipe(&fds) == 0 else { throw ProcessFailure("pipe: \(String(cString: strerror(errno)))") }
             for fd in fds { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
@@ -27,10 +27,14 @@ struct Spawned {
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }
-        // dup2 clears close-on-exec on the copies; every other descriptor of ours is close-on-exec.
         posix_spawn_file_actions_adddup2(&actions, stdin.read, 0)
         posix_spawn_file_actions_adddup2(&actions, stdout.write, 1)
         posix_spawn_file_actions_adddup2(&actions, stderr.write, 2)
+        // Nothing else of the test process goes to the child: not every descriptor here is
+        // close-on-exec (a file being written, such as a browser script, would otherwise stay
+        // open for writing in a long-lived child, and running that script fails with ETXTBSY).
+        guard let closeFrom = Self.addCloseFrom else { throw ProcessFailure("this C library lacks posix_spawn_file_actions_addclosefrom_np (glibc 2.34)") }
+        _ = closeFrom(&actions, 3)
 
         // The child starts with default signal handling and nothing blocked (the test process ignores SIGPIPE).
         var attributes = posix_spawnattr_t()
@@ -60,6 +64,13 @@ struct Spawned {
         }
         return Spawned(pid: pid, input: stdin.write, output: stdout.read, error: stderr.read)
     }
+
+    /// glibc's `posix_spawn_file_actions_addclosefrom_np` (2.34 and later), which its headers do
+    /// not show to Swift: looked up by name.
+    private static let addCloseFrom: (@convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, Int32) -> Int32)? = {
+        guard let symbol = dlsym(nil, "posix_spawn_file_actions_addclosefrom_np") else { return nil }
+        return unsafeBitCast(symbol, to: (@convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, Int32) -> Int32).self)
+    }()
 
     /// Waits for the child's exit (on the calling thread): its status, 128 + N when killed by signal N.
     func waitForStatus() -> Int32 {
