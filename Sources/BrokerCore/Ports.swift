@@ -94,11 +94,21 @@ public protocol IdentityProvider: Sendable {
     func endBrowserSession(clientId: String, idTokenHint: String?) async throws -> EndpointOutcome
 }
 
-/// Where the broker's state lives between runs. `save` must be atomic: after a crash the
-/// store holds either the old or the new state, never a mix.
+/// Where the broker's state lives between runs.
+///
+/// A change is saved in two steps, so that it can be announced between them: `save` replaces
+/// the state atomically (after brokerd crashes, the store holds either the old or the new
+/// state, never a mix), and `sync` makes the last save durable (it survives a power loss too).
+/// The broker announces a change after `save` and replies after `sync`.
 public protocol StateStore: Sendable {
     func load() throws -> BrokerState?
     func save(_ state: BrokerState) throws
+    func sync() throws
+}
+
+extension StateStore {
+    /// For stores whose `save` is durable already (or that keep nothing on disk).
+    public func sync() throws {}
 }
 
 /// The time, in unix seconds.

@@ -72,6 +72,8 @@ final class TokenProtectingStore: StateStore {
         return Self.merge(state, with: try vault?.load(deviceId: state.deviceId), logger: logger)
     }
 
+    func sync() throws { try file.sync() }
+
     func save(_ state: BrokerState) throws {
         let (publicPart, tokens) = Self.split(state)
         if let vault, tokens != inVault.withLock({ $0 }) {
