@@ -32,7 +32,10 @@ let package = Package(
     ],
     targets: [
         .systemLibrary(name: "CDBus", pkgConfig: "dbus-1", providers: [.apt(["libdbus-1-dev"])]),
-        .systemLibrary(name: "CCurl", pkgConfig: "libcurl", providers: [.apt(["libcurl4-openssl-dev"])]),
+        // libcurl is not linked: CCurl opens it with dlopen on the first HTTP request (so an idle
+        // brokerd, and brokerctl, never load it and OpenSSL/GnuTLS/LDAP/Kerberos with it). Building
+        // needs its headers only (Debian: libcurl4-openssl-dev); running an HTTP request, libcurl.so.4.
+        .target(name: "CCurl", linkerSettings: [.linkedLibrary("dl")]),
 
         .target(name: "DBus", dependencies: ["CDBus", .product(name: "Logging", package: "swift-log")], exclude: ["README.md"]),
         .target(name: "HTTP", dependencies: ["CCurl"], exclude: ["README.md"]),

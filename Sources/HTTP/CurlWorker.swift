@@ -8,9 +8,10 @@ import Musl
 import Darwin
 #endif
 
-/// `curl_global_init`, run exactly once per process (Swift initialises globals once, thread-safely).
-enum CurlGlobal {
-    static let initialised: Bool = curl_global_init(ccurl_global_default()) == CURLE_OK
+/// libcurl, loaded (dlopen) and initialised (`curl_global_init`) once per process, on the first
+/// request: nil when usable, else why not (libcurl missing or too old), for the caller's error.
+enum CurlLibrary {
+    static let loadFailure: String? = ccurl_load().map { String(cString: $0) }
 }
 
 /// A request waiting for, or owned by, the worker thread.
@@ -26,15 +27,19 @@ struct MultiHandle: @unchecked Sendable {
     let pointer: UnsafeMutableRawPointer
 
     func wakeup() {
-        _ = curl_multi_wakeup(pointer)
+        _ = ccurl_multi_wakeup(pointer)
     }
 }
 
 /// What callers and the worker thread share, behind one lock.
 struct SharedState: Sendable {
-    /// The multi handle; nil when libcurl could not be set up or the worker has stopped.
-    /// Callers only use it for `curl_multi_wakeup`, under the lock.
+    /// The multi handle; nil before the first request, when libcurl could not be set up, or once
+    /// the worker has stopped. Callers only use it for `curl_multi_wakeup`, under the lock.
     var multi: MultiHandle?
+    /// Whether the first request has set up libcurl and the thread (successfully or not).
+    var started = false
+    /// Why libcurl or the thread could not be set up, once `started`.
+    var startFailure: String?
     /// Requests not yet picked up by the worker.
     var queue: [Job] = []
     /// Ids the worker owns (picked up, not yet finished).
@@ -49,25 +54,39 @@ struct SharedState: Sendable {
 
 /// The shared half of the worker: the lock-protected queue and the wake-up.
 /// The thread-confined half is ``CurlLoop``.
+///
+/// Nothing happens until the first request: only then is libcurl loaded and the worker thread
+/// started, so a client that is created but never used (an idle broker) costs neither.
 final class CurlWorker: Sendable {
     let state: Locked<SharedState>
     let userAgent: String
 
     init(userAgent: String) {
         self.userAgent = userAgent
-        var multi: MultiHandle?
-        if CurlGlobal.initialised, let pointer = curl_multi_init() {
-            multi = MultiHandle(pointer: pointer)
+        self.state = Locked(SharedState())
+    }
+
+    /// Loads libcurl, creates the multi handle and starts the thread; under the lock, once.
+    /// The thread's first step waits for the lock, so it starts after this request is queued.
+    private func start(_ state: inout SharedState) {
+        state.started = true
+        if let failure = CurlLibrary.loadFailure {
+            state.startFailure = failure
+            return
         }
-        self.state = Locked(SharedState(multi: multi))
-        if let multi {
-            let started = startThread { [self] in
-                CurlLoop(worker: self)?.run()
-            }
-            if !started {
-                state.withLock { $0.multi = nil }
-                _ = curl_multi_cleanup(multi.pointer)
-            }
+        guard let pointer = ccurl_multi_init() else {
+            state.startFailure = "libcurl could not create a multi handle"
+            return
+        }
+        let multi = MultiHandle(pointer: pointer)
+        state.multi = multi
+        let started = startThread { [self] in
+            CurlLoop(worker: self)?.run()
+        }
+        if !started {
+            state.multi = nil
+            state.startFailure = "cannot start the HTTP worker thread"
+            _ = ccurl_multi_cleanup(multi.pointer)
         }
     }
 
@@ -86,8 +105,13 @@ final class CurlWorker: Sendable {
     func enqueue(_ job: Job) {
         let failure: HTTPError? = state.withLock { state in
             if state.cancelledEarly.remove(job.id) != nil { return .cancelled }
-            guard let multi = state.multi, !state.stopping else {
-                return .transport(code: Int(CURLE_FAILED_INIT.rawValue), message: "libcurl could not be initialised or the client was shut down")
+            if state.stopping {
+                return .transport(code: Int(CURLE_FAILED_INIT.rawValue), message: "the HTTP client was shut down")
+            }
+            if !state.started { start(&state) }
+            guard let multi = state.multi else {
+                return .transport(code: Int(CURLE_FAILED_INIT.rawValue),
+                                  message: state.startFailure ?? "the HTTP worker has stopped")
             }
             state.queue.append(job)
             multi.wakeup()
@@ -157,9 +181,9 @@ final class CurlLoop {
                 }
             }
             var running: Int32 = 0
-            _ = curl_multi_perform(multi, &running)
+            _ = ccurl_multi_perform(multi, &running)
             var queued: Int32 = 0
-            while let message = curl_multi_info_read(multi, &queued) {
+            while let message = ccurl_multi_info_read(multi, &queued) {
                 guard message.pointee.msg == CURLMSG_DONE, let easy = ccurl_msg_easy_handle(message) else { continue }
                 let code = ccurl_msg_result(message)
                 if let transfer = active[easy] {
@@ -168,13 +192,13 @@ final class CurlLoop {
             }
             // libcurl shortens the wait to its own next timer; new work and cancellations
             // interrupt it through curl_multi_wakeup. Idle, the thread sleeps.
-            _ = curl_multi_poll(multi, nil, 0, active.isEmpty ? 60_000 : 1000, nil)
+            _ = ccurl_multi_poll(multi, nil, 0, active.isEmpty ? 60_000 : 1000, nil)
         }
         teardown()
     }
 
     private func start(_ job: Job) {
-        guard let easy = pool.popLast() ?? curl_easy_init() else {
+        guard let easy = pool.popLast() ?? ccurl_easy_init() else {
             done(job.id)
             job.continuation.resume(returning: .failure(.transport(code: Int(CURLE_OUT_OF_MEMORY.rawValue), message: "libcurl could not create a handle")))
             return
@@ -186,7 +210,7 @@ final class CurlLoop {
             job.continuation.resume(returning: .failure(problem))
             return
         }
-        guard curl_multi_add_handle(multi, easy) == CURLM_OK else {
+        guard ccurl_multi_add_handle(multi, easy) == CURLM_OK else {
             release(transfer)
             done(job.id)
             job.continuation.resume(returning: .failure(.transport(code: Int(CURLE_FAILED_INIT.rawValue), message: "\(transfer.label): libcurl refused the transfer")))
@@ -200,7 +224,7 @@ final class CurlLoop {
     private func finish(_ transfer: Transfer, with result: Result<HTTPResponse, HTTPError>) {
         active[transfer.easy] = nil
         byID[transfer.id] = nil
-        _ = curl_multi_remove_handle(multi, transfer.easy)
+        _ = ccurl_multi_remove_handle(multi, transfer.easy)
         release(transfer)
         done(transfer.id)
         transfer.continuation.resume(returning: result)
@@ -208,11 +232,11 @@ final class CurlLoop {
 
     /// Resets the easy handle into the pool (or frees it) and frees the transfer's C memory.
     private func release(_ transfer: Transfer) {
-        curl_easy_reset(transfer.easy)
+        ccurl_easy_reset(transfer.easy)
         if pool.count < poolLimit {
             pool.append(transfer.easy)
         } else {
-            curl_easy_cleanup(transfer.easy)
+            ccurl_easy_cleanup(transfer.easy)
         }
         transfer.freeResources()
     }
@@ -232,9 +256,9 @@ final class CurlLoop {
             finish(transfer, with: .failure(.cancelled))
         }
         for job in leftovers { job.continuation.resume(returning: .failure(.cancelled)) }
-        for easy in pool { curl_easy_cleanup(easy) }
+        for easy in pool { ccurl_easy_cleanup(easy) }
         pool.removeAll()
-        _ = curl_multi_cleanup(multi)
+        _ = ccurl_multi_cleanup(multi)
     }
 }
 

@@ -31,7 +31,7 @@ final class Transfer {
 
     /// Frees the header list and error buffer. Call after the handle is detached and reset.
     func freeResources() {
-        if let headerList { curl_slist_free_all(headerList) }
+        if let headerList { ccurl_slist_free_all(headerList) }
         headerList = nil
         errorBuffer?.deallocate()
         errorBuffer = nil
@@ -100,7 +100,7 @@ final class Transfer {
             lines.append("Expect:")  // no 100-continue round trip
         }
         for line in lines {
-            guard let appended = curl_slist_append(headerList, line) else {
+            guard let appended = ccurl_slist_append(headerList, line) else {
                 check(CURLE_OUT_OF_MEMORY)
                 break
             }
@@ -111,7 +111,7 @@ final class Transfer {
         }
 
         guard let failed else { return nil }
-        return .transport(code: Int(failed.rawValue), message: "\(label): libcurl rejected an option: \(String(cString: curl_easy_strerror(failed)))")
+        return .transport(code: Int(failed.rawValue), message: "\(label): libcurl rejected an option: \(String(cString: ccurl_easy_strerror(failed)))")
     }
 
     /// Body bytes from libcurl; false aborts the transfer.
@@ -170,7 +170,7 @@ final class Transfer {
 
     private func error(for code: CURLcode) -> HTTPError {
         var reason = errorBuffer.map { String(cString: $0) } ?? ""
-        if reason.isEmpty { reason = String(cString: curl_easy_strerror(code)) }
+        if reason.isEmpty { reason = String(cString: ccurl_easy_strerror(code)) }
         let detail = "\(label): \(reason)"
         switch code {
         case CURLE_WRITE_ERROR where exceededLimit, CURLE_FILESIZE_EXCEEDED:
