@@ -1,9 +1,7 @@
-/// Everything the broker remembers across restarts. One value, saved whole and atomically.
-public struct BrokerState: Sendable, Equatable, Codable {
-    /// The format this build writes; a newer one is refused rather than misread.
-    public static let currentVersion = 1
-
-    public var version: Int
+/// Everything the broker remembers: one value, replaced whole by each change and saved by the
+/// `StateStore`. What of it is kept across restarts, and in which file format, is the store's
+/// concern (brokerd's `FileStateStore`): access tokens, for one, live in memory only.
+public struct BrokerState: Sendable, Equatable {
     /// Stable for the life of the state; `GetDeviceInformation`'s `deviceId`.
     public var deviceId: String
     /// The device's signed-in account in shared mode.
@@ -12,7 +10,6 @@ public struct BrokerState: Sendable, Equatable, Codable {
     public var clients: [String: ClientRecord]
 
     public init(deviceId: String, current: Account? = nil, clients: [String: ClientRecord] = [:]) {
-        self.version = Self.currentVersion
         self.deviceId = deviceId
         self.current = current
         self.clients = clients
@@ -20,14 +17,15 @@ public struct BrokerState: Sendable, Equatable, Codable {
 }
 
 /// What the broker keeps for one clientId.
-public struct ClientRecord: Sendable, Equatable, Codable {
+public struct ClientRecord: Sendable, Equatable {
     /// What this clientId got as `current` from its last `GetCurrentAccount`: its next `previous`.
     public var lastSeen: Account?
     /// The account this clientId signed in with and holds tokens for.
     public var account: Account?
     /// Refresh tokens belong to the clientId they were issued to, never shared with another.
     public var refreshToken: String?
-    /// Access tokens by the normalized scope string they were asked for.
+    /// Access tokens by the normalized scope string they were asked for. Kept in memory only:
+    /// they are short-lived, and after a restart the refresh token gets new ones.
     public var accessTokens: [String: CachedAccessToken]
 
     public init(lastSeen: Account? = nil, account: Account? = nil, refreshToken: String? = nil,
@@ -50,7 +48,7 @@ public struct ClientRecord: Sendable, Equatable, Codable {
 }
 
 /// An access token and what came with it.
-public struct CachedAccessToken: Sendable, Equatable, Codable {
+public struct CachedAccessToken: Sendable, Equatable {
     public var accessToken: String
     /// Unix seconds.
     public var expiresOn: Int64

@@ -1,13 +1,55 @@
 import BrokerCore
 import FoundationEssentials
 import Glibc
+import Synchronization
 
-/// The broker's state in `<dir>/state.json`: directory 0700, file 0600, written atomically
-/// (a temporary file in the same directory, fsync, rename, fsync of the directory), so a
-/// crash leaves either the old or the new state.
+/// The broker's state in `<dir>/state.json` (`StateFileFormat`, version 2): directory 0700,
+/// file 0600.
+///
+/// A change is written in two steps (`StateStore`'s `save` and `sync`):
+///
+/// - `save` writes the whole state to a temporary file in the same directory and renames it over
+///   `state.json`, without an fsync. The rename is atomic, so after a crash of brokerd the file is
+///   the old state or the new one, never a mix, and a restarted brokerd reads the new one. On a
+///   power loss right after it, ext4's default `data=ordered` (its `auto_da_alloc` on a rename
+///   over an existing file) still keeps the file whole: old or new.
+/// - `sync` makes the last save durable: an fsync of the file (its descriptor is kept open from
+///   the save) and of the directory (the rename). The broker calls it after announcing the change
+///   and before replying.
+///
+/// A save that would write what the file already holds (only access tokens changed, which are
+/// not kept at rest, or nothing did) writes nothing.
 public final class FileStateStore: StateStore {
     public let directory: String
     public var path: String { directory + "/state.json" }
+
+    /// What the last load found, for the start-up's log.
+    public struct LoadReport: Sendable {
+        /// The file's format version.
+        public var version: Int
+        public var bytes: Int
+        public var clients: Int
+        /// Access tokens a version 1 file held, not kept (they are no longer stored at rest).
+        public var droppedAccessTokens: Int
+        /// Reading, parsing and building the state.
+        public var duration: Duration
+
+        /// `duration` in milliseconds, to a tenth.
+        public var milliseconds: Double {
+            let (seconds, attoseconds) = duration.components
+            return ((Double(seconds) * 1e3 + Double(attoseconds) / 1e15) * 10).rounded() / 10
+        }
+    }
+
+    private struct Written {
+        /// The persisted part of the state the file holds, when known: a save of the same writes nothing.
+        var state: BrokerState?
+        /// The file of the last save, still to be fsynced (and the directory with it).
+        var unsynced: Int32?
+        var report: LoadReport?
+    }
+
+    private let written = Mutex(Written())
 
     /// Creates the directory (0700) when missing and refuses one that others can read. Removes
     /// the temporary files of brokerd processes that died in the middle of a save.
@@ -17,11 +59,20 @@ public final class FileStateStore: StateStore {
         removeAbandonedTemporaryFiles()
     }
 
+    deinit {
+        written.withLock { if let fd = $0.unsynced { close(fd) } }
+    }
+
+    /// What the last successful `load` found (nil before one, or when there was no file).
+    public var loadReport: LoadReport? { written.withLock { $0.report } }
+
     /// The saved state, or nil when there is none. Throws ``StoreError/unsafe(_:)`` for a file
     /// that is not a regular file of this user's with mode 0600 (or stricter),
     /// ``StoreError/corrupt(_:)`` for one that is not a whole state file, and
-    /// ``StoreError/newerFormat(_:)`` for one written by a newer brokerd.
+    /// ``StoreError/newerFormat(_:)`` for one written by a newer brokerd. A version 1 file is
+    /// read (its access tokens dropped) and written as version 2 at the next save.
     public func load() throws -> BrokerState? {
+        let start = ContinuousClock.now
         // O_NONBLOCK: a FIFO put in its place must not hang the start; O_NOFOLLOW: nor may a symlink redirect it.
         let fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)
         if fd < 0 {
@@ -50,29 +101,37 @@ public final class FileStateStore: StateStore {
         guard !bytes.isEmpty else {
             throw StoreError.corrupt("\(path) is empty (0 bytes): it was cut short, or is not the broker's")
         }
-        let version: Int
+        let loaded: StateFileFormat.Loaded
         do {
-            struct Header: Decodable { var version: Int }
-            version = try JSONDecoder().decode(Header.self, from: Data(bytes)).version
-        } catch DecodingError.dataCorrupted {
-            throw StoreError.corrupt("\(path) is not valid JSON (\(bytes.count) bytes): it is damaged or was cut short")
+            loaded = try StateFileFormat.decode(bytes)
         } catch {
-            throw StoreError.corrupt("\(path) is not a broker state file: it has no format version (\(bytes.count) bytes)")
+            switch error {
+            case .notJSON:
+                throw StoreError.corrupt("\(path) is not valid JSON (\(bytes.count) bytes): it is damaged or was cut short")
+            case .noVersion:
+                throw StoreError.corrupt("\(path) is not a broker state file: it has no format version (\(bytes.count) bytes)")
+            case .newer(let version):
+                throw StoreError.newerFormat("\(path) has format \(version); this brokerd reads up to \(StateFileFormat.currentVersion)")
+            case .damaged(let why):
+                throw StoreError.corrupt("\(path) is damaged: \(why)")
+            }
         }
-        guard version <= BrokerState.currentVersion else {
-            throw StoreError.newerFormat("\(path) has format \(version); this brokerd reads up to \(BrokerState.currentVersion)")
+        let report = LoadReport(version: loaded.version, bytes: bytes.count, clients: loaded.state.clients.count,
+                                droppedAccessTokens: loaded.droppedAccessTokens, duration: ContinuousClock.now - start)
+        written.withLock {
+            // A file in the current format holds exactly this state; an older one is rewritten at the next save.
+            $0.state = loaded.version == StateFileFormat.currentVersion ? loaded.state : nil
+            $0.report = report
         }
-        do {
-            return try JSONDecoder().decode(BrokerState.self, from: Data(bytes))
-        } catch {
-            throw StoreError.corrupt("\(path) is damaged: \(error)")
-        }
+        return loaded.state
     }
 
+    /// Replaces `state.json` atomically with `state` (its persisted part), without an fsync:
+    /// ``sync()`` makes it durable. Writes nothing when the file already holds that.
     public func save(_ state: BrokerState) throws {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys]
-        let data = try encoder.encode(state)
+        let persisted = StateFileFormat.persisted(state)
+        if written.withLock({ $0.state == persisted }) { return }
+        let bytes = StateFileFormat.encode(persisted)
         // In the same directory, so that the rename is atomic; made afresh (O_EXCL), so that it has
         // this process's owner and mode 0600 whatever an earlier file of that name had.
         let temporary = "\(directory)/\(Self.temporaryPrefix)\(getpid()).tmp"
@@ -81,26 +140,42 @@ public final class FileStateStore: StateStore {
         guard fd >= 0 else { throw StoreError.io("cannot create \(temporary)", errno) }
         var ok = false
         defer {
-            if !ok { unlink(temporary) }
-        }
-        do {
-            defer { close(fd) }
-            let bytes = [UInt8](data)
-            var offset = 0
-            while offset < bytes.count {
-                let n = bytes[offset...].withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
-                if n < 0 { if errno == EINTR { continue }; throw StoreError.io("cannot write \(temporary)", errno) }
-                offset += n
+            if !ok {
+                close(fd)
+                unlink(temporary)
             }
-            guard fsync(fd) == 0 else { throw StoreError.io("cannot fsync \(temporary)", errno) }
+        }
+        var offset = 0
+        while offset < bytes.count {
+            let n = bytes[offset...].withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+            if n < 0 { if errno == EINTR { continue }; throw StoreError.io("cannot write \(temporary)", errno) }
+            offset += n
         }
         guard rename(temporary, path) == 0 else { throw StoreError.io("cannot rename \(temporary) to \(path)", errno) }
         ok = true
-        let dirFD = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        if dirFD >= 0 {
-            defer { close(dirFD) }
-            guard fsync(dirFD) == 0 else { throw StoreError.io("cannot fsync \(directory)", errno) }
+        written.withLock {
+            // The file an earlier save left unsynced is replaced: this one's sync is the one that counts.
+            if let earlier = $0.unsynced { close(earlier) }
+            $0.unsynced = fd
+            $0.state = persisted
         }
+    }
+
+    /// Makes the last ``save(_:)`` durable: fsync of the file, then of the directory (the
+    /// rename). Nothing to do when every save is synced already.
+    public func sync() throws {
+        guard let fd = written.withLock({ state -> Int32? in
+            defer { state.unsynced = nil }
+            return state.unsynced
+        }) else { return }
+        let synced = fsync(fd) == 0
+        let code = errno
+        close(fd)
+        guard synced else { throw StoreError.io("cannot fsync \(path)", code) }
+        let dirFD = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard dirFD >= 0 else { throw StoreError.io("cannot open \(directory) to fsync it", errno) }
+        defer { close(dirFD) }
+        guard fsync(dirFD) == 0 else { throw StoreError.io("cannot fsync \(directory)", errno) }
     }
 
     /// Moves an unusable state file aside (never overwrites it silently) and returns where it

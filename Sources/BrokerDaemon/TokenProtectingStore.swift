@@ -4,8 +4,9 @@ import FoundationEssentials
 import Logging
 import Synchronization
 
-/// Where brokerd keeps tokens (refresh tokens, access tokens and the ID tokens that came with
-/// them) between runs: `--token-storage` or the configuration's `tokenStorage`.
+/// Where brokerd keeps refresh tokens between runs: `--token-storage` or the configuration's
+/// `tokenStorage`. Access tokens (and the ID tokens that came with them) are kept in memory only,
+/// whatever the storage: they are short-lived, and after a restart the refresh token gets new ones.
 public enum TokenStorage: String, Sendable, Codable, CaseIterable {
     /// The desktop's Secret Service (`org.freedesktop.secrets`): the default. Without one on the
     /// bus brokerd refuses to start rather than fall back to anything weaker.
@@ -16,22 +17,56 @@ public enum TokenStorage: String, Sendable, Codable, CaseIterable {
     case memory
 }
 
-/// The tokens of a `BrokerState`, as kept apart from the state file: per clientId, the tokens
-/// and the identifier of the account they belong to.
+/// The tokens of a `BrokerState` that are kept apart from the state file: per clientId, the
+/// refresh token and the identifier of the account it belongs to.
+///
+/// Version 2. Version 1 also held each client's access tokens (`accessTokens`): they are read
+/// past, counted and dropped (``droppedAccessTokens``).
 struct StoredTokens: Codable, Equatable, Sendable {
-    static let currentVersion = 1
+    static let currentVersion = 2
 
     struct Client: Codable, Equatable, Sendable {
         /// The `identifier` of the account the tokens were issued to.
         var account: String
         var refreshToken: String?
-        var accessTokens: [String: CachedAccessToken]
+        /// Access tokens a version 1 item held for this client, not kept (never written).
+        var droppedAccessTokens = 0
+
+        init(account: String, refreshToken: String?) {
+            self.account = account
+            self.refreshToken = refreshToken
+        }
+
+        private enum CodingKeys: String, CodingKey { case account, refreshToken, accessTokens }
+
+        /// A JSON value read past, its content never looked at.
+        private struct Skipped: Decodable { init(from decoder: any Decoder) throws {} }
+
+        init(from decoder: any Decoder) throws {
+            let container = try decoder.container(keyedBy: CodingKeys.self)
+            account = try container.decode(String.self, forKey: .account)
+            refreshToken = try container.decodeIfPresent(String.self, forKey: .refreshToken)
+            droppedAccessTokens = try container.decodeIfPresent([String: Skipped].self, forKey: .accessTokens)?.count ?? 0
+        }
+
+        func encode(to encoder: any Encoder) throws {
+            var container = encoder.container(keyedBy: CodingKeys.self)
+            try container.encode(account, forKey: .account)
+            try container.encodeIfPresent(refreshToken, forKey: .refreshToken)
+        }
+
+        static func == (a: Client, b: Client) -> Bool { a.account == b.account && a.refreshToken == b.refreshToken }
     }
 
     var version = Self.currentVersion
     var clients: [String: Client] = [:]
 
     var isEmpty: Bool { clients.isEmpty }
+
+    /// Access tokens a version 1 item held, not kept.
+    var droppedAccessTokens: Int { clients.values.reduce(0) { $0 + $1.droppedAccessTokens } }
+
+    static func == (a: StoredTokens, b: StoredTokens) -> Bool { a.clients == b.clients }
 }
 
 /// Keeps the tokens half of the state (`StoredTokens`) somewhere safer than the state file.
@@ -43,8 +78,9 @@ protocol TokenVault: Sendable {
 }
 
 /// A `StateStore` that keeps tokens out of the state file: each save splits the state into its
-/// public part, written by the wrapped file store with every token removed, and its tokens,
-/// written to the vault (or, without one, nowhere: `--token-storage memory`).
+/// public part, written by the wrapped file store with every token removed, and its refresh
+/// tokens, written to the vault (or, without one, nowhere: `--token-storage memory`). Access
+/// tokens go nowhere: the file store does not keep them either.
 ///
 /// The vault is written first, then the file. A crash between the two leaves a file that still
 /// names the account it had; on load a client's tokens are adopted only when the vault says they
@@ -83,15 +119,14 @@ final class TokenProtectingStore: StateStore {
         try file.save(publicPart)
     }
 
-    /// The state without a token, and its tokens. Tokens of a client with no account cannot be
-    /// matched to one on load, so they are dropped (the broker never keeps such tokens).
+    /// The state without a token, and its refresh tokens. Tokens of a client with no account
+    /// cannot be matched to one on load, so they are dropped (the broker never keeps such tokens).
     static func split(_ state: BrokerState) -> (publicPart: BrokerState, tokens: StoredTokens) {
         var publicPart = state
         var tokens = StoredTokens()
-        for (clientId, record) in state.clients {
-            if let account = record.account, record.refreshToken != nil || !record.accessTokens.isEmpty {
-                tokens.clients[clientId] = StoredTokens.Client(account: account.identifier, refreshToken: record.refreshToken,
-                                                               accessTokens: record.accessTokens)
+        for (clientId, record) in state.clients where record.refreshToken != nil || !record.accessTokens.isEmpty {
+            if let account = record.account, let refreshToken = record.refreshToken {
+                tokens.clients[clientId] = StoredTokens.Client(account: account.identifier, refreshToken: refreshToken)
             }
             publicPart.clients[clientId] = ClientRecord(lastSeen: record.lastSeen, account: record.account)
         }
@@ -102,6 +137,10 @@ final class TokenProtectingStore: StateStore {
     /// state gives that client; other tokens are left out.
     static func merge(_ state: BrokerState, with tokens: StoredTokens?, logger: Logger) -> BrokerState {
         guard let tokens else { return state }
+        if tokens.droppedAccessTokens > 0 {
+            logger.info("the stored tokens held access tokens (format 1), which are no longer kept at rest: dropped; each app's next silent call refreshes them",
+                        metadata: ["accessTokens": "\(tokens.droppedAccessTokens)"])
+        }
         var merged = state
         for (clientId, entry) in tokens.clients.sorted(by: { $0.key < $1.key }) {
             guard var record = merged.clients[clientId], record.account?.identifier == entry.account else {
@@ -111,7 +150,6 @@ final class TokenProtectingStore: StateStore {
                 continue
             }
             record.refreshToken = entry.refreshToken
-            record.accessTokens = entry.accessTokens
             merged.clients[clientId] = record
         }
         return merged
@@ -123,8 +161,8 @@ final class TokenProtectingStore: StateStore {
     }
 }
 
-/// The tokens as one item of the Secret Service's default collection per device, with the
-/// attributes `application` (the broker's bus name) and `deviceId`; the secret is the JSON of
+/// The refresh tokens as one item of the Secret Service's default collection per device, with
+/// the attributes `application` (the broker's bus name) and `deviceId`; the secret is the JSON of
 /// `StoredTokens`.
 final class SecretServiceVault: TokenVault {
     static let application = BrokerNames.busName
@@ -195,10 +233,21 @@ public enum TokenStorageSetup {
     /// - `secretService`: refuses (throws) when no Secret Service is on the bus, neither running
     ///   nor activatable, or when its default keyring is locked: never a silent fallback.
     ///
-    /// A state file that still holds tokens (written with `plaintext-file`) is rewritten at once
-    /// without them, after they are in the vault (`secretService`) or in memory (`memory`).
+    /// A state file that still holds tokens (written with `plaintext-file`, or access tokens
+    /// of a version 1 file) is rewritten at once without them, after the refresh tokens are in the
+    /// vault (`secretService`) or in memory (`memory`).
     public static func open(_ storage: TokenStorage, files: FileStateStore, loaded: BrokerState, busAddress: String?,
                             logger: Logger) throws(DaemonError) -> (store: any StateStore, state: BrokerState) {
+        let fileHeldTokens = TokenProtectingStore.hasTokens(loaded) || (files.loadReport?.droppedAccessTokens ?? 0) > 0
+        if let report = files.loadReport {
+            logger.debug("loaded the state file", metadata: [
+                "file": "\(files.path)", "format": "\(report.version)", "bytes": "\(report.bytes)", "clients": "\(report.clients)",
+                "ms": "\(report.milliseconds)"])
+            if report.droppedAccessTokens > 0 {
+                logger.info("the state file held access tokens (format \(report.version)), which are no longer kept at rest: dropped; each app's next silent call refreshes them with its refresh token",
+                            metadata: ["file": "\(files.path)", "accessTokens": "\(report.droppedAccessTokens)"])
+            }
+        }
         switch storage {
         case .plaintextFile:
             logger.warning("tokens are stored in plaintext in the state file (--token-storage plaintext-file): any program running as this user can read them; use the Secret Service (--token-storage secret-service) where there is one",
@@ -207,7 +256,7 @@ public enum TokenStorageSetup {
         case .memory:
             logger.warning("tokens are kept in memory only (--token-storage memory): they are lost when brokerd stops, and every app must then sign in interactively again")
             let store = TokenProtectingStore(file: files, vault: nil, inVault: nil, logger: logger)
-            try removeTokensFromFile(store, fileContent: loaded, state: loaded, to: "memory", logger: logger)
+            try removeTokensFromFile(store, fileHeldTokens: fileHeldTokens, state: loaded, to: "memory", logger: logger)
             return (store, loaded)
         case .secretService:
             let connection: DBusConnection
@@ -237,19 +286,32 @@ public enum TokenStorageSetup {
             } catch {
                 throw DaemonError.state("cannot read the tokens from the Secret Service: \(error)")
             }
-            let store = TokenProtectingStore(file: files, vault: vault, inVault: known, logger: logger)
+            // An item of format 1 still holds access tokens: unknown content, so the save below rewrites it without them.
+            let vaultHeldAccessTokens = (tokens?.droppedAccessTokens ?? 0) > 0
+            let store = TokenProtectingStore(file: files, vault: vault, inVault: vaultHeldAccessTokens ? nil : known, logger: logger)
             let state = TokenProtectingStore.merge(loaded, with: tokens, logger: logger)
-            try removeTokensFromFile(store, fileContent: loaded, state: state, to: "the Secret Service", logger: logger)
+            try removeTokensFromFile(store, fileHeldTokens: fileHeldTokens, state: state, to: "the Secret Service", logger: logger)
+            if vaultHeldAccessTokens && !fileHeldTokens {
+                // Not worth refusing to start over: they expire soon, and the next token change rewrites the item.
+                do { try store.save(state) } catch {
+                    logger.warning("the Secret Service item still holds access tokens of format 1: rewriting it without them failed",
+                                   metadata: ["error": "\(error)"])
+                }
+            }
             logger.info("tokens are stored in the Secret Service", metadata: ["service": "\(SecretService.busName)"])
             return (store, state)
         }
     }
 
-    /// Moves the tokens a `plaintext-file` run left in the state file to where they go now.
-    private static func removeTokensFromFile(_ store: TokenProtectingStore, fileContent: BrokerState, state: BrokerState,
+    /// Moves the tokens a `plaintext-file` run left in the state file to where they go now, and
+    /// makes the file without them durable.
+    private static func removeTokensFromFile(_ store: TokenProtectingStore, fileHeldTokens: Bool, state: BrokerState,
                                              to destination: String, logger: Logger) throws(DaemonError) {
-        guard TokenProtectingStore.hasTokens(fileContent) else { return }
-        do { try store.save(state) } catch {
+        guard fileHeldTokens else { return }
+        do {
+            try store.save(state)
+            try store.sync()
+        } catch {
             throw DaemonError.state("the state file holds tokens from a plaintext-file run, and moving them to \(destination) failed: \(error)")
         }
         logger.notice("moved the tokens out of the state file", metadata: ["to": "\(destination)"])

@@ -1,0 +1,737 @@
+import BrokerCore
+import Glibc
+
+/// The state file's format (`state.json`): what of a `BrokerState` is kept at rest, and how.
+///
+/// Version 2 (written since the access tokens stopped being kept at rest):
+///
+/// ```json
+/// {"accounts": {"<key>": {"environment": …, "identifier": …, "name": …, "tenantId": …, "username": …}},
+///  "clients": {"<clientId>": {"account": "<key>", "lastSeen": "<key>", "refreshToken": "…"}},
+///  "current": {"environment": …, "identifier": …, …},
+///  "deviceId": "…", "version": 2}
+/// ```
+///
+/// Each distinct account is written once, in `accounts`, under its `identifier` (followed by
+/// `#1`, `#2`, … for a second account of the same identifier, such as the same person under an
+/// older name); a client names its `lastSeen` and `account` by that key. `refreshToken` is there
+/// only with `--token-storage plaintext-file` (other storages remove it before the file store
+/// sees the state). Access tokens and the ID tokens that came with them are never written: they
+/// are short-lived, and after a restart an app's first silent call refreshes them. Client records
+/// with nothing left to keep are left out. Keys are written sorted, so a state always gives the
+/// same bytes.
+///
+/// Version 1 (read, never written): `lastSeen` and `account` were whole account objects in each
+/// client, and each client had `accessTokens`; those are dropped on load.
+enum StateFileFormat {
+    /// The format this build writes; a file with a newer one is refused rather than misread.
+    static let currentVersion = 2
+
+    /// What a load found besides the state.
+    struct Loaded {
+        var state: BrokerState
+        var version: Int
+        /// Access tokens the file held (version 1) and that were not kept.
+        var droppedAccessTokens: Int
+    }
+
+    /// Why bytes are not a usable state file; `FileStateStore` words it with the path.
+    enum Failure: Error {
+        /// Not JSON at all (or cut short).
+        case notJSON
+        /// JSON, but without a format version.
+        case noVersion
+        case newer(Int)
+        /// The right version, a body that does not fit it.
+        case damaged(String)
+    }
+
+    // MARK: What is kept
+
+    /// The part of `state` that is kept at rest: without access tokens, and without the client
+    /// records that then hold nothing. Two states that give the same value write the same file.
+    static func persisted(_ state: BrokerState) -> BrokerState {
+        var kept = state
+        for (clientId, record) in state.clients where !record.accessTokens.isEmpty || record.isEmptyAtRest {
+            if record.isEmptyAtRest {
+                kept.clients[clientId] = nil
+            } else {
+                kept.clients[clientId]?.accessTokens = [:]
+            }
+        }
+        return kept
+    }
+
+    // MARK: Writing
+
+    /// The version 2 file of `state` (its persisted part: access tokens are left out).
+    static func encode(_ state: BrokerState) -> [UInt8] {
+        // Every distinct account once, keyed by its identifier (made unique when needed).
+        var keys: [Account: String] = [:]
+        var table: [String: Account] = [:]
+        var last: (account: Account, key: String)?
+        func key(for account: Account) -> String {
+            if let last, last.account == account { return last.key }
+            if let known = keys[account] {
+                last = (account, known)
+                return known
+            }
+            var candidate = account.identifier
+            var suffix = 1
+            while table[candidate] != nil {
+                candidate = "\(account.identifier)#\(suffix)"
+                suffix += 1
+            }
+            keys[account] = candidate
+            table[candidate] = account
+            last = (account, candidate)
+            return candidate
+        }
+        let clientIds = state.clients.keys.sorted()
+        var references: [(lastSeen: String?, account: String?)] = []
+        references.reserveCapacity(clientIds.count)
+        for clientId in clientIds {
+            let record = state.clients[clientId] ?? ClientRecord()
+            references.append((record.lastSeen.map(key(for:)), record.account.map(key(for:))))
+        }
+
+        var out = JSONWriter(capacity: 256 + clientIds.count * 128 + table.count * 256)
+        out.raw("{\"accounts\":{")
+        for (index, tableKey) in table.keys.sorted().enumerated() {
+            if index > 0 { out.raw(",") }
+            out.string(tableKey)
+            out.raw(":")
+            if let account = table[tableKey] { out.account(account) }
+        }
+        out.raw("},\"clients\":{")
+        var first = true
+        for (index, clientId) in clientIds.enumerated() {
+            guard let record = state.clients[clientId], !record.isEmptyAtRest else { continue }
+            if !first { out.raw(",") }
+            first = false
+            out.string(clientId)
+            out.raw(":{")
+            var fields = 0
+            func field(_ name: StaticString, _ value: String?) {
+                guard let value else { return }
+                if fields > 0 { out.raw(",") }
+                fields += 1
+                out.raw(name)
+                out.string(value)
+            }
+            field("\"account\":", references[index].account)
+            field("\"lastSeen\":", references[index].lastSeen)
+            field("\"refreshToken\":", record.refreshToken)
+            out.raw("}")
+        }
+        out.raw("}")
+        if let current = state.current {
+            out.raw(",\"current\":")
+            out.account(current)
+        }
+        out.raw(",\"deviceId\":")
+        out.string(state.deviceId)
+        out.raw(",\"version\":\(currentVersion)}")
+        return out.bytes
+    }
+
+    // MARK: Reading
+
+    /// The state in `bytes`, a state file of version 1 or 2.
+    ///
+    /// Read with `JSONReader` rather than `JSONDecoder`: at 10,000 clients the decoder's
+    /// containers (a dictionary per object) took 50 to 120 ms of brokerd's start and left
+    /// megabytes of heap behind. Two passes: the first checks the whole text's syntax and finds
+    /// the version and where each top-level value starts; the second reads the values the
+    /// version defines (the account table before the clients, whatever their order).
+    static func decode(_ bytes: [UInt8]) throws(Failure) -> Loaded {
+        try bytes.withUnsafeBufferPointer { buffer throws(Failure) -> Loaded in
+            var reader = JSONReader(buffer)
+            let (version, offsets) = try header(&reader)
+            guard version <= currentVersion else { throw .newer(version) }
+            do throws(JSONReader.Problem) {
+                return version <= 1 ? try version1(&reader, offsets, version: version) : try version2(&reader, offsets)
+            } catch {
+                switch error {
+                case .shape(let why): throw .damaged(why)
+                case .syntax(let offset): throw .damaged("unexpected text at byte \(offset)")
+                }
+            }
+        }
+    }
+
+    /// The first pass: the whole text must be JSON; a top-level object with an integer `version`.
+    private static func header(_ reader: inout JSONReader) throws(Failure) -> (version: Int, offsets: [String: Int]) {
+        var version: Int?
+        var offsets: [String: Int] = [:]
+        var isObject = false
+        do {
+            if try reader.kind() == .object {
+                isObject = true
+                try reader.openObject()
+                var first = true
+                while let key = try reader.nextKey(first: first) {
+                    first = false
+                    offsets[key] = try reader.valueStart()
+                    if key == "version", try reader.kind() == .number {
+                        version = try reader.readInteger()
+                    } else {
+                        try reader.skipValue()
+                    }
+                }
+            } else {
+                try reader.skipValue()
+            }
+            try reader.end()
+        } catch {
+            throw .notJSON
+        }
+        guard isObject, let version else { throw .noVersion }
+        return (version, offsets)
+    }
+
+    private static func version2(_ reader: inout JSONReader, _ offsets: [String: Int]) throws(JSONReader.Problem) -> Loaded {
+        let deviceId = try reader.at(offsets["deviceId"], "deviceId") { (reader: inout JSONReader) throws(JSONReader.Problem) in
+            try reader.readString("deviceId")
+        }
+        let current = try reader.at(offsets["current"]) { (reader: inout JSONReader) throws(JSONReader.Problem) in
+            try reader.readAccountOrNull("current")
+        } ?? nil
+
+        // One Account value per table entry: every client naming it shares its strings.
+        var table: [String: Account] = [:]
+        if let at = offsets["accounts"] {
+            reader.position = at
+            try reader.expect(.object, "accounts")
+            try reader.openObject()
+            var first = true
+            while let key = try reader.nextKey(first: first) {
+                first = false
+                let account = try reader.readAccount("accounts[\(key)]")
+                table[key] = current.flatMap { $0 == account ? $0 : nil } ?? account
+            }
+        }
+
+        guard let at = offsets["clients"] else { throw .shape("it has no clients") }
+        reader.position = at
+        try reader.expect(.object, "clients")
+        try reader.openObject()
+        var clients: [String: ClientRecord] = [:]
+        // Most clients name the same account: compare the key's bytes with the last one before making a String of them.
+        var last: (key: Range<Int>, account: Account)?
+        func reference(_ reader: inout JSONReader, _ clientId: String, _ field: String) throws(JSONReader.Problem) -> Account? {
+            if try reader.kind() == .null {
+                try reader.skipValue()
+                return nil
+            }
+            try reader.expect(.string, "clients[\(clientId)].\(field)")
+            let (range, escaped) = try reader.stringRange()
+            if !escaped, let last, reader.equalBytes(last.key, range) { return last.account }
+            let key = try reader.makeString(range, escaped: escaped)
+            guard let account = table[key] else {
+                throw .shape("client \"\(clientId)\" names account \"\(key)\" as its \(field), and the accounts table has no such entry")
+            }
+            if !escaped { last = (range, account) }
+            return account
+        }
+        var first = true
+        while let clientId = try reader.nextKey(first: first) {
+            first = false
+            try reader.expect(.object, "clients[\(clientId)]")
+            try reader.openObject()
+            var record = ClientRecord()
+            var firstField = true
+            while let field = try reader.nextKeyRange(first: firstField) {
+                firstField = false
+                if reader.key(field, is: "lastSeen") {
+                    record.lastSeen = try reference(&reader, clientId, "lastSeen")
+                } else if reader.key(field, is: "account") {
+                    record.account = try reference(&reader, clientId, "account")
+                } else if reader.key(field, is: "refreshToken") {
+                    record.refreshToken = try reader.readStringOrNull("clients[\(clientId)].refreshToken")
+                } else {
+                    try reader.skipValue()
+                }
+            }
+            if !record.isEmptyAtRest { clients[clientId] = record }
+        }
+        return Loaded(state: BrokerState(deviceId: deviceId, current: current, clients: clients), version: 2, droppedAccessTokens: 0)
+    }
+
+    private static func version1(_ reader: inout JSONReader, _ offsets: [String: Int], version: Int) throws(JSONReader.Problem) -> Loaded {
+        let deviceId = try reader.at(offsets["deviceId"], "deviceId") { (reader: inout JSONReader) throws(JSONReader.Problem) in
+            try reader.readString("deviceId")
+        }
+        // Each client had its own copies of its accounts: equal ones become one value, shared.
+        var shared: [Account: Account] = [:]
+        var last: Account?
+        func intern(_ account: Account?) -> Account? {
+            guard let account else { return nil }
+            if let last, last == account { return last }
+            let kept = shared[account] ?? account
+            shared[account] = kept
+            last = kept
+            return kept
+        }
+        let current = intern(try reader.at(offsets["current"]) { (reader: inout JSONReader) throws(JSONReader.Problem) in
+            try reader.readAccountOrNull("current")
+        } ?? nil)
+
+        guard let at = offsets["clients"] else { throw .shape("it has no clients") }
+        reader.position = at
+        try reader.expect(.object, "clients")
+        try reader.openObject()
+        var clients: [String: ClientRecord] = [:]
+        var dropped = 0
+        var first = true
+        while let clientId = try reader.nextKey(first: first) {
+            first = false
+            try reader.expect(.object, "clients[\(clientId)]")
+            try reader.openObject()
+            var record = ClientRecord()
+            var firstField = true
+            while let field = try reader.nextKeyRange(first: firstField) {
+                firstField = false
+                if reader.key(field, is: "lastSeen") {
+                    record.lastSeen = intern(try reader.readAccountOrNull("clients[\(clientId)].lastSeen"))
+                } else if reader.key(field, is: "account") {
+                    record.account = intern(try reader.readAccountOrNull("clients[\(clientId)].account"))
+                } else if reader.key(field, is: "refreshToken") {
+                    record.refreshToken = try reader.readStringOrNull("clients[\(clientId)].refreshToken")
+                } else if reader.key(field, is: "accessTokens"), try reader.kind() == .object {
+                    // Counted, never read: they are not kept.
+                    try reader.openObject()
+                    var firstToken = true
+                    while try reader.nextKeyRange(first: firstToken) != nil {
+                        firstToken = false
+                        dropped += 1
+                        try reader.skipValue()
+                    }
+                } else {
+                    try reader.skipValue()
+                }
+            }
+            if !record.isEmptyAtRest { clients[clientId] = record }
+        }
+        return Loaded(state: BrokerState(deviceId: deviceId, current: current, clients: clients), version: version,
+                      droppedAccessTokens: dropped)
+    }
+}
+
+/// A strict JSON reader over bytes (RFC 8259: no trailing commas, no comments, no control
+/// characters in strings, valid UTF-8 in the strings it makes, nesting at most 256 deep), for the
+/// shapes the state file has. It reads values in place; only the strings asked for become Strings.
+struct JSONReader {
+    enum Problem: Error {
+        /// Not JSON, at this byte offset.
+        case syntax(Int)
+        /// JSON, not the expected shape.
+        case shape(String)
+    }
+
+    enum Kind: Equatable {
+        case object, array, string, number, bool, null
+
+        var name: String {
+            switch self {
+            case .object: return "an object"
+            case .array: return "an array"
+            case .string: return "a string"
+            case .number: return "a number"
+            case .bool: return "a boolean"
+            case .null: return "null"
+            }
+        }
+    }
+
+    static let maxDepth = 256
+
+    let bytes: UnsafeBufferPointer<UInt8>
+    var position = 0
+
+    init(_ bytes: UnsafeBufferPointer<UInt8>) { self.bytes = bytes }
+
+    private var syntax: Problem { .syntax(position) }
+
+    mutating func skipWhitespace() {
+        while position < bytes.count {
+            switch bytes[position] {
+            case 0x20, 0x09, 0x0A, 0x0D: position += 1
+            default: return
+            }
+        }
+    }
+
+    /// The kind of the next value (whitespace skipped).
+    mutating func kind() throws(Problem) -> Kind {
+        skipWhitespace()
+        guard position < bytes.count else { throw syntax }
+        switch bytes[position] {
+        case UInt8(ascii: "{"): return .object
+        case UInt8(ascii: "["): return .array
+        case UInt8(ascii: "\""): return .string
+        case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"): return .number
+        case UInt8(ascii: "t"), UInt8(ascii: "f"): return .bool
+        case UInt8(ascii: "n"): return .null
+        default: throw syntax
+        }
+    }
+
+    /// Where the next value starts.
+    mutating func valueStart() throws(Problem) -> Int {
+        _ = try kind()
+        return position
+    }
+
+    mutating func expect(_ expected: Kind, _ path: String) throws(Problem) {
+        let found = try kind()
+        guard found == expected else { throw .shape("\(path) is \(found.name), not \(expected.name)") }
+    }
+
+    /// Reads the value at `offset` with `body`, or gives nil without one.
+    mutating func at<T>(_ offset: Int?, _ body: (inout JSONReader) throws(Problem) -> T) throws(Problem) -> T? {
+        guard let offset else { return nil }
+        position = offset
+        return try body(&self)
+    }
+
+    /// Reads the value at `offset` with `body`; the value must be there.
+    mutating func at<T>(_ offset: Int?, _ path: String, _ body: (inout JSONReader) throws(Problem) -> T) throws(Problem) -> T {
+        guard let offset else { throw .shape("it has no \(path)") }
+        position = offset
+        return try body(&self)
+    }
+
+    /// Only whitespace is left.
+    mutating func end() throws(Problem) {
+        skipWhitespace()
+        guard position == bytes.count else { throw syntax }
+    }
+
+    private mutating func consume(_ byte: UInt8) throws(Problem) {
+        skipWhitespace()
+        guard position < bytes.count, bytes[position] == byte else { throw syntax }
+        position += 1
+    }
+
+    mutating func openObject() throws(Problem) { try consume(UInt8(ascii: "{")) }
+
+    /// The next key of the object being read (its value comes next), or nil at its end.
+    mutating func nextKey(first: Bool) throws(Problem) -> String? {
+        guard let (range, escaped) = try nextKeyRange(first: first) else { return nil }
+        return try makeString(range, escaped: escaped)
+    }
+
+    /// Like ``nextKey(first:)``, without making a String of the key.
+    mutating func nextKeyRange(first: Bool) throws(Problem) -> (Range<Int>, escaped: Bool)? {
+        skipWhitespace()
+        if position < bytes.count, bytes[position] == UInt8(ascii: "}") {
+            position += 1
+            return nil
+        }
+        if !first { try consume(UInt8(ascii: ",")) }
+        skipWhitespace()
+        guard position < bytes.count, bytes[position] == UInt8(ascii: "\"") else { throw syntax }
+        let key = try stringRange()
+        try consume(UInt8(ascii: ":"))
+        return key
+    }
+
+    /// Whether a key `nextKeyRange` gave is `name` (written without escapes, as brokerd writes keys).
+    func key(_ key: (Range<Int>, escaped: Bool), is name: StaticString) -> Bool {
+        guard !key.escaped, key.0.count == name.utf8CodeUnitCount, let base = bytes.baseAddress else { return false }
+        return memcmp(base + key.0.lowerBound, name.utf8Start, key.0.count) == 0
+    }
+
+    /// Skips one value, checking its syntax.
+    mutating func skipValue(depth: Int = 0) throws(Problem) {
+        guard depth < Self.maxDepth else { throw syntax }
+        switch try kind() {
+        case .object:
+            try openObject()
+            var first = true
+            while try nextKeyRange(first: first) != nil {
+                first = false
+                try skipValue(depth: depth + 1)
+            }
+        case .array:
+            position += 1
+            skipWhitespace()
+            if position < bytes.count, bytes[position] == UInt8(ascii: "]") {
+                position += 1
+                return
+            }
+            while true {
+                try skipValue(depth: depth + 1)
+                skipWhitespace()
+                guard position < bytes.count else { throw syntax }
+                if bytes[position] == UInt8(ascii: "]") {
+                    position += 1
+                    return
+                }
+                try consume(UInt8(ascii: ","))
+            }
+        case .string:
+            _ = try stringRange()
+        case .number:
+            _ = try numberRange()
+        case .bool:
+            if !literal("true") && !literal("false") { throw syntax }
+        case .null:
+            if !literal("null") { throw syntax }
+        }
+    }
+
+    private mutating func literal(_ word: StaticString) -> Bool {
+        let count = word.utf8CodeUnitCount
+        guard bytes.count - position >= count else { return false }
+        for index in 0..<count where bytes[position + index] != word.utf8Start[index] { return false }
+        position += count
+        return true
+    }
+
+    /// The bytes between the quotes of the string at the position (escapes checked, not decoded).
+    mutating func stringRange() throws(Problem) -> (Range<Int>, escaped: Bool) {
+        guard position < bytes.count, bytes[position] == UInt8(ascii: "\"") else { throw syntax }
+        position += 1
+        let start = position
+        var escaped = false
+        while position < bytes.count {
+            let byte = bytes[position]
+            if byte == UInt8(ascii: "\"") {
+                position += 1
+                return (start..<(position - 1), escaped)
+            }
+            if byte < 0x20 { throw syntax }
+            if byte == UInt8(ascii: "\\") {
+                escaped = true
+                position += 1
+                guard position < bytes.count else { throw syntax }
+                switch bytes[position] {
+                case UInt8(ascii: "\""), UInt8(ascii: "\\"), UInt8(ascii: "/"), UInt8(ascii: "b"), UInt8(ascii: "f"),
+                     UInt8(ascii: "n"), UInt8(ascii: "r"), UInt8(ascii: "t"):
+                    break
+                case UInt8(ascii: "u"):
+                    guard bytes.count - position > 4 else { throw syntax }
+                    for index in 1...4 where Self.hexValue(bytes[position + index]) == nil { throw syntax }
+                    position += 4
+                default:
+                    throw syntax
+                }
+            }
+            position += 1
+        }
+        throw syntax
+    }
+
+    /// Whether two ranges of the text hold the same bytes.
+    func equalBytes(_ a: Range<Int>, _ b: Range<Int>) -> Bool {
+        guard a.count == b.count else { return false }
+        guard let base = bytes.baseAddress else { return a.isEmpty }
+        return memcmp(base + a.lowerBound, base + b.lowerBound, a.count) == 0
+    }
+
+    /// The string of a range `stringRange` gave, its escapes decoded; it must be valid UTF-8.
+    func makeString(_ range: Range<Int>, escaped: Bool) throws(Problem) -> String {
+        if !escaped {
+            guard let string = String(validating: UnsafeBufferPointer(rebasing: bytes[range]), as: UTF8.self) else {
+                throw .syntax(range.lowerBound)
+            }
+            return string
+        }
+        var decoded: [UInt8] = []
+        decoded.reserveCapacity(range.count)
+        var index = range.lowerBound
+        while index < range.upperBound {
+            let byte = bytes[index]
+            guard byte == UInt8(ascii: "\\") else {
+                decoded.append(byte)
+                index += 1
+                continue
+            }
+            let code = bytes[index + 1]
+            index += 2
+            switch code {
+            case UInt8(ascii: "b"): decoded.append(0x08)
+            case UInt8(ascii: "f"): decoded.append(0x0C)
+            case UInt8(ascii: "n"): decoded.append(0x0A)
+            case UInt8(ascii: "r"): decoded.append(0x0D)
+            case UInt8(ascii: "t"): decoded.append(0x09)
+            case UInt8(ascii: "u"):
+                var scalar = hex4(at: index)
+                index += 4
+                if (0xD800..<0xDC00).contains(scalar) {
+                    // A high surrogate must be followed by an escaped low one.
+                    guard index + 6 <= range.upperBound, bytes[index] == UInt8(ascii: "\\"), bytes[index + 1] == UInt8(ascii: "u") else {
+                        throw .syntax(index)
+                    }
+                    let low = hex4(at: index + 2)
+                    guard (0xDC00..<0xE000).contains(low) else { throw .syntax(index) }
+                    scalar = 0x10000 + ((scalar - 0xD800) << 10) + (low - 0xDC00)
+                    index += 6
+                }
+                guard let unicode = Unicode.Scalar(scalar) else { throw .syntax(index) }
+                decoded.append(contentsOf: UTF8.encode(unicode).map { Array($0) } ?? [])
+            default: decoded.append(code)   // " \ /
+            }
+        }
+        guard let string = String(validating: decoded, as: UTF8.self) else { throw .syntax(range.lowerBound) }
+        return string
+    }
+
+    private func hex4(at index: Int) -> UInt32 {
+        var value: UInt32 = 0
+        for offset in 0..<4 { value = value << 4 | UInt32(Self.hexValue(bytes[index + offset]) ?? 0) }
+        return value
+    }
+
+    private static func hexValue(_ byte: UInt8) -> UInt8? {
+        switch byte {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): return byte - UInt8(ascii: "0")
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): return byte - UInt8(ascii: "a") + 10
+        case UInt8(ascii: "A")...UInt8(ascii: "F"): return byte - UInt8(ascii: "A") + 10
+        default: return nil
+        }
+    }
+
+    /// The number at the position (RFC 8259's grammar).
+    private mutating func numberRange() throws(Problem) -> Range<Int> {
+        let start = position
+        func digits() -> Int {
+            let from = position
+            while position < bytes.count, (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(bytes[position]) { position += 1 }
+            return position - from
+        }
+        if position < bytes.count, bytes[position] == UInt8(ascii: "-") { position += 1 }
+        guard position < bytes.count else { throw syntax }
+        if bytes[position] == UInt8(ascii: "0") {
+            position += 1
+        } else if digits() == 0 {
+            throw syntax
+        }
+        if position < bytes.count, bytes[position] == UInt8(ascii: ".") {
+            position += 1
+            guard digits() > 0 else { throw syntax }
+        }
+        if position < bytes.count, bytes[position] == UInt8(ascii: "e") || bytes[position] == UInt8(ascii: "E") {
+            position += 1
+            if position < bytes.count, bytes[position] == UInt8(ascii: "+") || bytes[position] == UInt8(ascii: "-") { position += 1 }
+            guard digits() > 0 else { throw syntax }
+        }
+        return start..<position
+    }
+
+    /// The number at the position when it is an integer that fits an Int (`2`, `2.0`, `2e0`), else nil.
+    mutating func readInteger() throws(Problem) -> Int? {
+        let range = try numberRange()
+        let text = String(decoding: UnsafeBufferPointer(rebasing: bytes[range]), as: UTF8.self)
+        if let value = Int(text) { return value }
+        guard let double = Double(text) else { return nil }
+        return Int(exactly: double)
+    }
+
+    mutating func readString(_ path: String) throws(Problem) -> String {
+        try expect(.string, path)
+        let (range, escaped) = try stringRange()
+        return try makeString(range, escaped: escaped)
+    }
+
+    mutating func readStringOrNull(_ path: String) throws(Problem) -> String? {
+        if try kind() == .null {
+            try skipValue()
+            return nil
+        }
+        return try readString(path)
+    }
+
+    /// An account object: `username`, `identifier`, `tenantId`, `environment` and `name`, all strings.
+    mutating func readAccount(_ path: String) throws(Problem) -> Account {
+        try expect(.object, path)
+        try openObject()
+        var username, identifier, tenantId, environment, name: String?
+        var first = true
+        while let key = try nextKey(first: first) {
+            first = false
+            switch key {
+            case "username": username = try readString("\(path).username")
+            case "identifier": identifier = try readString("\(path).identifier")
+            case "tenantId": tenantId = try readString("\(path).tenantId")
+            case "environment": environment = try readString("\(path).environment")
+            case "name": name = try readString("\(path).name")
+            default: try skipValue()
+            }
+        }
+        guard let username, let identifier, let tenantId, let environment, let name else {
+            let missing = [("username", username), ("identifier", identifier), ("tenantId", tenantId), ("environment", environment),
+                           ("name", name)].filter { $0.1 == nil }.map(\.0)
+            throw .shape("\(path) has no \(missing.joined(separator: ", "))")
+        }
+        return Account(username: username, identifier: identifier, tenantId: tenantId, environment: environment, name: name)
+    }
+
+    mutating func readAccountOrNull(_ path: String) throws(Problem) -> Account? {
+        if try kind() == .null {
+            try skipValue()
+            return nil
+        }
+        return try readAccount(path)
+    }
+}
+
+extension ClientRecord {
+    /// Whether the record holds nothing that is kept at rest (access tokens are not).
+    var isEmptyAtRest: Bool { lastSeen == nil && account == nil && refreshToken == nil }
+}
+
+/// JSON text, appended to a byte buffer.
+private struct JSONWriter {
+    var bytes: [UInt8] = []
+
+    init(capacity: Int) { bytes.reserveCapacity(capacity) }
+
+    mutating func raw(_ text: StaticString) {
+        text.withUTF8Buffer { bytes.append(contentsOf: $0) }
+    }
+
+    mutating func raw(_ text: String) {
+        bytes.append(contentsOf: text.utf8)
+    }
+
+    /// A JSON string: `"` and `\` escaped, control characters as `\n`, `\t`, … or `\u00XX`.
+    mutating func string(_ value: String) {
+        bytes.append(UInt8(ascii: "\""))
+        for byte in value.utf8 {
+            switch byte {
+            case UInt8(ascii: "\""): bytes.append(UInt8(ascii: "\\")); bytes.append(byte)
+            case UInt8(ascii: "\\"): bytes.append(UInt8(ascii: "\\")); bytes.append(byte)
+            case 0x0A: raw("\\n")
+            case 0x0D: raw("\\r")
+            case 0x09: raw("\\t")
+            case 0x08: raw("\\b")
+            case 0x0C: raw("\\f")
+            case 0..<0x20:
+                raw("\\u00")
+                let hex: [UInt8] = Array("0123456789abcdef".utf8)
+                bytes.append(hex[Int(byte >> 4)])
+                bytes.append(hex[Int(byte & 0x0F)])
+            default: bytes.append(byte)
+            }
+        }
+        bytes.append(UInt8(ascii: "\""))
+    }
+
+    /// An account object, keys sorted (the shape `Account`'s `Codable` reads).
+    mutating func account(_ account: Account) {
+        raw("{\"environment\":")
+        string(account.environment)
+        raw(",\"identifier\":")
+        string(account.identifier)
+        raw(",\"name\":")
+        string(account.name)
+        raw(",\"tenantId\":")
+        string(account.tenantId)
+        raw(",\"username\":")
+        string(account.username)
+        raw("}")
+    }
+}
