@@ -119,7 +119,7 @@ final class CrashRun: @unchecked Sendable {
         _ = try await apps["mail-app"]!.signIn(username: TestUsers.alice.username, password: TestUsers.alice.password,
                                                scopes: ["User.Read"])
         model.current = TestUsers.alice.username
-        deviceId = try StateFileSnapshot.read(in: stateDirectory)?.deviceId
+        deviceId = try StateFileSnapshot.readResolved(in: stateDirectory)?.deviceId
         try #require(deviceId != nil)
 
         for cycle in 1...cycles {
@@ -139,7 +139,7 @@ final class CrashRun: @unchecked Sendable {
 
     private func runCycle(_ cycle: Int) async throws {
         let context = "cycle \(cycle), seed \(seed)"
-        let before = try StateFileSnapshot.read(in: stateDirectory)
+        let before = try StateFileSnapshot.readResolved(in: stateDirectory)
         try #require(before != nil, "\(context): no state file")
         // What the restarted broker answered was written: the file is the model.
         try #require(before!.current == model.current && clients.allSatisfy { before!.lastSeen($0) == (model.lastSeen[$0] ?? nil) },
@@ -170,7 +170,7 @@ final class CrashRun: @unchecked Sendable {
 
         // The file is whole, and it is the state before the change or the state after it.
         try #require(StateFileSnapshot.brokenFiles(in: stateDirectory).isEmpty, "\(context): \(StateFileSnapshot.brokenFiles(in: stateDirectory))")
-        let after = try #require(try StateFileSnapshot.read(in: stateDirectory), "\(context): the state file is gone")
+        let after = try #require(try StateFileSnapshot.readResolved(in: stateDirectory), "\(context): the state file is gone")
         try #require(after.deviceId == deviceId, "\(context): the device id changed: \(after)")
         let unchanged = after.canonical() == before!.canonical()
         let changed = isAfter(operation, before: before!, after: after)
@@ -404,7 +404,7 @@ extension CrashRecoveryTests {
     struct StateFiles {
         /// A whole, valid state with alice signed in (so "starts signed out" is visible).
         static let validState = """
-            {"clients":{"mail-app":{"accessTokens":{},"lastSeen":{"environment":"127.0.0.1","identifier":"oid-alice.\(TestUsers.tenant)","name":"Alice Example","tenantId":"\(TestUsers.tenant)","username":"\(TestUsers.alice.username)"}}},"current":{"environment":"127.0.0.1","identifier":"oid-alice.\(TestUsers.tenant)","name":"Alice Example","tenantId":"\(TestUsers.tenant)","username":"\(TestUsers.alice.username)"},"deviceId":"11111111-2222-4333-8444-555555555555","version":1}
+            {"accounts":{"oid-alice.\(TestUsers.tenant)":\(StateFormat.alice)},"clients":{"mail-app":{"lastSeen":"oid-alice.\(TestUsers.tenant)"}},"current":\(StateFormat.alice),"deviceId":"11111111-2222-4333-8444-555555555555","version":2}
             """
 
         struct Variant: CustomTestStringConvertible, Sendable {
@@ -429,6 +429,9 @@ extension CrashRecoveryTests {
                     why: "is not a broker state file: it has no format version"),
             Variant(name: "the right version, a damaged body", bytes: Array(#"{"version": 1, "deviceId": 7, "clients": []}"#.utf8),
                     why: "is damaged:"),
+            Variant(name: "version 2 naming an account its table lacks",
+                    bytes: Array(#"{"version": 2, "deviceId": "d", "accounts": {}, "clients": {"mail-app": {"lastSeen": "oid-nobody.t"}}}"#.utf8),
+                    why: #"is damaged: client "mail-app" names account "oid-nobody.t" as its lastSeen, and the accounts table has no such entry"#),
             Variant(name: "mode 0644 (readable by others)", bytes: Array(validState.utf8), mode: 0o644,
                     why: "has mode 644: others may read its tokens; it must be 0600"),
             Variant(name: "mode 0620 (group-writable)", bytes: Array(validState.utf8), mode: 0o620,
@@ -483,7 +486,7 @@ extension CrashRecoveryTests {
             let device = try env.brokerctl(["device-info", "--json"]).json()
             #expect(device["deviceId"] as? String != "11111111-2222-4333-8444-555555555555")
             #expect(try env.signIn(TestUsers.bob, client: "calendar-app").status == 0)
-            let state = try #require(try StateFileSnapshot.read(in: env.stateDirectory))
+            let state = try #require(try StateFileSnapshot.readResolved(in: env.stateDirectory))
             #expect(state.current == TestUsers.bob.username)
             #expect(StateFileSnapshot.brokenFiles(in: env.stateDirectory) == broken)
             if !variant.symlink {
@@ -521,7 +524,7 @@ extension CrashRecoveryTests {
             } catch {
                 let output = "\(error)"
                 #expect(output.contains("exited (status 1)"), "\(output)")
-                #expect(output.contains("brokerd: \(path) has format 99; this brokerd reads up to 1. Refusing to start rather than lose it; run the newer brokerd, or move the file away."), "\(output)")
+                #expect(output.contains("brokerd: \(path) has format 99; this brokerd reads up to 2. Refusing to start rather than lose it; run the newer brokerd, or move the file away."), "\(output)")
             }
             #expect(try String(contentsOfFile: path, encoding: .utf8) == newer)
             #expect(StateFileSnapshot.brokenFiles(in: env.stateDirectory).isEmpty)
@@ -543,6 +546,204 @@ extension CrashRecoveryTests {
         @Test("another user's file: skipped when not root", .enabled(if: getuid() != 0, "runs as root: the uid 4242 variant of keptAside covers it"))
         func foreignFileNeedsRoot() {
             print("skipped: giving state.json to another uid needs root; run the tests as root to cover a foreign-owned state file")
+        }
+    }
+}
+
+// MARK: - The state file's format
+
+extension StateFileSnapshot {
+    /// The state file with each client's `lastSeen` and `account` in place as whole account
+    /// objects, as the checks compare it (version 2 names them by their key in `accounts`); the
+    /// table and the version are left out.
+    static func readResolved(in directory: String) throws -> StateFileSnapshot? {
+        try read(in: directory).map { try $0.resolved() }
+    }
+
+    func resolved() throws -> StateFileSnapshot {
+        var object = self.object
+        let table = object["accounts"] as? [String: Any] ?? [:]
+        if object["version"] as? Int ?? 0 >= 2 {
+            var clients: [String: Any] = [:]
+            for (id, record) in self.clients {
+                var record = record
+                for field in ["lastSeen", "account"] {
+                    guard let reference = record[field] else { continue }
+                    guard let key = reference as? String, let account = table[key] else {
+                        throw ProcessFailure("\(id)'s \(field) names \(reference), which the accounts table lacks: \(self)")
+                    }
+                    record[field] = account
+                }
+                clients[id] = record
+            }
+            object["clients"] = clients
+        }
+        object["accounts"] = nil
+        object["version"] = nil
+        return StateFileSnapshot(object: object)
+    }
+}
+
+extension CrashRecoveryTests {
+    /// The state file's format (docs/reliability.md, "Crashes and restarts"): version 2 keeps each
+    /// account once and the refresh tokens, never an access or ID token; a version 1 file is read
+    /// and rewritten as version 2 at the next save; 10,000 clientIds load.
+    @Suite("State file format: version 2, access tokens in memory only, version 1 read", .serialized)
+    struct StateFormat {
+        static let aliceIdentifier = "oid-alice.\(TestUsers.tenant)"
+        static let alice = #"{"environment":"127.0.0.1","identifier":"oid-alice.\#(TestUsers.tenant)","name":"Alice Example","tenantId":"\#(TestUsers.tenant)","username":"\#(TestUsers.alice.username)"}"#
+
+        @Test("after a sign-in the refresh token is in state.json and the access and ID tokens are not; after a restart the silent call refreshes")
+        func accessTokensInMemoryOnly() async throws {
+            let env = try BrokerEnvironment()   // --token-storage plaintext-file
+            let signedIn = try env.signIn(TestUsers.alice, client: "mail-app").json()
+            let accessToken = try #require(signedIn["accessToken"] as? String)
+            let idToken = try #require(signedIn["idToken"] as? String)
+            let identifier = try #require((signedIn["account"] as? [String: Any])?["identifier"] as? String)
+
+            let text = try Self.stateText(env)
+            #expect(!text.contains(accessToken) && !text.contains(idToken), "an access or ID token is in state.json: \(text)")
+            #expect(!text.contains("accessTokens"))
+            let file = try #require(try StateFileSnapshot.read(in: env.stateDirectory))
+            #expect(file.object["version"] as? Int == 2)
+            #expect((file.object["accounts"] as? [String: Any])?.keys.sorted() == [identifier])
+            #expect(file.clients["mail-app"]?["account"] as? String == identifier)
+            let refreshToken = try #require(file.refreshToken("mail-app"))
+
+            // In this run the access token is cached: no refresh.
+            let refreshes = try await env.tokenRequests("refresh_token")
+            let cached = try env.brokerctl(["token", "--client-id", "mail-app", "--scope", "User.Read", "--json"])
+            #expect(try cached.json()["accessToken"] as? String == accessToken, "\(cached.stderr)")
+            #expect(try await env.tokenRequests("refresh_token") == refreshes)
+
+            // After a restart it is gone; the first silent call refreshes with the stored refresh token.
+            try env.restartBroker()
+            let silent = try env.brokerctl(["token", "--client-id", "mail-app", "--scope", "User.Read", "--json"])
+            #expect(silent.status == 0, "\(silent.stderr)")
+            let renewed = try #require(try silent.json()["accessToken"] as? String)
+            #expect(renewed != accessToken)
+            #expect(try await env.tokenRequests("refresh_token") == refreshes + 1)
+            let after = try #require(try StateFileSnapshot.read(in: env.stateDirectory))
+            #expect(after.refreshToken("mail-app") != nil && after.refreshToken("mail-app") != refreshToken, "the rotated refresh token is saved")
+            #expect(!(try Self.stateText(env)).contains(renewed))
+            // And that one is cached again for this run.
+            let again = try env.brokerctl(["token", "--client-id", "mail-app", "--scope", "User.Read", "--json"])
+            #expect(try again.json()["accessToken"] as? String == renewed)
+            #expect(try await env.tokenRequests("refresh_token") == refreshes + 1)
+        }
+
+        @Test("a version 1 file is read (its access tokens dropped and logged without their values) and the next save writes version 2")
+        func version1IsReadAndRewritten() async throws {
+            let env = try BrokerEnvironment()
+            #expect(try env.signIn(TestUsers.alice, client: "mail-app").status == 0)
+            let written = try #require(try StateFileSnapshot.read(in: env.stateDirectory))
+            let refreshToken = try #require(written.refreshToken("mail-app"))
+            let account = String(decoding: try JSONSerialization.data(withJSONObject: try #require(written.object["current"]), options: [.sortedKeys]),
+                                 as: UTF8.self)
+            _ = try env.brokerd.stop()
+
+            // The file as brokerd wrote it before version 2: whole accounts in every client, and access tokens.
+            let legacyToken = "legacy-access-token-" + UUID().uuidString
+            let legacyIdToken = "legacy.id-token." + UUID().uuidString
+            let version1 = """
+                {"clients":{"calendar-app":{"accessTokens":{},"lastSeen":\(account)},"mail-app":{"accessTokens":{"User.Read offline_access openid profile":{"accessToken":"\(legacyToken)","expiresOn":4102444800,"idToken":"\(legacyIdToken)","scopes":["User.Read","offline_access","openid","profile"]}},"account":\(account),"lastSeen":\(account),"refreshToken":"\(refreshToken)"}},"current":\(account),"deviceId":"22222222-3333-4444-8555-666666666666","version":1}
+                """
+            let path = env.stateDirectory + "/state.json"
+            try version1.write(toFile: path, atomically: true, encoding: .utf8)
+            #expect(chmod(path, 0o600) == 0)
+
+            try env.restartBroker()
+            let log = env.brokerd.process.stderrText
+            #expect(log.contains("the state file held access tokens (format 1), which are no longer kept at rest"), "\(log)")
+            #expect(log.contains("accessTokens=1"), "\(log)")
+            #expect(!log.contains(legacyToken) && !log.contains(legacyIdToken.split(separator: ".").last ?? ""))
+            #expect(!log.contains("cannot be used"), "\(log)")
+
+            // Read as it was: the device, the account, each app's previous account. Nothing changed, nothing written.
+            let device = try env.brokerctl(["device-info", "--json"]).json()
+            #expect(device["deviceId"] as? String == "22222222-3333-4444-8555-666666666666")
+            let seen = try env.brokerctl(["current-account", "--client-id", "calendar-app", "--json"]).json()
+            #expect((seen["current"] as? [String: Any])?["username"] as? String == TestUsers.alice.username)
+            #expect((seen["previous"] as? [String: Any])?["username"] as? String == TestUsers.alice.username)
+            #expect(try String(contentsOfFile: path, encoding: .utf8) == version1, "a change-free query rewrote the file")
+
+            // The dropped access token is not handed out: the silent call refreshes, and that save writes version 2.
+            let refreshes = try await env.tokenRequests("refresh_token")
+            let silent = try env.brokerctl(["token", "--client-id", "mail-app", "--scope", "User.Read", "--json"])
+            #expect(silent.status == 0, "\(silent.stderr)")
+            #expect(try silent.json()["accessToken"] as? String != legacyToken)
+            #expect(try await env.tokenRequests("refresh_token") == refreshes + 1)
+
+            let text = try Self.stateText(env)
+            #expect(!text.contains(legacyToken) && !text.contains(legacyIdToken) && !text.contains("accessTokens"), "\(text)")
+            let raw = try #require(try StateFileSnapshot.read(in: env.stateDirectory))
+            #expect(raw.object["version"] as? Int == 2)
+            #expect(raw.object["deviceId"] as? String == "22222222-3333-4444-8555-666666666666")
+            let keys = try #require((raw.object["accounts"] as? [String: Any])?.keys.sorted())
+            #expect(keys.count == 1, "one account, written once: \(raw)")
+            #expect(raw.clients["calendar-app"]?["lastSeen"] as? String == keys.first)
+            #expect(raw.clients["mail-app"]?["account"] as? String == keys.first)
+            let resolved = try raw.resolved()
+            #expect(resolved.lastSeen("calendar-app") == TestUsers.alice.username)
+            #expect(resolved.lastSeen("mail-app") == TestUsers.alice.username)
+            #expect(resolved.account("mail-app") == TestUsers.alice.username)
+            #expect(resolved.refreshToken("mail-app") != nil && resolved.refreshToken("mail-app") != refreshToken)
+
+            // And version 2 loads: after a restart the apps still get their previous account.
+            try env.restartBroker()
+            let later = try env.brokerctl(["current-account", "--client-id", "calendar-app", "--json"]).json()
+            #expect((later["previous"] as? [String: Any])?["username"] as? String == TestUsers.alice.username)
+        }
+
+        @Test("10,000 clientIds of stored state: brokerd starts on them, gives each app its previous account, and writes them back whole")
+        func tenThousandClients() async throws {
+            let env = try BrokerEnvironment()
+            #expect(try env.signIn(TestUsers.alice, client: "mail-app").status == 0)
+            let written = try #require(try StateFileSnapshot.read(in: env.stateDirectory))
+            let key = try #require((written.object["accounts"] as? [String: Any])?.keys.first)
+            _ = try env.brokerd.stop()
+
+            // The benchmark's state (benchmarks/run.py, state_with_clients): each app signed in as alice with a refresh token.
+            var object = written.object
+            var clients = written.clients
+            for index in 0..<10_000 {
+                let clientId = "app-" + String(repeating: "0", count: 5 - String(index).count) + String(index)
+                clients[clientId] = ["lastSeen": key, "account": key, "refreshToken": "rt-\(index)-" + String(repeating: "r", count: 40)]
+            }
+            object["clients"] = clients
+            let path = env.stateDirectory + "/state.json"
+            try JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]).write(to: URL(fileURLWithPath: path))
+            #expect(chmod(path, 0o600) == 0)
+
+            try env.restartBroker()
+            let log = env.brokerd.process.stderrText
+            #expect(log.contains("loaded the state file") && log.contains("clients=10001"), "\(log)")
+            for clientId in ["app-00000", "app-04242", "app-09999"] {
+                let seen = try env.brokerctl(["current-account", "--client-id", clientId, "--json"]).json()
+                #expect((seen["current"] as? [String: Any])?["username"] as? String == TestUsers.alice.username, "\(clientId)")
+                #expect((seen["previous"] as? [String: Any])?["username"] as? String == TestUsers.alice.username, "\(clientId)")
+            }
+
+            // A change (a new app's first query) writes all of them back, each account once.
+            let fresh = try env.brokerctl(["current-account", "--client-id", "app-new", "--json"]).json()
+            #expect(fresh["previous"] is NSNull)
+            let raw = try #require(try StateFileSnapshot.read(in: env.stateDirectory))
+            #expect(raw.object["version"] as? Int == 2)
+            #expect(raw.clients.count == 10_002)
+            #expect((raw.object["accounts"] as? [String: Any])?.count == 1)
+            #expect(raw.refreshToken("app-04242") == "rt-4242-" + String(repeating: "r", count: 40))
+            #expect(raw.clients["app-new"]?["lastSeen"] as? String == key)
+            let bytes = try #require(try FileManager.default.attributesOfItem(atPath: path)[.size] as? Int)
+            // About 210 bytes a client (two account keys and a refresh token); version 1 took 2 KB.
+            #expect(bytes < 10_002 * 250, "\(bytes) bytes for 10,002 clients")
+
+            try env.restartBroker()
+            let again = try env.brokerctl(["current-account", "--client-id", "app-new", "--json"]).json()
+            #expect((again["previous"] as? [String: Any])?["username"] as? String == TestUsers.alice.username)
+        }
+
+        static func stateText(_ env: BrokerEnvironment) throws -> String {
+            try String(contentsOfFile: env.stateDirectory + "/state.json", encoding: .utf8)
         }
     }
 }

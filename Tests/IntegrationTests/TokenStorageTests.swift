@@ -12,7 +12,7 @@ import Testing
 struct TokenStorageTests {
     static let application = "io.shareddevice.Broker1"
 
-    @Test("secret-service: tokens live in the keyring, survive a restart, never reach state.json, and leave with sign-out")
+    @Test("secret-service: the refresh token lives in the keyring, survives a restart, never reaches state.json, and leaves with sign-out; access tokens stay in memory")
     func secretService() async throws {
         let (env, keyring) = try await Self.brokerOnKeyring()
         defer { withExtendedLifetime(keyring) {} }   // the daemon stops when it goes
@@ -26,7 +26,7 @@ struct TokenStorageTests {
         let idToken = try #require(result["idToken"] as? String)
         let identifier = try #require((result["account"] as? [String: Any])?["identifier"] as? String)
 
-        // The keyring holds one item for this broker: mail-app's tokens and the account they belong to.
+        // The keyring holds one item for this broker: mail-app's refresh token and the account it belongs to.
         let items = try await keyring.items([("application", Self.application)])
         #expect(items.count == 1)
         let item = try #require(items.first)
@@ -35,28 +35,29 @@ struct TokenStorageTests {
         #expect(mail["account"] as? String == identifier)
         let refreshToken = try #require(mail["refreshToken"] as? String)
         #expect(!refreshToken.isEmpty)
-        #expect(try await keyring.rawSecret(of: item).contains(accessToken))
+        // Access and ID tokens are kept in memory only, in the keyring as in the file.
+        var secret = try await keyring.rawSecret(of: item)
+        #expect(!secret.contains(accessToken) && !secret.contains(idToken) && !secret.contains("accessTokens"), "\(secret.count) bytes")
 
         // state.json knows who is signed in, but holds no token.
         var state = try Self.stateFile(env)
         #expect(state.contains(TestUsers.alice.username))
         for token in [accessToken, idToken, refreshToken] { #expect(!state.contains(token), "a token is in state.json") }
 
-        // After a restart the cached access token comes back from the keyring: no refresh.
+        // After a restart the first silent call refreshes with the refresh token from the keyring,
+        // and the rotated one goes back there; the new access token is cached for this run only.
         let refreshes = try await env.tokenRequests("refresh_token")
         try env.restartBroker(extraArguments: ["--token-storage", "secret-service"])
         let silent = try env.brokerctl(["token", "--client-id", "mail-app", "--scope", "User.Read", "--json"])
         #expect(silent.status == 0, "\(silent.stderr)")
-        #expect(try silent.json()["accessToken"] as? String == accessToken)
-        #expect(try await env.tokenRequests("refresh_token") == refreshes)
-
-        // A refresh after the restart uses the refresh token from the keyring, and the new tokens go back there.
-        let forced = try env.brokerctl(["token", "--client-id", "mail-app", "--scope", "User.Read", "--force-refresh", "--json"])
-        #expect(forced.status == 0, "\(forced.stderr)")
-        let newAccessToken = try #require(try forced.json()["accessToken"] as? String)
+        let newAccessToken = try #require(try silent.json()["accessToken"] as? String)
         #expect(newAccessToken != accessToken)
         #expect(try await env.tokenRequests("refresh_token") == refreshes + 1)
-        #expect(try await keyring.rawSecret(of: item).contains(newAccessToken))
+        secret = try await keyring.rawSecret(of: item)
+        #expect(!secret.contains(newAccessToken) && !secret.contains(refreshToken), "the rotated refresh token replaced the old one")
+        let cached = try env.brokerctl(["token", "--client-id", "mail-app", "--scope", "User.Read", "--json"])
+        #expect(try cached.json()["accessToken"] as? String == newAccessToken)
+        #expect(try await env.tokenRequests("refresh_token") == refreshes + 1)
         state = try Self.stateFile(env)
         #expect(!state.contains(newAccessToken) && !state.contains(refreshToken))
 
@@ -111,23 +112,23 @@ struct TokenStorageTests {
         #expect(silent.stderr.contains("io.shareddevice.Broker1.Error.InteractionRequired"), "\(silent.stderr)")
     }
 
-    @Test("secret-service: a state file from a plaintext-file run has its tokens moved into the keyring at start")
+    @Test("secret-service: a state file from a plaintext-file run has its refresh tokens moved into the keyring at start")
     func movesPlaintextTokensIntoTheKeyring() async throws {
         let env = try BrokerEnvironment(busConfig: TestKeyring.busWithoutActivation)   // plaintext-file, the fixture's default
-        let signedIn = try env.signIn(TestUsers.alice, client: "mail-app")
-        let accessToken = try #require(try signedIn.json()["accessToken"] as? String)
-        #expect(try Self.stateFile(env).contains(accessToken))
+        #expect(try env.signIn(TestUsers.alice, client: "mail-app").status == 0)
+        let refreshToken = try #require(try Self.refreshToken(in: env, client: "mail-app"))
 
         let keyring = try await TestKeyring.start(on: env.bus, in: env.directory)
         defer { withExtendedLifetime(keyring) {} }   // the daemon stops when it goes
         try env.restartBroker(extraArguments: ["--token-storage", "secret-service"])
-        #expect(!(try Self.stateFile(env)).contains(accessToken))
+        #expect(!(try Self.stateFile(env)).contains(refreshToken))
         let item = try #require(try await keyring.items([("application", Self.application)]).first)
-        #expect(try await keyring.rawSecret(of: item).contains(accessToken))
+        #expect(try await keyring.rawSecret(of: item).contains(refreshToken))
+        // The silent call refreshes with the refresh token that moved.
         let refreshes = try await env.tokenRequests("refresh_token")
         let silent = try env.brokerctl(["token", "--client-id", "mail-app", "--scope", "User.Read", "--json"])
-        #expect(try silent.json()["accessToken"] as? String == accessToken, "\(silent.stderr)")
-        #expect(try await env.tokenRequests("refresh_token") == refreshes)
+        #expect(silent.status == 0, "\(silent.stderr)")
+        #expect(try await env.tokenRequests("refresh_token") == refreshes + 1)
     }
 
     @Test("default storage without a Secret Service on the bus: brokerd refuses to start and names both alternatives")
@@ -146,7 +147,7 @@ struct TokenStorageTests {
     }
 
     @Test("memory: a warning at start, no token in state.json; after a restart still signed in, and silent tokens need interaction")
-    func memory() throws {
+    func memory() async throws {
         let env = try BrokerEnvironment(brokerArguments: ["--token-storage", "memory"])
         try env.brokerd.process.waitForLine(timeout: .seconds(10), stderr: true) {
             $0.contains("warning") && $0.contains("tokens are kept in memory only")
@@ -162,6 +163,17 @@ struct TokenStorageTests {
         // This run still has them.
         #expect(try env.brokerctl(["token", "--client-id", "mail-app", "--scope", "User.Read"]).status == 0)
 
+        // A change that reaches no kept part (here a refresh: new refresh and access tokens, both
+        // in memory) does not rewrite state.json: the file is the same one, untouched.
+        let path = env.stateDirectory + "/state.json"
+        let before = try FileManager.default.attributesOfItem(atPath: path)
+        let refreshes = try await env.tokenRequests("refresh_token")
+        #expect(try env.brokerctl(["token", "--client-id", "mail-app", "--scope", "User.Read", "--force-refresh"]).status == 0)
+        #expect(try await env.tokenRequests("refresh_token") == refreshes + 1)
+        let after = try FileManager.default.attributesOfItem(atPath: path)
+        #expect(after[.systemFileNumber] as? Int == before[.systemFileNumber] as? Int, "state.json was replaced")
+        #expect(after[.modificationDate] as? Date == before[.modificationDate] as? Date, "state.json was written")
+
         try env.restartBroker(extraArguments: ["--token-storage", "memory"])
         let current = try env.brokerctl(["current-account", "--client-id", "mail-app", "--json"])
         #expect(current.stdout.contains(TestUsers.alice.username), "\(current.stdout)")
@@ -170,20 +182,31 @@ struct TokenStorageTests {
         #expect(silent.stderr.contains("io.shareddevice.Broker1.Error.InteractionRequired"), "\(silent.stderr)")
     }
 
-    @Test("plaintext-file: a warning at start, and the tokens in state.json as before")
+    @Test("plaintext-file: a warning at start, and the refresh tokens in state.json; access and ID tokens in memory only")
     func plaintextFile() throws {
         let env = try BrokerEnvironment(brokerArguments: ["--token-storage", "plaintext-file"])
         try env.brokerd.process.waitForLine(timeout: .seconds(10), stderr: true) {
             $0.contains("warning") && $0.contains("tokens are stored in plaintext in the state file")
         }
-        let accessToken = try #require(try env.signIn(TestUsers.alice, client: "mail-app").json()["accessToken"] as? String)
-        #expect(try Self.stateFile(env).contains(accessToken))
+        let result = try env.signIn(TestUsers.alice, client: "mail-app").json()
+        let accessToken = try #require(result["accessToken"] as? String)
+        let idToken = try #require(result["idToken"] as? String)
+        let refreshToken = try #require(try Self.refreshToken(in: env, client: "mail-app"))
+        #expect(!refreshToken.isEmpty)
+        let state = try Self.stateFile(env)
+        #expect(!state.contains(accessToken) && !state.contains(idToken))
     }
 
     // MARK: Helpers
 
     static func stateFile(_ env: BrokerEnvironment) throws -> String {
         try String(contentsOfFile: env.stateDirectory + "/state.json", encoding: .utf8)
+    }
+
+    /// The refresh token state.json holds for `client` (`--token-storage plaintext-file`).
+    static func refreshToken(in env: BrokerEnvironment, client: String) throws -> String? {
+        let object = try JSONSerialization.jsonObject(with: Data(try stateFile(env).utf8)) as? [String: Any]
+        return ((object?["clients"] as? [String: Any])?[client] as? [String: Any])?["refreshToken"] as? String
     }
 
     /// A bus that activates nothing, a headless keyring on it, and brokerd keeping its tokens there.
