@@ -199,14 +199,15 @@ def summary(values):
 
 
 def state_with_clients(count, account, token):
-    now = int(time.time())
+    """state.json (format 2) with `count` clients, each signed in as `account` with a refresh token. Access
+    tokens are not stored (brokerd keeps them in memory only), so `token` is not used."""
+    key = account["identifier"]
     clients = {}
     for i in range(count):
         cid = f"app-{i:05d}"
-        clients[cid] = {"lastSeen": account, "account": account, "refreshToken": f"rt-{i:05d}-" + "r" * 40,
-                        "accessTokens": {SCOPE: {"accessToken": token["accessToken"], "expiresOn": now + 3600,
-                                                 "idToken": token.get("idToken"), "scopes": token["scopes"]}}}
-    return {"version": 1, "deviceId": "0f8e1c2d-3b4a-4c5d-8e6f-7a8b9c0d1e2f", "current": account, "clients": clients}
+        clients[cid] = {"lastSeen": key, "account": key, "refreshToken": f"rt-{i:05d}-" + "r" * 40}
+    return {"version": 2, "deviceId": "0f8e1c2d-3b4a-4c5d-8e6f-7a8b9c0d1e2f", "current": account,
+            "accounts": {key: account}, "clients": clients}
 
 
 def main():
