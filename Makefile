@@ -7,6 +7,11 @@ CONFIG       ?= debug
 BIN_DIR       = $(shell $(SWIFT) build -c $(CONFIG) --show-bin-path 2>/dev/null)
 APT_PACKAGES  = libdbus-1-dev libcurl4-openssl-dev pkg-config dbus python3 python3-dbus python3-gi gnome-keyring
 SUDO          = $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+# Release builds link the Swift runtime, Concurrency, Dispatch and Foundation statically: brokerctl
+# starts without loading and binding those libraries (most of a one-call run), and an idle brokerd
+# counts only the pages it touches. Debug builds (make test) stay dynamic. See BENCHMARKS.md.
+RELEASE_FLAGS ?= --static-swift-stdlib
+BUILD_FLAGS   = $(if $(filter release,$(CONFIG)),$(RELEASE_FLAGS))
 
 .PHONY: all deps build demo test contract check-contract install clean bench bench-smoke
 
@@ -24,7 +29,7 @@ deps:
 
 ## build: compile brokerd, brokerctl, idp-sim and the examples.
 build: deps
-	$(SWIFT) build -c $(CONFIG)
+	$(SWIFT) build -c $(CONFIG) $(BUILD_FLAGS)
 
 ## demo: a private bus, idp-sim, brokerd in shared mode and three app processes (Mail, Calendar, Notes):
 ## Mail signs alice in, Calendar signs out, and every app shows each change as its signal arrives.
@@ -33,8 +38,8 @@ demo: build
 
 ## test: the whole suite (unit, D-Bus layer, HTTP, idp-sim and end-to-end over private buses).
 test: build check-contract
-	$(SWIFT) build -c $(CONFIG) --build-tests
-	$(SWIFT) test -c $(CONFIG) --skip-build
+	$(SWIFT) build -c $(CONFIG) $(BUILD_FLAGS) --build-tests
+	$(SWIFT) test -c $(CONFIG) $(BUILD_FLAGS) --skip-build
 
 ## contract: regenerate the Swift interface description from dbus/io.shareddevice.Broker1.xml.
 contract:
@@ -46,7 +51,7 @@ check-contract:
 ## install: the binaries, the D-Bus interface, the D-Bus activation file and the systemd user unit,
 ## under PREFIX (default /usr/local); DESTDIR stages them elsewhere (packaging).
 install: install-data
-	$(SWIFT) build -c release
+	$(SWIFT) build -c release $(RELEASE_FLAGS)
 	install -d $(DESTDIR)$(PREFIX)/bin
 	install -m 0755 $$($(SWIFT) build -c release --show-bin-path)/brokerd $(DESTDIR)$(PREFIX)/bin/brokerd
 	install -m 0755 $$($(SWIFT) build -c release --show-bin-path)/brokerctl $(DESTDIR)$(PREFIX)/bin/brokerctl

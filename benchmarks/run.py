@@ -41,9 +41,11 @@ def build():
                            capture_output=True, text=True).stdout.split()
     for name, src in (("reference", "reference/reference.c"), ("busbench", "clients/busbench.c")):
         sh(["gcc", "-O2", "-g", "-Wall", "-o", os.path.join(CBIN, name), os.path.join(HERE, src)] + flags)
-    log("== swift build -c release --scratch-path .build-bench")
-    sh(["swift", "build", "-c", "release", "--scratch-path", SCRATCH], cwd=ROOT, stdout=subprocess.DEVNULL)
-    return subprocess.run(["swift", "build", "-c", "release", "--scratch-path", SCRATCH, "--show-bin-path"],
+    # As `make build CONFIG=release` and `make install` build them: the Swift runtime and Foundation linked statically.
+    release = ["swift", "build", "-c", "release", "--static-swift-stdlib", "--scratch-path", SCRATCH]
+    log("== " + " ".join(release[:5]) + " --scratch-path .build-bench")
+    sh(release, cwd=ROOT, stdout=subprocess.DEVNULL)
+    return subprocess.run(release + ["--show-bin-path"],
                           cwd=ROOT, check=True, capture_output=True, text=True).stdout.strip()
 
 
