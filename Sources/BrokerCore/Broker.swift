@@ -1,4 +1,5 @@
 import Logging
+import Synchronization
 
 /// The broker: the device's one signed-in account, each app's previous account, the token
 /// cache and the sign-out rules. It knows no D-Bus, HTTP or files; those come in through
@@ -9,6 +10,11 @@ import Logging
 /// leaves the broker as it was. Provider calls are awaited outside that order: the actor stays
 /// free for other callers meanwhile, and a change that raced with them is detected with
 /// ``generation`` and refused.
+///
+/// Changes go through the actor, one at a time. Reads do not need it: the state is kept behind a
+/// lock, replaced whole by each change, so the `nonisolated` queries (device information, the
+/// current account when the app has seen it, a cached token) answer from any thread at once,
+/// which lets brokerd answer them on its bus thread without a task or a thread switch.
 public actor Broker {
     public let configuration: BrokerConfiguration
     let provider: any IdentityProvider
@@ -17,7 +23,9 @@ public actor Broker {
     let logger: Logger
     private let onAccountChange: @Sendable (AccountChange) -> Void
 
-    private(set) var state: BrokerState
+    /// The state as of the last change; written only by ``commit(_:announcing:)``.
+    private let published: Mutex<BrokerState>
+    nonisolated var state: BrokerState { published.withLock { $0 } }
     /// Bumped whenever the signed-in account changes, so a provider call that straddled a
     /// sign-out or sign-in knows its answer is stale.
     private(set) var generation: UInt64 = 0
@@ -40,18 +48,18 @@ public actor Broker {
         self.clock = clock
         self.logger = logger
         self.onAccountChange = onAccountChange
-        self.state = initialState
+        self.published = Mutex(initialState)
     }
 
     // MARK: Queries
 
     /// The device's account (shared mode); nil in default mode, where accounts belong to apps.
-    public var deviceAccount: Account? { configuration.deviceMode == .shared ? state.current : nil }
+    public nonisolated var deviceAccount: Account? { configuration.deviceMode == .shared ? state.current : nil }
 
     /// A copy of the whole state, for tests and diagnostics.
-    public var snapshot: BrokerState { state }
+    public nonisolated var snapshot: BrokerState { state }
 
-    public func deviceInformation() -> DeviceInformation {
+    public nonisolated func deviceInformation() -> DeviceInformation {
         DeviceInformation(deviceMode: configuration.deviceMode, brokerVersion: configuration.brokerVersion,
                           deviceId: state.deviceId, tenantId: configuration.tenantId,
                           authority: provider.authority,
@@ -62,19 +70,28 @@ public actor Broker {
     ///
     /// After a sign-out elsewhere an app gets (nil, alice) once, then (nil, nil).
     public func currentAccount(clientId: String) throws(BrokerFailure) -> (current: Account?, previous: Account?) {
-        try checkClient(clientId)
-        let current = account(for: clientId)
+        if let unchanged = try currentAccountIfSeen(clientId: clientId) { return unchanged }
+        let state = self.state
+        let current = account(for: clientId, in: state)
         let previous = state.clients[clientId]?.lastSeen
-        if previous != current {
-            var next = state
-            next.clients[clientId, default: ClientRecord()].lastSeen = current
-            next.clients[clientId]?.dropIfEmpty(in: &next, clientId: clientId)
-            try commit(next)
-        }
+        var next = state
+        next.clients[clientId, default: ClientRecord()].lastSeen = current
+        next.clients[clientId]?.dropIfEmpty(in: &next, clientId: clientId)
+        try commit(next)
         return (current, previous)
     }
 
-    public func accounts(clientId: String) throws(BrokerFailure) -> [Account] {
+    /// ``currentAccount(clientId:)`` when the app already saw the current account (its usual
+    /// case), which changes nothing; nil when the answer has to be recorded.
+    public nonisolated func currentAccountIfSeen(clientId: String) throws(BrokerFailure) -> (current: Account?, previous: Account?)? {
+        try checkClient(clientId)
+        let state = self.state
+        let current = account(for: clientId, in: state)
+        let previous = state.clients[clientId]?.lastSeen
+        return previous == current ? (current, previous) : nil
+    }
+
+    public nonisolated func accounts(clientId: String) throws(BrokerFailure) -> [Account] {
         try checkClient(clientId)
         return account(for: clientId).map { [$0] } ?? []
     }
@@ -144,11 +161,10 @@ public actor Broker {
         let scopes = Scopes(requested)
         var force = forceRefresh
         while true {
-            let account = try signedInAccount(clientId: clientId, accountId: accountId)
-            if !force, let cached = cachedToken(clientId: clientId, scopes: scopes) {
-                return TokenResult(accessToken: cached.accessToken, expiresOn: cached.expiresOn, idToken: cached.idToken,
-                                   scopes: cached.scopes, account: account, authority: provider.authority,
-                                   correlationId: Self.newCorrelationId())
+            let state = self.state
+            let account = try signedInAccount(clientId: clientId, accountId: accountId, in: state)
+            if !force, let cached = cachedToken(clientId: clientId, scopes: scopes, account: account, in: state) {
+                return cached
             }
             guard let running = refreshes[clientId] else { break }
             let result: Result<TokenResult, any Error>
@@ -223,14 +239,27 @@ public actor Broker {
         logger.notice("the provider rejected the refresh token; interaction required", metadata: ["clientId": "\(clientId)"])
     }
 
-    private func cachedToken(clientId: String, scopes: Scopes) -> CachedAccessToken? {
+    /// ``acquireTokenSilent(clientId:scopes:accountId:forceRefresh:)`` when the cache has the
+    /// token (its usual case), which changes nothing; nil when it takes a refresh.
+    public nonisolated func cachedTokenIfFresh(clientId: String, scopes requested: [String],
+                                               accountId: String) throws(BrokerFailure) -> TokenResult? {
+        try checkClient(clientId)
+        try InputRules.scopes(requested)
+        try InputRules.accountId(accountId)
+        let state = self.state
+        let account = try signedInAccount(clientId: clientId, accountId: accountId, in: state)
+        return cachedToken(clientId: clientId, scopes: Scopes(requested), account: account, in: state)
+    }
+
+    private nonisolated func cachedToken(clientId: String, scopes: Scopes, account: Account,
+                                         in state: BrokerState) -> TokenResult? {
+        guard let cached = state.clients[clientId]?.accessTokens[scopes.joined] else { return nil }
         // Overflow-safe: a stored expiry may be anything a damaged or hostile state file held.
-        let (lifeLeft, overflowed) = (state.clients[clientId]?.accessTokens[scopes.joined]?.expiresOn ?? .min)
-            .subtractingReportingOverflow(clock.now())
-        guard let cached = state.clients[clientId]?.accessTokens[scopes.joined], !overflowed,
-              lifeLeft > configuration.expiryMarginSeconds
-        else { return nil }
-        return cached
+        let (lifeLeft, overflowed) = cached.expiresOn.subtractingReportingOverflow(clock.now())
+        guard !overflowed, lifeLeft > configuration.expiryMarginSeconds else { return nil }
+        return TokenResult(accessToken: cached.accessToken, expiresOn: cached.expiresOn, idToken: cached.idToken,
+                           scopes: cached.scopes, account: account, authority: provider.authority,
+                           correlationId: Self.newCorrelationId())
     }
 
     // MARK: Sign-out
@@ -306,12 +335,18 @@ public actor Broker {
     }
 
     /// The account this clientId sees as current: the device's in shared mode, its own otherwise.
-    func account(for clientId: String) -> Account? {
+    nonisolated func account(for clientId: String, in state: BrokerState) -> Account? {
         configuration.deviceMode == .shared ? state.current : state.clients[clientId]?.account
     }
 
-    func signedInAccount(clientId: String, accountId: String) throws(BrokerFailure) -> Account {
-        guard let account = account(for: clientId) else {
+    nonisolated func account(for clientId: String) -> Account? { account(for: clientId, in: state) }
+
+    nonisolated func signedInAccount(clientId: String, accountId: String) throws(BrokerFailure) -> Account {
+        try signedInAccount(clientId: clientId, accountId: accountId, in: state)
+    }
+
+    nonisolated func signedInAccount(clientId: String, accountId: String, in state: BrokerState) throws(BrokerFailure) -> Account {
+        guard let account = account(for: clientId, in: state) else {
             throw BrokerFailure(.noAccount, "nobody is signed in; sign in first")
         }
         if !accountId.isEmpty && accountId != account.identifier {
@@ -320,14 +355,14 @@ public actor Broker {
         return account
     }
 
-    func checkClient(_ clientId: String) throws(BrokerFailure) {
+    nonisolated func checkClient(_ clientId: String) throws(BrokerFailure) {
         try InputRules.clientId(clientId)
         if let known = configuration.knownClientIds, !known.contains(clientId) {
             throw BrokerFailure(.unknownClient, "clientId \(clientId) is not registered with this broker; add it to the configuration's clients")
         }
     }
 
-    func alreadySignedIn(_ holder: Account) -> BrokerFailure {
+    nonisolated func alreadySignedIn(_ holder: Account) -> BrokerFailure {
         BrokerFailure(.accountAlreadySignedIn,
             "\(holder.username) is signed in on this device; sign out first to sign in as someone else")
     }
@@ -348,7 +383,7 @@ public actor Broker {
             logger.error("could not save the broker state; the change was not made", metadata: ["error": "\(error)"])
             throw BrokerFailure(.storageFailed, "the broker could not save its state (\(error)); nothing was changed")
         }
-        state = next
+        published.withLock { $0 = next }
         if let change { onAccountChange(change) }
         do {
             try store.sync()
@@ -383,18 +418,26 @@ public actor Broker {
         }
     }
 
-    /// A random RFC 4122 version 4 UUID string.
+    /// A random RFC 4122 version 4 UUID string. Made on every silent call, so written out
+    /// directly rather than through string interpolation.
     static func newCorrelationId() -> String {
         var generator = SystemRandomNumberGenerator()
-        let high = generator.next() as UInt64
-        let low = generator.next() as UInt64
-        let bytes = (0..<8).map { UInt8(truncatingIfNeeded: high >> ($0 * 8)) } + (0..<8).map { UInt8(truncatingIfNeeded: low >> ($0 * 8)) }
-        var b = bytes
-        b[6] = (b[6] & 0x0F) | 0x40
-        b[8] = (b[8] & 0x3F) | 0x80
-        let hex = b.map { ($0 < 16 ? "0" : "") + String($0, radix: 16) }
-        return hex[0..<4].joined() + "-" + hex[4..<6].joined() + "-" + hex[6..<8].joined() + "-"
-            + hex[8..<10].joined() + "-" + hex[10..<16].joined()
+        var bytes = (generator.next() as UInt64, generator.next() as UInt64)
+        return withUnsafeMutableBytes(of: &bytes) { b in
+            b[6] = (b[6] & 0x0F) | 0x40
+            b[8] = (b[8] & 0x3F) | 0x80
+            return String(unsafeUninitializedCapacity: 36) { out in
+                func hex(_ nibble: UInt8) -> UInt8 { nibble < 10 ? 0x30 + nibble : 0x57 + nibble }
+                var at = 0
+                for i in 0..<16 {
+                    if i == 4 || i == 6 || i == 8 || i == 10 { out[at] = UInt8(ascii: "-"); at += 1 }
+                    out[at] = hex(b[i] >> 4)
+                    out[at + 1] = hex(b[i] & 0x0F)
+                    at += 2
+                }
+                return at
+            }
+        }
     }
 
     /// A new device id (a random UUID), for a device without state.

@@ -37,6 +37,46 @@ final class BrokerObject: DBusObject {
         }
     }
 
+    /// The reads that change nothing, answered on the bus thread when the caller is known (the
+    /// ``CallerPolicy`` has its credentials) and the broker's state has the answer; everything
+    /// else goes to ``handleMethodCall(_:)``.
+    func answerImmediately(_ call: DBusMethodCall) -> Result<[DBusValue], DBusError>? {
+        guard Self.readsOnly.contains(call.member),
+              let authorized = callers.authorizeKnownCaller(sender: call.sender, clientId: Self.clientId(of: call))
+        else { return nil }
+        do throws(BrokerFailure) {
+            try authorized.get()
+            return try answerFromState(call).map { .success($0) }
+        } catch {
+            logger.debug("call refused", metadata: ["method": "\(call.member)", "sender": "\(call.sender)",
+                                                    "error": "\(error.code.rawValue)"])
+            return .failure(BusMarshalling.error(error))
+        }
+    }
+
+    private static let readsOnly: Set<String> = ["GetDeviceInformation", "GetCurrentAccount", "AcquireTokenSilent", "GetAccounts"]
+
+    private func answerFromState(_ call: DBusMethodCall) throws(BrokerFailure) -> [DBusValue]? {
+        let a = call.arguments
+        switch call.member {
+        case "GetDeviceInformation":
+            return [BusMarshalling.deviceInformation(broker.deviceInformation())]
+        case "GetCurrentAccount":
+            guard let seen = try broker.currentAccountIfSeen(clientId: a[0].string ?? "") else { return nil }
+            return [BusMarshalling.account(seen.current), BusMarshalling.account(seen.previous)]
+        case "AcquireTokenSilent":
+            guard try !BusMarshalling.boolOption(a[3].vardict ?? [:], OptionKey.forceRefresh),
+                  let result = try broker.cachedTokenIfFresh(clientId: a[0].string ?? "", scopes: a[1].stringArray ?? [],
+                                                             accountId: a[2].string ?? "")
+            else { return nil }
+            return [BusMarshalling.tokenResult(result)]
+        case "GetAccounts":
+            return [BusMarshalling.accounts(try broker.accounts(clientId: a[0].string ?? ""))]
+        default:
+            return nil
+        }
+    }
+
     /// The clientId a call acts for: the first argument of every method that takes one.
     private static func clientId(of call: DBusMethodCall) -> String? {
         switch call.member {
@@ -52,7 +92,7 @@ final class BrokerObject: DBusObject {
         let a = call.arguments
         switch call.member {
         case "GetDeviceInformation":
-            return [BusMarshalling.deviceInformation(await broker.deviceInformation())]
+            return [BusMarshalling.deviceInformation(broker.deviceInformation())]
         case "GetCurrentAccount":
             let seen = try await broker.currentAccount(clientId: a[0].string ?? "")
             return [BusMarshalling.account(seen.current), BusMarshalling.account(seen.previous)]
@@ -68,8 +108,7 @@ final class BrokerObject: DBusObject {
                 forceRefresh: try BusMarshalling.boolOption(options, OptionKey.forceRefresh))
             return [BusMarshalling.tokenResult(result)]
         case "GetAccounts":
-            let accounts = try await broker.accounts(clientId: a[0].string ?? "")
-            return [.vardictArray(accounts.map { BusMarshalling.account($0).vardict ?? [:] })]
+            return [BusMarshalling.accounts(try broker.accounts(clientId: a[0].string ?? ""))]
         case "SignOut":
             let options = a[2].vardict ?? [:]
             let outcome = try await broker.signOut(clientId: a[0].string ?? "", accountId: a[1].string ?? "",

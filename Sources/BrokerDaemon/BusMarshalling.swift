@@ -16,6 +16,10 @@ enum BusMarshalling {
         ])
     }
 
+    static func accounts(_ accounts: [Account]) -> DBusValue {
+        .vardictArray(accounts.map { account($0).vardict ?? [:] })
+    }
+
     static func tokenResult(_ result: TokenResult) -> DBusValue {
         .vardict([
             TokenResultKey.accessToken: .string(result.accessToken),

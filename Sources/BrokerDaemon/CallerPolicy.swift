@@ -27,7 +27,13 @@ final class CallerPolicy: Sendable {
     private let allowedExecutables: [String: Set<String>]
     private let lookup: Lookup
     private let logger: Logger
-    private let known = Mutex<[String: Credentials]>([:])
+    private let known = Mutex<[String: Entry]>([:])
+
+    /// What is known of a caller: its credentials, or the one lookup its first calls all wait for.
+    private enum Entry {
+        case known(Credentials)
+        case lookingUp(Task<Credentials, any Error>)
+    }
 
     init(ownUserId: UInt32 = getuid(), allowedExecutables: [String: Set<String>], logger: Logger, lookup: @escaping Lookup) {
         self.ownUserId = ownUserId
@@ -53,7 +59,22 @@ final class CallerPolicy: Sendable {
     /// Refuses `sender` with `AccessDenied` unless it runs as the broker's user and, when
     /// `clientId` is bound to executables, runs one of them.
     func authorize(sender: String, clientId: String?) async throws(BrokerFailure) {
-        let credentials = try await self.credentials(of: sender)
+        try check(try await credentials(of: sender), sender: sender, clientId: clientId)
+    }
+
+    /// ``authorize(sender:clientId:)`` without waiting: nil when the caller's credentials are
+    /// not known yet (its first call), which only the async form can look up.
+    func authorizeKnownCaller(sender: String, clientId: String?) -> Result<Void, BrokerFailure>? {
+        guard case .known(let credentials)? = known.withLock({ $0[sender] }) else { return nil }
+        do throws(BrokerFailure) {
+            try check(credentials, sender: sender, clientId: clientId)
+            return .success(())
+        } catch {
+            return .failure(error)
+        }
+    }
+
+    private func check(_ credentials: Credentials, sender: String, clientId: String?) throws(BrokerFailure) {
         guard credentials.userId == ownUserId else {
             logger.warning("refused a caller of another user", metadata: ["sender": "\(sender)", "uid": "\(credentials.userId)"])
             throw BrokerFailure(.accessDenied, "the broker serves only user \(ownUserId); this caller runs as user \(credentials.userId)")
@@ -73,17 +94,32 @@ final class CallerPolicy: Sendable {
     }
 
     private func credentials(of sender: String) async throws(BrokerFailure) -> Credentials {
-        if let cached = known.withLock({ $0[sender] }) { return cached }
-        let found: Credentials
+        let lookup = self.lookup
+        let entry: Entry = known.withLock { known in
+            if let entry = known[sender] { return entry }
+            let task = Task { try await lookup(sender) }
+            known[sender] = .lookingUp(task)
+            return .lookingUp(task)
+        }
+        guard case .lookingUp(let task) = entry else {
+            if case .known(let credentials) = entry { return credentials }
+            throw BrokerFailure(.accessDenied, "the broker could not learn who the caller is")
+        }
         do {
-            found = try await lookup(sender)
-        } catch let error as BrokerFailure {
-            throw error
+            let found = try await task.value
+            known.withLock { known in
+                // Unless the caller left (or failed) meanwhile, which drops the entry.
+                if case .lookingUp? = known[sender] { known[sender] = .known(found) }
+            }
+            return found
         } catch {
+            // A failed lookup is not remembered: the caller's next call asks again.
+            known.withLock { known in
+                if case .lookingUp? = known[sender] { known[sender] = nil }
+            }
+            if let failure = error as? BrokerFailure { throw failure }
             throw BrokerFailure(.accessDenied, "the broker could not learn who the caller is: \(error)")
         }
-        known.withLock { $0[sender] = found }
-        return found
     }
 
     /// `/proc/PID/exe`, the executable the kernel started (a deleted file keeps its " (deleted)" mark).

@@ -120,6 +120,15 @@ final class ConnectionLoop: @unchecked Sendable {
         if !enqueue(.send(message)) { message.release() }
     }
 
+    /// Sends a message from the connection thread itself: straight to libdbus, which the loop
+    /// flushes before it polls again. Only the connection thread may call this.
+    func sendFromLoopThread(_ message: MessageRef) {
+        if dbus_connection_send(connection, message.raw, nil) == 0 {
+            logger.error("dbus_connection_send failed (out of memory)")
+        }
+        message.release()
+    }
+
     /// Whether the connection still accepts work.
     var isOpen: Bool { lock.withLock { accepting } }
 
@@ -200,6 +209,12 @@ final class ConnectionLoop: @unchecked Sendable {
             processCommands()
             if stopRequested { break }
             while dbus_connection_dispatch(connection) == DBUS_DISPATCH_DATA_REMAINS {}
+            if dbus_connection_has_messages_to_send(connection) != 0 {
+                // The replies just made leave now, not after another poll. This may read more
+                // messages too: dispatch them before sleeping in poll.
+                _ = dbus_connection_read_write(connection, 0)
+                if dbus_connection_get_dispatch_status(connection) == DBUS_DISPATCH_DATA_REMAINS { continue }
+            }
             guard dbus_connection_get_is_connected(connection) != 0 else {
                 reason = "Disconnected from the bus"
                 logger.info("D-Bus connection dropped")
@@ -237,10 +252,7 @@ final class ConnectionLoop: @unchecked Sendable {
     private func handle(_ command: LoopCommand) {
         switch command {
         case .send(let message):
-            if dbus_connection_send(connection, message.raw, nil) == 0 {
-                logger.error("dbus_connection_send failed (out of memory)")
-            }
-            message.release()
+            sendFromLoopThread(message)
         case .call(let id, let message, let deadline, let complete):
             defer { message.release() }
             if cancelledBeforeSend.remove(id) != nil {

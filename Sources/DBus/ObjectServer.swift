@@ -17,6 +17,13 @@ public protocol DBusObject: AnyObject, Sendable {
     /// The returned values must match the method's out-signature.
     func handleMethodCall(_ call: DBusMethodCall) async throws -> [DBusValue]
 
+    /// Answers a call on the connection's thread, before any task is started, when the answer
+    /// is at hand (a read of state kept behind a lock); nil hands the call to
+    /// `handleMethodCall`. It must neither block nor wait: every call on the connection waits
+    /// behind it. The checks and the out-signature rule of `handleMethodCall` apply. The
+    /// default answers nothing here.
+    func answerImmediately(_ call: DBusMethodCall) -> Result<[DBusValue], DBusError>?
+
     /// Current values for org.freedesktop.DBus.Properties Get/GetAll. Called on the
     /// connection's thread: keep it fast and non-blocking.
     func propertyValues(interface: String) -> [String: DBusValue]
@@ -28,6 +35,8 @@ public protocol DBusObject: AnyObject, Sendable {
 }
 
 extension DBusObject {
+    public func answerImmediately(_ call: DBusMethodCall) -> Result<[DBusValue], DBusError>? { nil }
+
     /// Default: every property is read-only.
     public func setProperty(interface: String, name: String, value: DBusValue) async throws {
         throw DBusError.propertyReadOnly("Property \(name) is read-only")
@@ -64,15 +73,16 @@ final class ObjectRegistry: @unchecked Sendable {
 // MARK: - Dispatch (runs on the connection thread)
 
 extension ConnectionLoop {
-    /// Handles an incoming method call. Standard interfaces are answered on the
-    /// thread; object methods run in one Task whose reply comes back through the queue.
+    /// Handles an incoming method call. Standard interfaces, and the object methods the object
+    /// can answer at once, are answered on the thread; the other object methods run in one
+    /// Task whose reply comes back through the queue.
     func dispatchMethodCall(_ raw: OpaquePointer) {
         var message = DBusMessage(header: raw)
         let target = ReplyTarget(sender: message.sender ?? "", serial: message.serial, noReply: message.noReplyExpected)
         do {
             message.arguments = try DBusCodec.decodeArguments(raw)
         } catch {
-            reply(target, error: error)
+            reply(target, .failure(error))
             return
         }
         let path = message.path ?? "/"
@@ -87,24 +97,24 @@ extension ConnectionLoop {
             if let found = own.first(where: { $0.name == ifaceName }) ?? DBusInterfaceDescription.standard.first(where: { $0.name == ifaceName }) {
                 interface = found
             } else if object == nil {
-                reply(target, error: .unknownObject("No object at \(path)"))
+                reply(target, .failure(.unknownObject("No object at \(path)")))
                 return
             } else {
-                reply(target, error: .unknownInterface("No interface \(ifaceName) at \(path)"))
+                reply(target, .failure(.unknownInterface("No interface \(ifaceName) at \(path)")))
                 return
             }
         } else if let found = (own + DBusInterfaceDescription.standard).first(where: { $0.method(named: member) != nil }) {
             interface = found
         } else {
-            reply(target, error: object == nil ? .unknownObject("No object at \(path)") : .unknownMethod("No method \(member) at \(path)"))
+            reply(target, .failure(object == nil ? .unknownObject("No object at \(path)") : .unknownMethod("No method \(member) at \(path)")))
             return
         }
         guard let method = interface.method(named: member) else {
-            reply(target, error: .unknownMethod("No method \(member) in \(interface.name)"))
+            reply(target, .failure(.unknownMethod("No method \(member) in \(interface.name)")))
             return
         }
         guard message.signature == method.inSignature else {
-            reply(target, error: .invalidArgs("Method \(interface.name).\(member) expects signature \"\(method.inSignature)\", got \"\(message.signature)\""))
+            reply(target, .failure(.invalidArgs("Method \(interface.name).\(member) expects signature \"\(method.inSignature)\", got \"\(message.signature)\"")))
             return
         }
 
@@ -112,48 +122,60 @@ extension ConnectionLoop {
         case DBusInterfaceDescription.introspectable.name:
             let children = objects.children(of: path)
             if object == nil && children.isEmpty {
-                reply(target, error: .unknownObject("No object at \(path)"))
+                reply(target, .failure(.unknownObject("No object at \(path)")))
             } else {
-                reply(target, values: [.string(Introspection.document(interfaces: object.map { _ in own }, children: children))])
+                reply(target, .success([.string(Introspection.document(interfaces: object.map { _ in own }, children: children))]))
             }
         case DBusInterfaceDescription.peer.name:
             if member == "Ping" {
-                reply(target, values: [])
+                reply(target, .success([]))
             } else {
                 reply(target, machineID())
             }
         case DBusInterfaceDescription.properties.name:
             guard let object else {
-                reply(target, error: .unknownObject("No object at \(path)"))
+                reply(target, .failure(.unknownObject("No object at \(path)")))
                 return
             }
             handleProperties(object, own, member: member, arguments: message.arguments, target: target)
         default:
             guard let object else {
-                reply(target, error: .unknownObject("No object at \(path)"))
+                reply(target, .failure(.unknownObject("No object at \(path)")))
                 return
             }
             let call = DBusMethodCall(sender: target.sender, path: path, interface: interface.name, member: member,
                                       signature: message.signature, arguments: message.arguments)
             let outSignature = method.outSignature
+            if let answer = object.answerImmediately(call) {
+                reply(target, checked(answer, of: call, outSignature: outSignature))
+                return
+            }
             Task { [self] in
+                let answer: Result<[DBusValue], DBusError>
                 do {
-                    let values = try await object.handleMethodCall(call)
-                    let signature = values.map(\.signature).joined()
-                    if signature == outSignature {
-                        reply(target, values: values)
-                    } else {
-                        logger.error("Handler returned wrong signature", metadata: [
-                            "method": "\(call.interface).\(call.member)", "expected": "\(outSignature)", "got": "\(signature)"])
-                        reply(target, error: .failed("Handler for \(call.member) returned signature \"\(signature)\", expected \"\(outSignature)\""))
-                    }
+                    answer = .success(try await object.handleMethodCall(call))
                 } catch let error as DBusError {
-                    reply(target, error: error)
+                    answer = .failure(error)
                 } catch {
-                    reply(target, error: .failed(String(describing: error)))
+                    answer = .failure(.failed(String(describing: error)))
+                }
+                switch checked(answer, of: call, outSignature: outSignature) {
+                case .success(let values): reply(target, values: values)
+                case .failure(let error): reply(target, error: error)
                 }
             }
         }
+    }
+
+    /// A handler's answer, or Failed when its values do not have the method's out-signature.
+    private func checked(_ answer: Result<[DBusValue], DBusError>, of call: DBusMethodCall,
+                         outSignature: String) -> Result<[DBusValue], DBusError> {
+        guard case .success(let values) = answer else { return answer }
+        let signature = values.count == 1 ? values[0].signature : values.map(\.signature).joined()
+        guard signature != outSignature else { return answer }
+        logger.error("Handler returned wrong signature", metadata: [
+            "method": "\(call.interface).\(call.member)", "expected": "\(outSignature)", "got": "\(signature)"])
+        return .failure(.failed("Handler for \(call.member) returned signature \"\(signature)\", expected \"\(outSignature)\""))
     }
 
     private func machineID() -> Result<[DBusValue], DBusError> {
@@ -173,16 +195,16 @@ extension ConnectionLoop {
         let ifaceName = arguments.first?.string ?? ""
         if DBusInterfaceDescription.standard.contains(where: { $0.name == ifaceName }) {
             switch member {
-            case "GetAll": reply(target, values: [.vardict([:])])
-            case "Get": reply(target, error: .unknownProperty("No property \(arguments.dropFirst().first?.string ?? "") in \(ifaceName)"))
-            default: reply(target, error: .propertyReadOnly("Properties of \(ifaceName) are read-only"))
+            case "GetAll": reply(target, .success([.vardict([:])]))
+            case "Get": reply(target, .failure(.unknownProperty("No property \(arguments.dropFirst().first?.string ?? "") in \(ifaceName)")))
+            default: reply(target, .failure(.propertyReadOnly("Properties of \(ifaceName) are read-only")))
             }
             return
         }
         // An empty interface name means: search all interfaces (Get/Set); GetAll returns all.
         let candidates = ifaceName.isEmpty ? own : own.filter { $0.name == ifaceName }
         guard !candidates.isEmpty else {
-            reply(target, error: .unknownInterface("No interface \(ifaceName)"))
+            reply(target, .failure(.unknownInterface("No interface \(ifaceName)")))
             return
         }
         switch member {
@@ -194,33 +216,33 @@ extension ConnectionLoop {
                     if let v = values[p.name] { all[p.name] = v }
                 }
             }
-            reply(target, values: [.vardict(all)])
+            reply(target, .success([.vardict(all)]))
         case "Get":
             let name = arguments.dropFirst().first?.string ?? ""
             for iface in candidates {
                 guard let property = iface.property(named: name) else { continue }
                 if property.access != .write, let value = object.propertyValues(interface: iface.name)[name] {
-                    reply(target, values: [.variant(value)])
+                    reply(target, .success([.variant(value)]))
                 } else {
-                    reply(target, error: .unknownProperty("Property \(name) of \(iface.name) cannot be read"))
+                    reply(target, .failure(.unknownProperty("Property \(name) of \(iface.name) cannot be read")))
                 }
                 return
             }
-            reply(target, error: .unknownProperty("No property \(name) in \(ifaceName)"))
+            reply(target, .failure(.unknownProperty("No property \(name) in \(ifaceName)")))
         default: // Set
             let name = arguments.dropFirst().first?.string ?? ""
             let value = arguments.dropFirst(2).first?.variantValue ?? .variant(.string(""))
             guard let iface = candidates.first(where: { $0.property(named: name) != nil }),
                   let property = iface.property(named: name) else {
-                reply(target, error: .unknownProperty("No property \(name) in \(ifaceName)"))
+                reply(target, .failure(.unknownProperty("No property \(name) in \(ifaceName)")))
                 return
             }
             guard property.access != .read else {
-                reply(target, error: .propertyReadOnly("Property \(name) is read-only"))
+                reply(target, .failure(.propertyReadOnly("Property \(name) is read-only")))
                 return
             }
             guard value.signature == property.signature else {
-                reply(target, error: .invalidArgs("Property \(name) has type \"\(property.signature)\", got \"\(value.signature)\""))
+                reply(target, .failure(.invalidArgs("Property \(name) has type \"\(property.signature)\", got \"\(value.signature)\"")))
                 return
             }
             Task { [self] in
@@ -236,10 +258,18 @@ extension ConnectionLoop {
         }
     }
 
+    /// Answers from the connection thread itself: straight into libdbus's outgoing queue,
+    /// without the command queue and its wake-up.
     private func reply(_ target: ReplyTarget, _ result: Result<[DBusValue], DBusError>) {
-        switch result {
-        case .success(let values): reply(target, values: values)
-        case .failure(let error): reply(target, error: error)
+        guard !target.noReply else { return }
+        do {
+            switch result {
+            case .success(let values): sendFromLoopThread(try MessageBuilder.methodReturn(to: target, arguments: values))
+            case .failure(let error): sendFromLoopThread(try MessageBuilder.error(to: target, error))
+            }
+        } catch {
+            logger.error("Cannot build reply", metadata: ["error": "\(error)"])
+            if case .success = result { reply(target, .failure(.failed("Cannot build reply: \(error.message)"))) }
         }
     }
 

@@ -1,28 +1,21 @@
 import CDBus
+import Glibc
 
 /// Validation of names and strings with libdbus's own validators, so that
 /// libdbus never hits a failed precondition (which aborts the process).
 enum DBusValidation {
-    static func hasNoNUL(_ s: String) -> Bool { !s.utf8.contains(0) }
+    /// Runs libdbus's validator on `s` as a C string, after making sure it has no NUL byte
+    /// (which would end the C string early and hide the rest from the validator).
+    private static func check(_ s: String, _ validate: (UnsafePointer<CChar>) -> dbus_bool_t) -> Bool {
+        s.withCString { strlen($0) == s.utf8.count && validate($0) != 0 }
+    }
 
-    static func isValidPath(_ s: String) -> Bool {
-        hasNoNUL(s) && s.withCString { dbus_validate_path($0, nil) } != 0
-    }
-    static func isValidInterface(_ s: String) -> Bool {
-        hasNoNUL(s) && s.withCString { dbus_validate_interface($0, nil) } != 0
-    }
-    static func isValidMember(_ s: String) -> Bool {
-        hasNoNUL(s) && s.withCString { dbus_validate_member($0, nil) } != 0
-    }
-    static func isValidBusName(_ s: String) -> Bool {
-        hasNoNUL(s) && s.withCString { dbus_validate_bus_name($0, nil) } != 0
-    }
-    static func isValidErrorName(_ s: String) -> Bool {
-        hasNoNUL(s) && s.withCString { dbus_validate_error_name($0, nil) } != 0
-    }
-    static func isValidString(_ s: String) -> Bool {
-        hasNoNUL(s) && s.withCString { dbus_validate_utf8($0, nil) } != 0
-    }
+    static func isValidPath(_ s: String) -> Bool { check(s) { dbus_validate_path($0, nil) } }
+    static func isValidInterface(_ s: String) -> Bool { check(s) { dbus_validate_interface($0, nil) } }
+    static func isValidMember(_ s: String) -> Bool { check(s) { dbus_validate_member($0, nil) } }
+    static func isValidBusName(_ s: String) -> Bool { check(s) { dbus_validate_bus_name($0, nil) } }
+    static func isValidErrorName(_ s: String) -> Bool { check(s) { dbus_validate_error_name($0, nil) } }
+    static func isValidString(_ s: String) -> Bool { check(s) { dbus_validate_utf8($0, nil) } }
 
     static func path(_ s: String) throws(DBusError) {
         guard isValidPath(s) else { throw .invalidArgs("Invalid object path \"\(s)\"") }

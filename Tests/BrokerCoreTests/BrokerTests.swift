@@ -61,7 +61,7 @@ struct AccountTests {
             AccountChange(current: nil, previous: alice, reason: .signedOut),
         ])
         #expect(h.provider.revoked.count == 2)
-        let state = await h.broker.snapshot
+        let state = h.broker.snapshot
         #expect(state.current == nil)
         #expect(state.clients.values.allSatisfy { $0.refreshToken == nil && $0.accessTokens.isEmpty })
         let code = await failureCode { _ = try await h.broker.acquireTokenSilent(clientId: "mail", scopes: ["User.Read"], accountId: "", forceRefresh: false) }
@@ -73,7 +73,7 @@ struct AccountTests {
         _ = try await h.signIn()
         let code = await failureCode { try await h.broker.signOut(clientId: "mail", accountId: "someone.else") }
         #expect(code == .noAccount)
-        #expect(await h.broker.deviceAccount != nil)
+        #expect(h.broker.deviceAccount != nil)
         let nobody = Harness()
         #expect(await failureCode { try await nobody.broker.signOut(clientId: "mail", accountId: "") } == .noAccount)
     }
@@ -82,13 +82,13 @@ struct AccountTests {
         let h = Harness(mode: .default)
         _ = try await h.signIn("alice@contoso.example", client: "mail")
         _ = try await h.signIn("bob@contoso.example", client: "calendar")
-        #expect(try await h.broker.accounts(clientId: "mail").map(\.username) == ["alice@contoso.example"])
-        #expect(try await h.broker.accounts(clientId: "calendar").map(\.username) == ["bob@contoso.example"])
+        #expect(try h.broker.accounts(clientId: "mail").map(\.username) == ["alice@contoso.example"])
+        #expect(try h.broker.accounts(clientId: "calendar").map(\.username) == ["bob@contoso.example"])
         try await h.broker.signOut(clientId: "mail", accountId: "")
-        #expect(try await h.broker.accounts(clientId: "mail").isEmpty)
-        #expect(try await h.broker.accounts(clientId: "calendar").count == 1)
+        #expect(try h.broker.accounts(clientId: "mail").isEmpty)
+        #expect(try h.broker.accounts(clientId: "calendar").count == 1)
         #expect(h.changes.changes.isEmpty)
-        #expect(await h.broker.deviceAccount == nil)
+        #expect(h.broker.deviceAccount == nil)
     }
 
     @Test func aFailedWriteChangesNothingAndAnnouncesNothing() async throws {
@@ -96,7 +96,7 @@ struct AccountTests {
         h.store.failWrites = true
         let code = await failureCode { _ = try await h.signIn() }
         #expect(code == .storageFailed)
-        #expect(await h.broker.deviceAccount == nil)
+        #expect(h.broker.deviceAccount == nil)
         #expect(h.changes.changes.isEmpty)
     }
 
@@ -133,7 +133,7 @@ struct TokenTests {
         #expect(refreshed.accessToken != first.accessToken)
         #expect(h.provider.refreshCalls == 1)
         // The rotated refresh token is the one kept.
-        let state = await h.broker.snapshot
+        let state = h.broker.snapshot
         #expect(state.clients["mail"]?.refreshToken?.hasPrefix("rt-2|") == true)
     }
 
@@ -152,8 +152,8 @@ struct TokenTests {
         let code = await failureCode { _ = try await h.broker.acquireTokenSilent(clientId: "mail", scopes: ["User.Read"], accountId: "", forceRefresh: true) }
         #expect(code == .interactionRequired)
         // The refresh token is gone, the account stays signed in.
-        #expect(await h.broker.snapshot.clients["mail"]?.refreshToken == nil)
-        #expect(await h.broker.deviceAccount != nil)
+        #expect(h.broker.snapshot.clients["mail"]?.refreshToken == nil)
+        #expect(h.broker.deviceAccount != nil)
     }
 
     @Test func tokensAreNeverHandedToAnotherClientId() async throws {
@@ -191,7 +191,7 @@ struct TokenTests {
         open.finish()
         let code = await failureCode { _ = try await refreshed.value }
         #expect(code == .noAccount)
-        #expect(await h.broker.snapshot.clients["mail"]?.refreshToken == nil)
+        #expect(h.broker.snapshot.clients["mail"]?.refreshToken == nil)
     }
 
     @Test func scopesAreNormalized() {
@@ -199,5 +199,61 @@ struct TokenTests {
             == ["User.Read", "offline_access", "openid", "profile", "user.read"])
         #expect(Scopes([]).joined == "offline_access openid profile")
         #expect(Scopes(["b", "a"]) == Scopes(["a", "b", "PROFILE"]))
+    }
+}
+
+@Suite("Broker core: reads without the actor, and the order of a change")
+struct ReadsAndOrderTests {
+    @Test func aChangeIsAnnouncedAfterItsSaveAndBeforeItsSync() async throws {
+        let h = Harness()
+        let result = try await h.signIn()
+        #expect(h.store.timeline == ["save", "announce", "sync"])
+        // A change nobody else needs to hear of (what this app saw) is saved and synced, not announced.
+        _ = try await h.broker.currentAccount(clientId: "calendar")
+        #expect(h.store.timeline == ["save", "announce", "sync", "save", "sync"])
+        try await h.broker.signOut(clientId: "mail", accountId: result.account.identifier)
+        #expect(h.store.timeline.suffix(3) == ["save", "announce", "sync"])
+    }
+
+    @Test func theCurrentAccountIsReadWithoutTheActorOnceTheAppHasSeenIt() async throws {
+        let h = Harness()
+        _ = try await h.signIn(client: "mail")
+        let alice = ScriptedProvider.account("alice@contoso.example")
+        // Not seen yet: the answer must be recorded, which only the actor does.
+        #expect(try h.broker.currentAccountIfSeen(clientId: "calendar") == nil)
+        _ = try await h.broker.currentAccount(clientId: "calendar")
+        let seen = try h.broker.currentAccountIfSeen(clientId: "calendar")
+        #expect(seen?.current == alice && seen?.previous == alice)
+        #expect(throws: BrokerFailure.self) { try h.broker.currentAccountIfSeen(clientId: "") }
+    }
+
+    @Test func aCachedTokenIsReadWithoutTheActorUntilTheMargin() async throws {
+        let h = Harness()
+        let first = try await h.signIn()
+        let cached = try h.broker.cachedTokenIfFresh(clientId: "mail", scopes: ["User.Read"], accountId: first.account.identifier)
+        #expect(cached?.accessToken == first.accessToken)
+        #expect(cached?.correlationId != first.correlationId)
+        #expect(try h.broker.cachedTokenIfFresh(clientId: "mail", scopes: ["Mail.Read"], accountId: "") == nil)
+        h.clock.advance(3600 - 299)
+        #expect(try h.broker.cachedTokenIfFresh(clientId: "mail", scopes: ["User.Read"], accountId: "") == nil)
+        #expect(throws: BrokerFailure.self) {
+            try h.broker.cachedTokenIfFresh(clientId: "mail", scopes: ["User.Read"], accountId: "someone-else")
+        }
+        #expect(h.provider.refreshCalls == 0)
+    }
+
+    @Test func deviceIdsAreVersion4UUIDs() {
+        var seen = Set<String>()
+        for _ in 0..<1000 {
+            let id = Broker.newDeviceId()
+            let bytes = Array(id.utf8)
+            #expect(bytes.count == 36)
+            #expect([8, 13, 18, 23].allSatisfy { bytes[$0] == UInt8(ascii: "-") })
+            #expect(bytes[14] == UInt8(ascii: "4"))
+            #expect("89ab".utf8.contains(bytes[19]))
+            #expect(id.allSatisfy { "0123456789abcdef-".contains($0) })
+            seen.insert(id)
+        }
+        #expect(seen.count == 1000)
     }
 }

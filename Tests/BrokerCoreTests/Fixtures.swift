@@ -76,17 +76,22 @@ final class MemoryStore: StateStore, @unchecked Sendable {
     private let lock = Mutex<Void>(())
     private var _saved: BrokerState?
     private var _saves = 0
+    private var _timeline: [String] = []
     var failWrites = false
 
     var saved: BrokerState? { lock.withLock { _ in _saved } }
     var saves: Int { lock.withLock { _ in _saves } }
+    /// "save", "sync" and (recorded by the harness) "announce", in the order they happened.
+    var timeline: [String] { lock.withLock { _ in _timeline } }
 
     func load() throws -> BrokerState? { saved }
     func save(_ state: BrokerState) throws {
         struct DiskFull: Error {}
         if failWrites { throw DiskFull() }
-        lock.withLock { _ in _saved = state; _saves += 1 }
+        lock.withLock { _ in _saved = state; _saves += 1; _timeline.append("save") }
     }
+    func sync() throws { note("sync") }
+    func note(_ event: String) { lock.withLock { _ in _timeline.append(event) } }
 }
 
 final class TestClock: WallClock, @unchecked Sendable {
@@ -111,12 +116,13 @@ struct Harness {
     init(mode: DeviceMode = .shared, knownClients: Set<String>? = nil, state: BrokerState? = nil) {
         provider = ScriptedProvider(clock: clock)
         let changes = self.changes
+        let store = self.store
         broker = Broker(
             configuration: BrokerConfiguration(deviceMode: mode, brokerVersion: "test", tenantId: "tenant",
                                                knownClientIds: knownClients),
             provider: provider, store: store, clock: clock,
             initialState: state ?? BrokerState(deviceId: "device-1"),
-            logger: Logger(label: "test"), onAccountChange: { changes.record($0) })
+            logger: Logger(label: "test"), onAccountChange: { store.note("announce"); changes.record($0) })
     }
 
     func signIn(_ user: String = "alice@contoso.example", client: String = "mail", scopes: [String] = ["User.Read"]) async throws -> TokenResult {
