@@ -87,15 +87,32 @@ enum StateFileFormat {
             last = (account, candidate)
             return candidate
         }
-        let clientIds = state.clients.keys.sorted()
-        var references: [(lastSeen: String?, account: String?)] = []
-        references.reserveCapacity(clientIds.count)
-        for clientId in clientIds {
-            let record = state.clients[clientId] ?? ClientRecord()
-            references.append((record.lastSeen.map(key(for:)), record.account.map(key(for:))))
+        // One pass over the clients, in order: their text goes to a buffer of its own, since the
+        // table (written first) is known only once every client has been seen.
+        var clients = JSONWriter(capacity: state.clients.count * 160)
+        clients.raw("{")
+        var first = true
+        for (clientId, record) in state.clients.sorted(by: { $0.key < $1.key }) where !record.isEmptyAtRest {
+            if !first { clients.raw(",") }
+            first = false
+            clients.string(clientId)
+            clients.raw(":{")
+            var fields = 0
+            func field(_ name: StaticString, _ value: String?) {
+                guard let value else { return }
+                if fields > 0 { clients.raw(",") }
+                fields += 1
+                clients.raw(name)
+                clients.string(value)
+            }
+            field("\"account\":", record.account.map(key(for:)))
+            field("\"lastSeen\":", record.lastSeen.map(key(for:)))
+            field("\"refreshToken\":", record.refreshToken)
+            clients.raw("}")
         }
+        clients.raw("}")
 
-        var out = JSONWriter(capacity: 256 + clientIds.count * 128 + table.count * 256)
+        var out = JSONWriter(capacity: clients.bytes.count + 256 + table.count * 256)
         out.raw("{\"accounts\":{")
         for (index, tableKey) in table.keys.sorted().enumerated() {
             if index > 0 { out.raw(",") }
@@ -103,28 +120,8 @@ enum StateFileFormat {
             out.raw(":")
             if let account = table[tableKey] { out.account(account) }
         }
-        out.raw("},\"clients\":{")
-        var first = true
-        for (index, clientId) in clientIds.enumerated() {
-            guard let record = state.clients[clientId], !record.isEmptyAtRest else { continue }
-            if !first { out.raw(",") }
-            first = false
-            out.string(clientId)
-            out.raw(":{")
-            var fields = 0
-            func field(_ name: StaticString, _ value: String?) {
-                guard let value else { return }
-                if fields > 0 { out.raw(",") }
-                fields += 1
-                out.raw(name)
-                out.string(value)
-            }
-            field("\"account\":", references[index].account)
-            field("\"lastSeen\":", references[index].lastSeen)
-            field("\"refreshToken\":", record.refreshToken)
-            out.raw("}")
-        }
-        out.raw("}")
+        out.raw("},\"clients\":")
+        out.bytes.append(contentsOf: clients.bytes)
         if let current = state.current {
             out.raw(",\"current\":")
             out.account(current)
@@ -700,6 +697,18 @@ private struct JSONWriter {
     /// A JSON string: `"` and `\` escaped, control characters as `\n`, `\t`, … or `\u00XX`.
     mutating func string(_ value: String) {
         bytes.append(UInt8(ascii: "\""))
+        var value = value
+        let plain = value.withUTF8 { utf8 in
+            // Almost every string needs no escape: copied at once.
+            guard !utf8.contains(where: { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }) else { return false }
+            bytes.append(contentsOf: utf8)
+            return true
+        }
+        if !plain { escaped(value) }
+        bytes.append(UInt8(ascii: "\""))
+    }
+
+    private mutating func escaped(_ value: String) {
         for byte in value.utf8 {
             switch byte {
             case UInt8(ascii: "\""): bytes.append(UInt8(ascii: "\\")); bytes.append(byte)
@@ -717,7 +726,6 @@ private struct JSONWriter {
             default: bytes.append(byte)
             }
         }
-        bytes.append(UInt8(ascii: "\""))
     }
 
     /// An account object, keys sorted (the shape `Account`'s `Codable` reads).
