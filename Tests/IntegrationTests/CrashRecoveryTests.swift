@@ -742,6 +742,36 @@ extension CrashRecoveryTests {
             #expect((again["previous"] as? [String: Any])?["username"] as? String == TestUsers.alice.username)
         }
 
+        @Test("escapes and non-ASCII text survive a load and a save: quotes, backslashes, control characters, \\u escapes and surrogate pairs")
+        func escapesRoundTrip() throws {
+            let env = try BrokerEnvironment()
+            _ = try env.brokerd.stop()
+            // The name as JSON text with every kind of escape, and what it means; a clientId and a key escaped too.
+            let escapedName = #"Zo\u00eb \"Q\" back\\slash tab\t line\n \ud83d\ude00 \/ caf\u00E9 ü"#
+            let name = "Zoë \"Q\" back\\slash tab\t line\n 😀 / café ü"
+            let account = #"{"environment":"127.0.0.1","identifier":"oid-zoe.t","name":"\#(escapedName)","tenantId":"t","username":"zoe@contoso.example"}"#
+            let file = #"{"version":2,"deviceId":"33333333-4444-4555-8666-777777777777","current":\#(account),"accounts":{"oid-zoe.t":\#(account)},"clients":{"mail-app":{"lastSeen":"oid-zoe.t"},"caf\u0065-app":{"lastSeen":"oid\u002dzoe.t"}}}"#
+            let path = env.stateDirectory + "/state.json"
+            try file.write(toFile: path, atomically: true, encoding: .utf8)
+            #expect(chmod(path, 0o600) == 0)
+
+            for round in 0..<2 {
+                try env.restartBroker()
+                #expect(!env.brokerd.process.stderrText.contains("cannot be used"), "\(env.brokerd.process.stderrText)")
+                for client in ["mail-app", "cafe-app"] {
+                    let seen = try env.brokerctl(["current-account", "--client-id", client, "--json"]).json()
+                    #expect((seen["current"] as? [String: Any])?["name"] as? String == name, "round \(round), \(client): \(seen)")
+                    #expect((seen["previous"] as? [String: Any])?["name"] as? String == name, "round \(round), \(client): \(seen)")
+                }
+                // A change, so that the next round reads what this brokerd wrote.
+                _ = try env.brokerctl(["current-account", "--client-id", "new-app-\(round)", "--json"])
+                let written = try #require(try StateFileSnapshot.read(in: env.stateDirectory))
+                #expect(written.object["version"] as? Int == 2)
+                #expect((written.object["current"] as? [String: Any])?["name"] as? String == name)
+                #expect(written.clients["cafe-app"]?["lastSeen"] as? String == "oid-zoe.t")
+            }
+        }
+
         static func stateText(_ env: BrokerEnvironment) throws -> String {
             try String(contentsOfFile: env.stateDirectory + "/state.json", encoding: .utf8)
         }
