@@ -339,21 +339,34 @@ final class FuzzedBroker: @unchecked Sendable {
 /// the real brokerd: a failing test until the guard is in Sources, a regression test after.
 @Suite("Crash reproductions found by fuzzing", .serialized)
 struct CrashReproductionTests {
-    /// BrokerCore/Broker.swift `cachedToken`: `cached.expiresOn - clock.now()` trapped when the
-    /// state file (or the Secret Service item) held an `expiresOn` near Int64.min; found with the
+    /// BrokerCore/Broker.swift `cachedToken`: an expiry of Int64.min made the first silent request
+    /// trap (an overflow in the expiry check) when the state file (or the Secret Service item) held it; found with the
     /// `statefile` harness (fuzz/regressions/statefile/expires-on-int64-min.json), fixed in f9f4cab.
-    @Test("a state file whose token expires at Int64.min: the first silent token request must not crash brokerd")
+    /// State files no longer hold access tokens (format 2), but a version 1 file still can: it is
+    /// read, its tokens dropped, and the request refreshes instead of trapping.
+    @Test("a version 1 state file whose token expires at Int64.min: brokerd reads it and the silent request refreshes")
     func stateFileExpiryAtInt64Min() async throws {
         let environment = try await offThePool { try BrokerEnvironment() }
         let signIn = try await offThePool { try environment.signIn(TestUsers.alice, client: "mail-app") }
         try #require(signIn.status == 0, "\(signIn.stderr)")
         _ = try await offThePool { try environment.brokerd.stop() }
 
+        // The format 2 file, turned back into version 1: whole accounts in each client, and an
+        // access token expiring at Int64.min.
         let path = environment.stateDirectory + "/state.json"
-        var replaced = 0
-        let state = Self.replacing("expiresOn", with: NSNumber(value: Int64.min),
-                                   in: try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: path))), count: &replaced)
-        try #require(replaced > 0, "no expiresOn in \(path)")
+        var state = try #require(try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: path))) as? [String: Any])
+        let accounts = try #require(state.removeValue(forKey: "accounts") as? [String: Any])
+        var clients = try #require(state["clients"] as? [String: [String: Any]])
+        for (clientId, var client) in clients {
+            for field in ["account", "lastSeen"] {
+                if let key = client[field] as? String { client[field] = accounts[key] }
+            }
+            client["accessTokens"] = ["user.read": ["accessToken": "at-stored", "expiresOn": NSNumber(value: Int64.min),
+                                                    "scopes": ["user.read"]]]
+            clients[clientId] = client
+        }
+        state["clients"] = clients
+        state["version"] = 1
         try JSONSerialization.data(withJSONObject: state, options: [.sortedKeys]).write(to: URL(fileURLWithPath: path))
         chmod(path, 0o600)
         try await offThePool { try environment.restartBroker() }
@@ -361,9 +374,12 @@ struct CrashReproductionTests {
         let connection = try await offThePool { try DBusConnection(address: environment.bus.address) }
         defer { connection.close() }
         let outcome = await Self.call(connection, "AcquireTokenSilent", [.string("mail-app"), .strings(["User.Read"]), .string(""), .vardict([:])])
-        if case .failure(let error) = outcome {
-            #expect(error.name.hasPrefix(BrokerNames.errorPrefix), "\(error)")
+        guard case .success(let values) = outcome else {
+            Issue.record("the silent request failed: \(outcome)")
+            return
         }
+        let token = values.first?.vardict?["accessToken"]?.string
+        #expect(token != nil && token != "at-stored", "the stored token of version 1 must not be served")
         #expect(await Self.answers(connection), "brokerd died: \(Self.crashReport(environment.brokerd.process))")
     }
 
@@ -429,23 +445,6 @@ struct CrashReproductionTests {
         }
     }
 
-    /// `json` with every member named `key` set to `value`.
-    static func replacing(_ key: String, with value: Any, in json: Any, count: inout Int) -> Any {
-        if let object = json as? [String: Any] {
-            var result: [String: Any] = [:]
-            for (name, member) in object {
-                if name == key {
-                    result[name] = value
-                    count += 1
-                } else {
-                    result[name] = replacing(key, with: value, in: member, count: &count)
-                }
-            }
-            return result
-        }
-        if let array = json as? [Any] { return array.map { replacing(key, with: value, in: $0, count: &count) } }
-        return json
-    }
 }
 
 /// A minimal OpenID Connect provider on the loopback that answers every password grant with a
