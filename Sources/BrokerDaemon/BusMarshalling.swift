@@ -4,43 +4,46 @@ import DBus
 /// The broker's values as D-Bus dictionaries: the one place, on the service's side of the
 /// bus, where Swift types meet `a{sv}`. Key names come from BrokerAPI.
 enum BusMarshalling {
+    // The dictionaries are built with their entries in key order (the order the sorted
+    // `vardict(_:)` gave, so the same bytes on the wire) without hashing: these run on every call.
+
     /// An account as `a{sv}`; nobody is the empty dictionary.
     static func account(_ account: Account?) -> DBusValue {
         guard let account else { return .vardict([:]) }
-        return .vardict([
-            AccountKey.username: .string(account.username),
-            AccountKey.identifier: .string(account.identifier),
-            AccountKey.tenantId: .string(account.tenantId),
+        return .vardict(inOrder: [
             AccountKey.environment: .string(account.environment),
+            AccountKey.identifier: .string(account.identifier),
             AccountKey.name: .string(account.name),
+            AccountKey.tenantId: .string(account.tenantId),
+            AccountKey.username: .string(account.username),
         ])
     }
 
     static func accounts(_ accounts: [Account]) -> DBusValue {
-        .vardictArray(accounts.map { account($0).vardict ?? [:] })
+        .array(elementSignature: "a{sv}", accounts.map { account($0) })
     }
 
     static func tokenResult(_ result: TokenResult) -> DBusValue {
-        .vardict([
+        .vardict(inOrder: [
             TokenResultKey.accessToken: .string(result.accessToken),
+            TokenResultKey.account: account(result.account),
+            TokenResultKey.authority: .string(result.authority),
+            TokenResultKey.authorizationHeader: .string(result.authorizationHeader),
+            TokenResultKey.correlationId: .string(result.correlationId),
             TokenResultKey.expiresOn: .int64(result.expiresOn),
             TokenResultKey.idToken: .string(result.idToken ?? ""),
             TokenResultKey.scopes: .strings(result.scopes.values),
-            TokenResultKey.account: account(result.account),
-            TokenResultKey.authority: .string(result.authority),
-            TokenResultKey.correlationId: .string(result.correlationId),
-            TokenResultKey.authorizationHeader: .string(result.authorizationHeader),
         ])
     }
 
     static func deviceInformation(_ info: DeviceInformation) -> DBusValue {
-        .vardict([
-            DeviceInformationKey.deviceMode: .string(info.deviceMode.rawValue),
+        .vardict(inOrder: [
+            DeviceInformationKey.authority: .string(info.authority),
             DeviceInformationKey.brokerVersion: .string(info.brokerVersion),
             DeviceInformationKey.deviceId: .string(info.deviceId),
-            DeviceInformationKey.tenantId: .string(info.tenantId),
-            DeviceInformationKey.authority: .string(info.authority),
+            DeviceInformationKey.deviceMode: .string(info.deviceMode.rawValue),
             DeviceInformationKey.extraDeviceInformation: .stringDict(info.extraDeviceInformation),
+            DeviceInformationKey.tenantId: .string(info.tenantId),
         ])
     }
 
@@ -76,18 +79,18 @@ enum BusMarshalling {
     }
 
     static func signOutOutcome(_ outcome: SignOutOutcome) -> DBusValue {
-        .vardict([
-            SignOutResultKey.tokensRevoked: .bool(outcome.tokensRevoked),
+        .vardict(inOrder: [
             SignOutResultKey.browserSessionEnded: .bool(outcome.browserSessionEnded),
             SignOutResultKey.notes: .strings(outcome.notes),
+            SignOutResultKey.tokensRevoked: .bool(outcome.tokensRevoked),
         ])
     }
 
     static func challenge(_ challenge: Broker.SignInChallenge) -> DBusValue {
-        .vardict([
+        .vardict(inOrder: [
             ChallengeKey.channel: .string(challenge.channel),
-            ChallengeKey.sentTo: .string(challenge.sentTo),
             ChallengeKey.codeLength: .uint32(challenge.codeLength),
+            ChallengeKey.sentTo: .string(challenge.sentTo),
         ])
     }
 
