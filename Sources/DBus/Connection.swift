@@ -17,11 +17,16 @@ public final class DBusConnection: Sendable {
 
     /// Connects to the session bus named by `DBUS_SESSION_BUS_ADDRESS`.
     public static func sessionBus(logger: Logger = Logger(label: "dbus")) throws -> DBusConnection {
+        try DBusConnection(address: sessionBusAddress(), logger: logger)
+    }
+
+    /// The session bus's address, from `DBUS_SESSION_BUS_ADDRESS`; NotSupported when it is not set.
+    public static func sessionBusAddress() throws(DBusError) -> String {
         guard let raw = getenv("DBUS_SESSION_BUS_ADDRESS"), raw.pointee != 0 else {
             throw DBusError(name: "org.freedesktop.DBus.Error.NotSupported",
                             message: "DBUS_SESSION_BUS_ADDRESS is not set; no session bus available")
         }
-        return try DBusConnection(address: String(cString: raw), logger: logger)
+        return String(cString: raw)
     }
 
     /// Connects to the system bus (`DBUS_SYSTEM_BUS_ADDRESS` or the default socket).
@@ -33,28 +38,8 @@ public final class DBusConnection: Sendable {
     /// Opens a private connection to the bus at `address` and registers with it (Hello).
     /// Blocks the calling thread for the handshake.
     public init(address: String, logger: Logger = Logger(label: "dbus")) throws {
-        _ = Self.threadsInitialized
-        guard DBusValidation.isValidString(address), !address.isEmpty else {
-            throw DBusError.invalidArgs("Invalid bus address")
-        }
-        var err = CDBus.DBusError()
-        dbus_error_init(&err)
-        func failure(_ fallback: String) -> DBusError {
-            defer { dbus_error_free(&err) }
-            guard dbus_error_is_set(&err) != 0, let name = err.name else { return .failed(fallback) }
-            return DBusError(name: String(cString: name), message: err.message.map { String(cString: $0) } ?? fallback)
-        }
-        guard let connection = address.withCString({ dbus_connection_open_private($0, &err) }) else {
-            throw failure("Cannot connect to \(address)")
-        }
-        dbus_connection_set_exit_on_disconnect(connection, 0)
-        guard dbus_bus_register(connection, &err) != 0, let unique = dbus_bus_get_unique_name(connection) else {
-            let error = failure("Cannot register with the bus at \(address)")
-            dbus_connection_close(connection)
-            dbus_connection_unref(connection)
-            throw error
-        }
-        self.uniqueName = String(cString: unique)
+        let (connection, uniqueName) = try Self.openPrivate(address: address)
+        self.uniqueName = uniqueName
         self.logger = logger
         let loop: ConnectionLoop
         do {
@@ -70,6 +55,29 @@ public final class DBusConnection: Sendable {
     }
 
     deinit { loop.requestClose() }
+
+    /// Opens a private libdbus connection to the bus at `address` and registers with it (Hello),
+    /// blocking the calling thread for the handshake. The caller owns the connection (close and
+    /// unref it). Shared by `DBusConnection` and `DBusBlockingConnection`.
+    static func openPrivate(address: String) throws(DBusError) -> (connection: OpaquePointer, uniqueName: String) {
+        _ = threadsInitialized
+        guard DBusValidation.isValidString(address), !address.isEmpty else {
+            throw DBusError.invalidArgs("Invalid bus address")
+        }
+        var err = CDBus.DBusError()
+        dbus_error_init(&err)
+        guard let connection = address.withCString({ dbus_connection_open_private($0, &err) }) else {
+            throw DBusError(taking: &err, fallback: "Cannot connect to \(address)")
+        }
+        dbus_connection_set_exit_on_disconnect(connection, 0)
+        guard dbus_bus_register(connection, &err) != 0, let unique = dbus_bus_get_unique_name(connection) else {
+            let error = DBusError(taking: &err, fallback: "Cannot register with the bus at \(address)")
+            dbus_connection_close(connection)
+            dbus_connection_unref(connection)
+            throw error
+        }
+        return (connection, String(cString: unique))
+    }
 
     /// Flushes queued messages, fails pending calls with Disconnected, finishes
     /// signal streams and closes the connection. Idempotent; does not block.
@@ -247,5 +255,17 @@ public final class DBusConnection: Sendable {
     /// Removes the object exported at `path`, if any.
     public func unexport(path: String) {
         loop.objects.set(nil, at: path)
+    }
+}
+
+extension DBusError {
+    /// The error libdbus set in `raw` (freed here), or Failed with `fallback` when it set none.
+    init(taking raw: inout CDBus.DBusError, fallback: String) {
+        defer { dbus_error_free(&raw) }
+        guard dbus_error_is_set(&raw) != 0, let name = raw.name else {
+            self = .failed(fallback)
+            return
+        }
+        self.init(name: String(cString: name), message: raw.message.map { String(cString: $0) } ?? fallback)
     }
 }
