@@ -39,10 +39,8 @@ struct AccountChangeFeed: Sendable {
                 sender: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
                 member: "NameOwnerChanged", arg0: BrokerNames.busName))
             return Subscription(changes: changes, owners: owners)
-        } catch let error as DBusError {
-            throw BrokerError(error)
         } catch {
-            throw BrokerError.dbus(name: "org.freedesktop.DBus.Error.Failed", message: "\(error)")
+            throw BusLink.brokerError(error)
         }
     }
 

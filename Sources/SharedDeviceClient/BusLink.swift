@@ -3,8 +3,9 @@ import DBus
 import Logging
 
 /// The application object's one connection to the bus, opened again on the next use after the
-/// bus dropped it. Every call to the broker goes through ``call(_:_:timeout:)``, which is also the
-/// one place where D-Bus errors become ``BrokerError``s.
+/// bus dropped it. Every call to the broker goes through ``call(_:_:timeout:)`` or, on a connection
+/// of its own, ``askOnce(_:address:timeout:)``; ``brokerError(_:)`` and ``cannotConnect(_:)`` are
+/// the one place where D-Bus errors become ``BrokerError``s.
 final class BusLink: Sendable {
     private enum State {
         case open(DBusConnection)
@@ -39,10 +40,8 @@ final class BusLink: Sendable {
         let fresh: DBusConnection
         do {
             fresh = try address.map { try DBusConnection(address: $0, logger: logger) } ?? DBusConnection.sessionBus(logger: logger)
-        } catch let error as DBusError {
-            throw BrokerError.brokerUnavailable("cannot connect to the bus: \(error.message)")
         } catch {
-            throw BrokerError.brokerUnavailable("cannot connect to the bus: \(error)")
+            throw Self.cannotConnect(error)
         }
         // Another task may have reconnected meanwhile: keep one connection, close the other.
         let (kept, spare): (DBusConnection?, DBusConnection?) = state.withLock { state in
@@ -77,6 +76,31 @@ final class BusLink: Sendable {
         connection?.close()
     }
 
+    /// Asks `query` over this link's connection.
+    func ask<Answer>(_ query: BrokerQuery<Answer>, timeout: Duration) async throws(BrokerError) -> Answer {
+        try query.decode(try await call(query.member, query.arguments, timeout: timeout))
+    }
+
+    /// Asks `query` on a connection of its own, opened to `address` (nil: the session bus) and
+    /// closed with the answer, waiting on the calling thread: no connection thread, no task.
+    static func askOnce<Answer>(_ query: BrokerQuery<Answer>, address: String?, timeout: Duration) throws(BrokerError) -> Answer {
+        let connection: DBusBlockingConnection
+        do {
+            connection = try DBusBlockingConnection(address: address ?? DBusConnection.sessionBusAddress())
+        } catch {
+            throw cannotConnect(error)
+        }
+        let reply: [DBusValue]
+        do {
+            reply = try connection.call(destination: BrokerNames.busName, path: BrokerNames.objectPath,
+                                        interface: BrokerNames.interface, member: query.member,
+                                        arguments: query.arguments, timeout: timeout)
+        } catch {
+            throw brokerError(error)
+        }
+        return try query.decode(reply)
+    }
+
     /// Calls a method of the broker's interface.
     func call(_ member: String, _ arguments: [DBusValue], timeout: Duration) async throws(BrokerError) -> [DBusValue] {
         try await call(destination: BrokerNames.busName, path: BrokerNames.objectPath, interface: BrokerNames.interface,
@@ -90,12 +114,23 @@ final class BusLink: Sendable {
         do {
             return try await connection.call(destination: destination, path: path, interface: interface, member: member,
                                              arguments: arguments, timeout: timeout)
-        } catch let error as DBusError {
-            throw BrokerError(error)
-        } catch is CancellationError {
-            throw BrokerError.cancelled("the call was cancelled")
         } catch {
-            throw BrokerError.dbus(name: "org.freedesktop.DBus.Error.Failed", message: "\(error)")
+            throw Self.brokerError(error)
         }
+    }
+
+    /// What a failed call means for the app: the broker's error, no broker, a timeout, a
+    /// cancellation, or any other D-Bus error.
+    static func brokerError(_ error: any Error) -> BrokerError {
+        switch error {
+        case let error as DBusError: return BrokerError(error)
+        case is CancellationError: return .cancelled("the call was cancelled")
+        default: return .dbus(name: "org.freedesktop.DBus.Error.Failed", message: "\(error)")
+        }
+    }
+
+    /// A failure to open a connection: no bus at that address (or none set).
+    static func cannotConnect(_ error: any Error) -> BrokerError {
+        .brokerUnavailable("cannot connect to the bus: \((error as? DBusError)?.message ?? "\(error)")")
     }
 }

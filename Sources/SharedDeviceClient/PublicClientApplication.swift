@@ -32,26 +32,18 @@ public final class PublicClientApplication: Sendable {
     /// The device's mode and facts (MSAL: `getDeviceInformation`). On a shared device
     /// `deviceMode == .shared`.
     public func deviceInformation() async throws(BrokerError) -> DeviceInformation {
-        try ReplyDecoding.deviceInformation(try await link.call("GetDeviceInformation", [], timeout: configuration.queryTimeout).first)
+        try await link.ask(.deviceInformation, timeout: configuration.queryTimeout)
     }
 
     /// The account signed in now and the one this app saw on its previous call (MSAL:
     /// `getCurrentAccount`). After a sign-out elsewhere: (nil, the user) once, then (nil, nil).
     public func currentAccount() async throws(BrokerError) -> (current: Account?, previous: Account?) {
-        let reply = try await link.call("GetCurrentAccount", [.string(clientId)], timeout: configuration.queryTimeout)
-        guard reply.count == 2 else { throw ReplyDecoding.malformed("GetCurrentAccount did not return two accounts") }
-        return (try ReplyDecoding.account(reply[0]), try ReplyDecoding.account(reply[1]))
+        try await link.ask(.currentAccount(clientId: clientId), timeout: configuration.queryTimeout)
     }
 
     /// The accounts this app can use (MSAL: `allAccounts`): in shared mode, the device's one account.
     public func accounts() async throws(BrokerError) -> [Account] {
-        let reply = try await link.call("GetAccounts", [.string(clientId)], timeout: configuration.queryTimeout)
-        guard let list = reply.first?.vardictArray else { throw ReplyDecoding.malformed("GetAccounts did not return aa{sv}") }
-        var accounts: [Account] = []
-        for dict in list {
-            if let account = try ReplyDecoding.account(.vardict(dict)) { accounts.append(account) }
-        }
-        return accounts
+        try await link.ask(.accounts(clientId: clientId), timeout: configuration.queryTimeout)
     }
 
     // MARK: Signing in
