@@ -1,8 +1,11 @@
 import ArgumentParser
 
 /// brokerctl: the shared-device broker from the command line, built on SharedDeviceClient.
+///
+/// Synchronous at the root: queries run without Swift concurrency, and the commands that need
+/// it start it themselves (`AsyncCommand`).
 @main
-struct Brokerctl: AsyncParsableCommand {
+struct Brokerctl: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "brokerctl",
         abstract: "Talk to the shared-device identity broker (brokerd) on the D-Bus session bus.",

@@ -4,15 +4,18 @@ import Glibc
 import GraphProfile
 import SharedDeviceClient
 
-struct DeviceInfo: AsyncParsableCommand {
+// device-info, current-account and accounts ask one question each: synchronously, on a connection
+// of their own (OneShotQueries), without starting Swift concurrency or a connection thread.
+
+struct DeviceInfo: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "device-info", abstract: "Show the device mode and what the broker knows of the device.")
     @OptionGroup var common: CommonOptions
 
-    func run() async throws {
-        try await reportingErrors {
+    func run() throws {
+        try reportingErrors {
             // The device is not an app's: any clientId will do, it is not sent.
-            let info = try await common.application(clientId: "brokerctl").deviceInformation()
+            let info = try common.queries(clientId: "brokerctl").deviceInformation()
             if common.json { return Output.json(info) }
             var rows = [("Device mode", info.deviceMode.rawValue), ("Broker version", info.brokerVersion),
                         ("Device id", info.deviceId), ("Tenant", info.tenantId.isEmpty ? "(not set)" : info.tenantId),
@@ -23,7 +26,7 @@ struct DeviceInfo: AsyncParsableCommand {
     }
 }
 
-struct CurrentAccount: AsyncParsableCommand {
+struct CurrentAccount: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "current-account",
         abstract: "Show who is signed in, and who this app saw signed in on its previous call.",
@@ -31,9 +34,9 @@ struct CurrentAccount: AsyncParsableCommand {
     @OptionGroup var client: ClientOptions
     @OptionGroup var common: CommonOptions
 
-    func run() async throws {
-        try await reportingErrors {
-            let (current, previous) = try await common.application(clientId: client.clientId).currentAccount()
+    func run() throws {
+        try reportingErrors {
+            let (current, previous) = try common.queries(clientId: client.clientId).currentAccount()
             if common.json { return Output.json(CurrentAccountOutput(current: current, previous: previous)) }
             Output.fields([("Current account", Output.account(current)), ("Previous account", Output.account(previous))])
             if current == nil, let previous {
@@ -43,7 +46,7 @@ struct CurrentAccount: AsyncParsableCommand {
     }
 }
 
-struct SignIn: AsyncParsableCommand {
+struct SignIn: AsyncCommand {
     static let configuration = CommandConfiguration(
         commandName: "sign-in", abstract: "Sign a user in for an app: with an emailed code, a password, or in the browser.",
         discussion: """
@@ -78,7 +81,7 @@ struct SignIn: AsyncParsableCommand {
         if passwordStdin && codeStdin { throw ValidationError("give either --password-stdin or --code-stdin, not both") }
     }
 
-    func run() async throws {
+    func runAsync() async throws {
         let app = try common.application(clientId: client.clientId)
         try await reportingErrors {
             let result: TokenResult
@@ -136,9 +139,9 @@ extension SignIn {
     }
 }
 
-struct Me: AsyncParsableCommand {
+struct Me: AsyncCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Call the Graph-like profile API (GET /v1.0/me) with a silently acquired token and print the profile.",
+        commandName: "me", abstract: "Call the Graph-like profile API (GET /v1.0/me) with a silently acquired token and print the profile.",
         discussion: """
             The tutorial's "Call Graph". The token is asked for with the User.Read scope; the API is \
             Microsoft Graph for Microsoft authorities and the authority's own host otherwise (idp-sim \
@@ -148,7 +151,7 @@ struct Me: AsyncParsableCommand {
     @Option(name: .customLong("graph"), help: "The API's base URL (default: from the broker's authority).") var graphBase: String?
     @OptionGroup var common: CommonOptions
 
-    func run() async throws {
+    func runAsync() async throws {
         let app = try common.application(clientId: client.clientId)
         try await reportingErrors {
             let token = try await app.acquireTokenSilent(SilentTokenParameters(scopes: ["User.Read"]))
@@ -172,16 +175,16 @@ struct Me: AsyncParsableCommand {
     }
 }
 
-struct Token: AsyncParsableCommand {
+struct Token: AsyncCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Get an access token for the signed-in account without interaction, and print it.",
+        commandName: "token", abstract: "Get an access token for the signed-in account without interaction, and print it.",
         discussion: "From the broker's cache while it has more than 5 minutes left, else with the refresh token. Fails with InteractionRequired when neither works.")
     @OptionGroup var client: ClientOptions
     @Option(name: .customLong("scope"), help: "A scope to ask for; repeat for more.") var scopes: [String] = []
     @Flag(help: "Skip the cache and use the refresh token.") var forceRefresh = false
     @OptionGroup var common: CommonOptions
 
-    func run() async throws {
+    func runAsync() async throws {
         try await reportingErrors {
             let result = try await common.application(clientId: client.clientId)
                 .acquireTokenSilent(SilentTokenParameters(scopes: scopes, forceRefresh: forceRefresh))
@@ -192,14 +195,14 @@ struct Token: AsyncParsableCommand {
     }
 }
 
-struct Accounts: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "List the accounts an app can use.")
+struct Accounts: ParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "accounts", abstract: "List the accounts an app can use.")
     @OptionGroup var client: ClientOptions
     @OptionGroup var common: CommonOptions
 
-    func run() async throws {
-        try await reportingErrors {
-            let accounts = try await common.application(clientId: client.clientId).accounts()
+    func run() throws {
+        try reportingErrors {
+            let accounts = try common.queries(clientId: client.clientId).accounts()
             if common.json { return Output.json(accounts) }
             if accounts.isEmpty { print("No accounts.") }
             for account in accounts { print(Output.account(account)) }
@@ -207,7 +210,7 @@ struct Accounts: AsyncParsableCommand {
     }
 }
 
-struct SignOut: AsyncParsableCommand {
+struct SignOut: AsyncCommand {
     static let configuration = CommandConfiguration(
         commandName: "sign-out", abstract: "Sign out. In shared mode this signs the whole device out.")
     @OptionGroup var client: ClientOptions
@@ -215,7 +218,7 @@ struct SignOut: AsyncParsableCommand {
     var fromBrowser = false
     @OptionGroup var common: CommonOptions
 
-    func run() async throws {
+    func runAsync() async throws {
         try await reportingErrors {
             let result = try await common.application(clientId: client.clientId)
                 .signOut(account: nil, parameters: SignoutParameters(signoutFromBrowser: fromBrowser))
@@ -226,13 +229,13 @@ struct SignOut: AsyncParsableCommand {
     }
 }
 
-struct Watch: AsyncParsableCommand {
+struct Watch: AsyncCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Print each change of the device's account as it happens, until interrupted.",
+        commandName: "watch", abstract: "Print each change of the device's account as it happens, until interrupted.",
         discussion: "Prints \"watching\" (text) once subscribed; with --json, one JSON object per line.")
     @OptionGroup var common: CommonOptions
 
-    func run() async throws {
+    func runAsync() async throws {
         try await reportingErrors {
             let app = try common.application(clientId: "brokerctl")
             let changes = try await app.subscribeToAccountChanges()

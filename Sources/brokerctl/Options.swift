@@ -1,4 +1,5 @@
 import ArgumentParser
+import Dispatch
 import SharedDeviceClient
 
 /// Options every command takes.
@@ -9,8 +10,16 @@ struct CommonOptions: ParsableArguments {
     @Flag(help: "Print JSON instead of text.")
     var json = false
 
+    var configuration: BrokerClientConfiguration { BrokerClientConfiguration(busAddress: address) }
+
+    /// For commands that talk with the broker over time (sign-in, tokens, sign-out, watch).
     func application(clientId: String) throws -> PublicClientApplication {
-        try PublicClientApplication(clientId: clientId, configuration: BrokerClientConfiguration(busAddress: address))
+        try PublicClientApplication(clientId: clientId, configuration: configuration)
+    }
+
+    /// For commands that ask one question and exit.
+    func queries(clientId: String) -> OneShotQueries {
+        OneShotQueries(clientId: clientId, configuration: configuration)
     }
 }
 
@@ -20,12 +29,54 @@ struct ClientOptions: ParsableArguments {
     var clientId: String
 }
 
+/// A command whose work needs Swift concurrency (a sign-in, a token, a stream of changes).
+///
+/// brokerctl's entry point is synchronous, so that the commands that ask one question never start
+/// Swift concurrency's threads (most of such a run's cost); these commands start it in `run()`:
+/// `runAsync()` runs in a task while the main thread waits for it.
+protocol AsyncCommand: ParsableCommand, Sendable {
+    func runAsync() async throws
+}
+
+extension AsyncCommand {
+    func run() throws {
+        let outcome = Outcome()
+        Task.detached { [self] in
+            do { try await runAsync() } catch { outcome.error = error }
+            outcome.finished.signal()
+        }
+        outcome.finished.wait()
+        if let error = outcome.error { throw error }
+    }
+}
+
+/// How an `AsyncCommand`'s task ended: `error` is written by the task before it signals
+/// `finished`, and read by the waiting thread after it, never at the same time.
+private final class Outcome: @unchecked Sendable {
+    let finished = DispatchSemaphore(value: 0)
+    var error: (any Error)?
+}
+
 /// Runs a command body, turning a broker error into its name, message and exit status 1.
+func reportingErrors(_ body: () throws -> Void) throws {
+    do {
+        try body()
+    } catch let error as BrokerError {
+        throw report(error)
+    }
+}
+
+/// ``reportingErrors(_:)`` for async bodies.
 func reportingErrors(_ body: () async throws -> Void) async throws {
     do {
         try await body()
     } catch let error as BrokerError {
-        Output.error("\(error.errorName): \(error.message)")
-        throw ExitCode(1)
+        throw report(error)
     }
+}
+
+/// Prints a broker error's name and message; the exit status to leave with.
+private func report(_ error: BrokerError) -> ExitCode {
+    Output.error("\(error.errorName): \(error.message)")
+    return ExitCode(1)
 }
