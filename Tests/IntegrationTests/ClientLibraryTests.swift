@@ -99,6 +99,49 @@ struct ClientLibraryTests {
         }
     }
 
+    @Test("OneShotQueries answers as PublicClientApplication does, and says at once when no broker is there")
+    func oneShotQueries() async throws {
+        let env = try BrokerEnvironment()
+        let configuration = BrokerClientConfiguration(busAddress: env.bus.address)
+        let queries = OneShotQueries(clientId: "mail-app", configuration: configuration)
+        let app = try application(env)
+
+        #expect(try queries.deviceInformation() == (try await app.deviceInformation()))
+        #expect(try queries.currentAccount() == (nil, nil))
+        #expect(try queries.accounts().isEmpty)
+
+        _ = try await app.signIn(username: TestUsers.alice.username, password: TestUsers.alice.password, scopes: ["User.Read"])
+        let seen = try queries.currentAccount()
+        #expect(seen.current?.username == TestUsers.alice.username)
+        #expect(try queries.accounts() == [try #require(seen.current)])
+        // GetCurrentAccount moved mail-app's previous account, whichever path asked.
+        #expect(try await app.currentAccount().previous == seen.current)
+
+        // A broker error keeps its case.
+        try await app.signOut(account: nil)
+        #expect(try queries.currentAccount().previous?.username == TestUsers.alice.username)
+
+        // No broker on the bus: brokerUnavailable from the bus at once, not after the query timeout.
+        #expect(try env.brokerd.stop() == 0)
+        let clock = ContinuousClock()
+        let start = clock.now
+        #expect {
+            _ = try queries.deviceInformation()
+        } throws: { error in
+            let error = error as? BrokerError
+            return error?.isBrokerUnavailable == true && error?.errorName == "org.freedesktop.DBus.Error.ServiceUnknown"
+        }
+        #expect(clock.now - start < .seconds(2))
+
+        // No bus at all, or none configured.
+        #expect {
+            _ = try OneShotQueries(clientId: "mail-app", configuration: BrokerClientConfiguration(
+                busAddress: "unix:path=\(env.directory.path)/no-such-bus")).deviceInformation()
+        } throws: { error in
+            (error as? BrokerError)?.message.hasPrefix("cannot connect to the bus: ") == true
+        }
+    }
+
     @Test("accountChanges hears a sign-in and a sign-out made by another process")
     func changesFromAnotherProcess() async throws {
         let env = try BrokerEnvironment()

@@ -138,6 +138,26 @@ struct EndToEndTests {
         #expect(info["deviceMode"] as? String == "default")
     }
 
+    @Test("device-info, current-account and accounts without a broker on the bus: ServiceUnknown and status 1, at once")
+    func queriesWithoutBroker() throws {
+        let env = try BrokerEnvironment()
+        #expect(try env.brokerd.stop() == 0)
+        for arguments in [["device-info"], ["current-account", "--client-id", "mail-app"], ["accounts", "--client-id", "mail-app"]] {
+            let clock = ContinuousClock()
+            let start = clock.now
+            let result = try env.brokerctl(arguments)
+            #expect(clock.now - start < .seconds(5), "\(arguments)")
+            #expect(result.status == 1, "\(arguments)")
+            #expect(result.stdout.isEmpty, "\(arguments)")
+            #expect(result.stderr.hasPrefix("brokerctl: org.freedesktop.DBus.Error.ServiceUnknown: the broker is not running on this bus"),
+                    "\(arguments): \(result.stderr)")
+        }
+        let noBus = try ChildProcess("brokerctl", executable: Binaries.path("brokerctl"),
+                                     arguments: ["device-info", "--address", "unix:path=\(env.directory.path)/no-such-bus"])
+        #expect(try noBus.waitForExit(timeout: .seconds(10)) == 1)
+        #expect(noBus.stderrText.hasPrefix("brokerctl: org.freedesktop.DBus.Error.ServiceUnknown: cannot connect to the bus: "))
+    }
+
     @Test("device-info shows the mode, version, device id, tenant and authority")
     func deviceInfo() throws {
         let env = try BrokerEnvironment(brokerArguments: [])
