@@ -418,11 +418,31 @@ public actor Broker {
         }
     }
 
-    /// A random RFC 4122 version 4 UUID string. Made on every silent call, so written out
-    /// directly rather than through string interpolation.
+    /// A correlation id for a request: an RFC 4122 version 4 UUID string, unique in this
+    /// process (a counter) and across processes (a random seed). Made on every silent call, so
+    /// without a system call: they only need to tell requests apart in logs, not be secret.
     static func newCorrelationId() -> String {
+        let n = correlationCounter.wrappingAdd(1, ordering: .relaxed).oldValue
+        return uuidString(splitMix(correlationSeed &+ 2 &* n), splitMix(correlationSeed &+ 2 &* n &+ 1))
+    }
+
+    private static let correlationSeed: UInt64 = {
         var generator = SystemRandomNumberGenerator()
-        var bytes = (generator.next() as UInt64, generator.next() as UInt64)
+        return generator.next()
+    }()
+    private static let correlationCounter = Atomic<UInt64>(0)
+
+    /// SplitMix64's output function: distinct inputs give distinct, well-mixed outputs.
+    private static func splitMix(_ input: UInt64) -> UInt64 {
+        var z = input &+ 0x9E37_79B9_7F4A_7C15
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+
+    /// Sixteen bytes as a version 4 UUID string (the version and variant bits set).
+    private static func uuidString(_ high: UInt64, _ low: UInt64) -> String {
+        var bytes = (high, low)
         return withUnsafeMutableBytes(of: &bytes) { b in
             b[6] = (b[6] & 0x0F) | 0x40
             b[8] = (b[8] & 0x3F) | 0x80
@@ -440,8 +460,11 @@ public actor Broker {
         }
     }
 
-    /// A new device id (a random UUID), for a device without state.
-    public static func newDeviceId() -> String { newCorrelationId() }
+    /// A new device id: a random UUID, for a device without state.
+    public static func newDeviceId() -> String {
+        var generator = SystemRandomNumberGenerator()
+        return uuidString(generator.next(), generator.next())
+    }
 }
 
 extension ClientRecord {

@@ -51,6 +51,13 @@ final class ConnectionLoop: @unchecked Sendable {
     private var subscriptions: [UInt64: (rule: DBusMatchRule, continuation: AsyncStream<DBusSignal>.Continuation)] = [:]
     private var stopRequested = false
     private var drained: [LoopCommand] = []
+    /// libdbus's watches on the bus socket: what it wants to be told (readable, writable), so
+    /// that the loop's one poll() covers them and `dbus_watch_handle` reads or writes without a
+    /// poll of its own. Added when the watch functions are installed (by `start`, before the
+    /// thread runs) and removed when the connection closes (on the thread).
+    fileprivate var watches: [OpaquePointer] = []
+    /// Bumped when a watch is added or removed: handling one may remove the others.
+    fileprivate var watchesChanged: UInt64 = 0
 
     /// Takes ownership of an open, registered private connection.
     init(connection: OpaquePointer, logger: Logger) throws(DBusError) {
@@ -74,7 +81,9 @@ final class ConnectionLoop: @unchecked Sendable {
     /// Installs the filter and starts the thread (which keeps `self` alive until it ends).
     func start() throws(DBusError) {
         let me = Unmanaged.passUnretained(self).toOpaque()
-        guard dbus_connection_add_filter(connection, connectionFilter, me, nil) != 0 else {
+        guard dbus_connection_add_filter(connection, connectionFilter, me, nil) != 0,
+              dbus_connection_set_watch_functions(connection, addWatch, removeWatch, watchToggled, me, nil) != 0
+        else {
             throw .noMemory()
         }
         let retained = Unmanaged.passRetained(self).toOpaque()
@@ -202,44 +211,68 @@ final class ConnectionLoop: @unchecked Sendable {
 
     private func run() {
         lock.withLock { loopThread = pthread_self() }
-        var fds = [pollfd(fd: busFD, events: 0, revents: 0), pollfd(fd: wakeRead, events: Int16(POLLIN), revents: 0)]
+        var fds: [pollfd] = []
+        var polled: [OpaquePointer] = []
         var buffer = [UInt8](repeating: 0, count: 64)
         var reason = "Connection closed"
         while true {
             processCommands()
             if stopRequested { break }
             while dbus_connection_dispatch(connection) == DBUS_DISPATCH_DATA_REMAINS {}
-            if dbus_connection_has_messages_to_send(connection) != 0 {
-                // The replies just made leave now, not after another poll. This may read more
-                // messages too: dispatch them before sleeping in poll.
-                _ = dbus_connection_read_write(connection, 0)
-                if dbus_connection_get_dispatch_status(connection) == DBUS_DISPATCH_DATA_REMAINS { continue }
-            }
+            // The replies just made leave now, not after another poll.
+            if dbus_connection_has_messages_to_send(connection) != 0 { writeNow() }
             guard dbus_connection_get_is_connected(connection) != 0 else {
                 reason = "Disconnected from the bus"
                 logger.info("D-Bus connection dropped")
                 break
             }
             let timeout = expireCalls()
-            fds[0].events = Int16(POLLIN)
-            if dbus_connection_has_messages_to_send(connection) != 0 { fds[0].events |= Int16(POLLOUT) }
-            fds[0].revents = 0
-            fds[1].revents = 0
-            let rc = poll(&fds, 2, timeout)
+            fds.removeAll(keepingCapacity: true)
+            polled.removeAll(keepingCapacity: true)
+            fds.append(pollfd(fd: wakeRead, events: Int16(POLLIN), revents: 0))
+            for watch in watches where dbus_watch_get_enabled(watch) != 0 {
+                let flags = dbus_watch_get_flags(watch)
+                var events: Int16 = 0
+                if flags & DBUS_WATCH_READABLE.rawValue != 0 { events |= Int16(POLLIN) }
+                if flags & DBUS_WATCH_WRITABLE.rawValue != 0 { events |= Int16(POLLOUT) }
+                fds.append(pollfd(fd: dbus_watch_get_unix_fd(watch), events: events, revents: 0))
+                polled.append(watch)
+            }
+            let rc = poll(&fds, nfds_t(fds.count), timeout)
             if rc < 0 {
                 if errno == EINTR { continue }
                 logger.error("poll() failed", metadata: ["errno": "\(errno)"])
                 reason = "poll() failed"
                 break
             }
-            if fds[1].revents != 0 {
+            if fds[0].revents != 0 {
                 while read(wakeRead, &buffer, buffer.count) > 0 {}
             }
-            if fds[0].revents != 0 {
-                _ = dbus_connection_read_write(connection, 0)
+            let generation = watchesChanged
+            for (index, watch) in polled.enumerated() where fds[index + 1].revents != 0 {
+                let revents = Int32(fds[index + 1].revents)
+                var flags: UInt32 = 0
+                if revents & Int32(POLLIN) != 0 { flags |= DBUS_WATCH_READABLE.rawValue }
+                if revents & Int32(POLLOUT) != 0 { flags |= DBUS_WATCH_WRITABLE.rawValue }
+                if revents & Int32(POLLERR) != 0 { flags |= DBUS_WATCH_ERROR.rawValue }
+                if revents & Int32(POLLHUP) != 0 { flags |= DBUS_WATCH_HANGUP.rawValue }
+                _ = dbus_watch_handle(watch, flags)
+                // A handled watch may have closed the connection and freed the others.
+                if watchesChanged != generation { break }
             }
         }
         shutdown(reason: reason, flush: stopRequested)
+    }
+
+    /// Writes what libdbus has queued through its write watch, without polling first: the socket
+    /// almost always has room, and when it has not, the watch stays enabled for the next poll.
+    private func writeNow() {
+        let writer = watches.first { dbus_watch_get_flags($0) & DBUS_WATCH_WRITABLE.rawValue != 0 }
+        if let writer {
+            _ = dbus_watch_handle(writer, DBUS_WATCH_WRITABLE.rawValue)
+        } else {
+            _ = dbus_connection_read_write(connection, 0)
+        }
     }
 
     private func processCommands() {
@@ -393,6 +426,25 @@ final class ConnectionLoop: @unchecked Sendable {
         }
     }
 }
+
+/// libdbus watch functions: the loop keeps the watches and polls them itself.
+private let addWatch: DBusAddWatchFunction = { watch, userData in
+    guard let watch, let userData else { return 0 }
+    let loop = Unmanaged<ConnectionLoop>.fromOpaque(userData).takeUnretainedValue()
+    loop.watches.append(watch)
+    loop.watchesChanged &+= 1
+    return 1
+}
+
+private let removeWatch: DBusRemoveWatchFunction = { watch, userData in
+    guard let watch, let userData else { return }
+    let loop = Unmanaged<ConnectionLoop>.fromOpaque(userData).takeUnretainedValue()
+    loop.watches.removeAll { $0 == watch }
+    loop.watchesChanged &+= 1
+}
+
+/// Nothing to do: the loop reads each watch's enabled state before every poll.
+private let watchToggled: DBusWatchToggledFunction = { _, _ in }
 
 /// libdbus filter: forwards every dispatched message to its loop.
 private let connectionFilter: DBusHandleMessageFunction = { _, message, userData in

@@ -242,6 +242,19 @@ struct ReadsAndOrderTests {
         #expect(h.provider.refreshCalls == 0)
     }
 
+    @Test func correlationIdsAreDistinctVersion4UUIDs() async throws {
+        let h = Harness()
+        _ = try await h.signIn()
+        var seen = Set<String>()
+        for _ in 0..<1000 {
+            let id = try #require(try h.broker.cachedTokenIfFresh(clientId: "mail", scopes: ["User.Read"], accountId: "")).correlationId
+            let bytes = Array(id.utf8)
+            #expect(bytes.count == 36 && bytes[14] == UInt8(ascii: "4") && "89ab".utf8.contains(bytes[19]))
+            seen.insert(id)
+        }
+        #expect(seen.count == 1000)
+    }
+
     @Test func deviceIdsAreVersion4UUIDs() {
         var seen = Set<String>()
         for _ in 0..<1000 {
