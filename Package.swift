@@ -58,13 +58,13 @@ let package = Package(
             "BrokerDaemon",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Logging", package: "swift-log"),
-        ], linkerSettings: [.unsafeFlags(brokerdReleaseLinkerFlags, .when(platforms: [.linux], configuration: .release))]),
+        ], linkerSettings: [.unsafeFlags(leanReleaseLinkerFlags, .when(platforms: [.linux], configuration: .release))]),
         .target(name: "SharedDeviceClient", dependencies: ["DBus", "BrokerAPI"]),
         .target(name: "GraphProfile", dependencies: ["HTTP"]),
         .executableTarget(name: "brokerctl", dependencies: [
             "SharedDeviceClient", "GraphProfile",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
-        ]),
+        ], linkerSettings: [.unsafeFlags(leanReleaseLinkerFlags, .when(platforms: [.linux], configuration: .release))]),
         .executableTarget(name: "IdpSim", dependencies: [
             .product(name: "Hummingbird", package: "hummingbird"),
             .product(name: "JWTKit", package: "jwt-kit"),
@@ -93,8 +93,9 @@ let package = Package(
     swiftLanguageModes: [.v6]
 )
 
-/// How a release brokerd is linked on Linux, for a small idle RSS (issue 7; BENCHMARKS.md, "Where brokerd's
-/// time and memory go"). Each measured on an idle brokerd, static Swift runtime; debug builds are untouched:
+/// How a release brokerd and brokerctl are linked on Linux, for a small idle RSS and a quick start (issue 7;
+/// BENCHMARKS.md, "Where brokerd's time and memory go"). Each measured on an idle brokerd, static Swift runtime
+/// (brokerctl: fewer pages touched and less relocation work at every start); debug builds are untouched:
 /// - lld instead of gold, with packed relative relocations (`-z pack-relative-relocs`, DT_RELR, glibc 2.36+):
 ///   the executable stays position-independent (ASLR), but its ~49,000 relative relocations take 9 KB instead
 ///   of a 1.2 MB `.rela.dyn` that the dynamic loader reads through at every start.
@@ -104,7 +105,7 @@ let package = Package(
 ///   parts it uses, and the dynamic loader neither maps nor relocates libstdc++.so, nor searches its symbol
 ///   tables for every libc symbol (~0.7 MiB of its pages were resident). `--remap-inputs` is the one way to
 ///   turn the toolchain's own `-lstdc++` into the archive; without an archive on the machine it stays dynamic.
-var brokerdReleaseLinkerFlags: [String] {
+var leanReleaseLinkerFlags: [String] {
     var flags = ["-use-ld=lld", "-Xlinker", "-z", "-Xlinker", "pack-relative-relocs", "-Xlinker", "--no-export-dynamic"]
     #if os(Linux)
     if let archive = staticLibstdcxx() {
