@@ -41,7 +41,7 @@ final class TestBrowser: @unchecked Sendable {
     }
 
     private static func read(_ descriptor: Int32, into browser: TestBrowser?) {
-        weak var browser = browser
+        weak let browser = browser
         var pending = ""
         var buffer = [UInt8](repeating: 0, count: 4096)
         while true {
