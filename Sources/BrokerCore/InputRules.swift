@@ -35,8 +35,23 @@ public enum InputRules {
         if value.utf8.count > maxUsernameBytes {
             throw BrokerFailure(.invalidUsername, "the username is longer than \(maxUsernameBytes) bytes")
         }
-        if value.unicodeScalars.contains(where: { $0.properties.generalCategory == .control || $0 == " " }) {
-            throw BrokerFailure(.invalidUsername, "the username contains spaces or control characters")
+        if let (offset, scalar) = value.unicodeScalars.enumerated().first(where: { !isVisibleInUsername($0.element) }) {
+            let hex = String(scalar.value, radix: 16, uppercase: true)
+            let code = "U+" + String(repeating: "0", count: max(0, 4 - hex.count)) + hex
+            throw BrokerFailure(.invalidUsername,
+                "the username contains \(code) at character \(offset + 1): spaces, control characters and invisible formatting characters (such as U+200B or U+202E, which make one name look like another) are not allowed; type the name as plain text")
+        }
+    }
+
+    /// Whether a character may stand in a sign-in name: not a space of any kind, a control
+    /// character, or a format character (zero-width spaces and joiners, direction overrides,
+    /// byte order marks), which would let two different names look the same on screen.
+    private static func isVisibleInUsername(_ scalar: Unicode.Scalar) -> Bool {
+        switch scalar.properties.generalCategory {
+        case .control, .format, .spaceSeparator, .lineSeparator, .paragraphSeparator, .privateUse, .surrogate:
+            return false
+        default:
+            return true
         }
     }
 

@@ -118,6 +118,26 @@ struct AccountTests {
         #expect(h.store.saves == 0)
         #expect(h.changes.changes.isEmpty)
     }
+
+    /// Names that look like another on screen: a zero-width space, a right-to-left override, a
+    /// byte order mark, a no-break space, a line separator, a tab.
+    @Test(arguments: ["alice\u{200B}@contoso.example", "\u{202E}elpmaxe.osotnoc@ecila", "\u{FEFF}alice@contoso.example",
+                      "alice\u{00A0}@contoso.example", "alice\u{2028}@contoso.example", "alice\t@contoso.example"])
+    func usernamesWithInvisibleCharactersAreRefused(username: String) async throws {
+        let h = Harness()
+        var message = ""
+        do {
+            _ = try await h.signIn(username, client: "mail")
+        } catch let failure as BrokerFailure {
+            #expect(failure.code == .invalidUsername)
+            message = failure.message
+        }
+        #expect(message.contains("U+"), "the error names the character: \(message)")
+        #expect(h.store.saves == 0)
+        // A name in another script is fine: only invisible and spacing characters are refused.
+        #expect(throws: Never.self) { try InputRules.username("алиса@contoso.example") }
+        #expect(throws: Never.self) { try InputRules.username("ali.ce+tag@contoso.example") }
+    }
 }
 
 @Suite("Broker core: tokens")
