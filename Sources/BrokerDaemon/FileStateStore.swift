@@ -51,16 +51,23 @@ public final class FileStateStore: StateStore {
 
     private let written = Mutex(Written())
 
-    /// Creates the directory (0700) when missing and refuses one that others can read. Removes
-    /// the temporary files of brokerd processes that died in the middle of a save.
+    /// Creates the directory (0700) when missing and refuses one that others can read. Locks it
+    /// (`brokerd.lock`, held until the process ends) so that no second brokerd, on this bus or
+    /// another, writes the same state. Removes the temporary files of brokerd processes that died
+    /// in the middle of a save.
     public init(directory: String) throws(StoreError) {
         self.directory = directory
         try Self.makeDirectory(directory)
+        lockDescriptor = try Self.lock(directory)
         removeAbandonedTemporaryFiles()
     }
 
+    /// The open `brokerd.lock`, whose `flock` this process holds.
+    private let lockDescriptor: Int32
+
     deinit {
         written.withLock { if let fd = $0.unsynced { close(fd) } }
+        close(lockDescriptor)
     }
 
     /// What the last successful `load` found (nil before one, or when there was no file).
@@ -236,6 +243,36 @@ public final class FileStateStore: StateStore {
         return lstat(path, &info) == 0
     }
 
+    /// Takes `<directory>/brokerd.lock` (an exclusive `flock`, released by the kernel when the
+    /// process ends, however it ends) and writes this process's id in it, for the message a second
+    /// brokerd gives.
+    private static func lock(_ directory: String) throws(StoreError) -> Int32 {
+        let path = directory + "/brokerd.lock"
+        let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0o600)
+        if fd < 0 {
+            if errno == ELOOP { throw StoreError.unsafe("\(path) is a symbolic link, not the broker's own file") }
+            throw StoreError.io("cannot open \(path)", errno)
+        }
+        var info = stat()
+        guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG, info.st_uid == getuid() else {
+            close(fd)
+            throw StoreError.unsafe("\(path) is not a regular file of this user's; remove it")
+        }
+        guard flock(fd, LOCK_EX | LOCK_NB) == 0 else {
+            let code = errno
+            var buffer = [UInt8](repeating: 0, count: 32)
+            let count = pread(fd, &buffer, buffer.count, 0)
+            close(fd)
+            guard code == EWOULDBLOCK else { throw StoreError.io("cannot lock \(path)", code) }
+            let holder = count > 0 ? Int32(String(decoding: buffer[..<count].prefix { $0 != UInt8(ascii: "\n") }, as: UTF8.self)) : nil
+            throw StoreError.busy("another brokerd\(holder.map { " (pid \($0))" } ?? "") is using the state directory \(directory); stop it first, or give this one another --state-dir")
+        }
+        let pid = Array("\(getpid())\n".utf8)
+        _ = ftruncate(fd, 0)
+        _ = pid.withUnsafeBytes { pwrite(fd, $0.baseAddress, $0.count, 0) }
+        return fd
+    }
+
     private static func makeDirectory(_ directory: String) throws(StoreError) {
         var partial = directory.hasPrefix("/") ? "" : "."
         for component in directory.split(separator: "/") {
@@ -259,11 +296,13 @@ public enum StoreError: Error, CustomStringConvertible {
     case unsafe(String)
     case corrupt(String)
     case newerFormat(String)
+    /// Another brokerd holds the state directory.
+    case busy(String)
 
     public var description: String {
         switch self {
         case .io(let what, let code): return "\(what): \(String(cString: strerror(code)))"
-        case .unsafe(let why), .corrupt(let why), .newerFormat(let why): return why
+        case .unsafe(let why), .corrupt(let why), .newerFormat(let why), .busy(let why): return why
         }
     }
 }

@@ -135,6 +135,22 @@ struct ContractTests {
         #expect(second.stderrText.contains("already taken"))
     }
 
+    @Test("a second brokerd on another bus with the same state directory refuses to start, naming the first; the first goes on")
+    func stateDirectoryTaken() throws {
+        let env = try BrokerEnvironment()
+        #expect(try env.signIn(TestUsers.alice, client: "mail-app").status == 0)
+        let otherBus = try PrivateBus()
+        let second = try ChildProcess("brokerd 2", executable: Binaries.path("brokerd"), arguments: [
+            "--address", otherBus.address, "--authority", env.idp.authority,
+            "--state-dir", env.stateDirectory, "--token-storage", "plaintext-file"])
+        #expect(try second.waitForExit(timeout: .seconds(20)) != 0)
+        #expect(second.stderrText.contains("another brokerd (pid \(env.brokerd.process.pid))"), "\(second.stderrText)")
+        #expect(second.stderrText.contains("--state-dir"))
+        // Nothing changed for the first: still signed in, still answering.
+        let seen = try env.brokerctl(["current-account", "--client-id", "mail-app"])
+        #expect(seen.status == 0 && seen.stdout.contains(TestUsers.alice.username))
+    }
+
     @Test("brokerd stops cleanly on SIGTERM and releases its name")
     func cleanStop() throws {
         let env = try BrokerEnvironment()
