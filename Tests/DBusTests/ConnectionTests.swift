@@ -76,6 +76,30 @@ struct ConnectionTests {
         }
     }
 
+    @Test func immediateAnswersAndTheirFallThrough() async throws {
+        try await withBus { bus in
+            let server = try bus.connect()
+            let client = try bus.connect()
+            defer { server.close(); client.close() }
+            server.export(TestObject(), at: testPath)
+            let atOnce = try await client.call(destination: server.uniqueName, path: testPath, interface: iface,
+                                               member: "AnswerAtOnce", arguments: [.bool(true)])
+            #expect(atOnce.first?.string == "at once")
+            let later = try await client.call(destination: server.uniqueName, path: testPath, interface: iface,
+                                              member: "AnswerAtOnce", arguments: [.bool(false)])
+            #expect(later.first?.string == "task")
+            // The out-signature rule holds on the immediate path too.
+            await expectDBusError("org.freedesktop.DBus.Error.Failed") {
+                _ = try await client.call(destination: server.uniqueName, path: testPath, interface: iface, member: "WrongAtOnce")
+            }
+            // The in-signature check comes first, as for every call.
+            await expectDBusError("org.freedesktop.DBus.Error.InvalidArgs") {
+                _ = try await client.call(destination: server.uniqueName, path: testPath, interface: iface,
+                                          member: "AnswerAtOnce", arguments: [.string("yes")])
+            }
+        }
+    }
+
     @Test func dispatchErrors() async throws {
         try await withBus { bus in
             let server = try bus.connect()

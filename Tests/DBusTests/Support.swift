@@ -101,6 +101,8 @@ final class TestObject: DBusObject, @unchecked Sendable {
             .init(name: "FailGeneric"),
             .init(name: "Slow", inArguments: [.init("milliseconds", "u")]),
             .init(name: "WrongReply", outArguments: [.init("value", "s")]),
+            .init(name: "AnswerAtOnce", inArguments: [.init("atOnce", "b")], outArguments: [.init("where", "s")]),
+            .init(name: "WrongAtOnce", outArguments: [.init("value", "s")]),
         ]
         return [DBusInterfaceDescription(
             name: Self.interfaceName, methods: methods,
@@ -127,8 +129,20 @@ final class TestObject: DBusObject, @unchecked Sendable {
             return []
         case "WrongReply":
             return [.int32(1)]
+        case "AnswerAtOnce":
+            return [.string("task")]
         default:
             return call.arguments
+        }
+    }
+
+    /// `AnswerAtOnce(true)` and `WrongAtOnce` are answered on the connection's thread;
+    /// `AnswerAtOnce(false)` falls through to `handleMethodCall`, which says "task".
+    func answerImmediately(_ call: DBusMethodCall) -> Result<[DBusValue], DBusError>? {
+        switch call.member {
+        case "AnswerAtOnce": return call.arguments.first?.bool == true ? .success([.string("at once")]) : nil
+        case "WrongAtOnce": return .success([.uint32(1)])
+        default: return nil
         }
     }
 
