@@ -11,6 +11,9 @@ import Synchronization
 /// interactive sign-ins, which wait for a person and are ended at once; what is still running
 /// then is cancelled, and a call that does not end within a second of that is answered with
 /// `Cancelled` anyway.
+///
+/// Each call runs in the task the connection started for it; the connection's
+/// ``DBusCallControl`` for that task is how a stop cancels it or answers it early.
 final class CallsInFlight: DBusObject {
     private let object: any DBusObject
     private let state = Mutex(State())
@@ -18,8 +21,8 @@ final class CallsInFlight: DBusObject {
     private struct Call {
         var member: String
         var sender: String
-        var work: Task<Void, Never>?
-        var answer: Answer
+        /// Nil only when the call did not come through a connection (a direct call in a test).
+        var control: DBusCallControl?
     }
 
     private struct State {
@@ -65,7 +68,7 @@ final class CallsInFlight: DBusObject {
     }
 
     func handleMethodCall(_ call: DBusMethodCall) async throws -> [DBusValue] {
-        let answer = Answer()
+        let control = DBusCallControl.current
         let admitted: Result<UInt64, any Error> = state.withLock { state in
             guard !state.stopping else { return .failure(Self.stopping) }
             let mine = state.bySender[call.sender, default: 0]
@@ -78,26 +81,17 @@ final class CallsInFlight: DBusObject {
                     "the broker already has \(total) calls in flight; try again shortly")))
             }
             state.nextId &+= 1
-            state.calls[state.nextId] = Call(member: call.member, sender: call.sender, work: nil, answer: answer)
+            state.calls[state.nextId] = Call(member: call.member, sender: call.sender, control: control)
             state.bySender[call.sender] = mine + 1
             return .success(state.nextId)
         }
         let id = try admitted.get()
         defer { finished(id) }
-        let object = self.object
-        let work = Task {
-            do { answer.give(.success(try await object.handleMethodCall(call))) } catch { answer.give(.failure(error)) }
-        }
         let cancelNow = state.withLock { state in
-            state.calls[id]?.work = work
-            return state.cancelling || (state.stopping && Self.waitingForPeople.contains(call.member))
+            state.cancelling || (state.stopping && Self.waitingForPeople.contains(call.member))
         }
-        if cancelNow { work.cancel() }
-        return try await withTaskCancellationHandler {
-            try await answer.value()
-        } onCancel: {
-            work.cancel()
-        }
+        if cancelNow { control?.cancel() }
+        return try await object.handleMethodCall(call)
     }
 
     private func finished(_ id: UInt64) {
@@ -125,22 +119,22 @@ final class CallsInFlight: DBusObject {
         guard running > 0 else { return }
         logger.info("waiting for the calls in flight", metadata: ["calls": "\(running)", "grace": "\(grace)"])
         for call in interactive {
-            call.work?.cancel()
+            call.control?.cancel()
             await endSignIns(call.sender)
         }
         if await idle(within: grace, hurry: hurry) { return }
 
-        let left: [Task<Void, Never>] = state.withLock { state in
+        let left: [DBusCallControl] = state.withLock { state in
             state.cancelling = true
-            return state.calls.values.compactMap(\.work)
+            return state.calls.values.compactMap(\.control)
         }
         logger.notice("cancelling the calls still in flight", metadata: ["calls": "\(left.count)"])
         left.forEach { $0.cancel() }
         if await idle(within: .seconds(1), hurry: nil) { return }
 
-        let stuck: [Answer] = state.withLock { state in state.calls.values.map(\.answer) }
+        let stuck: [DBusCallControl] = state.withLock { state in state.calls.values.compactMap(\.control) }
         logger.warning("answering the calls that ignored cancellation", metadata: ["calls": "\(stuck.count)"])
-        for answer in stuck { answer.give(.failure(Self.stopping)) }
+        for control in stuck { control.answer(Self.stopping) }
         _ = await idle(within: .seconds(1), hurry: nil)
     }
 
@@ -172,32 +166,6 @@ final class CallsInFlight: DBusObject {
             }
         } onCancel: {
             state.withLock { $0.idleWaiters.removeValue(forKey: id) }?.resume()
-        }
-    }
-
-    /// A call's one answer: the first of its result and a stop's `Cancelled`.
-    final class Answer: Sendable {
-        private let slot = Mutex<(result: Result<[DBusValue], any Error>?, waiter: CheckedContinuation<[DBusValue], any Error>?)>((nil, nil))
-
-        func give(_ result: Result<[DBusValue], any Error>) {
-            let waiter: CheckedContinuation<[DBusValue], any Error>? = slot.withLock { slot in
-                guard slot.result == nil else { return nil }
-                slot.result = result
-                defer { slot.waiter = nil }
-                return slot.waiter
-            }
-            waiter?.resume(with: result)
-        }
-
-        func value() async throws -> [DBusValue] {
-            try await withCheckedThrowingContinuation { continuation in
-                let ready: Result<[DBusValue], any Error>? = slot.withLock { slot in
-                    if let result = slot.result { return result }
-                    slot.waiter = continuation
-                    return nil
-                }
-                if let ready { continuation.resume(with: ready) }
-            }
         }
     }
 }

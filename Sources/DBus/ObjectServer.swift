@@ -14,7 +14,8 @@ public protocol DBusObject: AnyObject, Sendable {
     /// call's signature equals the method's in-signature (else it replies
     /// org.freedesktop.DBus.Error.InvalidArgs itself). Throw `DBusError` for an
     /// error reply; any other error becomes org.freedesktop.DBus.Error.Failed.
-    /// The returned values must match the method's out-signature.
+    /// The returned values must match the method's out-signature. Runs in a task of its own,
+    /// whose ``DBusCallControl/current`` can cancel it or answer the caller early.
     func handleMethodCall(_ call: DBusMethodCall) async throws -> [DBusValue]
 
     /// Answers a call on the connection's thread, before any task is started, when the answer
@@ -150,20 +151,25 @@ extension ConnectionLoop {
                 reply(target, checked(answer, of: call, outSignature: outSignature))
                 return
             }
-            Task { [self] in
+            let control = DBusCallControl { [self] result in
+                switch result {
+                case .success(let values): reply(target, values: values)
+                case .failure(let error): reply(target, error: error)
+                }
+            }
+            control.attach(Task { [self] in
                 let answer: Result<[DBusValue], DBusError>
                 do {
-                    answer = .success(try await object.handleMethodCall(call))
+                    answer = .success(try await DBusCallControl.$current.withValue(control) {
+                        try await object.handleMethodCall(call)
+                    })
                 } catch let error as DBusError {
                     answer = .failure(error)
                 } catch {
                     answer = .failure(.failed(String(describing: error)))
                 }
-                switch checked(answer, of: call, outSignature: outSignature) {
-                case .success(let values): reply(target, values: values)
-                case .failure(let error): reply(target, error: error)
-                }
-            }
+                control.finish(checked(answer, of: call, outSignature: outSignature))
+            })
         }
     }
 

@@ -76,6 +76,55 @@ struct ConnectionTests {
         }
     }
 
+    @Test func aCallsControlCancelsItsTaskOrAnswersItEarly() async throws {
+        try await withBus { bus in
+            let server = try bus.connect()
+            let client = try bus.connect()
+            defer { server.close(); client.close() }
+            let object = TestObject()
+            server.export(object, at: testPath)
+            let dest = server.uniqueName
+
+            // Cancel: the handler's sleep ends at once with CancellationError, which becomes Failed.
+            let started = ContinuousClock.now
+            async let slow = expectDBusError("org.freedesktop.DBus.Error.Failed") {
+                _ = try await client.call(destination: dest, path: testPath, interface: iface, member: "Slow",
+                                          arguments: [.uint32(20_000)], timeout: .seconds(30))
+            }
+            let slowControl = try await Self.eventually { object.control(of: "Slow") }
+            slowControl.cancel()
+            _ = await slow
+            #expect(ContinuousClock.now - started < .seconds(10))
+
+            // Answer early: a handler that ignores cancellation still lets its caller go on.
+            let stuckStarted = ContinuousClock.now
+            async let stuck = expectDBusError("org.example.Error.Stopping") {
+                _ = try await client.call(destination: dest, path: testPath, interface: iface, member: "Stuck",
+                                          arguments: [.uint32(3_000)], timeout: .seconds(30))
+            }
+            let stuckControl = try await Self.eventually { object.control(of: "Stuck") }
+            stuckControl.cancel()
+            stuckControl.answer(DBusError(name: "org.example.Error.Stopping", message: "stopping"))
+            #expect(await stuck?.message == "stopping")
+            #expect(ContinuousClock.now - stuckStarted < .milliseconds(2_500), "the early answer did not wait for the handler")
+            // The handler's own result, when it comes, is dropped; the connection goes on serving.
+            try await Task.sleep(for: .seconds(3))
+            let sum = try await client.call(destination: dest, path: testPath, interface: iface, member: "Add",
+                                            arguments: [.int32(2), .int32(3)])
+            #expect(sum.first?.int32 == 5)
+        }
+    }
+
+    /// Polls `body` every 10 ms until it gives a value, for at most 5 s.
+    private static func eventually<T>(_ body: () -> T?) async throws -> T {
+        let end = ContinuousClock.now + .seconds(5)
+        while ContinuousClock.now < end {
+            if let value = body() { return value }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        throw DBusError.failed("timed out waiting")
+    }
+
     @Test func immediateAnswersAndTheirFallThrough() async throws {
         try await withBus { bus in
             let server = try bus.connect()

@@ -88,6 +88,10 @@ final class TestObject: DBusObject, @unchecked Sendable {
     let echoSignatures: [String]
     private let lock = NSLock()
     private var count: UInt32 = 7
+    private var controls: [String: DBusCallControl] = [:]
+
+    /// The control of the last `Slow` or `Stuck` call that started.
+    func control(of member: String) -> DBusCallControl? { lock.withLock { controls[member] } }
 
     init(echoSignatures: [String] = []) { self.echoSignatures = echoSignatures }
 
@@ -102,6 +106,7 @@ final class TestObject: DBusObject, @unchecked Sendable {
             .init(name: "Slow", inArguments: [.init("milliseconds", "u")]),
             .init(name: "WrongReply", outArguments: [.init("value", "s")]),
             .init(name: "AnswerAtOnce", inArguments: [.init("atOnce", "b")], outArguments: [.init("where", "s")]),
+            .init(name: "Stuck", inArguments: [.init("milliseconds", "u")], outArguments: [.init("value", "s")]),
             .init(name: "WrongAtOnce", outArguments: [.init("value", "s")]),
         ]
         return [DBusInterfaceDescription(
@@ -125,8 +130,15 @@ final class TestObject: DBusObject, @unchecked Sendable {
         case "FailGeneric":
             throw Generic()
         case "Slow":
+            lock.withLock { controls["Slow"] = DBusCallControl.current }
             try await Task.sleep(for: .milliseconds(Int(call.arguments[0].uint32 ?? 0)))
             return []
+        case "Stuck":
+            // Ignores cancellation: waits on a detached task, which the handler's cancellation does not reach.
+            lock.withLock { controls["Stuck"] = DBusCallControl.current }
+            let milliseconds = Int(call.arguments[0].uint32 ?? 0)
+            await Task.detached { try? await Task.sleep(for: .milliseconds(milliseconds)) }.value
+            return [.string("too late")]
         case "WrongReply":
             return [.int32(1)]
         case "AnswerAtOnce":
