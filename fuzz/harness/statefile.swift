@@ -16,7 +16,8 @@ import Glibc
 
 /// On tmpfs when there is one: rewriting a file in place on ext4 flushes it at close (auto_da_alloc),
 /// which cost 5 ms an input. Named after the process; those of processes that are gone (a crash
-/// skips the clean-up at exit; fork mode starts a process per job) are removed first.
+/// skips the clean-up at exit; fork mode starts a process per job) are removed first, with the
+/// `brokerd.lock` the store takes in its directory.
 private let directory: String = {
     let base = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp"
     let prefix = "sdb-fuzz-state-"
@@ -25,7 +26,7 @@ private let directory: String = {
             let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
             guard name.hasPrefix(prefix), let pid = Int32(name.dropFirst(prefix.count)),
                   kill(pid, 0) != 0 && errno == ESRCH else { continue }
-            unlink("\(base)/\(name)/state.json")
+            for file in ["state.json", "brokerd.lock"] { unlink("\(base)/\(name)/\(file)") }
             rmdir("\(base)/\(name)")
         }
         closedir(listing)
@@ -33,7 +34,7 @@ private let directory: String = {
     let path = "\(base)/\(prefix)\(getpid())"
     guard mkdir(path, 0o700) == 0 || errno == EEXIST else { violated("cannot create \(path)") }
     atexit {
-        unlink(directory + "/state.json")
+        for file in ["state.json", "brokerd.lock"] { unlink(directory + "/" + file) }
         rmdir(directory)
     }
     return path
@@ -114,10 +115,10 @@ private func startBroker(on state: BrokerState, mode: DeviceMode) {
                         initialState: state, logger: quietLogger, onAccountChange: { _ in })
     let clients = Array(state.clients.keys.sorted().prefix(4)) + ["mail-app"]
     runBlocking {
-        _ = await broker.deviceInformation()
+        _ = broker.deviceInformation()
         for clientId in clients {
             _ = try? await broker.currentAccount(clientId: clientId)
-            _ = try? await broker.accounts(clientId: clientId)
+            _ = try? broker.accounts(clientId: clientId)
             let cached = state.clients[clientId]?.accessTokens.values.map(\.scopes.values) ?? []
             for scopes in cached.prefix(4) + [["User.Read"]] {
                 _ = try? await broker.acquireTokenSilent(clientId: clientId, scopes: scopes, accountId: "", forceRefresh: false)
