@@ -146,8 +146,9 @@ enum StateFileFormat {
             var reader = JSONReader(buffer)
             let (version, offsets) = try header(&reader)
             guard version <= currentVersion else { throw .newer(version) }
+            guard version >= 1 else { throw .damaged("its format version is \(version); versions start at 1") }
             do throws(JSONReader.Problem) {
-                return version <= 1 ? try version1(&reader, offsets, version: version) : try version2(&reader, offsets)
+                return version == 1 ? try version1(&reader, offsets, version: version) : try version2(&reader, offsets)
             } catch {
                 switch error {
                 case .shape(let why): throw .damaged(why)

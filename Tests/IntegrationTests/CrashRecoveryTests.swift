@@ -429,6 +429,8 @@ extension CrashRecoveryTests {
                     why: "is not a broker state file: it has no format version"),
             Variant(name: "the right version, a damaged body", bytes: Array(#"{"version": 1, "deviceId": 7, "clients": []}"#.utf8),
                     why: "is damaged:"),
+            Variant(name: "a format version below 1", bytes: Array(#"{"version": 0, "deviceId": "d", "clients": {}}"#.utf8),
+                    why: "is damaged: its format version is 0; versions start at 1"),
             Variant(name: "version 2 naming an account its table lacks",
                     bytes: Array(#"{"version": 2, "deviceId": "d", "accounts": {}, "clients": {"mail-app": {"lastSeen": "oid-nobody.t"}}}"#.utf8),
                     why: #"is damaged: client "mail-app" names account "oid-nobody.t" as its lastSeen, and the accounts table has no such entry"#),
