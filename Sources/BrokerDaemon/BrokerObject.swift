@@ -14,6 +14,8 @@ final class BrokerObject: DBusObject {
     /// The properties, cached so that Get/GetAll never wait for the broker actor.
     private let properties: PropertyCache
     private let callers: CallerPolicy
+    /// The last `GetCurrentAccount` answer for an app that has seen the current account.
+    private let seenReply = Mutex<(account: Account?, reply: DBusPreparedReply)?>(nil)
 
     init(broker: Broker, logger: Logger, properties: PropertyCache, callers: CallerPolicy) {
         self.broker = broker
@@ -40,41 +42,53 @@ final class BrokerObject: DBusObject {
     /// The reads that change nothing, answered on the bus thread when the caller is known (the
     /// ``CallerPolicy`` has its credentials) and the broker's state has the answer; everything
     /// else goes to ``handleMethodCall(_:)``.
-    func answerImmediately(_ call: DBusMethodCall) -> Result<[DBusValue], DBusError>? {
+    func answerImmediately(_ call: DBusMethodCall) -> DBusAnswer? {
         guard Self.readsOnly.contains(call.member),
               let authorized = callers.authorizeKnownCaller(sender: call.sender, clientId: Self.clientId(of: call))
         else { return nil }
         do throws(BrokerFailure) {
             try authorized.get()
-            return try answerFromState(call).map { .success($0) }
+            return try answerFromState(call)
         } catch {
             logger.debug("call refused", metadata: ["method": "\(call.member)", "sender": "\(call.sender)",
                                                     "error": "\(error.code.rawValue)"])
-            return .failure(BusMarshalling.error(error))
+            return .error(BusMarshalling.error(error))
         }
     }
 
     private static let readsOnly: Set<String> = ["GetDeviceInformation", "GetCurrentAccount", "AcquireTokenSilent", "GetAccounts"]
 
-    private func answerFromState(_ call: DBusMethodCall) throws(BrokerFailure) -> [DBusValue]? {
+    private func answerFromState(_ call: DBusMethodCall) throws(BrokerFailure) -> DBusAnswer? {
         let a = call.arguments
         switch call.member {
         case "GetDeviceInformation":
-            return [BusMarshalling.deviceInformation(broker.deviceInformation())]
+            return .values([BusMarshalling.deviceInformation(broker.deviceInformation())])
         case "GetCurrentAccount":
             guard let seen = try broker.currentAccountIfSeen(clientId: a[0].string ?? "") else { return nil }
-            return [BusMarshalling.account(seen.current), BusMarshalling.account(seen.previous)]
+            return seenAnswer(seen.current)
         case "AcquireTokenSilent":
             guard try !BusMarshalling.boolOption(a[3].vardict ?? [:], OptionKey.forceRefresh),
                   let result = try broker.cachedTokenIfFresh(clientId: a[0].string ?? "", scopes: a[1].stringArray ?? [],
                                                              accountId: a[2].string ?? "")
             else { return nil }
-            return [BusMarshalling.tokenResult(result)]
+            return .values([BusMarshalling.tokenResult(result)])
         case "GetAccounts":
-            return [BusMarshalling.accounts(try broker.accounts(clientId: a[0].string ?? ""))]
+            return .values([BusMarshalling.accounts(try broker.accounts(clientId: a[0].string ?? ""))])
         default:
             return nil
         }
+    }
+
+    /// `GetCurrentAccount`'s answer to an app that has seen the current account: (current,
+    /// current), the same for every app until the account changes, so it is marshalled once and
+    /// kept (`DBusPreparedReply`), not rebuilt per call.
+    private func seenAnswer(_ account: Account?) -> DBusAnswer {
+        if let kept = seenReply.withLock({ $0 }), kept.account == account { return .prepared(kept.reply) }
+        let values = [BusMarshalling.account(account), BusMarshalling.account(account)]
+        // An account that libdbus cannot carry (a NUL in a name) gets the usual error reply.
+        guard let reply = try? DBusPreparedReply(values) else { return .values(values) }
+        seenReply.withLock { $0 = (account, reply) }
+        return .prepared(reply)
     }
 
     /// The clientId a call acts for: the first argument of every method that takes one.

@@ -62,8 +62,8 @@ final class CallsInFlight: DBusObject {
     }
 
     /// Answers at once never count as in flight: they end before the next call is read.
-    func answerImmediately(_ call: DBusMethodCall) -> Result<[DBusValue], DBusError>? {
-        if state.withLock({ $0.stopping }) { return .failure(Self.stopping) }
+    func answerImmediately(_ call: DBusMethodCall) -> DBusAnswer? {
+        if state.withLock({ $0.stopping }) { return .error(Self.stopping) }
         return object.answerImmediately(call)
     }
 

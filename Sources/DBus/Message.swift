@@ -220,3 +220,43 @@ func withOptionalCString<R>(_ s: String?, _ body: (UnsafePointer<CChar>?) -> R) 
     guard let s else { return body(nil) }
     return s.withCString { body($0) }
 }
+
+/// A method return's arguments marshalled once, for an answer many calls share (the same
+/// account, to every app that asks): each reply is a copy of it with its own destination and
+/// reply serial, so the values are neither checked nor marshalled again per call.
+public final class DBusPreparedReply: @unchecked Sendable {
+    /// A method return that is never sent itself, only copied; immutable once built.
+    fileprivate let template: OpaquePointer
+    /// The arguments' signature, checked against the method's out-signature at each use.
+    public let signature: String
+
+    public init(_ arguments: [DBusValue]) throws(DBusError) {
+        try DBusValidation.arguments(arguments)
+        guard let raw = dbus_message_new(Int32(CDBUS_MESSAGE_TYPE_METHOD_RETURN)) else { throw .noMemory() }
+        guard DBusCodec.append(arguments, to: raw) else {
+            dbus_message_unref(raw)
+            throw .noMemory()
+        }
+        template = raw
+        signature = arguments.map(\.signature).joined()
+    }
+
+    deinit { dbus_message_unref(template) }
+}
+
+extension MessageBuilder {
+    /// A copy of `prepared` addressed as the reply to `target`.
+    static func methodReturn(to target: ReplyTarget, prepared: DBusPreparedReply) throws(DBusError) -> MessageRef {
+        guard let raw = dbus_message_copy(prepared.template) else { throw .noMemory() }
+        dbus_message_set_no_reply(raw, 1)
+        var ok = dbus_message_set_reply_serial(raw, target.serial) != 0
+        if ok, !target.sender.isEmpty {
+            ok = target.sender.withCString { dbus_message_set_destination(raw, $0) } != 0
+        }
+        guard ok else {
+            dbus_message_unref(raw)
+            throw .noMemory()
+        }
+        return MessageRef(raw: raw)
+    }
+}

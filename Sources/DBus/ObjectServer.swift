@@ -23,7 +23,7 @@ public protocol DBusObject: AnyObject, Sendable {
     /// `handleMethodCall`. It must neither block nor wait: every call on the connection waits
     /// behind it. The checks and the out-signature rule of `handleMethodCall` apply. The
     /// default answers nothing here.
-    func answerImmediately(_ call: DBusMethodCall) -> Result<[DBusValue], DBusError>?
+    func answerImmediately(_ call: DBusMethodCall) -> DBusAnswer?
 
     /// Current values for org.freedesktop.DBus.Properties Get/GetAll. Called on the
     /// connection's thread: keep it fast and non-blocking.
@@ -36,12 +36,20 @@ public protocol DBusObject: AnyObject, Sendable {
 }
 
 extension DBusObject {
-    public func answerImmediately(_ call: DBusMethodCall) -> Result<[DBusValue], DBusError>? { nil }
+    public func answerImmediately(_ call: DBusMethodCall) -> DBusAnswer? { nil }
 
     /// Default: every property is read-only.
     public func setProperty(interface: String, name: String, value: DBusValue) async throws {
         throw DBusError.propertyReadOnly("Property \(name) is read-only")
     }
+}
+
+/// An answer given at once on the connection's thread (``DBusObject/answerImmediately(_:)``).
+public enum DBusAnswer: Sendable {
+    case values([DBusValue])
+    /// Arguments marshalled before, shared by many calls.
+    case prepared(DBusPreparedReply)
+    case error(DBusError)
 }
 
 /// Exported objects by path; shared between callers of export/unexport and the connection thread.
@@ -147,9 +155,22 @@ extension ConnectionLoop {
             let call = DBusMethodCall(sender: target.sender, path: path, interface: interface.name, member: member,
                                       signature: message.signature, arguments: message.arguments)
             let outSignature = method.outSignature
-            if let answer = object.answerImmediately(call) {
-                reply(target, checked(answer, of: call, outSignature: outSignature))
+            switch object.answerImmediately(call) {
+            case .values(let values)?:
+                reply(target, checked(.success(values), of: call, outSignature: outSignature))
                 return
+            case .error(let error)?:
+                reply(target, .failure(error))
+                return
+            case .prepared(let prepared)?:
+                if prepared.signature == outSignature {
+                    replyPrepared(target, prepared)
+                } else {
+                    reply(target, checked(.success([]), of: call, outSignature: outSignature, signature: prepared.signature))
+                }
+                return
+            case nil:
+                break
             }
             let control = DBusCallControl { [self] result in
                 switch result {
@@ -175,9 +196,9 @@ extension ConnectionLoop {
 
     /// A handler's answer, or Failed when its values do not have the method's out-signature.
     private func checked(_ answer: Result<[DBusValue], DBusError>, of call: DBusMethodCall,
-                         outSignature: String) -> Result<[DBusValue], DBusError> {
+                         outSignature: String, signature given: String? = nil) -> Result<[DBusValue], DBusError> {
         guard case .success(let values) = answer else { return answer }
-        let signature = values.count == 1 ? values[0].signature : values.map(\.signature).joined()
+        let signature = given ?? (values.count == 1 ? values[0].signature : values.map(\.signature).joined())
         guard signature != outSignature else { return answer }
         logger.error("Handler returned wrong signature", metadata: [
             "method": "\(call.interface).\(call.member)", "expected": "\(outSignature)", "got": "\(signature)"])
@@ -276,6 +297,17 @@ extension ConnectionLoop {
         } catch {
             logger.error("Cannot build reply", metadata: ["error": "\(error)"])
             if case .success = result { reply(target, .failure(.failed("Cannot build reply: \(error.message)"))) }
+        }
+    }
+
+    /// Sends a copy of a prepared method return, from the connection thread.
+    private func replyPrepared(_ target: ReplyTarget, _ prepared: DBusPreparedReply) {
+        guard !target.noReply else { return }
+        do {
+            sendFromLoopThread(try MessageBuilder.methodReturn(to: target, prepared: prepared))
+        } catch {
+            logger.error("Cannot build reply", metadata: ["error": "\(error)"])
+            reply(target, .failure(.failed("Cannot build reply: \(error.message)")))
         }
     }
 

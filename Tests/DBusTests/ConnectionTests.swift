@@ -141,6 +141,15 @@ struct ConnectionTests {
             await expectDBusError("org.freedesktop.DBus.Error.Failed") {
                 _ = try await client.call(destination: server.uniqueName, path: testPath, interface: iface, member: "WrongAtOnce")
             }
+            // A prepared reply goes to each caller as its own reply; its signature is checked too.
+            for _ in 0..<3 {
+                let prepared = try await client.call(destination: server.uniqueName, path: testPath, interface: iface, member: "Prepared")
+                #expect(prepared.first?.vardict?["hello"]?.string == "world" && prepared.first?.vardict?["n"]?.int32 == 7)
+                #expect(prepared.last?.uint32 == 42)
+            }
+            await expectDBusError("org.freedesktop.DBus.Error.Failed") {
+                _ = try await client.call(destination: server.uniqueName, path: testPath, interface: iface, member: "WrongPrepared")
+            }
             // The in-signature check comes first, as for every call.
             await expectDBusError("org.freedesktop.DBus.Error.InvalidArgs") {
                 _ = try await client.call(destination: server.uniqueName, path: testPath, interface: iface,

@@ -108,6 +108,8 @@ final class TestObject: DBusObject, @unchecked Sendable {
             .init(name: "AnswerAtOnce", inArguments: [.init("atOnce", "b")], outArguments: [.init("where", "s")]),
             .init(name: "Stuck", inArguments: [.init("milliseconds", "u")], outArguments: [.init("value", "s")]),
             .init(name: "WrongAtOnce", outArguments: [.init("value", "s")]),
+            .init(name: "Prepared", outArguments: [.init("greeting", "a{sv}"), .init("count", "u")]),
+            .init(name: "WrongPrepared", outArguments: [.init("value", "s")]),
         ]
         return [DBusInterfaceDescription(
             name: Self.interfaceName, methods: methods,
@@ -148,15 +150,20 @@ final class TestObject: DBusObject, @unchecked Sendable {
         }
     }
 
-    /// `AnswerAtOnce(true)` and `WrongAtOnce` are answered on the connection's thread;
-    /// `AnswerAtOnce(false)` falls through to `handleMethodCall`, which says "task".
-    func answerImmediately(_ call: DBusMethodCall) -> Result<[DBusValue], DBusError>? {
+    /// `AnswerAtOnce(true)`, `WrongAtOnce`, `Prepared` and `WrongPrepared` are answered on the
+    /// connection's thread; `AnswerAtOnce(false)` falls through to `handleMethodCall`, which says "task".
+    func answerImmediately(_ call: DBusMethodCall) -> DBusAnswer? {
         switch call.member {
-        case "AnswerAtOnce": return call.arguments.first?.bool == true ? .success([.string("at once")]) : nil
-        case "WrongAtOnce": return .success([.uint32(1)])
+        case "AnswerAtOnce": return call.arguments.first?.bool == true ? .values([.string("at once")]) : nil
+        case "WrongAtOnce": return .values([.uint32(1)])
+        case "Prepared": return Self.prepared.map { .prepared($0) }
+        case "WrongPrepared": return Self.prepared.map { .prepared($0) }
         default: return nil
         }
     }
+
+    /// One reply marshalled once and sent to every caller of `Prepared`.
+    static let prepared = try? DBusPreparedReply([.vardict(inOrder: ["hello": .string("world"), "n": .int32(7)]), .uint32(42)])
 
     func propertyValues(interface: String) -> [String: DBusValue] {
         lock.lock(); defer { lock.unlock() }
