@@ -25,7 +25,8 @@ struct AccountTests {
         _ = try await h.signIn()
         _ = try await h.broker.currentAccount(clientId: "calendar")
         try await h.broker.signOut(clientId: "mail", accountId: "")
-        let restarted = Harness(state: try #require(h.store.saved))
+        let saved: BrokerState = try #require(h.store.saved)
+        let restarted = Harness(state: saved)
         let seen = try await restarted.broker.currentAccount(clientId: "calendar")
         #expect(seen.current == nil && seen.previous == ScriptedProvider.account("alice@contoso.example"))
     }
