@@ -177,7 +177,12 @@ enum MessageBuilder {
 
     /// A reply (return or error) addressed to `target`.
     private static func reply(type: Int32, to target: ReplyTarget) throws(DBusError) -> OpaquePointer {
-        guard let raw = dbus_message_new(type) else { throw .noMemory() }
+        try address(dbus_message_new(type), to: target)
+    }
+
+    /// `raw` (a new reply, owned) made the reply to `target`; released when that fails.
+    fileprivate static func address(_ raw: OpaquePointer?, to target: ReplyTarget) throws(DBusError) -> OpaquePointer {
+        guard let raw else { throw .noMemory() }
         dbus_message_set_no_reply(raw, 1)
         var ok = dbus_message_set_reply_serial(raw, target.serial) != 0
         if ok, !target.sender.isEmpty {
@@ -247,16 +252,6 @@ public final class DBusPreparedReply: @unchecked Sendable {
 extension MessageBuilder {
     /// A copy of `prepared` addressed as the reply to `target`.
     static func methodReturn(to target: ReplyTarget, prepared: DBusPreparedReply) throws(DBusError) -> MessageRef {
-        guard let raw = dbus_message_copy(prepared.template) else { throw .noMemory() }
-        dbus_message_set_no_reply(raw, 1)
-        var ok = dbus_message_set_reply_serial(raw, target.serial) != 0
-        if ok, !target.sender.isEmpty {
-            ok = target.sender.withCString { dbus_message_set_destination(raw, $0) } != 0
-        }
-        guard ok else {
-            dbus_message_unref(raw)
-            throw .noMemory()
-        }
-        return MessageRef(raw: raw)
+        MessageRef(raw: try address(dbus_message_copy(prepared.template), to: target))
     }
 }
