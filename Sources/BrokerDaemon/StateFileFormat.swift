@@ -210,11 +210,6 @@ enum StateFileFormat {
             }
         }
 
-        guard let at = offsets["clients"] else { throw .shape("it has no clients") }
-        reader.position = at
-        try reader.expect(.object, "clients")
-        try reader.openObject()
-        var clients: [String: ClientRecord] = [:]
         // Most clients name the same account: compare the key's bytes with the last one before making a String of them.
         var last: (key: Range<Int>, account: Account)?
         func reference(_ reader: inout JSONReader, _ clientId: String, _ field: String) throws(JSONReader.Problem) -> Account? {
@@ -232,27 +227,7 @@ enum StateFileFormat {
             if !escaped { last = (range, account) }
             return account
         }
-        var first = true
-        while let clientId = try reader.nextKey(first: first) {
-            first = false
-            try reader.expect(.object, "clients[\(clientId)]")
-            try reader.openObject()
-            var record = ClientRecord()
-            var firstField = true
-            while let field = try reader.nextKeyRange(first: firstField) {
-                firstField = false
-                if reader.key(field, is: "lastSeen") {
-                    record.lastSeen = try reference(&reader, clientId, "lastSeen")
-                } else if reader.key(field, is: "account") {
-                    record.account = try reference(&reader, clientId, "account")
-                } else if reader.key(field, is: "refreshToken") {
-                    record.refreshToken = try reader.readStringOrNull("clients[\(clientId)].refreshToken")
-                } else {
-                    try reader.skipValue()
-                }
-            }
-            if !record.isEmptyAtRest { clients[clientId] = record }
-        }
+        let clients = try readClients(&reader, at: offsets["clients"], account: reference)
         return Loaded(state: BrokerState(deviceId: deviceId, current: current, clients: clients), version: 2, droppedAccessTokens: 0)
     }
 
@@ -275,12 +250,41 @@ enum StateFileFormat {
             try reader.readAccountOrNull("current")
         } ?? nil)
 
-        guard let at = offsets["clients"] else { throw .shape("it has no clients") }
-        reader.position = at
+        var dropped = 0
+        func wholeAccount(_ reader: inout JSONReader, _ clientId: String, _ field: String) throws(JSONReader.Problem) -> Account? {
+            intern(try reader.readAccountOrNull("clients[\(clientId)].\(field)"))
+        }
+        func accessTokens(_ reader: inout JSONReader, _ field: (Range<Int>, escaped: Bool)) throws(JSONReader.Problem) -> Bool {
+            guard reader.key(field, is: "accessTokens"), try reader.kind() == .object else { return false }
+            // Counted, never read: they are not kept.
+            try reader.openObject()
+            var firstToken = true
+            while try reader.nextKeyRange(first: firstToken) != nil {
+                firstToken = false
+                dropped += 1
+                try reader.skipValue()
+            }
+            return true
+        }
+        let clients = try readClients(&reader, at: offsets["clients"], account: wholeAccount, other: accessTokens)
+        return Loaded(state: BrokerState(deviceId: deviceId, current: current, clients: clients), version: version,
+                      droppedAccessTokens: dropped)
+    }
+
+    /// The `clients` object of either version: per client its `lastSeen` and `account` (read with
+    /// `account`: a table key in version 2, a whole account in version 1) and its `refreshToken`.
+    /// `other` may read any other field (returning true); the rest are skipped. Records that hold
+    /// nothing kept at rest are left out.
+    private static func readClients(
+        _ reader: inout JSONReader, at offset: Int?,
+        account: (inout JSONReader, _ clientId: String, _ field: String) throws(JSONReader.Problem) -> Account?,
+        other: (inout JSONReader, _ field: (Range<Int>, escaped: Bool)) throws(JSONReader.Problem) -> Bool = { _, _ in false }
+    ) throws(JSONReader.Problem) -> [String: ClientRecord] {
+        guard let offset else { throw .shape("it has no clients") }
+        reader.position = offset
         try reader.expect(.object, "clients")
         try reader.openObject()
         var clients: [String: ClientRecord] = [:]
-        var dropped = 0
         var first = true
         while let clientId = try reader.nextKey(first: first) {
             first = false
@@ -291,28 +295,18 @@ enum StateFileFormat {
             while let field = try reader.nextKeyRange(first: firstField) {
                 firstField = false
                 if reader.key(field, is: "lastSeen") {
-                    record.lastSeen = intern(try reader.readAccountOrNull("clients[\(clientId)].lastSeen"))
+                    record.lastSeen = try account(&reader, clientId, "lastSeen")
                 } else if reader.key(field, is: "account") {
-                    record.account = intern(try reader.readAccountOrNull("clients[\(clientId)].account"))
+                    record.account = try account(&reader, clientId, "account")
                 } else if reader.key(field, is: "refreshToken") {
                     record.refreshToken = try reader.readStringOrNull("clients[\(clientId)].refreshToken")
-                } else if reader.key(field, is: "accessTokens"), try reader.kind() == .object {
-                    // Counted, never read: they are not kept.
-                    try reader.openObject()
-                    var firstToken = true
-                    while try reader.nextKeyRange(first: firstToken) != nil {
-                        firstToken = false
-                        dropped += 1
-                        try reader.skipValue()
-                    }
-                } else {
+                } else if try !other(&reader, field) {
                     try reader.skipValue()
                 }
             }
             if !record.isEmptyAtRest { clients[clientId] = record }
         }
-        return Loaded(state: BrokerState(deviceId: deviceId, current: current, clients: clients), version: version,
-                      droppedAccessTokens: dropped)
+        return clients
     }
 }
 
