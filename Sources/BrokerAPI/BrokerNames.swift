@@ -29,6 +29,21 @@ public enum AccountChangeReason: String, Sendable, CaseIterable, Codable {
     case signedOut = "signed-out"
 }
 
+/// How the provider lets one app's sign-in give other apps tokens of their own, as
+/// `GetDeviceInformation`'s `singleSignOn` spells them, in the order the broker tries them.
+public enum SingleSignOnMechanism: String, Sendable, CaseIterable, Codable, Comparable {
+    /// OpenID Connect Native SSO for Mobile Apps 1.0: a device secret and a token exchange.
+    case nativeSSO = "native-sso"
+    /// Refresh tokens that any client of a family may redeem (Entra's `foci`).
+    case familyRefreshToken = "family-refresh-token"
+    /// OAuth 2.0 Token Exchange (RFC 8693) of the signed-in app's token.
+    case tokenExchange = "token-exchange"
+
+    public static func < (a: Self, b: Self) -> Bool {
+        allCases.firstIndex(of: a) ?? 0 < allCases.firstIndex(of: b) ?? 0
+    }
+}
+
 /// Keys of the account dictionary (`a{sv}`).
 public enum AccountKey {
     public static let username = "username"
@@ -58,6 +73,9 @@ public enum DeviceInformationKey {
     public static let tenantId = "tenantId"
     public static let authority = "authority"
     public static let extraDeviceInformation = "extraDeviceInformation"
+    /// `as`: the single sign-on mechanisms the provider offers (``SingleSignOnMechanism``), empty
+    /// when it offers none; absent while the provider has not been reached.
+    public static let singleSignOn = "singleSignOn"
 }
 
 /// Keys of the code challenge (`a{sv}`) `StartSignIn` and `ResendCode` return.

@@ -92,7 +92,9 @@ extension Broker {
         let startGeneration = generation
         let correlationId = Self.newCorrelationId()
         let id = flowId.isEmpty ? correlationId : flowId
-        let request = InteractiveRequest(prompt: prompt, loginHint: loginHint, timeout: configuration.interactiveTimeout)
+        // The account the app would get silently, were single sign-on possible: no account picker.
+        let hint = loginHint.flatMap { $0.isEmpty ? nil : $0 } ?? account(for: clientId)?.username
+        let request = InteractiveRequest(prompt: prompt, loginHint: hint, timeout: configuration.interactiveTimeout)
         let task = Task {
             try await self.provider.signInInteractively(clientId: clientId, scopes: scopes, request: request)
         }

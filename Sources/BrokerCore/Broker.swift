@@ -34,6 +34,8 @@ public actor Broker {
     private var refreshes: [String: (scopes: Scopes, task: Task<TokenResult, any Error>)] = [:]
     /// Sign-ins waiting for a code or for the browser, by flowId.
     var flows = SignInFlows()
+    /// What the provider offers for single sign-on between apps, as far as the broker knows.
+    let singleSignOnKnowledge = Mutex(SingleSignOnKnowledge())
 
     /// - Parameters:
     ///   - initialState: what the store held at start, or nil for a new device.
@@ -60,10 +62,13 @@ public actor Broker {
     public nonisolated var snapshot: BrokerState { state }
 
     public nonisolated func deviceInformation() -> DeviceInformation {
-        DeviceInformation(deviceMode: configuration.deviceMode, brokerVersion: configuration.brokerVersion,
+        let singleSignOn = knownSingleSignOn()
+        if singleSignOn == nil { learnSingleSignOnSupport() }
+        return DeviceInformation(deviceMode: configuration.deviceMode, brokerVersion: configuration.brokerVersion,
                           deviceId: state.deviceId, tenantId: configuration.tenantId,
                           authority: provider.authority,
-                          extraDeviceInformation: configuration.extraDeviceInformation)
+                          extraDeviceInformation: configuration.extraDeviceInformation,
+                          singleSignOn: singleSignOn)
     }
 
     /// The app's current account and what it saw as current on its previous call.
@@ -91,9 +96,16 @@ public actor Broker {
         return previous == current ? (current, previous) : nil
     }
 
+    /// The accounts the app can use: the device's (shared mode); in default mode its own, then
+    /// those other apps signed in with that single sign-on can give it tokens for.
     public nonisolated func accounts(clientId: String) throws(BrokerFailure) -> [Account] {
         try checkClient(clientId)
-        return account(for: clientId).map { [$0] } ?? []
+        let state = self.state
+        let own = account(for: clientId, in: state)
+        guard configuration.deviceMode == .default else { return own.map { [$0] } ?? [] }
+        let others = state.singleSignOn.keys.sorted().compactMap { singleSignOnAccount($0, in: state) }
+            .filter { $0.identifier != own?.identifier }
+        return (own.map { [$0] } ?? []) + others
     }
 
     // MARK: Sign-in
@@ -139,7 +151,13 @@ public actor Broker {
             accessToken: tokens.accessToken, expiresOn: tokens.expiresOn, idToken: tokens.idToken, scopes: scopes)
         next.clients[clientId] = record
         let signedIn = configuration.deviceMode == .shared && next.current == nil
-        if signedIn { next.current = tokens.account }
+        if signedIn {
+            next.current = tokens.account
+            // The device's sign-in is the only one other apps build on.
+            next.singleSignOn = [:]
+        }
+        next.singleSignOn[tokens.account.identifier, default: SingleSignOnGrant(anchorClientId: clientId)]
+            .update(with: tokens, from: clientId)
         try commit(next, announcing: signedIn ? AccountChange(current: tokens.account, previous: nil, reason: .signedIn) : nil)
         if signedIn { generation &+= 1 }
         logger.info("signed in", metadata: ["clientId": "\(clientId)", "correlationId": "\(correlationId)",
@@ -160,9 +178,10 @@ public actor Broker {
         try InputRules.accountId(accountId)
         let scopes = Scopes(requested)
         var force = forceRefresh
+        var account: Account
         while true {
             let state = self.state
-            let account = try signedInAccount(clientId: clientId, accountId: accountId, in: state)
+            account = try silentAccount(clientId: clientId, accountId: accountId, in: state)
             if !force, let cached = cachedToken(clientId: clientId, scopes: scopes, account: account, in: state) {
                 return cached
             }
@@ -176,17 +195,34 @@ public actor Broker {
             // A refresh for other scopes of this app rotated the refresh token; look again.
             force = false
         }
-        return try await refresh(clientId: clientId, scopes: scopes)
+        return try await refresh(clientId: clientId, scopes: scopes, account: account)
     }
 
-    private func refresh(clientId: String, scopes: Scopes) async throws(BrokerFailure) -> TokenResult {
-        guard let refreshToken = state.clients[clientId]?.refreshToken else {
-            throw BrokerFailure(.interactionRequired,
-                "this app holds no refresh token for the signed-in account; sign in interactively")
-        }
+    /// New tokens for the app: with its refresh token, or without one through single sign-on
+    /// from another app's sign-in. One at a time per app (``refreshes``).
+    private func refresh(clientId: String, scopes: Scopes, account: Account) async throws(BrokerFailure) -> TokenResult {
         let startGeneration = generation
         let correlationId = Self.newCorrelationId()
-        let task = Task<TokenResult, any Error> {
+        let task: Task<TokenResult, any Error>
+        if let refreshToken = state.clients[clientId]?.refreshToken, state.clients[clientId]?.account?.identifier == account.identifier {
+            task = refreshTask(clientId: clientId, scopes: scopes, refreshToken: refreshToken, correlationId: correlationId,
+                               startGeneration: startGeneration)
+        } else {
+            task = Task {
+                try await self.signInThroughSingleSignOn(clientId: clientId, scopes: scopes, account: account,
+                                                         correlationId: correlationId, startGeneration: startGeneration)
+            }
+        }
+        refreshes[clientId] = (scopes, task)
+        let result: Result<TokenResult, any Error>
+        do { result = .success(try await task.value) } catch { result = .failure(error) }
+        refreshes[clientId] = nil
+        return try Self.unwrap(result)
+    }
+
+    private func refreshTask(clientId: String, scopes: Scopes, refreshToken: String, correlationId: String,
+                             startGeneration: UInt64) -> Task<TokenResult, any Error> {
+        Task<TokenResult, any Error> {
             self.logger.debug("refreshing tokens", metadata: ["clientId": "\(clientId)", "correlationId": "\(correlationId)"])
             let outcome: ProviderTokens
             do {
@@ -200,11 +236,6 @@ public actor Broker {
             return try self.adoptRefresh(outcome, clientId: clientId, scopes: scopes, usedRefreshToken: refreshToken,
                                          correlationId: correlationId, startGeneration: startGeneration)
         }
-        refreshes[clientId] = (scopes, task)
-        let result: Result<TokenResult, any Error>
-        do { result = .success(try await task.value) } catch { result = .failure(error) }
-        refreshes[clientId] = nil
-        return try Self.unwrap(result)
     }
 
     private func adoptRefresh(_ tokens: ProviderTokens, clientId: String, scopes: Scopes, usedRefreshToken: String,
@@ -247,7 +278,7 @@ public actor Broker {
         try InputRules.scopes(requested)
         try InputRules.accountId(accountId)
         let state = self.state
-        let account = try signedInAccount(clientId: clientId, accountId: accountId, in: state)
+        let account = try silentAccount(clientId: clientId, accountId: accountId, in: state)
         return cachedToken(clientId: clientId, scopes: Scopes(requested), account: account, in: state)
     }
 
@@ -276,14 +307,21 @@ public actor Broker {
         try InputRules.accountId(accountId)
         let account = try signedInAccount(clientId: clientId, accountId: accountId)
         var next = state
-        var revoke: [(clientId: String, refreshToken: String)] = []
+        var revoke: [(clientId: String, token: RevocableToken)] = []
         let affected = configuration.deviceMode == .shared ? Array(next.clients.keys) : [clientId]
         let idTokenHint = (next.clients[clientId].map { [$0] } ?? []).flatMap { $0.accessTokens.values }.compactMap(\.idToken).first
             ?? affected.lazy.compactMap { next.clients[$0] }.flatMap { $0.accessTokens.values }.compactMap(\.idToken).first
         for id in affected {
-            if let token = next.clients[id]?.refreshToken { revoke.append((id, token)) }
+            if let token = next.clients[id]?.refreshToken { revoke.append((id, .refreshToken(token))) }
             next.clients[id]?.dropTokens()
             next.clients[id]?.dropIfEmpty(in: &next, clientId: id)
+        }
+        // Single sign-on ends with the sign-in that made it: the device's (shared mode), or in
+        // default mode this app's, so no app gets a token from it afterwards.
+        for (identifier, grant) in next.singleSignOn
+        where configuration.deviceMode == .shared || grant.anchorClientId == clientId {
+            if let deviceSecret = grant.deviceSecret { revoke.append((grant.anchorClientId, .deviceSecret(deviceSecret.secret))) }
+            next.singleSignOn[identifier] = nil
         }
         if configuration.deviceMode == .shared { next.current = nil }
         // Default mode: the app's own account changed, which no other app sees, so no signal.
@@ -299,7 +337,7 @@ public actor Broker {
             for (id, token) in revoke {
                 group.addTask {
                     do {
-                        let done = try await provider.revoke(clientId: id, refreshToken: token)
+                        let done = try await provider.revoke(clientId: id, token: token)
                         return done == .notOffered ? "the provider offers no token revocation; refresh tokens expire on their own" : nil
                     } catch {
                         return "a refresh token could not be revoked at the provider: \(Self.describe(error))"
@@ -376,7 +414,7 @@ public actor Broker {
     /// It is safe: once `save` returned, a restarted brokerd reads the new state; only a power
     /// loss in the next instant could bring back the old one, which the file system's ordered
     /// rename keeps whole.
-    private func commit(_ next: BrokerState, announcing change: AccountChange? = nil) throws(BrokerFailure) {
+    func commit(_ next: BrokerState, announcing change: AccountChange? = nil) throws(BrokerFailure) {
         do {
             try store.save(next)
         } catch {

@@ -34,4 +34,7 @@ public struct DeviceInformation: Sendable, Equatable {
     public var tenantId: String
     public var authority: String
     public var extraDeviceInformation: [String: String]
+    /// What the provider offers for single sign-on between apps, in the order the broker uses
+    /// them; nil while unknown (the provider's discovery document has not been read yet).
+    public var singleSignOn: [SingleSignOnMechanism]?
 }

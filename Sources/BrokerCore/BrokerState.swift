@@ -8,11 +8,49 @@ public struct BrokerState: Sendable, Equatable {
     public var current: Account?
     /// Per clientId: what it saw last, its own account (default mode) and its tokens.
     public var clients: [String: ClientRecord]
+    /// Per account `identifier`: what lets other apps get tokens of their own for that account
+    /// without a person. In shared mode there is at most one, the device's sign-in.
+    public var singleSignOn: [String: SingleSignOnGrant]
 
-    public init(deviceId: String, current: Account? = nil, clients: [String: ClientRecord] = [:]) {
+    public init(deviceId: String, current: Account? = nil, clients: [String: ClientRecord] = [:],
+                singleSignOn: [String: SingleSignOnGrant] = [:]) {
         self.deviceId = deviceId
         self.current = current
         self.clients = clients
+        self.singleSignOn = singleSignOn
+    }
+}
+
+/// A sign-in that other apps may build on: made by the sign-in of one app (the anchor), it lets
+/// the broker get any other app tokens issued to that app, through whichever of the provider's
+/// mechanisms the sign-in supports (``SingleSignOnMechanism``).
+public struct SingleSignOnGrant: Sendable, Equatable {
+    /// The app whose sign-in made the grant. Its refresh token is the family refresh token when
+    /// ``family`` is set, and its tokens are the subject of an OAuth 2.0 token exchange.
+    public var anchorClientId: String
+    /// OpenID Connect Native SSO: the device secret and the ID token it was issued with.
+    public var deviceSecret: DeviceSecret?
+    /// The family the anchor's refresh token belongs to (Entra's `foci`), when it is a family
+    /// refresh token that other clients of the family may redeem.
+    public var family: String?
+
+    public init(anchorClientId: String, deviceSecret: DeviceSecret? = nil, family: String? = nil) {
+        self.anchorClientId = anchorClientId
+        self.deviceSecret = deviceSecret
+        self.family = family
+    }
+}
+
+/// OpenID Connect Native SSO's proof of the device's sign-in: both halves are presented together
+/// in a token exchange, and both are secrets kept with the refresh tokens.
+public struct DeviceSecret: Sendable, Equatable {
+    public var secret: String
+    /// The ID token whose `ds_hash` binds it to ``secret``: the exchange's subject token.
+    public var idToken: String
+
+    public init(secret: String, idToken: String) {
+        self.secret = secret
+        self.idToken = idToken
     }
 }
 

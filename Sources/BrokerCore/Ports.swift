@@ -13,16 +13,37 @@ public struct ProviderTokens: Sendable, Equatable {
     public var grantedScopes: Scopes
     /// Who signed in, from the validated ID token or, without one, from the userinfo endpoint.
     public var account: Account
+    /// Native SSO's device secret, when the provider issued one and the ID token's `ds_hash`
+    /// binds it to ``idToken``.
+    public var deviceSecret: String?
+    /// The family the refresh token belongs to (Entra's `foci`): other clients of the family
+    /// may redeem it.
+    public var family: String?
 
     public init(accessToken: String, expiresOn: Int64, refreshToken: String?, idToken: String?,
-                grantedScopes: Scopes, account: Account) {
+                grantedScopes: Scopes, account: Account, deviceSecret: String? = nil, family: String? = nil) {
         self.accessToken = accessToken
         self.expiresOn = expiresOn
         self.refreshToken = refreshToken
         self.idToken = idToken
         self.grantedScopes = grantedScopes
         self.account = account
+        self.deviceSecret = deviceSecret
+        self.family = family
     }
+}
+
+/// A credential the broker asks the provider to revoke (RFC 7009's `token` and `token_type_hint`).
+public enum RevocableToken: Sendable, Equatable {
+    case refreshToken(String)
+    /// Native SSO's device secret: revoking it ends single sign-on for every app.
+    case deviceSecret(String)
+}
+
+/// What an OAuth 2.0 token exchange (RFC 8693) presents as the signed-in user's token.
+public enum SubjectToken: Sendable, Equatable {
+    case accessToken(String)
+    case refreshToken(String)
 }
 
 /// What became of a revocation request.
@@ -80,7 +101,7 @@ public protocol IdentityProvider: Sendable {
     var authority: String { get }
     func signInWithPassword(clientId: String, username: String, password: String, scopes: Scopes) async throws -> ProviderTokens
     func refresh(clientId: String, refreshToken: String, scopes: Scopes) async throws -> ProviderTokens
-    func revoke(clientId: String, refreshToken: String) async throws -> EndpointOutcome
+    func revoke(clientId: String, token: RevocableToken) async throws -> EndpointOutcome
 
     /// Native authentication: asks the provider to send a one-time code to the user.
     func startCodeSignIn(clientId: String, username: String) async throws -> CodeChallenge
@@ -92,6 +113,21 @@ public protocol IdentityProvider: Sendable {
     func signInInteractively(clientId: String, scopes: Scopes, request: InteractiveRequest) async throws -> ProviderTokens
     /// RP-initiated logout: ends the provider's browser session. `.notOffered` without an end_session_endpoint.
     func endBrowserSession(clientId: String, idTokenHint: String?) async throws -> EndpointOutcome
+
+    // Single sign-on between apps: each gets `clientId` tokens of its own for the user of an
+    // earlier sign-in, without a person. A refusal (the grant is dead, the client may not use
+    // it) is `.interactionRequired`; an unreachable provider is `.serverUnavailable`, as for
+    // any other call.
+
+    /// The mechanisms the provider's discovery document advertises: Native SSO and token
+    /// exchange (family refresh tokens show only in token responses).
+    func singleSignOnSupport() async throws -> Set<SingleSignOnMechanism>
+    /// Native SSO's token exchange: the ID token and the device secret of the earlier sign-in.
+    func exchangeDeviceSecret(clientId: String, deviceSecret: DeviceSecret, scopes: Scopes) async throws -> ProviderTokens
+    /// A family refresh token, issued to another client of the family, redeemed for `clientId`.
+    func redeemFamilyRefreshToken(clientId: String, refreshToken: String, scopes: Scopes) async throws -> ProviderTokens
+    /// RFC 8693: `clientId`, authenticated as itself, exchanges another app's token of the user.
+    func exchangeToken(clientId: String, subject: SubjectToken, scopes: Scopes) async throws -> ProviderTokens
 }
 
 /// Where the broker's state lives between runs.

@@ -37,14 +37,19 @@ enum BusMarshalling {
     }
 
     static func deviceInformation(_ info: DeviceInformation) -> DBusValue {
-        .vardict(inOrder: [
+        var values: [String: DBusValue] = [
             DeviceInformationKey.authority: .string(info.authority),
             DeviceInformationKey.brokerVersion: .string(info.brokerVersion),
             DeviceInformationKey.deviceId: .string(info.deviceId),
             DeviceInformationKey.deviceMode: .string(info.deviceMode.rawValue),
             DeviceInformationKey.extraDeviceInformation: .stringDict(info.extraDeviceInformation),
             DeviceInformationKey.tenantId: .string(info.tenantId),
-        ])
+        ]
+        // Absent while the provider has not been reached: unknown is not "none".
+        if let singleSignOn = info.singleSignOn {
+            values[DeviceInformationKey.singleSignOn] = .strings(singleSignOn.map(\.rawValue))
+        }
+        return .vardict(values)
     }
 
     static func accountChanged(_ change: AccountChange) -> [DBusValue] {

@@ -9,7 +9,9 @@ import Glibc
 /// {"accounts": {"<key>": {"environment": …, "identifier": …, "name": …, "tenantId": …, "username": …}},
 ///  "clients": {"<clientId>": {"account": "<key>", "lastSeen": "<key>", "refreshToken": "…"}},
 ///  "current": {"environment": …, "identifier": …, …},
-///  "deviceId": "…", "version": 2}
+///  "deviceId": "…",
+///  "singleSignOn": {"<identifier>": {"anchor": "<clientId>", "family": "1", "deviceSecret": "…", "idToken": "…"}},
+///  "version": 2}
 /// ```
 ///
 /// Each distinct account is written once, in `accounts`, under its `identifier` (followed by
@@ -20,6 +22,11 @@ import Glibc
 /// are short-lived, and after a restart an app's first silent call refreshes them. Client records
 /// with nothing left to keep are left out. Keys are written sorted, so a state always gives the
 /// same bytes.
+///
+/// `singleSignOn` (optional) holds, per account identifier, the sign-in other apps build on: the
+/// app that made it, its family, and with `--token-storage plaintext-file` only, Native SSO's
+/// device secret and ID token. An older brokerd of version 2 skips it, as it skips any key it does
+/// not know, and loses only single sign-on until the next sign-in.
 ///
 /// Version 1 (read, never written): `lastSeen` and `account` were whole account objects in each
 /// client, and each client had `accessTokens`; those are dropped on load.
@@ -128,6 +135,29 @@ enum StateFileFormat {
         }
         out.raw(",\"deviceId\":")
         out.string(state.deviceId)
+        if !state.singleSignOn.isEmpty {
+            out.raw(",\"singleSignOn\":{")
+            for (index, (identifier, grant)) in state.singleSignOn.sorted(by: { $0.key < $1.key }).enumerated() {
+                if index > 0 { out.raw(",") }
+                out.string(identifier)
+                out.raw(":{\"anchor\":")
+                out.string(grant.anchorClientId)
+                if let secret = grant.deviceSecret {
+                    out.raw(",\"deviceSecret\":")
+                    out.string(secret.secret)
+                }
+                if let family = grant.family {
+                    out.raw(",\"family\":")
+                    out.string(family)
+                }
+                if let secret = grant.deviceSecret {
+                    out.raw(",\"idToken\":")
+                    out.string(secret.idToken)
+                }
+                out.raw("}")
+            }
+            out.raw("}")
+        }
         out.raw(",\"version\":\(currentVersion)}")
         return out.bytes
     }
@@ -228,7 +258,43 @@ enum StateFileFormat {
             return account
         }
         let clients = try readClients(&reader, at: offsets["clients"], account: reference)
-        return Loaded(state: BrokerState(deviceId: deviceId, current: current, clients: clients), version: 2, droppedAccessTokens: 0)
+        let singleSignOn = try reader.at(offsets["singleSignOn"], readSingleSignOn) ?? [:]
+        return Loaded(state: BrokerState(deviceId: deviceId, current: current, clients: clients, singleSignOn: singleSignOn),
+                      version: 2, droppedAccessTokens: 0)
+    }
+
+    /// The `singleSignOn` object: per account identifier, `anchor` (required), `family`, and
+    /// `deviceSecret` with `idToken` (both or neither).
+    private static func readSingleSignOn(_ reader: inout JSONReader) throws(JSONReader.Problem) -> [String: SingleSignOnGrant] {
+        try reader.expect(.object, "singleSignOn")
+        try reader.openObject()
+        var grants: [String: SingleSignOnGrant] = [:]
+        var first = true
+        while let identifier = try reader.nextKey(first: first) {
+            first = false
+            let path = "singleSignOn[\(identifier)]"
+            try reader.expect(.object, path)
+            try reader.openObject()
+            var anchor: String?, family: String?, secret: String?, idToken: String?
+            var firstField = true
+            while let field = try reader.nextKey(first: firstField) {
+                firstField = false
+                switch field {
+                case "anchor": anchor = try reader.readString("\(path).anchor")
+                case "family": family = try reader.readStringOrNull("\(path).family")
+                case "deviceSecret": secret = try reader.readStringOrNull("\(path).deviceSecret")
+                case "idToken": idToken = try reader.readStringOrNull("\(path).idToken")
+                default: try reader.skipValue()
+                }
+            }
+            guard let anchor else { throw .shape("\(path) names no anchor") }
+            guard (secret == nil) == (idToken == nil) else {
+                throw .shape("\(path) has a device secret without its ID token, or an ID token without its device secret")
+            }
+            let deviceSecret = secret.flatMap { secret in idToken.map { DeviceSecret(secret: secret, idToken: $0) } }
+            grants[identifier] = SingleSignOnGrant(anchorClientId: anchor, deviceSecret: deviceSecret, family: family)
+        }
+        return grants
     }
 
     private static func version1(_ reader: inout JSONReader, _ offsets: [String: Int], version: Int) throws(JSONReader.Problem) -> Loaded {

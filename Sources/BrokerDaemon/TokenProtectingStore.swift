@@ -58,15 +58,25 @@ struct StoredTokens: Codable, Equatable, Sendable {
         static func == (a: Client, b: Client) -> Bool { a.account == b.account && a.refreshToken == b.refreshToken }
     }
 
+    /// Native SSO's device secret of an account's sign-in, with its ID token.
+    struct DeviceSecretEntry: Codable, Equatable, Sendable {
+        var deviceSecret: String
+        var idToken: String
+    }
+
     var version = Self.currentVersion
     var clients: [String: Client] = [:]
+    /// Per account identifier (absent from items that older brokerds wrote).
+    var singleSignOn: [String: DeviceSecretEntry]? = nil
 
-    var isEmpty: Bool { clients.isEmpty }
+    var isEmpty: Bool { clients.isEmpty && (singleSignOn ?? [:]).isEmpty }
 
     /// Access tokens a version 1 item held, not kept.
     var droppedAccessTokens: Int { clients.values.reduce(0) { $0 + $1.droppedAccessTokens } }
 
-    static func == (a: StoredTokens, b: StoredTokens) -> Bool { a.clients == b.clients }
+    static func == (a: StoredTokens, b: StoredTokens) -> Bool {
+        a.clients == b.clients && (a.singleSignOn ?? [:]) == (b.singleSignOn ?? [:])
+    }
 }
 
 /// Keeps the tokens half of the state (`StoredTokens`) somewhere safer than the state file.
@@ -130,6 +140,13 @@ final class TokenProtectingStore: StateStore {
             }
             publicPart.clients[clientId] = ClientRecord(lastSeen: record.lastSeen, account: record.account)
         }
+        var deviceSecrets: [String: StoredTokens.DeviceSecretEntry] = [:]
+        for (identifier, grant) in state.singleSignOn {
+            guard let secret = grant.deviceSecret else { continue }
+            deviceSecrets[identifier] = StoredTokens.DeviceSecretEntry(deviceSecret: secret.secret, idToken: secret.idToken)
+            publicPart.singleSignOn[identifier]?.deviceSecret = nil
+        }
+        tokens.singleSignOn = deviceSecrets.isEmpty ? nil : deviceSecrets
         return (publicPart, tokens)
     }
 
@@ -152,12 +169,18 @@ final class TokenProtectingStore: StateStore {
             record.refreshToken = entry.refreshToken
             merged.clients[clientId] = record
         }
+        // A device secret goes back to the grant of its account; one whose grant the file lacks
+        // belongs to a sign-in that is over.
+        for (identifier, entry) in tokens.singleSignOn ?? [:] where merged.singleSignOn[identifier] != nil {
+            merged.singleSignOn[identifier]?.deviceSecret = DeviceSecret(secret: entry.deviceSecret, idToken: entry.idToken)
+        }
         return merged
     }
 
     /// Whether `state` holds any token (a state file written by `--token-storage plaintext-file`).
     static func hasTokens(_ state: BrokerState) -> Bool {
         state.clients.values.contains { $0.refreshToken != nil || !$0.accessTokens.isEmpty }
+            || state.singleSignOn.values.contains { $0.deviceSecret != nil }
     }
 }
 

@@ -74,6 +74,11 @@ public enum IdentityError: Error, Sendable, Equatable, CustomStringConvertible {
             if status >= 500 || status == 429 {
                 return BrokerFailure([429, 502, 503, 504].contains(status) ? .serverUnavailable : .serverError, text)
             }
+            if kind.isSingleSignOn {
+                // Whatever the provider refuses here (a dead grant, a client it may not serve,
+                // a grant type it stopped taking), the way on is another mechanism or a person.
+                return BrokerFailure(.interactionRequired, "the provider refused \(kind.request) (\(text))")
+            }
             switch error {
             case "invalid_client", "unauthorized_client":
                 return BrokerFailure(.unknownClient, "the provider does not know this clientId: \(text)")
@@ -103,7 +108,9 @@ public enum IdentityError: Error, Sendable, Equatable, CustomStringConvertible {
 
 /// Which grant a provider answer belongs to; the same OAuth error means different things.
 enum GrantKind: Sendable {
-    case password, refresh, code, other
+    case password, refresh, code, authorizationCode, other
+    /// Single sign-on: Native SSO's or RFC 8693's token exchange, a family refresh token redeemed for another app.
+    case deviceSecretExchange, tokenExchange, familyRefresh
 
     /// The token request of this kind, in words, for messages.
     var request: String {
@@ -111,7 +118,16 @@ enum GrantKind: Sendable {
         case .password: "the password sign-in's token request"
         case .refresh: "the token refresh"
         case .code: "the one-time code's token request"
+        case .authorizationCode: "the authorization code's token request"
         case .other: "the token request"
+        case .deviceSecretExchange: "the Native SSO token exchange"
+        case .tokenExchange: "the token exchange"
+        case .familyRefresh: "the family refresh token"
         }
     }
+
+    /// A sign-in by a person: the grants that may ask for Native SSO's device secret.
+    var isSignIn: Bool { self == .password || self == .code || self == .authorizationCode }
+
+    var isSingleSignOn: Bool { self == .deviceSecretExchange || self == .tokenExchange || self == .familyRefresh }
 }

@@ -25,7 +25,7 @@ extension OIDCProvider {
         let nonce = Self.randomURLSafe(bytes: 16)
         var query: [(String, String)] = [
             ("client_id", clientId), ("response_type", "code"), ("redirect_uri", listener.redirectURI),
-            ("scope", scopes.joined), ("state", state), ("nonce", nonce),
+            ("scope", Self.scopeParameter(scopes, kind: .authorizationCode, endpoints: endpoints)), ("state", state), ("nonce", nonce),
             ("code_challenge", Self.base64URL(Array(SHA256.hash(data: Array(verifier.utf8))))),
             ("code_challenge_method", "S256"),
         ]
@@ -54,7 +54,7 @@ extension OIDCProvider {
             throw BrokerFailure(.serverError, "the provider's redirect carries neither a code nor an error")
         }
         return try await requester.withBudget { () async throws(BrokerFailure) -> ProviderTokens in
-            try await grant(.other, clientId: clientId, scopes: scopes, nonce: nonce, fields: [
+            try await grant(.authorizationCode, clientId: clientId, scopes: scopes, nonce: nonce, fields: [
                 ("grant_type", "authorization_code"), ("code", code), ("redirect_uri", listener.redirectURI),
                 ("code_verifier", verifier),
             ])

@@ -99,12 +99,18 @@ public final class OIDCProvider: IdentityProvider {
     }
 
     /// RFC 7009 revocation is idempotent (revoking twice is revoking once), so it is retried.
-    public func revoke(clientId: String, refreshToken: String) async throws -> EndpointOutcome {
+    /// A device secret is sent with the hint `device_secret`, which RFC 7009 2.1 lets a provider
+    /// that does not know it ignore (it then looks the token up by itself).
+    public func revoke(clientId: String, token: RevocableToken) async throws -> EndpointOutcome {
         try await requester.withBudget { () async throws(BrokerFailure) -> EndpointOutcome in
             let endpoints = try await endpoints(for: .other)
             guard let revocation = endpoints.revocationEndpoint else { return .notOffered }
+            let (value, hint) = switch token {
+            case .refreshToken(let value): (value, "refresh_token")
+            case .deviceSecret(let value): (value, "device_secret")
+            }
             var request = HTTPRequest.postForm(revocation, fields: authenticated(clientId, [
-                ("token", refreshToken), ("token_type_hint", "refresh_token"),
+                ("token", value), ("token_type_hint", hint),
             ]))
             addBasicAuthentication(clientId, to: &request)
             let response = try await send(request, kind: .other, what: "the token revocation", replay: .idempotent)
@@ -133,8 +139,9 @@ public final class OIDCProvider: IdentityProvider {
                 throw error.brokerFailure(during: kind, host: host)
             }
         }
-        var request = HTTPRequest.postForm(endpoints.tokenEndpoint,
-                                           fields: authenticated(clientId, fields + [("scope", scopes.joined)]))
+        var request = HTTPRequest.postForm(endpoints.tokenEndpoint, fields: authenticated(clientId, fields + [
+            ("scope", Self.scopeParameter(scopes, kind: kind, endpoints: endpoints)),
+        ]))
         addBasicAuthentication(clientId, to: &request)
         let response = try await send(request, kind: kind, what: kind.request, replay: .oneTime)
         guard response.status == 200 else { throw Self.oauthError(response).brokerFailure(during: kind, host: host) }
@@ -154,6 +161,10 @@ public final class OIDCProvider: IdentityProvider {
         guard body["token_type"]?.string?.lowercased() == "bearer" else {
             throw IdentityError.badResponse("the token response's token_type is not Bearer")
         }
+        // RFC 8693 2.2.1: an exchange says what it issued; the broker asks for access tokens only.
+        if let issued = body["issued_token_type"], issued.string != Self.tokenTypeAccessToken {
+            throw IdentityError.badResponse("the token exchange issued something other than an access token (issued_token_type)")
+        }
         // RFC 6749 5.1: seconds of life. Anything beyond a year is treated as a year, so no
         // answer can overflow the expiry or keep a token cached for ever.
         let expiresIn = min(max(0, body["expires_in"]?.int64 ?? 3600), Self.maximumTokenLifetime)
@@ -168,10 +179,13 @@ public final class OIDCProvider: IdentityProvider {
             // No ID token (allowed for refresh, RFC 6749 6): ask userinfo who this is.
             claims = try await userinfo(accessToken: accessToken, endpoints: endpoints)
         }
+        let refreshToken = body["refresh_token"]?.string
         return ProviderTokens(
             accessToken: accessToken, expiresOn: clock.now().addingReportingOverflow(expiresIn).partialValue,
-            refreshToken: body["refresh_token"]?.string, idToken: idToken, grantedScopes: granted,
-            account: try claims.account(environment: parsedAuthority.hostAndPort, fallbackTenant: fallbackTenant))
+            refreshToken: refreshToken, idToken: idToken, grantedScopes: granted,
+            account: try claims.account(environment: parsedAuthority.hostAndPort, fallbackTenant: fallbackTenant),
+            deviceSecret: deviceSecret(in: body, boundTo: claims, clientId: clientId),
+            family: refreshToken == nil ? nil : Self.family(in: body))
     }
 
     private func userinfo(accessToken: String, endpoints: ProviderMetadata) async throws(IdentityError) -> IdentityClaims {

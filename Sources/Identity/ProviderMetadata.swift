@@ -10,6 +10,16 @@ public struct ProviderMetadata: Sendable, Equatable {
     public var revocationEndpoint: String?
     /// RP-initiated logout; absent when the provider offers none.
     public var endSessionEndpoint: String?
+    /// OpenID Connect Native SSO (`native_sso_supported`): sign-ins may ask for a device secret.
+    public var nativeSSOSupported = false
+    /// The grant types the token endpoint takes (`grant_types_supported`); nil when not said.
+    public var grantTypesSupported: [String]?
+
+    /// RFC 8693's grant type.
+    public static let tokenExchangeGrant = "urn:ietf:params:oauth:grant-type:token-exchange"
+
+    /// Whether the token endpoint takes RFC 8693 token exchange.
+    public var offersTokenExchange: Bool { grantTypesSupported?.contains(Self.tokenExchangeGrant) ?? false }
 
     /// Reads a discovery document, checking that it belongs to `authority` (its `issuer` must be
     /// the authority, section 4.3) and that every endpoint is HTTPS (or loopback HTTP).
@@ -32,12 +42,15 @@ public struct ProviderMetadata: Sendable, Equatable {
             return value
         }
         _ = try Authority.checkedHost(of: token)
-        return ProviderMetadata(
+        var metadata = ProviderMetadata(
             issuer: issuer, tokenEndpoint: token,
             authorizationEndpoint: try endpoint("authorization_endpoint"),
             jwksURI: try endpoint("jwks_uri"),
             userinfoEndpoint: try endpoint("userinfo_endpoint"),
             revocationEndpoint: try endpoint("revocation_endpoint"),
             endSessionEndpoint: try endpoint("end_session_endpoint"))
+        metadata.nativeSSOSupported = document["native_sso_supported"] == .bool(true)
+        metadata.grantTypesSupported = document["grant_types_supported"]?.array?.compactMap(\.string)
+        return metadata
     }
 }

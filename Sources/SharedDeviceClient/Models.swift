@@ -37,6 +37,10 @@ public enum DeviceMode: String, Sendable, Codable {
     case `default`
 }
 
+/// How the provider lets one app's sign-in give other apps tokens of their own: the contract's
+/// own values (`native-sso`, `family-refresh-token`, `token-exchange`).
+public typealias SingleSignOnMechanism = BrokerAPI.SingleSignOnMechanism
+
 /// What the broker tells about the device.
 public struct DeviceInformation: Sendable, Equatable, Codable {
     /// Shared or default.
@@ -51,6 +55,9 @@ public struct DeviceInformation: Sendable, Equatable, Codable {
     public var authority: String
     /// More facts (hostname, OS, ...).
     public var extraDeviceInformation: [String: String]
+    /// How the provider lets one app's sign-in give other apps tokens of their own, in the order
+    /// the broker uses them; empty when it offers none, nil while the broker has not reached it.
+    public var singleSignOn: [SingleSignOnMechanism]?
 }
 
 /// Where a one-time code was sent (``SignInCodeRequiredState``).

@@ -47,7 +47,9 @@ enum ReplyDecoding {
             deviceId: dict[DeviceInformationKey.deviceId]?.string ?? "",
             tenantId: dict[DeviceInformationKey.tenantId]?.string ?? "",
             authority: dict[DeviceInformationKey.authority]?.string ?? "",
-            extraDeviceInformation: dict[DeviceInformationKey.extraDeviceInformation]?.stringDict ?? [:])
+            extraDeviceInformation: dict[DeviceInformationKey.extraDeviceInformation]?.stringDict ?? [:],
+            // A mechanism a newer broker names and this library does not know is left out.
+            singleSignOn: dict[DeviceInformationKey.singleSignOn]?.stringArray?.compactMap(SingleSignOnMechanism.init(rawValue:)))
     }
 
     static func accountChange(_ arguments: [DBusValue]) throws(BrokerError) -> AccountChange {

@@ -19,10 +19,16 @@ struct DeviceInfo: ParsableCommand {
             if common.json { return Output.json(info) }
             var rows = [("Device mode", info.deviceMode.rawValue), ("Broker version", info.brokerVersion),
                         ("Device id", info.deviceId), ("Tenant", info.tenantId.isEmpty ? "(not set)" : info.tenantId),
-                        ("Authority", info.authority)]
+                        ("Authority", info.authority), ("Single sign-on", Self.describe(info.singleSignOn))]
             rows += info.extraDeviceInformation.sorted { $0.key < $1.key }.map { ($0.key, $0.value) }
             Output.fields(rows)
         }
+    }
+
+    static func describe(_ singleSignOn: [SingleSignOnMechanism]?) -> String {
+        guard let singleSignOn else { return "unknown (the broker has not reached the identity provider yet)" }
+        guard !singleSignOn.isEmpty else { return "none (each app signs in for itself)" }
+        return singleSignOn.map(\.rawValue).joined(separator: ", ")
     }
 }
 

@@ -41,8 +41,11 @@ final class ScriptedProvider: IdentityProvider, @unchecked Sendable {
         return tokens(for: username, clientId: clientId, scopes: scopes)
     }
 
-    func revoke(clientId: String, refreshToken: String) async throws -> EndpointOutcome {
-        lock.withLock { _ in _revoked.append(refreshToken) }
+    func revoke(clientId: String, token: RevocableToken) async throws -> EndpointOutcome {
+        let value = switch token {
+        case .refreshToken(let value), .deviceSecret(let value): value
+        }
+        lock.withLock { _ in _revoked.append(value) }
         return .done
     }
 
@@ -55,16 +58,68 @@ final class ScriptedProvider: IdentityProvider, @unchecked Sendable {
     func submitCode(clientId: String, continuationToken: String, code: String, scopes: Scopes) async throws -> ProviderTokens {
         throw BrokerFailure(.notSupported, "not scripted")
     }
+    private var _interactiveRequests: [InteractiveRequest] = []
+    var interactiveRequests: [InteractiveRequest] { lock.withLock { _ in _interactiveRequests } }
     func signInInteractively(clientId: String, scopes: Scopes, request: InteractiveRequest) async throws -> ProviderTokens {
+        lock.withLock { _ in _interactiveRequests.append(request) }
         throw BrokerFailure(.notSupported, "not scripted")
     }
     func endBrowserSession(clientId: String, idTokenHint: String?) async throws -> EndpointOutcome { .notOffered }
 
+    // Single sign-on, scripted: `singleSignOn` is what discovery advertises; `deviceSecrets`
+    // issues a device secret with every sign-in, `family` a family with every refresh token.
+    var singleSignOn: Set<SingleSignOnMechanism> = []
+    var deviceSecrets = false
+    var family: String?
+    /// Client ids the provider refuses single sign-on to.
+    var refusedClients: Set<String> = []
+    /// Set to make single sign-on requests wait until the test opens the gate.
+    var exchangeGate: AsyncStream<Void>?
+
+    /// Makes the provider offer `mechanism` as a real one would: in discovery, or in its token responses.
+    func offer(_ mechanism: SingleSignOnMechanism) {
+        switch mechanism {
+        case .nativeSSO: singleSignOn.insert(.nativeSSO); deviceSecrets = true
+        case .familyRefreshToken: family = "1"
+        case .tokenExchange: singleSignOn.insert(.tokenExchange)
+        }
+    }
+    private var _exchanges: [String] = []
+    /// "<mechanism>:<clientId>" per single sign-on request, in order.
+    var exchanges: [String] { lock.withLock { _ in _exchanges } }
+
+    func singleSignOnSupport() async throws -> Set<SingleSignOnMechanism> { singleSignOn }
+
+    func exchangeDeviceSecret(clientId: String, deviceSecret: DeviceSecret, scopes: Scopes) async throws -> ProviderTokens {
+        try await exchange(.nativeSSO, clientId: clientId, credential: deviceSecret.secret, scopes: scopes)
+    }
+    func redeemFamilyRefreshToken(clientId: String, refreshToken: String, scopes: Scopes) async throws -> ProviderTokens {
+        try await exchange(.familyRefreshToken, clientId: clientId, credential: refreshToken, scopes: scopes)
+    }
+    func exchangeToken(clientId: String, subject: SubjectToken, scopes: Scopes) async throws -> ProviderTokens {
+        let value = switch subject {
+        case .accessToken(let value), .refreshToken(let value): value
+        }
+        return try await exchange(.tokenExchange, clientId: clientId, credential: value, scopes: scopes)
+    }
+
+    /// Credentials name their user: "ds|<username>", "rt-N|<username>|<client>", access tokens "at-N|<username>".
+    private func exchange(_ mechanism: SingleSignOnMechanism, clientId: String, credential: String, scopes: Scopes) async throws -> ProviderTokens {
+        lock.withLock { _ in _exchanges.append("\(mechanism.rawValue):\(clientId)") }
+        if refusedClients.contains(clientId) || revoked.contains(credential) {
+            throw BrokerFailure(.interactionRequired, "refused")
+        }
+        // Held after the checks: the provider granted the request, its answer is on the way.
+        if let gate = exchangeGate { for await _ in gate { break } }
+        return tokens(for: credential.components(separatedBy: "|")[1], clientId: clientId, scopes: scopes)
+    }
+
     private func tokens(for username: String, clientId: String, scopes: Scopes) -> ProviderTokens {
         let n = lock.withLock { _ in rotation += 1; return rotation }
-        return ProviderTokens(accessToken: "at-\(n)", expiresOn: clock.now() + 3600,
+        return ProviderTokens(accessToken: "at-\(n)|\(username)", expiresOn: clock.now() + 3600,
                               refreshToken: "rt-\(n)|\(username)|\(clientId)", idToken: "id-\(n)",
-                              grantedScopes: scopes, account: Self.account(username))
+                              grantedScopes: scopes, account: Self.account(username),
+                              deviceSecret: deviceSecrets ? "ds|\(username)" : nil, family: family)
     }
 }
 

@@ -1,0 +1,194 @@
+import Synchronization
+
+/// Single sign-on between apps: once one app has signed a user in, any other app's silent call
+/// for that account gets tokens of its own (issued to its clientId, for the scopes it asks),
+/// without a person. The broker uses the provider's standard mechanisms, in this order:
+///
+/// 1. OpenID Connect Native SSO: the sign-in's device secret and ID token, exchanged for the app.
+/// 2. A family refresh token (Entra's `foci`) of the signing-in app, redeemed for the app.
+/// 3. OAuth 2.0 Token Exchange (RFC 8693) of the signing-in app's token.
+///
+/// A mechanism the provider refuses for this app (`.interactionRequired`) passes to the next;
+/// when none is left the app gets `.interactionRequired`, saying why, and nothing else changes.
+/// Tokens of one app are never handed to another: each app gets its own from the provider.
+extension Broker {
+    /// The account a silent call of `clientId` is for: its own (the device's in shared mode), or
+    /// in default mode, an account another app signed in with and single sign-on can serve.
+    nonisolated func silentAccount(clientId: String, accountId: String, in state: BrokerState) throws(BrokerFailure) -> Account {
+        if configuration.deviceMode == .default, state.clients[clientId]?.account == nil, !accountId.isEmpty,
+           let account = singleSignOnAccount(accountId, in: state) {
+            return account
+        }
+        return try signedInAccount(clientId: clientId, accountId: accountId, in: state)
+    }
+
+    /// The account whose sign-in made the grant for `identifier`, while that sign-in stands.
+    nonisolated func singleSignOnAccount(_ identifier: String, in state: BrokerState) -> Account? {
+        guard let grant = state.singleSignOn[identifier],
+              let account = state.clients[grant.anchorClientId]?.account, account.identifier == identifier
+        else { return nil }
+        return account
+    }
+
+    /// Tokens of `clientId`'s own for `account` through a grant another app's sign-in made.
+    /// Runs as the app's single flight (``Broker/refreshes``), so concurrent first calls of one app
+    /// make one exchange.
+    func signInThroughSingleSignOn(clientId: String, scopes: Scopes, account: Account, correlationId: String,
+                                   startGeneration: UInt64) async throws(BrokerFailure) -> TokenResult {
+        let state = self.state
+        guard let grant = state.singleSignOn[account.identifier], singleSignOnAccount(account.identifier, in: state) != nil else {
+            throw BrokerFailure(.interactionRequired,
+                "this app holds no refresh token for \(account.username), and no sign-in of another app on this device "
+                + "can give it one; sign in interactively")
+        }
+        let offered = try await singleSignOnOffered(correlationId)
+        let anchor = state.clients[grant.anchorClientId]
+        let provider = self.provider
+        var refusals: [String] = []
+        for mechanism in SingleSignOnMechanism.allCases {
+            let attempt: @Sendable () async throws -> ProviderTokens
+            switch mechanism {
+            case .nativeSSO:
+                guard offered.contains(.nativeSSO), let deviceSecret = grant.deviceSecret else { continue }
+                attempt = { try await provider.exchangeDeviceSecret(clientId: clientId, deviceSecret: deviceSecret, scopes: scopes) }
+            case .familyRefreshToken:
+                guard grant.family != nil, grant.anchorClientId != clientId, let familyToken = anchor?.refreshToken else { continue }
+                attempt = { try await provider.redeemFamilyRefreshToken(clientId: clientId, refreshToken: familyToken, scopes: scopes) }
+            case .tokenExchange:
+                guard offered.contains(.tokenExchange), grant.anchorClientId != clientId,
+                      let subject = anchor.flatMap({ exchangeSubject(of: $0) })
+                else { continue }
+                attempt = { try await provider.exchangeToken(clientId: clientId, subject: subject, scopes: scopes) }
+            }
+            do {
+                let tokens = try await callProvider(correlationId, attempt)
+                logger.info("tokens through single sign-on", metadata: [
+                    "clientId": "\(clientId)", "mechanism": "\(mechanism.rawValue)", "correlationId": "\(correlationId)"])
+                return try adoptSingleSignOn(tokens, clientId: clientId, scopes: scopes, account: account,
+                                             correlationId: correlationId, startGeneration: startGeneration)
+            } catch where error.code == .interactionRequired {
+                logger.info("single sign-on refused", metadata: [
+                    "clientId": "\(clientId)", "mechanism": "\(mechanism.rawValue)", "correlationId": "\(correlationId)"])
+                refusals.append("\(mechanism.rawValue): \(error.message)")
+            }
+        }
+        if refusals.isEmpty {
+            throw BrokerFailure(.interactionRequired,
+                "the identity provider offers no single sign-on between apps (neither OpenID Connect Native SSO, family "
+                + "refresh tokens nor OAuth 2.0 token exchange), so this app must sign \(account.username) in interactively")
+        }
+        throw BrokerFailure(.interactionRequired,
+            "the identity provider refused single sign-on for this app (\(refusals.joined(separator: "; "))); "
+            + "sign \(account.username) in interactively")
+    }
+
+    /// The signing-in app's token an RFC 8693 exchange presents: a live access token, else its
+    /// refresh token (after a restart access tokens are gone: they are kept in memory only).
+    private nonisolated func exchangeSubject(of anchor: ClientRecord) -> SubjectToken? {
+        let now = clock.now()
+        let live = anchor.accessTokens.values
+            .filter {
+                let (lifeLeft, overflowed) = $0.expiresOn.subtractingReportingOverflow(now)
+                return !overflowed && lifeLeft > configuration.expiryMarginSeconds
+            }
+            .max { $0.expiresOn < $1.expiresOn }
+        if let live { return .accessToken(live.accessToken) }
+        return anchor.refreshToken.map(SubjectToken.refreshToken)
+    }
+
+    /// Stores the app's new tokens; a new device secret or a family the provider named updates the grant.
+    private func adoptSingleSignOn(_ tokens: ProviderTokens, clientId: String, scopes: Scopes, account: Account,
+                                   correlationId: String, startGeneration: UInt64) throws(BrokerFailure) -> TokenResult {
+        guard generation == startGeneration, singleSignOnAccount(account.identifier, in: state) == account else {
+            throw BrokerFailure(.noAccount, "\(account.username) was signed out while single sign-on got this app's token")
+        }
+        guard tokens.account.identifier == account.identifier else {
+            throw BrokerFailure(.serverError,
+                "the provider answered single sign-on for \(account.username) with another user (\(tokens.account.username))")
+        }
+        var next = state
+        var record = next.clients[clientId] ?? ClientRecord()
+        if record.account?.identifier != account.identifier { record.dropTokens() }
+        record.account = account
+        // An exchange may issue no refresh token: then the next expiry exchanges again.
+        record.refreshToken = tokens.refreshToken
+        record.accessTokens[scopes.joined] = CachedAccessToken(
+            accessToken: tokens.accessToken, expiresOn: tokens.expiresOn, idToken: tokens.idToken, scopes: scopes)
+        next.clients[clientId] = record
+        next.singleSignOn[account.identifier]?.update(with: tokens, from: clientId)
+        try commit(next)
+        return TokenResult(accessToken: tokens.accessToken, expiresOn: tokens.expiresOn, idToken: tokens.idToken,
+                           scopes: scopes, account: account, authority: provider.authority, correlationId: correlationId)
+    }
+
+    /// The mechanisms the provider advertises, from its discovery document (read once).
+    private func singleSignOnOffered(_ correlationId: String) async throws(BrokerFailure) -> Set<SingleSignOnMechanism> {
+        let provider = self.provider
+        let offered = try await callProvider(correlationId) { try await provider.singleSignOnSupport() }
+        singleSignOnKnowledge.withLock { $0.advertised = offered }
+        return offered
+    }
+
+    /// Reads what the provider offers for single sign-on from its discovery document, in the
+    /// background, unless it is known or being read: `GetDeviceInformation` never waits for the
+    /// network, and asks again (through ``deviceInformation()``) while the answer is unknown.
+    public nonisolated func learnSingleSignOnSupport() {
+        let start = singleSignOnKnowledge.withLock { knowledge -> Bool in
+            guard knowledge.advertised == nil, !knowledge.reading else { return false }
+            knowledge.reading = true
+            return true
+        }
+        guard start else { return }
+        let provider = self.provider
+        Task {
+            var offered: Set<SingleSignOnMechanism>?
+            do {
+                offered = try await provider.singleSignOnSupport()
+            } catch {
+                logger.info("the provider's single sign-on support is not known yet: its discovery document could not be read",
+                            metadata: ["error": "\(Self.describe(error))"])
+            }
+            singleSignOnKnowledge.withLock { knowledge in
+                knowledge.reading = false
+                if let offered { knowledge.advertised = offered }
+            }
+        }
+    }
+
+    /// The mechanisms known so far: those discovery advertises, and family refresh tokens once a
+    /// token response showed them.
+    nonisolated func knownSingleSignOn() -> [SingleSignOnMechanism]? {
+        let familySeen = state.singleSignOn.values.contains { $0.family != nil }
+        return singleSignOnKnowledge.withLock { knowledge -> [SingleSignOnMechanism]? in
+            if familySeen { knowledge.familySeen = true }
+            guard var offered = knowledge.advertised else { return nil }
+            if knowledge.familySeen { offered.insert(.familyRefreshToken) }
+            return offered.sorted()
+        }
+    }
+}
+
+/// What the broker has learnt of the provider's single sign-on support.
+struct SingleSignOnKnowledge: Sendable {
+    /// From the discovery document; nil until it has been read.
+    var advertised: Set<SingleSignOnMechanism>?
+    /// A token response carried a family (`foci`); providers do not advertise it otherwise.
+    var familySeen = false
+    /// The discovery document is being read for it.
+    var reading = false
+}
+
+extension SingleSignOnGrant {
+    /// Takes what a token response of `clientId` adds to single sign-on: a device secret (a new
+    /// one replaces the old, as the provider may rotate it) and a family, which makes that
+    /// app's refresh token the family refresh token when the grant had none.
+    mutating func update(with tokens: ProviderTokens, from clientId: String) {
+        if let secret = tokens.deviceSecret, let idToken = tokens.idToken {
+            deviceSecret = DeviceSecret(secret: secret, idToken: idToken)
+        }
+        if let family = tokens.family, tokens.refreshToken != nil, self.family == nil || anchorClientId == clientId {
+            anchorClientId = clientId
+            self.family = family
+        }
+    }
+}
