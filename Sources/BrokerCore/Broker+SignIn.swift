@@ -92,9 +92,12 @@ extension Broker {
         let startGeneration = generation
         let correlationId = Self.newCorrelationId()
         let id = flowId.isEmpty ? correlationId : flowId
-        // The account the app would get silently, were single sign-on possible: no account picker.
-        let hint = loginHint.flatMap { $0.isEmpty ? nil : $0 } ?? account(for: clientId)?.username
-        let request = InteractiveRequest(prompt: prompt, loginHint: hint, timeout: configuration.interactiveTimeout)
+        // Someone is signed in for this app (the device's account in shared mode): that is the
+        // account to sign in, so the provider is given it and shows no account picker.
+        let holder = account(for: clientId)
+        let hint = loginHint.flatMap { $0.isEmpty ? nil : $0 } ?? holder?.username
+        let request = InteractiveRequest(prompt: holder != nil && prompt == .selectAccount ? nil : prompt, loginHint: hint,
+                                         timeout: configuration.interactiveTimeout)
         let task = Task {
             try await self.provider.signInInteractively(clientId: clientId, scopes: scopes, request: request)
         }

@@ -1,5 +1,3 @@
-import Synchronization
-
 /// Single sign-on between apps: once one app has signed a user in, any other app's silent call
 /// for that account gets tokens of its own (issued to its clientId, for the scopes it asks),
 /// without a person. The broker uses the provider's standard mechanisms, in this order:
@@ -72,10 +70,18 @@ extension Broker {
                 refusals.append("\(mechanism.rawValue): \(error.message)")
             }
         }
-        if refusals.isEmpty {
+        if refusals.isEmpty && offered.isEmpty && grant.family == nil {
             throw BrokerFailure(.interactionRequired,
                 "the identity provider offers no single sign-on between apps (neither OpenID Connect Native SSO, family "
                 + "refresh tokens nor OAuth 2.0 token exchange), so this app must sign \(account.username) in interactively")
+        }
+        if refusals.isEmpty {
+            // Offered, but this sign-in holds nothing it takes: a device secret lost with
+            // `--token-storage memory`, say, or the signing-in app's own tokens gone.
+            throw BrokerFailure(.interactionRequired,
+                "the sign-in of \(account.username) on this device holds nothing the provider's single sign-on "
+                + "(\(offered.union(grant.family == nil ? [] : [.familyRefreshToken]).sorted().map(\.rawValue).joined(separator: ", "))) "
+                + "can use; sign in interactively")
         }
         throw BrokerFailure(.interactionRequired,
             "the identity provider refused single sign-on for this app (\(refusals.joined(separator: "; "))); "
@@ -124,58 +130,23 @@ extension Broker {
     /// The mechanisms the provider advertises, from its discovery document (read once).
     private func singleSignOnOffered(_ correlationId: String) async throws(BrokerFailure) -> Set<SingleSignOnMechanism> {
         let provider = self.provider
-        let offered = try await callProvider(correlationId) { try await provider.singleSignOnSupport() }
-        singleSignOnKnowledge.withLock { $0.advertised = offered }
-        return offered
+        return try await callProvider(correlationId) { try await provider.singleSignOnSupport() }
     }
 
-    /// Reads what the provider offers for single sign-on from its discovery document, in the
-    /// background, unless it is known or being read: `GetDeviceInformation` never waits for the
-    /// network, and asks again (through ``deviceInformation()``) while the answer is unknown.
-    public nonisolated func learnSingleSignOnSupport() {
-        let start = singleSignOnKnowledge.withLock { knowledge -> Bool in
-            guard knowledge.advertised == nil, !knowledge.reading else { return false }
-            knowledge.reading = true
-            return true
-        }
-        guard start else { return }
-        let provider = self.provider
-        Task {
-            var offered: Set<SingleSignOnMechanism>?
-            do {
-                offered = try await provider.singleSignOnSupport()
-            } catch {
-                logger.info("the provider's single sign-on support is not known yet: its discovery document could not be read",
-                            metadata: ["error": "\(Self.describe(error))"])
-            }
-            singleSignOnKnowledge.withLock { knowledge in
-                knowledge.reading = false
-                if let offered { knowledge.advertised = offered }
-            }
-        }
-    }
-
-    /// The mechanisms known so far: those discovery advertises, and family refresh tokens once a
-    /// token response showed them.
+    /// The mechanisms known so far, for `GetDeviceInformation` (which never waits for the
+    /// network): those the provider's discovery document advertises once a call has read it, and
+    /// family refresh tokens once a token response showed them.
     nonisolated func knownSingleSignOn() -> [SingleSignOnMechanism]? {
-        let familySeen = state.singleSignOn.values.contains { $0.family != nil }
-        return singleSignOnKnowledge.withLock { knowledge -> [SingleSignOnMechanism]? in
-            if familySeen { knowledge.familySeen = true }
-            guard var offered = knowledge.advertised else { return nil }
-            if knowledge.familySeen { offered.insert(.familyRefreshToken) }
-            return offered.sorted()
+        let familyInState = state.singleSignOn.values.contains { $0.family != nil }
+        // Remembered past the grant that showed it: a sign-out does not change the provider.
+        let familySeen = singleSignOnFamilySeen.withLock { seen in
+            if familyInState { seen = true }
+            return seen
         }
+        guard var offered = provider.singleSignOnSupportIfKnown else { return nil }
+        if familySeen { offered.insert(.familyRefreshToken) }
+        return offered.sorted()
     }
-}
-
-/// What the broker has learnt of the provider's single sign-on support.
-struct SingleSignOnKnowledge: Sendable {
-    /// From the discovery document; nil until it has been read.
-    var advertised: Set<SingleSignOnMechanism>?
-    /// A token response carried a family (`foci`); providers do not advertise it otherwise.
-    var familySeen = false
-    /// The discovery document is being read for it.
-    var reading = false
 }
 
 extension SingleSignOnGrant {

@@ -34,8 +34,8 @@ public actor Broker {
     private var refreshes: [String: (scopes: Scopes, task: Task<TokenResult, any Error>)] = [:]
     /// Sign-ins waiting for a code or for the browser, by flowId.
     var flows = SignInFlows()
-    /// What the provider offers for single sign-on between apps, as far as the broker knows.
-    let singleSignOnKnowledge = Mutex(SingleSignOnKnowledge())
+    /// A token response showed a family (`foci`): the provider offers family refresh tokens.
+    let singleSignOnFamilySeen = Mutex(false)
 
     /// - Parameters:
     ///   - initialState: what the store held at start, or nil for a new device.
@@ -62,13 +62,11 @@ public actor Broker {
     public nonisolated var snapshot: BrokerState { state }
 
     public nonisolated func deviceInformation() -> DeviceInformation {
-        let singleSignOn = knownSingleSignOn()
-        if singleSignOn == nil { learnSingleSignOnSupport() }
-        return DeviceInformation(deviceMode: configuration.deviceMode, brokerVersion: configuration.brokerVersion,
+        DeviceInformation(deviceMode: configuration.deviceMode, brokerVersion: configuration.brokerVersion,
                           deviceId: state.deviceId, tenantId: configuration.tenantId,
                           authority: provider.authority,
                           extraDeviceInformation: configuration.extraDeviceInformation,
-                          singleSignOn: singleSignOn)
+                          singleSignOn: knownSingleSignOn())
     }
 
     /// The app's current account and what it saw as current on its previous call.

@@ -122,6 +122,8 @@ public protocol IdentityProvider: Sendable {
     /// The mechanisms the provider's discovery document advertises: Native SSO and token
     /// exchange (family refresh tokens show only in token responses).
     func singleSignOnSupport() async throws -> Set<SingleSignOnMechanism>
+    /// The same, without reaching the network: nil until a call has read the discovery document.
+    var singleSignOnSupportIfKnown: Set<SingleSignOnMechanism>? { get }
     /// Native SSO's token exchange: the ID token and the device secret of the earlier sign-in.
     func exchangeDeviceSecret(clientId: String, deviceSecret: DeviceSecret, scopes: Scopes) async throws -> ProviderTokens
     /// A family refresh token, issued to another client of the family, redeemed for `clientId`.

@@ -118,9 +118,6 @@ public enum Daemon {
         }
         logger.info("serving", metadata: ["mode": "\(options.deviceMode.rawValue)", "authority": "\(authority)",
                                           "state": "\(store.path)"])
-        // What the provider offers for single sign-on, for GetDeviceInformation: read in the
-        // background, so that a broker started offline serves at once.
-        broker.learnSingleSignOnSupport()
         // The readiness line scripts and tests wait for.
         Console.printLine("brokerd ready: \(BrokerNames.busName) as \(connection.uniqueName), device mode \(options.deviceMode.rawValue)")
 

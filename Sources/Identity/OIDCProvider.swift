@@ -2,6 +2,7 @@ import BrokerCore
 import FoundationEssentials
 import HTTP
 import Logging
+import Synchronization
 
 /// Client credentials for a confidential client; public clients (the usual case on a desktop) have none.
 public struct ClientSecret: Sendable {
@@ -30,7 +31,7 @@ public final class OIDCProvider: IdentityProvider {
     let logger: Logger
     private let secrets: [String: ClientSecret]
     private let fallbackTenant: String
-    private let metadata: MetadataCache
+    let metadata: MetadataCache
     private let signingKeys: SigningKeysCache
     let nativeAuthentication = NativeAuthenticationSupport()
     let browser = BrowserLauncher()
@@ -287,6 +288,8 @@ actor MetadataCache {
     private let logger: Logger
     private var cached: ProviderMetadata?
     private var inFlight: Task<ProviderMetadata, any Error>?
+    /// The document once read, for readers that must not wait for the actor or the network.
+    nonisolated let latest = Mutex<ProviderMetadata?>(nil)
 
     init(authority: Authority, requester: ProviderHTTP, logger: Logger) {
         self.authority = authority
@@ -302,6 +305,7 @@ actor MetadataCache {
         do {
             let metadata = try await task.value
             cached = metadata
+            latest.withLock { $0 = metadata }
             return metadata
         } catch let error as IdentityError {
             throw error

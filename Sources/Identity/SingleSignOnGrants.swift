@@ -27,6 +27,14 @@ extension OIDCProvider {
         let endpoints = try await requester.withBudget { () async throws(BrokerFailure) -> ProviderMetadata in
             try await self.endpoints(for: .other)
         }
+        return Self.singleSignOn(advertisedBy: endpoints)
+    }
+
+    public var singleSignOnSupportIfKnown: Set<SingleSignOnMechanism>? {
+        metadata.latest.withLock { $0 }.map(Self.singleSignOn(advertisedBy:))
+    }
+
+    static func singleSignOn(advertisedBy endpoints: ProviderMetadata) -> Set<SingleSignOnMechanism> {
         if endpoints.nativeSSOSupported { return [.nativeSSO] }
         return endpoints.offersTokenExchange ? [.tokenExchange] : []
     }

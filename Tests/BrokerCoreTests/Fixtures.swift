@@ -88,7 +88,12 @@ final class ScriptedProvider: IdentityProvider, @unchecked Sendable {
     /// "<mechanism>:<clientId>" per single sign-on request, in order.
     var exchanges: [String] { lock.withLock { _ in _exchanges } }
 
-    func singleSignOnSupport() async throws -> Set<SingleSignOnMechanism> { singleSignOn }
+    private var discovered = false
+    func singleSignOnSupport() async throws -> Set<SingleSignOnMechanism> {
+        lock.withLock { _ in discovered = true }
+        return singleSignOn
+    }
+    var singleSignOnSupportIfKnown: Set<SingleSignOnMechanism>? { lock.withLock { _ in discovered ? singleSignOn : nil } }
 
     func exchangeDeviceSecret(clientId: String, deviceSecret: DeviceSecret, scopes: Scopes) async throws -> ProviderTokens {
         try await exchange(.nativeSSO, clientId: clientId, credential: deviceSecret.secret, scopes: scopes)

@@ -144,10 +144,11 @@ struct SingleSignOnTests {
         let h = Harness()
         _ = try await h.signIn(client: "mail")
         _ = await failureCode {
-            _ = try await h.broker.acquireTokenInteractive(clientId: "calendar", scopes: [], prompt: nil, loginHint: nil,
+            _ = try await h.broker.acquireTokenInteractive(clientId: "calendar", scopes: [], prompt: .selectAccount, loginHint: nil,
                                                            flowId: "", owner: ":1.1")
         }
         #expect(h.provider.interactiveRequests.map(\.loginHint) == ["alice@contoso.example"])
+        #expect(h.provider.interactiveRequests.map(\.prompt) == [nil])
     }
 }
 

@@ -104,9 +104,11 @@ struct EndToEndTests {
         let stats = try await env.idpStats()
         #expect((stats["token"] as? [String: Any])?["refresh_token"] as? Int == 1)
 
-        // Another app gets no tokens of mail-app's.
-        let other = try env.brokerctl(["token", "--client-id", "calendar-app", "--scope", "User.Read"])
-        #expect(other.stderr.contains("io.shareddevice.Broker1.Error.InteractionRequired"))
+        // Another app gets a token of its own through single sign-on, never mail-app's.
+        let other = try env.brokerctl(["token", "--client-id", "calendar-app", "--scope", "User.Read", "--json"]).json()
+        let otherToken = try #require(other["accessToken"] as? String)
+        #expect(otherToken != first && otherToken != second)
+        #expect(try JWT.claims(otherToken)["azp"] as? String == "calendar-app")
 
         // The token works at the Graph-like endpoint.
         let me = try await HTTPClient.shared.send(.get(env.idp.baseURL + "/v1.0/me",
@@ -133,7 +135,9 @@ struct EndToEndTests {
         #expect(try env.signIn(TestUsers.bob, client: "calendar-app").status == 0)
         #expect(try env.brokerctl(["sign-out", "--client-id", "mail-app"]).status == 0)
         #expect(try env.brokerctl(["accounts", "--client-id", "calendar-app"]).stdout.contains(TestUsers.bob.username))
-        #expect(try env.brokerctl(["accounts", "--client-id", "mail-app"]).stdout.contains("No accounts."))
+        // Alice is gone from mail-app; what it is offered now is bob, whom calendar-app signed in.
+        let mailAccounts = try env.brokerctl(["accounts", "--client-id", "mail-app"]).stdout
+        #expect(!mailAccounts.contains(TestUsers.alice.username) && mailAccounts.contains(TestUsers.bob.username), "\(mailAccounts)")
         let info = try env.brokerctl(["device-info", "--json"]).json()
         #expect(info["deviceMode"] as? String == "default")
     }

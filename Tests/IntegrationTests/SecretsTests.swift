@@ -26,6 +26,8 @@ struct SecretsTests {
             signedIn,
             try env.brokerctl(["token", "--client-id", "mail-app", "--scope", "User.Read", "--json"]),
             try env.brokerctl(["token", "--client-id", "mail-app", "--scope", "User.Read", "--force-refresh", "--json"]),
+            // Single sign-on: the device secret goes to the provider, the app gets its own tokens.
+            try env.brokerctl(["token", "--client-id", "calendar-app", "--scope", "User.Read", "--json"]),
         ]
         for run in tokenRuns {
             let result = try run.json()
@@ -92,7 +94,7 @@ struct SecretsTests {
         print("secrets checked: \(secrets.count) in \(places.count) places; brokerd logged \(logs.split(separator: "\n").count) lines at trace level")
     }
 
-    /// The refresh tokens in brokerd's state file, whatever their place in it.
+    /// The refresh tokens and device secrets in brokerd's state file, whatever their place in it.
     private func refreshTokens(in stateDirectory: String) throws -> Set<String> {
         let data = try Data(contentsOf: URL(fileURLWithPath: stateDirectory + "/state.json"))
         var found: Set<String> = []
@@ -101,7 +103,8 @@ struct SecretsTests {
                 for (k, v) in dictionary { walk(v, key: k) }
             } else if let array = value as? [Any] {
                 for v in array { walk(v, key: key) }
-            } else if let string = value as? String, key?.lowercased().contains("refresh") == true, !string.isEmpty {
+            } else if let string = value as? String, !string.isEmpty,
+                      key?.lowercased().contains("refresh") == true || key == "deviceSecret" {
                 found.insert(string)
             }
         }

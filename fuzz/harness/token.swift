@@ -6,8 +6,10 @@
 // JWKS) or, without one, userinfo.
 //
 // The first byte picks the status the token endpoint answers with (200 most of the time, else
-// 400, 401, 429, 500, 503) and the grant (refresh, or password sign-in, which first meets
-// native authentication's 404); the rest is the body. When its top bit is set, the rest instead
+// 400, 401, 429, 500, 503) and the grant: refresh, password sign-in (which first meets native
+// authentication's 404), or one of single sign-on's: Native SSO's device-secret exchange, an
+// RFC 8693 token exchange (whose answer carries `issued_token_type`), a family refresh token
+// redeemed for another app; the rest is the body. When its top bit is set, the rest instead
 // describes a well-formed answer (FuzzedData): which members it has, and values such as
 // `expires_in` as a number or a string anywhere in Int64, which mutating JSON text rarely reaches.
 import BrokerCore
@@ -19,7 +21,8 @@ private let base = "https://login.example/contoso"
 private let authority = try! Authority(base + "/v2.0")
 private let discovery = Array("""
     {"issuer": "\(base)/v2.0", "token_endpoint": "\(base)/oauth2/v2.0/token", "jwks_uri": "\(base)/discovery/v2.0/keys",
-     "userinfo_endpoint": "\(base)/oidc/userinfo", "revocation_endpoint": "\(base)/oauth2/v2.0/revoke"}
+     "userinfo_endpoint": "\(base)/oidc/userinfo", "revocation_endpoint": "\(base)/oauth2/v2.0/revoke",
+     "native_sso_supported": true, "grant_types_supported": ["refresh_token", "password", "\(ProviderMetadata.tokenExchangeGrant)"]}
     """.utf8)
 private let jwks = Array(#"{"keys":[{"kty":"EC","crv":"P-256","kid":"k1","x":"f83OJ3D2xF1Bg8vub9tLe1gHMzV76e8Tus9uPHvRVEU","y":"x_FEzRu9m36HLN_tue659LNpXW6pCyStikYjKIWI5a0"}]}"#.utf8)
 private let userinfo = Array(#"{"sub": "s-1", "oid": "oid-1", "tid": "contoso", "preferred_username": "alice@contoso.example", "name": "Alice"}"#.utf8)
@@ -44,15 +47,26 @@ func fuzzOne(_ bytes: [UInt8]) {
     guard let mode = bytes.first else { return }
     let statuses = [200, 200, 200, 200, 200, 400, 401, 429, 500, 503]
     let body = mode & 0x80 == 0 ? Array(bytes.dropFirst()) : describedAnswer(FuzzedData(bytes.dropFirst()))
-    tokenAnswer = HTTPResponse(status: statuses[Int(mode >> 1) % statuses.count], body: body)
+    // Bits 1-4 pick the status and bits 0, 5 and 6 the grant, so that every pair is reachable.
+    tokenAnswer = HTTPResponse(status: statuses[Int((mode >> 1) & 0x0F) % statuses.count], body: body)
+    let grant = (Int(mode & 1) | Int((mode >> 4) & 0b110)) % 5
     let scopes = Scopes(["User.Read"])
     let result = runBlocking { () -> Result<ProviderTokens, any Error> in
         do {
-            if mode & 1 == 0 {
+            switch grant {
+            case 0:
                 return .success(try await provider.refresh(clientId: "mail-app", refreshToken: "rt-0", scopes: scopes))
+            case 1:
+                return .success(try await provider.signInWithPassword(clientId: "mail-app", username: "alice@contoso.example",
+                                                                      password: "pw", scopes: scopes))
+            case 2:
+                return .success(try await provider.exchangeDeviceSecret(
+                    clientId: "calendar-app", deviceSecret: DeviceSecret(secret: "ds-0", idToken: "e30.e30.AAAA"), scopes: scopes))
+            case 3:
+                return .success(try await provider.exchangeToken(clientId: "calendar-app", subject: .accessToken("at-0"), scopes: scopes))
+            default:
+                return .success(try await provider.redeemFamilyRefreshToken(clientId: "calendar-app", refreshToken: "rt-0", scopes: scopes))
             }
-            return .success(try await provider.signInWithPassword(clientId: "mail-app", username: "alice@contoso.example",
-                                                                  password: "pw", scopes: scopes))
         } catch {
             return .failure(error)
         }
@@ -62,8 +76,14 @@ func fuzzOne(_ bytes: [UInt8]) {
         if tokenAnswer.status != 200 { violated("a \(tokenAnswer.status) answer gave tokens") }
         if tokens.accessToken.isEmpty { violated("tokens without an access token") }
         if tokens.expiresOn < FixedClock().now() { violated("tokens that expired before they were issued") }
+        if tokens.deviceSecret != nil && tokens.idToken == nil { violated("a device secret no ID token binds") }
+        if tokens.family != nil && tokens.refreshToken == nil { violated("a family without a refresh token") }
     case .failure(let error):
-        guard error is BrokerFailure else { violated("the provider threw \(type(of: error)), not a BrokerFailure") }
+        guard let failure = error as? BrokerFailure else { violated("the provider threw \(type(of: error)), not a BrokerFailure") }
+        // A single sign-on request the provider refused in any 4xx way is for a person to fix.
+        if grant >= 2, [400, 401].contains(tokenAnswer.status), failure.code != .interactionRequired, failure.code != .serverError {
+            violated("a refused single sign-on request gave \(failure.code)")
+        }
     }
 }
 
@@ -87,5 +107,15 @@ private func describedAnswer(_ source: FuzzedData) -> [UInt8] {
     if data.bool() { members.append(#""scope": \#(quoted(data.string(["openid profile offline_access User.Read", ""])))"#) }
     if data.bool() { members.append(#""refresh_token": \#(quoted(data.string(["rt-1"])))"#) }
     if data.bool() { members.append(#""id_token": \#(quoted(data.string(["e30.e30.AAAA", "a.b"])))"#) }
+    if data.bool() { members.append(#""device_secret": \#(quoted(data.string(["ds-1", ""])))"#) }
+    switch data.byte() % 4 {
+    case 0: members.append(#""foci": \#(quoted(data.string(["1", ""])))"#)
+    case 1: members.append(#""foci": \#(data.int64())"#)
+    default: break
+    }
+    if data.bool() {
+        members.append(#""issued_token_type": \#(quoted(data.string(["urn:ietf:params:oauth:token-type:access_token",
+                                                                      "urn:ietf:params:oauth:token-type:jwt", "N_A"])))"#)
+    }
     return Array(("{" + members.joined(separator: ", ") + "}").utf8)
 }

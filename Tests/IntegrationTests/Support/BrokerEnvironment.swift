@@ -9,6 +9,8 @@ enum TestUsers {
     /// Has no password: the provider signs her in with an emailed one-time code (or in the browser, never).
     static let carol = (username: "carol@contoso.example", name: "Carol Example")
     static let clients = ["mail-app", "calendar-app", "notes-app"]
+    /// More apps, for single sign-on with many at once.
+    static let ssoApps = (1...10).map { "sso-app-\($0)" }
     /// Confidential clients: idp-sim knows their secrets; brokerd learns them from its --config file.
     static let confidentialClients = [(clientId: "backoffice-basic", secret: "basic-S3cret"),
                                       (clientId: "backoffice-post", secret: "post-S3cret")]
@@ -21,7 +23,7 @@ enum TestUsers {
            {"username": "\(bob.username)", "password": "\(bob.password)", "displayName": "\(bob.name)", "email": "\(bob.username)"},
            {"username": "\(carol.username)", "displayName": "\(carol.name)", "email": "\(carol.username)", "authMethods": ["emailOtp"]}
          ],
-         "clients": [\((clients.map { "{\"clientId\": \"\($0)\"}" }
+         "clients": [\(((clients + ssoApps).map { "{\"clientId\": \"\($0)\", \"family\": \"1\"}" }
                         + confidentialClients.map { "{\"clientId\": \"\($0.clientId)\", \"clientSecret\": \"\($0.secret)\"}" })
                        .joined(separator: ", "))]}
         """

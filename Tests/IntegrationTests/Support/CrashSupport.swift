@@ -47,7 +47,8 @@ struct StateFileSnapshot: CustomStringConvertible {
     /// holding only an empty `accessTokens`) are dropped, as the broker drops them.
     func canonical(withoutCurrent: Bool = false, without fields: [String: Set<String>] = [:]) -> String {
         var object = self.object
-        if withoutCurrent { object["current"] = nil }
+        // The device's sign-in: its account, and the single sign-on grant that belongs to it.
+        if withoutCurrent { object["current"] = nil; object["singleSignOn"] = nil }
         var clients: [String: Any] = [:]
         for (id, record) in self.clients {
             var record = record
