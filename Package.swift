@@ -74,7 +74,8 @@ let package = Package(
         .target(name: "ExampleSupport", path: "examples/Support"),
         .executableTarget(name: "TutorialApp", dependencies: ["SharedDeviceClient", "GraphProfile", "ExampleSupport"],
                           path: "examples/TutorialApp"),
-        .executableTarget(name: "DemoApp", dependencies: ["SharedDeviceClient", "ExampleSupport"], path: "examples/DemoApp"),
+        .executableTarget(name: "DemoApp", dependencies: ["SharedDeviceClient", "GraphProfile", "ExampleSupport"],
+                          path: "examples/DemoApp"),
         .executableTarget(name: "MultiAppDemo", path: "examples/MultiAppDemo"),
 
         .testTarget(name: "DBusTests", dependencies: ["DBus"]),

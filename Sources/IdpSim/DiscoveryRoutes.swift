@@ -55,6 +55,13 @@ struct DiscoveryRoutes: Sendable {
             document["revocation_endpoint_auth_methods_supported"] = nil
         }
         if without.contains(.endSession) { document["end_session_endpoint"] = nil }
+        if provider.offers(.nativeSSO) {
+            document["native_sso_supported"] = true
+            document["scopes_supported"] = ["openid", "profile", "email", "offline_access", "User.Read", "device_sso"]
+        }
+        if TokenExchange.offered(by: provider) {
+            document["grant_types_supported"] = ["authorization_code", "refresh_token", "password", TokenExchange.grantType]
+        }
         return document
     }
 }

@@ -20,6 +20,12 @@ enum OptionalFeature: String, Sendable, CaseIterable, ExpressibleByArgument {
     case endSession = "end-session"
     /// Entra's native-authentication API (initiate, challenge, the oob and continuation-token grants).
     case nativeAuth = "native-auth"
+    /// OpenID Connect Native SSO for Mobile Apps 1.0: `device_sso`, device secrets, their exchange.
+    case nativeSSO = "native-sso"
+    /// Entra-style family refresh tokens (`foci`), redeemable by every client of the family.
+    case familyTokens = "family-tokens"
+    /// OAuth 2.0 Token Exchange (RFC 8693) of an access or refresh token.
+    case tokenExchange = "token-exchange"
 }
 
 /// Everything a request handler needs: the directory, keys, and the in-memory state actors.
@@ -35,7 +41,11 @@ struct Provider: Sendable {
     let outbox = Outbox()
     let nativeAuth: NativeAuthStore
     let authorization: AuthorizationStore
+    let deviceSecrets: DeviceSecretStore
     let logger: Logger
+
+    /// Whether an optional part is on.
+    func offers(_ feature: OptionalFeature) -> Bool { !settings.without.contains(feature) }
 
     init(users: UserStore, settings: ProviderSettings, authorityPath: String, logger: Logger) async throws {
         self.users = users
@@ -44,9 +54,11 @@ struct Provider: Sendable {
         self.keys = try await SigningKeys.generate()
         self.refreshTokens = RefreshTokenStore(lifetime: TimeInterval(settings.refreshTokenLifetime))
         self.issuer = TokenIssuer(keys: keys, endpoints: endpoints, tenantId: users.tenantId,
-                                  accessTokenLifetime: settings.accessTokenLifetime, refreshTokens: refreshTokens)
+                                  accessTokenLifetime: settings.accessTokenLifetime, refreshTokens: refreshTokens,
+                                  familyTokens: !settings.without.contains(.familyTokens))
         self.nativeAuth = NativeAuthStore(codeLifetime: TimeInterval(settings.codeLifetime))
         self.authorization = AuthorizationStore(codeLifetime: TimeInterval(settings.codeLifetime))
+        self.deviceSecrets = DeviceSecretStore(lifetime: TimeInterval(settings.refreshTokenLifetime))
         self.logger = logger
     }
 

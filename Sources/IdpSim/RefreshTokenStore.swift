@@ -22,7 +22,8 @@ actor RefreshTokenStore {
         case revoked
         /// A rotated token was replayed; its family is now revoked.
         case reused
-        case wrongClient
+        /// Issued to another client; nothing was consumed. Family refresh tokens are redeemed so.
+        case wrongClient(Grant)
     }
 
     private struct Entry {
@@ -48,18 +49,30 @@ actor RefreshTokenStore {
     }
 
     /// Consumes a token: a valid one is marked rotated, so the caller must issue its successor.
+    /// A token of another client is not consumed (nor counted as reuse): the caller decides
+    /// whether that client may redeem it, as a family refresh token.
     func redeem(_ token: String, clientId: String) -> Redemption {
         guard var entry = entries[token] else { return .unknown }
         if revokedFamilies.contains(entry.grant.family) { return .revoked }
+        guard entry.grant.expiresAt > Date() else { return .expired }
+        guard entry.grant.clientId == clientId else { return .wrongClient(entry.grant) }
         if entry.rotated {
             revokedFamilies.insert(entry.grant.family)
             return .reused
         }
-        guard entry.grant.clientId == clientId else { return .wrongClient }
-        guard entry.grant.expiresAt > Date() else { return .expired }
         entry.rotated = true
         entries[token] = entry
         return .valid(entry.grant)
+    }
+
+    /// The grant of a token presented by another client (a token exchange's subject), without
+    /// consuming it: like Entra's, a refresh token stays valid for others until it expires or
+    /// is revoked, rotated or not.
+    func inspect(_ token: String) -> Grant? {
+        guard let entry = entries[token], !revokedFamilies.contains(entry.grant.family),
+              entry.grant.expiresAt > Date()
+        else { return nil }
+        return entry.grant
     }
 
     /// RFC 7009: revokes the token's whole family. Unknown tokens are ignored.

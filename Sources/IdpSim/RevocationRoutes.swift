@@ -1,7 +1,9 @@
 import Hummingbird
 
-/// `POST {authority}/oauth2/v2.0/revoke` (RFC 7009). Refresh tokens are revoked with their family;
-/// access tokens are self-contained JWTs and cannot be revoked, which RFC 7009 §2.2 permits.
+/// `POST {authority}/oauth2/v2.0/revoke` (RFC 7009). Refresh tokens are revoked with their family,
+/// Native SSO's device secrets with their session (whatever the `token_type_hint`: §2.1 lets the
+/// server look a token up by itself); access tokens are self-contained JWTs and cannot be revoked,
+/// which RFC 7009 §2.2 permits.
 struct RevocationRoutes: Sendable {
     let provider: Provider
 
@@ -19,7 +21,9 @@ struct RevocationRoutes: Sendable {
             if parameters["client_id"] != nil || request.headers[.authorization] != nil {
                 clientId = try ClientAuthenticator(users: provider.users).authenticate(request, parameters).clientId
             }
-            await provider.refreshTokens.revoke(token, clientId: clientId)
+            if await !provider.deviceSecrets.revoke(token) {
+                await provider.refreshTokens.revoke(token, clientId: clientId)
+            }
             provider.logger.info("revocation request handled", metadata: ["hint": "\(parameters["token_type_hint"] ?? "none")"])
             // §2.2: 200 whether or not the token was known.
             return FaultResponses.after(fault, Response(status: .ok, headers: [.cacheControl: "no-store"]))

@@ -22,8 +22,17 @@ struct TestRoutes: Sendable {
                 throw OAuthError.invalidRequest("username query parameter is required")
             }
             let revoked = await provider.refreshTokens.revokeAll(username: username)
-            provider.logger.info("admin revocation", metadata: ["user": "\(username)", "families": "\(revoked)"])
-            return JSONBody.response(["username": username, "revokedFamilies": revoked])
+            let secrets = await provider.deviceSecrets.revokeAll(username: username)
+            provider.logger.info("admin revocation", metadata: ["user": "\(username)", "families": "\(revoked)", "deviceSecrets": "\(secrets)"])
+            return JSONBody.response(["username": username, "revokedFamilies": revoked, "revokedDeviceSecrets": secrets])
+        }
+        router.post("/test/revoke-device-secrets") { request, _ in
+            guard let username = request.queryParameters.nonEmpty("username") else {
+                throw OAuthError.invalidRequest("username query parameter is required")
+            }
+            let secrets = await provider.deviceSecrets.revokeAll(username: username)
+            provider.logger.info("admin revocation of device secrets", metadata: ["user": "\(username)", "deviceSecrets": "\(secrets)"])
+            return JSONBody.response(["username": username, "revokedDeviceSecrets": secrets])
         }
         router.get("/test/faults") { request, _ in
             let name = request.queryParameters["endpoint"] ?? "token"

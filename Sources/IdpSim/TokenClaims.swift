@@ -46,6 +46,9 @@ struct IDTokenClaims: JWTPayload, Equatable {
     var nonce: String?
     var auth_time: Int?
     var ver: String
+    /// Native SSO: the device session, and the hash of its device secret.
+    var sid: String?
+    var ds_hash: String?
 
     func verify(using _: some JWTAlgorithm) async throws {
         try exp.verifyNotExpired()

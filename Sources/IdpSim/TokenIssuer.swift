@@ -10,6 +10,12 @@ struct TokenResponse: Codable, Sendable {
     var refresh_token: String?
     var id_token: String?
     var scope: String
+    /// RFC 8693 §2.2.1, in answers to a token exchange.
+    var issued_token_type: String?
+    /// Native SSO §3.4: the device secret of a sign-in granted `device_sso`.
+    var device_secret: String?
+    /// Entra's marker of a family refresh token: the family's id.
+    var foci: String?
 }
 
 /// What a successful sign-in produced, independent of the grant that produced it.
@@ -21,6 +27,18 @@ struct SignIn: Sendable {
     var authTime: Date
     /// The family of the refresh token being rotated, nil for a fresh sign-in.
     var refreshFamily: String?
+    /// Native SSO: the device session this sign-in belongs to, and whether to hand its secret out
+    /// (to the sign-in that started the session; exchanges within it get the `sid` and `ds_hash` only).
+    var deviceSession: DeviceSession? = nil
+    /// Set for a token exchange (RFC 8693): the answer says what it issued.
+    var isExchange = false
+}
+
+/// Native SSO's device session, as the tokens of one sign-in carry it.
+struct DeviceSession: Sendable {
+    var secret: String
+    var sid: String
+    var handOutSecret: Bool
 }
 
 /// Ways a test can ask for an ID token that a relying party must refuse.
@@ -39,6 +57,8 @@ struct TokenIssuer: Sendable {
     let tenantId: String
     let accessTokenLifetime: Int
     let refreshTokens: RefreshTokenStore
+    /// Whether refresh tokens of a client in a family are marked as family refresh tokens.
+    let familyTokens: Bool
 
     func issue(_ signIn: SignIn, forging forgery: IDTokenForgery? = nil) async throws -> TokenResponse {
         let now = Date(timeIntervalSince1970: Date().timeIntervalSince1970.rounded(.down))
@@ -57,7 +77,8 @@ struct TokenIssuer: Sendable {
             var id = IDTokenClaims(
                 iss: endpoints.issuer, aud: clientId, exp: .init(value: expiry), iat: .init(value: now), nbf: .init(value: now),
                 sub: subject, oid: user.objectId, tid: tenantId, preferred_username: user.username, name: user.displayName,
-                email: user.email, nonce: signIn.nonce, auth_time: Int(signIn.authTime.timeIntervalSince1970), ver: "2.0")
+                email: user.email, nonce: signIn.nonce, auth_time: Int(signIn.authTime.timeIntervalSince1970), ver: "2.0",
+                sid: signIn.deviceSession?.sid, ds_hash: signIn.deviceSession.map { Self.deviceSecretHash($0.secret) })
             switch forgery {
             case .wrongAudience?: id.aud = "00000000-0000-0000-0000-00000000f0e1"
             case .wrongIssuer?: id.iss = "https://impostor.example/\(tenantId)/v2.0"
@@ -73,8 +94,21 @@ struct TokenIssuer: Sendable {
         if signIn.scopes.contains("offline_access") {
             response.refresh_token = await refreshTokens.issue(
                 username: user.username, clientId: clientId, scopes: signIn.scopes, authTime: signIn.authTime, family: signIn.refreshFamily)
+            if familyTokens { response.foci = signIn.client.family }
         }
+        if let session = signIn.deviceSession, session.handOutSecret { response.device_secret = session.secret }
+        if signIn.isExchange { response.issued_token_type = TokenExchange.accessTokenType }
         return response
+    }
+
+    /// Native SSO's `ds_hash` (like OIDC's `at_hash`): the left-most half of the SHA-256 of the
+    /// secret's ASCII octets (the hash of ES256, the ID tokens' algorithm), base64url.
+    static func deviceSecretHash(_ secret: String) -> String {
+        let digest = Array(SHA256.hash(data: Data(secret.utf8)).prefix(16))
+        return Data(digest).base64EncodedString()
+            .replacingOccurrences(of: "+", with: "-")
+            .replacingOccurrences(of: "/", with: "_")
+            .replacingOccurrences(of: "=", with: "")
     }
 
     /// Entra's `sub` is pairwise: stable per user and application, different across applications.

@@ -3,7 +3,8 @@ import Hummingbird
 import Logging
 
 /// `POST {authority}/oauth2/v2.0/token` (RFC 6749 §3.2): password, refresh_token, authorization_code,
-/// and Entra native authentication's `oob` / `password`+`continuation_token` grants.
+/// Entra native authentication's `oob` / `password`+`continuation_token` grants, and token exchange
+/// (Native SSO's and RFC 8693's, ``TokenExchange``).
 struct TokenRoutes: Sendable {
     let provider: Provider
 
@@ -21,7 +22,7 @@ struct TokenRoutes: Sendable {
         if let replacement { return replacement }
 
         let client = try ClientAuthenticator(users: provider.users).authenticate(request, parameters)
-        let signIn: SignIn
+        var signIn: SignIn
         switch grantType {
         case "password":
             if parameters["continuation_token"] != nil {
@@ -35,11 +36,19 @@ struct TokenRoutes: Sendable {
             signIn = try await AuthorizeRoutes(provider: provider).codeGrant(parameters, client: client)
         case "oob":
             signIn = try await NativeAuthRoutes(provider: provider).oobGrant(parameters, client: client)
+        case TokenExchange.grantType where TokenExchange.offered(by: provider):
+            signIn = try await TokenExchange(provider: provider).grant(parameters, client: client)
         case "":
             throw OAuthError.invalidRequest("The request body must contain the following parameter: 'grant_type'.")
         default:
             throw OAuthError(status: .badRequest, error: "unsupported_grant_type",
                              description: "The provided value for the input parameter 'grant_type' is not valid.", codes: [70003])
+        }
+        // Native SSO §3.1: a person's sign-in granted `device_sso` (with `openid`) starts a device session.
+        if ["password", "authorization_code", "oob"].contains(grantType), provider.offers(.nativeSSO),
+           signIn.scopes.contains("openid"), signIn.scopes.contains("device_sso") {
+            let (secret, sid) = await provider.deviceSecrets.issue(username: signIn.user.username, clientId: client.clientId)
+            signIn.deviceSession = DeviceSession(secret: secret, sid: sid, handOutSecret: true)
         }
         let tokens = try await provider.issuer.issue(signIn, forging: fault.mode.forgery)
         provider.logger.info("issued tokens", metadata: ["grant": "\(grantType)", "client": "\(client.clientId)", "user": "\(signIn.user.username)"])
@@ -82,8 +91,8 @@ struct TokenRoutes: Sendable {
         case .reused:
             provider.logger.warning("refresh token reuse detected; family revoked", metadata: ["client": "\(client.clientId)"])
             throw OAuthError.invalidGrant("The refresh token was already used; all tokens of this grant are revoked.", code: 50173)
-        case .wrongClient:
-            throw OAuthError.invalidGrant("The refresh token was issued to a different client.", code: 70000)
+        case .wrongClient(let issued):
+            return try await familyGrant(issued, parameters, client: client)
         }
         guard let user = provider.users.user(named: grant.username) else {
             throw OAuthError.invalidGrant("The user account no longer exists.", code: 50034)
@@ -98,5 +107,24 @@ struct TokenRoutes: Sendable {
             scopes = asked
         }
         return SignIn(user: user, client: client, scopes: scopes, nonce: nil, authTime: grant.authTime, refreshFamily: grant.family)
+    }
+
+    /// A refresh token of another client, redeemed as a family refresh token: both clients are in
+    /// one family (and family tokens are on). Like Entra, the presented token is not consumed;
+    /// the new one joins its revocation family, so revoking that ends them all.
+    private func familyGrant(_ issued: RefreshTokenStore.Grant, _ parameters: [String: String],
+                             client: ClientRegistration) async throws -> SignIn {
+        guard provider.offers(.familyTokens), let family = client.family,
+              provider.users.client(issued.clientId)?.family == family
+        else {
+            throw OAuthError.invalidGrant("The refresh token was issued to a different client.", code: 70000)
+        }
+        try TokenExchange(provider: provider).permitSingleSignOn(client)
+        guard let user = provider.users.user(named: issued.username) else {
+            throw OAuthError.invalidGrant("The user account no longer exists.", code: 50034)
+        }
+        await provider.stats.countExchange("family-refresh")
+        return SignIn(user: user, client: client, scopes: TokenIssuer.scopes(from: parameters["scope"]), nonce: nil,
+                      authTime: issued.authTime, refreshFamily: issued.family)
     }
 }

@@ -22,6 +22,11 @@ struct ClientRegistration: Sendable, Equatable {
     var clientId: String
     var clientSecret: String?
     var redirectUris: [String]
+    /// The family of clients whose refresh tokens each may redeem (Entra's "family of client ids").
+    var family: String? = nil
+    /// Whether the client may get tokens through single sign-on (token exchanges, another family
+    /// member's refresh token); an administrator's switch per application.
+    var singleSignOn = true
 
     var isConfidential: Bool { clientSecret != nil }
 }
@@ -72,6 +77,8 @@ extension UserStore {
             var clientId: String
             var clientSecret: String?
             var redirectUris: [String]?
+            var family: String?
+            var singleSignOn: Bool?
         }
         var tenantId: String
         var users: [User]
@@ -135,7 +142,12 @@ extension UserStore {
             guard !client.clientId.isEmpty, clientIds.insert(client.clientId).inserted else {
                 throw UsersFileError(description: "invalid users file \(source): empty or duplicate clientId \(client.clientId)")
             }
-            clients.append(ClientRegistration(clientId: client.clientId, clientSecret: client.clientSecret, redirectUris: client.redirectUris ?? []))
+            if let family = client.family, family.isEmpty {
+                throw UsersFileError(description: "invalid users file \(source): client \(client.clientId) has an empty family")
+            }
+            clients.append(ClientRegistration(clientId: client.clientId, clientSecret: client.clientSecret,
+                                              redirectUris: client.redirectUris ?? [], family: client.family,
+                                              singleSignOn: client.singleSignOn ?? true))
         }
         return UserStore(tenantId: tenant, users: users, clients: clients)
     }

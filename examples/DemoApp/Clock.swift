@@ -9,4 +9,9 @@ enum Clock {
         clock_gettime(CLOCK_MONOTONIC, &spec)
         return UInt64(spec.tv_sec) * 1_000_000_000 + UInt64(spec.tv_nsec)
     }
+
+    /// From `start` to `end`, in milliseconds with one decimal.
+    static func milliseconds(_ start: UInt64, _ end: UInt64) -> String {
+        String(format: "%.1f", Double(end &- start) / 1e6)
+    }
 }

@@ -1,15 +1,17 @@
 import Foundation
 import ExampleSupport
+import GraphProfile
 import SharedDeviceClient
 
 // One of the demo's apps (Mail, Calendar or Notes: the same program, run with different
 // arguments). It shows who is signed in and reacts to every account change. The orchestrator
 // (multi-app-demo) drives it with commands on standard input and reads its lines:
 //
-//   stdin:  signin USERNAME (the password on the next line) | signout | show | quit
+//   stdin:  signin USERNAME (the password on the next line) | signout | graph | show | quit
 //   stdout: ready showing=USER|nobody
 //           sending sign-in|sign-out at=NS        (CLOCK_MONOTONIC ns, just before the call)
 //           saw signed-in|signed-out|broker-restarted showing=USER|nobody at=NS
+//           graph name=DISPLAY-NAME token=MS me=MS (a silent token of this app's own, then GET /v1.0/me)
 //           showing=USER|nobody
 //           error NAME: MESSAGE
 //
@@ -64,6 +66,24 @@ do {
                 say("sending sign-out at=\(Clock.monotonicNanoseconds())")
                 try await app.signOut(account: nil, parameters: SignoutParameters(signoutFromBrowser: shared))
                 say("signed-out")
+            case "graph":
+                // The tutorial's "Call Graph": a silent token (this app's own, through single
+                // sign-on when another app signed the user in), then the profile with it.
+                let started = Clock.monotonicNanoseconds()
+                let token = try await app.acquireTokenSilent(SilentTokenParameters(scopes: ["User.Read"]))
+                let tokenTime = Clock.monotonicNanoseconds()
+                guard let base = GraphProfile.baseURL(forAuthority: token.authority) else {
+                    say("error Graph: no Graph-like endpoint beside \(token.authority)")
+                    continue
+                }
+                do {
+                    let profile = try await GraphProfile.me(baseURL: base, authorizationHeader: token.authorizationHeader)
+                    let meTime = Clock.monotonicNanoseconds()
+                    say("graph name=\((profile.displayName ?? "?").replacingOccurrences(of: " ", with: "_")) "
+                        + "token=\(Clock.milliseconds(started, tokenTime)) me=\(Clock.milliseconds(tokenTime, meTime))")
+                } catch {
+                    say("error Graph: \(error)")
+                }
             case "show":
                 say("showing=\(describe(try await app.currentAccount().current))")
             case "quit":

@@ -1,10 +1,12 @@
 import Foundation
 
-// The multi-app sign-out demo (`make demo`): a private session bus, idp-sim and brokerd in shared
-// mode, and three apps (Mail, Calendar, Notes), each its own process. Mail signs alice in, all
-// three show her; Calendar signs out, all three show the sign-out, each with the time the
-// AccountChanged signal took to reach it. Exits 0 when every app saw every change, 1 otherwise,
-// and stops every process it started on every way out (Ctrl-C too).
+// The multi-app demo (`make demo`): a private session bus, idp-sim and brokerd in shared mode, and
+// three apps (Mail, Calendar, Notes), each its own process. Mail signs alice in, all three show
+// her; Calendar and Notes, which never signed in, each get a token of their own silently (single
+// sign-on) and call the Graph-like /v1.0/me with it; Calendar signs out, all three show the
+// sign-out, each with the time the AccountChanged signal took to reach it, and then no app gets a
+// token. Exits 0 when every step did what it should, 1 otherwise, and stops every process it
+// started on every way out (Ctrl-C too).
 //
 // Usage: multi-app-demo [--bin-dir DIR] [--users FILE] [--username U] [--password P]
 
@@ -40,6 +42,25 @@ func milliseconds(from start: String?, to end: String?) -> String {
 }
 
 var latencies: [String: [String]] = [:]
+var tokenTimes: [String] = []
+
+/// Tells `process` to call Graph with a silent token; `expectSuccess` false: it must be refused.
+@MainActor
+func callGraph(_ process: ManagedProcess, expectSuccess: Bool) throws {
+    let mark = process.output.count
+    process.send("graph")
+    let line = try process.waitForLine(from: mark, timeout: 30) { $0.hasPrefix("graph ") || $0.hasPrefix("error") }
+    if expectSuccess {
+        guard line.hasPrefix("graph ") else { throw DemoFailure("\(process.name) could not call Graph: \(line.dropFirst(6))") }
+        let name = (field("name", in: line) ?? "?").replacingOccurrences(of: "_", with: " ")
+        let token = field("token", in: line) ?? "?"
+        tokenTimes.append("\(process.name) \(token) ms")
+        say(process.name, "got a token of its own silently in \(token) ms; Graph /v1.0/me says \(name) (\(field("me", in: line) ?? "?") ms)")
+    } else {
+        guard line.hasPrefix("error") else { throw DemoFailure("\(process.name) still got a token after the sign-out: \(line)") }
+        say(process.name, "gets no token: \(line.dropFirst(6).split(separator: ":").first ?? "")")
+    }
+}
 
 /// Tells `actor` to run `command` and waits until every app reports the change `reason`.
 @MainActor
@@ -110,8 +131,12 @@ func runDemo() throws {
     say("demo", "Mail signs \(username) in with a password")
     try change("signed-in", by: mail, command: ["signin \(username)", password], expect: username, processes: processes)
 
+    say("demo", "Calendar and Notes never signed in: each asks for a token silently and calls Graph")
+    for process in processes.dropFirst() { try callGraph(process, expectSuccess: true) }
+
     say("demo", "Calendar signs out: on a shared device that signs the whole device out")
     try change("signed-out", by: calendar, command: ["signout"], expect: "nobody", processes: processes)
+    for process in processes { try callGraph(process, expectSuccess: false) }
 
     for process in processes { process.send("quit") }
     for process in processes where !process.waitForExit(timeout: 5) { throw DemoFailure("\(process.name) did not quit") }
@@ -120,10 +145,12 @@ func runDemo() throws {
     emit("")
     say("demo", """
         Summary: three separate processes (Mail, Calendar, Notes) shared one broker on a private \
-        bus. Mail signed \(username) in and every app showed that user at once; Calendar signed out \
-        and every app, Mail and Notes included, showed nobody, without polling: each heard the \
-        broker's AccountChanged signal (sign-in / sign-out delay after the call was sent: \(lines)). \
-        Every app saw every change.
+        bus. Mail signed \(username) in and every app showed that user at once; Calendar and Notes \
+        got tokens of their own without signing in (single sign-on: \(tokenTimes.joined(separator: ", "))) \
+        and Graph accepted them; Calendar signed out and every app, Mail and Notes included, showed \
+        nobody, without polling: each heard the broker's AccountChanged signal (sign-in / sign-out \
+        delay after the call was sent: \(lines)), and no app got a token after it. Every app saw \
+        every change.
         """)
 }
 
