@@ -604,7 +604,11 @@ extension CrashRecoveryTests {
             let identifier = try #require((signedIn["account"] as? [String: Any])?["identifier"] as? String)
 
             let text = try Self.stateText(env)
-            #expect(!text.contains(accessToken) && !text.contains(idToken), "an access or ID token is in state.json: \(text)")
+            #expect(!text.contains(accessToken), "an access token is in state.json: \(text)")
+            // The ID token is there once, as Native SSO's subject with its device secret.
+            let sso = (try StateFileSnapshot.read(in: env.stateDirectory))?.object["singleSignOn"] as? [String: Any]
+            #expect((sso?[identifier] as? [String: Any])?["idToken"] as? String == idToken)
+            #expect(text.components(separatedBy: idToken).count == 2, "the ID token is in state.json more than once: \(text)")
             #expect(!text.contains("accessTokens"))
             let file = try #require(try StateFileSnapshot.read(in: env.stateDirectory))
             #expect(file.object["version"] as? Int == 2)

@@ -117,13 +117,13 @@ struct EndToEndTests {
         #expect(me.bodyText.contains(TestUsers.alice.username))
     }
 
-    @Test("sign-out revokes the refresh token at the provider")
+    @Test("sign-out revokes the refresh token and the device secret at the provider")
     func signOutRevokes() async throws {
         let env = try BrokerEnvironment()
         #expect(try env.signIn(TestUsers.alice, client: "mail-app").status == 0)
         #expect(try env.brokerctl(["sign-out", "--client-id", "notes-app"]).status == 0)
         let stats = try await env.idpStats()
-        #expect(stats["revoke"] as? Int == 1)
+        #expect(stats["revoke"] as? Int == 2)
         let again = try env.brokerctl(["sign-out", "--client-id", "notes-app"])
         #expect(again.stderr.contains("io.shareddevice.Broker1.Error.NoAccount"))
     }

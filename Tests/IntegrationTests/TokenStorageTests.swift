@@ -35,9 +35,13 @@ struct TokenStorageTests {
         #expect(mail["account"] as? String == identifier)
         let refreshToken = try #require(mail["refreshToken"] as? String)
         #expect(!refreshToken.isEmpty)
-        // Access and ID tokens are kept in memory only, in the keyring as in the file.
+        // Access tokens are kept in memory only, in the keyring as in the file. The ID token is
+        // there once, as Native SSO's subject beside its device secret (single sign-on survives a restart).
         var secret = try await keyring.rawSecret(of: item)
-        #expect(!secret.contains(accessToken) && !secret.contains(idToken) && !secret.contains("accessTokens"), "\(secret.count) bytes")
+        #expect(!secret.contains(accessToken) && !secret.contains("accessTokens"), "\(secret.count) bytes")
+        let sso = try #require((stored["singleSignOn"] as? [String: Any])?[identifier] as? [String: Any])
+        #expect(sso["idToken"] as? String == idToken && (sso["deviceSecret"] as? String)?.isEmpty == false)
+        #expect(secret.components(separatedBy: idToken).count == 2, "the ID token is in the keyring item more than once")
 
         // state.json knows who is signed in, but holds no token.
         var state = try Self.stateFile(env)
@@ -194,7 +198,9 @@ struct TokenStorageTests {
         let refreshToken = try #require(try Self.refreshToken(in: env, client: "mail-app"))
         #expect(!refreshToken.isEmpty)
         let state = try Self.stateFile(env)
-        #expect(!state.contains(accessToken) && !state.contains(idToken))
+        #expect(!state.contains(accessToken))
+        // The ID token only as Native SSO's subject, beside its device secret.
+        #expect(state.components(separatedBy: idToken).count == 2 && state.contains("\"deviceSecret\""))
     }
 
     // MARK: Helpers
