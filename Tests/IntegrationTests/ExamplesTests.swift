@@ -21,6 +21,12 @@ struct ExamplesTests {
             #expect(demo.stdoutLines.contains { $0.hasPrefix("[\(app)]") && $0.contains("now shows nobody") }, "\(output)")
         }
         #expect(output.contains("Every app saw every change."))
+        // Single sign-on: the two apps that never signed in got tokens of their own, and Graph took them.
+        for app in ["Calendar", "Notes"] {
+            #expect(demo.stdoutLines.contains { $0.hasPrefix("[\(app)]") && $0.contains("got a token of its own silently")
+                && $0.contains("Graph /v1.0/me says Alice Demo") }, "\(output)")
+        }
+        #expect(demo.stdoutLines.filter { $0.contains("gets no token: io.shareddevice.Broker1.Error.NoAccount") }.count == 3, "\(output)")
         // Nothing it started is left: every pid it printed is gone.
         for line in demo.stdoutLines {
             guard let range = line.range(of: "(pid "), let end = line[range.upperBound...].firstIndex(of: ")"),
@@ -89,6 +95,17 @@ struct ExamplesTests {
         try app.type(code)
         let signedIn = try app.waitForLine(after: mark) { $0.hasPrefix("signed in:") || $0.hasPrefix("error") }
         #expect(signedIn == "signed in: \(TestUsers.carol.username)", "\(app.allOutput)")
+
+        // Signed in through another app: the tutorial's "Call Graph" works at once, with a token
+        // of its own (single sign-on), no sign-in of its own and no browser.
+        #expect(try env.brokerctl(["sign-out", "--client-id", "mail-app"]).status == 0)
+        #expect(try env.signIn(TestUsers.alice, client: "notes-app").status == 0)
+        let opened = env.browser.openedCount
+        mark = app.mark
+        try app.type("graph")
+        let viaSSO = try app.waitForLine(after: mark) { $0.hasPrefix("graph:") || $0.hasPrefix("error") || $0.hasPrefix("nobody") }
+        #expect(viaSSO == "graph: displayName=\(TestUsers.alice.name) userPrincipalName=\(TestUsers.alice.username)", "\(app.allOutput)")
+        #expect(env.browser.openedCount == opened)
 
         try app.type("quit")
         #expect(try app.finish() == 0)
