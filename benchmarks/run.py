@@ -385,6 +385,44 @@ def main():
     finally:
         env.close()
 
+    log("== single sign-on: a second app's first token (Native SSO), beside a cached one")
+    env = Env(bin_dir)
+    try:
+        rounds = 10 if smoke else 50
+        # One process times every call (dbus-python on Debian's python3), so neither number pays a process start.
+        out = subprocess.run(["/usr/bin/python3", os.path.join(HERE, "sso_first_token.py"), env.address, str(rounds),
+                              USER, PASSWORD, SCOPE], check=True, capture_output=True, text=True).stdout
+        timed = json.loads(out.strip().splitlines()[-1])
+        # The provider's share: the same exchange, sent to idp-sim's token endpoint with curl.
+        sh([f"{bin_dir}/brokerctl", "sign-in", "--client-id", "mail-app", "--username", USER, "--password-stdin",
+            "--scope", SCOPE, "--address", env.address], input=PASSWORD + "\n", text=True, stdout=subprocess.DEVNULL)
+        grant = next(iter(json.load(open(os.path.join(env.state_dir, "state.json")))["singleSignOn"].values()))
+        token_url = env.authority + "/oauth2/v2.0/token"
+        raw = []
+        for i in range(rounds + 5):
+            res = subprocess.run(["curl", "-sS", "-X", "POST", token_url,
+                                  "-d", "grant_type=urn:ietf:params:oauth:grant-type:token-exchange",
+                                  "-d", "client_id=notes-app", "--data-urlencode", f"audience={env.authority}",
+                                  "--data-urlencode", f"subject_token={grant['idToken']}",
+                                  "-d", "subject_token_type=urn:ietf:params:oauth:token-type:id_token",
+                                  "--data-urlencode", f"actor_token={grant['deviceSecret']}",
+                                  "-d", "actor_token_type=urn:openid:params:token-type:device-secret",
+                                  "--data-urlencode", f"scope=openid profile offline_access {SCOPE}",
+                                  "-w", "\n%{time_total}"], check=True, capture_output=True, text=True)
+            body, total = res.stdout.rsplit("\n", 1)
+            if "access_token" not in json.loads(body):
+                raise RuntimeError(f"the exchange failed: {body[:200]}")
+            if i >= 5:
+                raw.append(float(total) * 1e6)
+        first_p50 = statistics.median(timed["first_us"])
+        R["single_sign_on"] = {"first_token_p50_us": first_p50, "first_token_max_us": max(timed["first_us"]),
+                               "cached_token_p50_us": statistics.median(timed["cached_us"]),
+                               "raw_exchange_curl_p50_us": statistics.median(raw), "rounds": rounds}
+        R["single_sign_on"]["broker_share_us"] = first_p50 - R["single_sign_on"]["raw_exchange_curl_p50_us"]
+        log("  ", json.dumps(R["single_sign_on"]))
+    finally:
+        env.close()
+
     R["seconds"] = round(time.time() - t_start, 1)
     R["targets"] = targets(R)
     os.makedirs(os.path.dirname(out_path), exist_ok=True)
