@@ -64,6 +64,10 @@ struct TokenStorageTests {
         #expect(try await env.tokenRequests("refresh_token") == refreshes + 1)
         state = try Self.stateFile(env)
         #expect(!state.contains(newAccessToken) && !state.contains(refreshToken))
+        // Single sign-on after the restart: the device secret came back from the keyring.
+        let other = try env.brokerctl(["token", "--client-id", "calendar-app", "--scope", "User.Read"])
+        #expect(other.status == 0, "\(other.stderr)")
+        #expect(try await env.exchanges("native-sso") == 1)
 
         // Sign-out takes the tokens out of the keyring.
         #expect(try env.brokerctl(["sign-out", "--client-id", "mail-app"]).status == 0)
