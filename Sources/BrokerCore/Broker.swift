@@ -338,7 +338,7 @@ public actor Broker {
                         let done = try await provider.revoke(clientId: id, token: token)
                         return done == .notOffered ? "the provider offers no token revocation; refresh tokens expire on their own" : nil
                     } catch {
-                        return "a refresh token could not be revoked at the provider: \(Self.describe(error))"
+                        return "a token could not be revoked at the provider: \(Self.describe(error))"
                     }
                 }
             }

@@ -114,8 +114,8 @@ private func describedAnswer(_ source: FuzzedData) -> [UInt8] {
     default: break
     }
     if data.bool() {
-        members.append(#""issued_token_type": \#(quoted(data.string(["urn:ietf:params:oauth:token-type:access_token",
-                                                                      "urn:ietf:params:oauth:token-type:jwt", "N_A"])))"#)
+        let issued = data.string(["urn:ietf:params:oauth:token-type:access_token", "urn:ietf:params:oauth:token-type:jwt", "N_A"])
+        members.append(#""issued_token_type": \#(quoted(issued))"#)
     }
     return Array(("{" + members.joined(separator: ", ") + "}").utf8)
 }
