@@ -45,7 +45,7 @@ extension Broker {
                                                    code: code, scopes: flow.scopes)
             }
             flows.removeCode(flowId)
-            return try adoptSignIn(tokens, clientId: flow.clientId, scopes: flow.scopes, correlationId: correlationId,
+            return try await adoptSignIn(tokens, clientId: flow.clientId, scopes: flow.scopes, correlationId: correlationId,
                                    startGeneration: startGeneration)
         } catch where error.code == .invalidCode || error.code == .codeExpired {
             throw error
@@ -110,7 +110,7 @@ extension Broker {
         let tokens = try await callProvider(correlationId) {
             try await withTaskCancellationHandler { try await task.value } onCancel: { task.cancel() }
         }
-        return try adoptSignIn(tokens, clientId: clientId, scopes: scopes, correlationId: correlationId,
+        return try await adoptSignIn(tokens, clientId: clientId, scopes: scopes, correlationId: correlationId,
                                startGeneration: startGeneration)
     }
 }

@@ -124,13 +124,14 @@ public actor Broker {
         let tokens = try await callProvider(correlationId) {
             try await self.provider.signInWithPassword(clientId: clientId, username: username, password: password, scopes: scopes)
         }
-        return try adoptSignIn(tokens, clientId: clientId, scopes: scopes, correlationId: correlationId,
+        return try await adoptSignIn(tokens, clientId: clientId, scopes: scopes, correlationId: correlationId,
                                startGeneration: startGeneration)
     }
 
     /// Stores what a successful sign-in returned, makes its account current, and announces it.
+    /// A device secret the sign-in replaced (the same user signed in again) is revoked after.
     func adoptSignIn(_ tokens: ProviderTokens, clientId: String, scopes: Scopes, correlationId: String,
-                             startGeneration: UInt64) throws(BrokerFailure) -> TokenResult {
+                     startGeneration: UInt64) async throws(BrokerFailure) -> TokenResult {
         let holder = account(for: clientId)
         if let holder, holder.identifier != tokens.account.identifier {
             throw alreadySignedIn(holder)
@@ -154,12 +155,22 @@ public actor Broker {
             // The device's sign-in is the only one other apps build on.
             next.singleSignOn = [:]
         }
-        next.singleSignOn[tokens.account.identifier, default: SingleSignOnGrant(anchorClientId: clientId)]
-            .update(with: tokens, from: clientId)
+        let grant = next.singleSignOn[tokens.account.identifier, default: SingleSignOnGrant(anchorClientId: clientId)]
+        let replaced = grant.deviceSecret
+        next.singleSignOn[tokens.account.identifier, default: grant].update(with: tokens, from: clientId)
         try commit(next, announcing: signedIn ? AccountChange(current: tokens.account, previous: nil, reason: .signedIn) : nil)
         if signedIn { generation &+= 1 }
         logger.info("signed in", metadata: ["clientId": "\(clientId)", "correlationId": "\(correlationId)",
                                             "account": "\(tokens.account.identifier)"])
+        if let replaced, replaced != next.singleSignOn[tokens.account.identifier]?.deviceSecret {
+            // The provider's session of the old secret would otherwise outlive every sign-out.
+            do {
+                _ = try await provider.revoke(clientId: grant.anchorClientId, token: .deviceSecret(replaced.secret))
+            } catch {
+                logger.notice("a replaced device secret could not be revoked at the provider",
+                              metadata: ["error": "\(Self.describe(error))"])
+            }
+        }
         return TokenResult(accessToken: tokens.accessToken, expiresOn: tokens.expiresOn, idToken: tokens.idToken,
                            scopes: scopes, account: tokens.account, authority: provider.authority,
                            correlationId: correlationId)

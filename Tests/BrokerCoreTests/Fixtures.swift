@@ -108,7 +108,7 @@ final class ScriptedProvider: IdentityProvider, @unchecked Sendable {
         return try await exchange(.tokenExchange, clientId: clientId, credential: value, scopes: scopes)
     }
 
-    /// Credentials name their user: "ds|<username>", "rt-N|<username>|<client>", access tokens "at-N|<username>".
+    /// Credentials name their user: "ds-N|<username>", "rt-N|<username>|<client>", access tokens "at-N|<username>".
     private func exchange(_ mechanism: SingleSignOnMechanism, clientId: String, credential: String, scopes: Scopes) async throws -> ProviderTokens {
         lock.withLock { _ in _exchanges.append("\(mechanism.rawValue):\(clientId)") }
         if refusedClients.contains(clientId) || revoked.contains(credential) {
@@ -124,7 +124,7 @@ final class ScriptedProvider: IdentityProvider, @unchecked Sendable {
         return ProviderTokens(accessToken: "at-\(n)|\(username)", expiresOn: clock.now() + 3600,
                               refreshToken: "rt-\(n)|\(username)|\(clientId)", idToken: "id-\(n)",
                               grantedScopes: scopes, account: Self.account(username),
-                              deviceSecret: deviceSecrets ? "ds|\(username)" : nil, family: family)
+                              deviceSecret: deviceSecrets ? "ds-\(n)|\(username)" : nil, family: family)
     }
 }
 

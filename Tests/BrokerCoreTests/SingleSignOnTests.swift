@@ -67,8 +67,9 @@ struct SingleSignOnTests {
         let h = Harness()
         h.provider.offer(.nativeSSO)
         _ = try await h.signIn(client: "mail")
+        let secret = try #require(h.broker.snapshot.singleSignOn[alice.identifier]?.deviceSecret?.secret)
         try await h.broker.signOut(clientId: "notes", accountId: "")
-        #expect(h.provider.revoked.contains("ds|alice@contoso.example"))
+        #expect(h.provider.revoked.contains(secret))
         #expect(h.broker.snapshot.singleSignOn.isEmpty)
         let code = await failureCode { _ = try await h.broker.acquireTokenSilent(clientId: "calendar", scopes: [], accountId: "", forceRefresh: false) }
         #expect(code == .noAccount)
@@ -77,6 +78,18 @@ struct SingleSignOnTests {
         let token = try await h.broker.acquireTokenSilent(clientId: "calendar", scopes: [], accountId: "", forceRefresh: false)
         #expect(token.account.username == "bob@contoso.example")
         #expect(h.broker.snapshot.clients["calendar"]?.refreshToken?.contains("bob@") == true)
+    }
+
+    @Test func signingInAgainReplacesAndRevokesTheDeviceSecret() async throws {
+        let h = Harness()
+        h.provider.offer(.nativeSSO)
+        _ = try await h.signIn(client: "mail")
+        let first = try #require(h.broker.snapshot.singleSignOn[alice.identifier]?.deviceSecret)
+        _ = try await h.signIn(client: "calendar")
+        let second = try #require(h.broker.snapshot.singleSignOn[alice.identifier]?.deviceSecret)
+        #expect(second != first)
+        #expect(h.provider.revoked == [first.secret])
+        #expect(h.broker.snapshot.singleSignOn[alice.identifier]?.anchorClientId == "mail")
     }
 
     @Test func concurrentFirstCallsMakeOneExchangePerApp() async throws {
@@ -133,7 +146,7 @@ struct SingleSignOnTests {
         h.provider.offer(.nativeSSO)
         _ = try await h.signIn(client: "mail")
         let saved = try #require(h.store.saved)
-        #expect(saved.singleSignOn[alice.identifier]?.deviceSecret?.secret == "ds|alice@contoso.example")
+        #expect(saved.singleSignOn[alice.identifier]?.deviceSecret?.secret.hasSuffix("|alice@contoso.example") == true)
         let restarted = Harness(state: saved)
         restarted.provider.offer(.nativeSSO)
         _ = try await restarted.broker.acquireTokenSilent(clientId: "calendar", scopes: [], accountId: "", forceRefresh: false)
