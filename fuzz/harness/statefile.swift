@@ -105,6 +105,12 @@ private func describedState(_ source: FuzzedData) -> BrokerState {
         }
         state.clients[clientId] = record
     }
+    for _ in 0..<Int(data.byte() % 3) {
+        let secret = data.bool() ? DeviceSecret(secret: data.string(["ds-1", ""]), idToken: data.string(["h.p.s"])) : nil
+        state.singleSignOn[data.string(identifiers)] = SingleSignOnGrant(
+            anchorClientId: data.string(["mail-app", "calendar-app", ""]), deviceSecret: secret,
+            family: data.bool() ? data.string(["1", ""]) : nil)
+    }
     return state
 }
 
@@ -113,7 +119,8 @@ private func startBroker(on state: BrokerState, mode: DeviceMode) {
     let broker = Broker(configuration: BrokerConfiguration(deviceMode: mode, brokerVersion: "fuzz"),
                         provider: OfflineProvider(), store: MemoryStore(), clock: FixedClock(),
                         initialState: state, logger: quietLogger, onAccountChange: { _ in })
-    let clients = Array(state.clients.keys.sorted().prefix(4)) + ["mail-app"]
+    // "sso-app" holds nothing: its silent call goes through single sign-on on whatever grant the state has.
+    let clients = Array(state.clients.keys.sorted().prefix(4)) + ["mail-app", "sso-app"]
     runBlocking {
         _ = broker.deviceInformation()
         for clientId in clients {
@@ -122,6 +129,10 @@ private func startBroker(on state: BrokerState, mode: DeviceMode) {
             let cached = state.clients[clientId]?.accessTokens.values.map(\.scopes.values) ?? []
             for scopes in cached.prefix(4) + [["User.Read"]] {
                 _ = try? await broker.acquireTokenSilent(clientId: clientId, scopes: scopes, accountId: "", forceRefresh: false)
+            }
+            for identifier in state.singleSignOn.keys.sorted().prefix(2) {
+                _ = try? await broker.acquireTokenSilent(clientId: clientId, scopes: ["User.Read"], accountId: identifier,
+                                                         forceRefresh: false)
             }
         }
         for clientId in clients {
@@ -136,12 +147,19 @@ private struct OfflineProvider: IdentityProvider {
     private var offline: BrokerFailure { BrokerFailure(.serverUnavailable, "offline") }
     func signInWithPassword(clientId: String, username: String, password: String, scopes: Scopes) async throws -> ProviderTokens { throw offline }
     func refresh(clientId: String, refreshToken: String, scopes: Scopes) async throws -> ProviderTokens { throw offline }
-    func revoke(clientId: String, refreshToken: String) async throws -> EndpointOutcome { .notOffered }
+    func revoke(clientId: String, token: RevocableToken) async throws -> EndpointOutcome { .notOffered }
     func startCodeSignIn(clientId: String, username: String) async throws -> CodeChallenge { throw offline }
     func resendCode(clientId: String, continuationToken: String) async throws -> CodeChallenge { throw offline }
     func submitCode(clientId: String, continuationToken: String, code: String, scopes: Scopes) async throws -> ProviderTokens { throw offline }
     func signInInteractively(clientId: String, scopes: Scopes, request: InteractiveRequest) async throws -> ProviderTokens { throw offline }
     func endBrowserSession(clientId: String, idTokenHint: String?) async throws -> EndpointOutcome { .notOffered }
+    // Discovery was read before the provider went away: single sign-on is tried with what the
+    // state holds, and each exchange meets the outage.
+    func singleSignOnSupport() async throws -> Set<SingleSignOnMechanism> { [.nativeSSO] }
+    var singleSignOnSupportIfKnown: Set<SingleSignOnMechanism>? { [.nativeSSO] }
+    func exchangeDeviceSecret(clientId: String, deviceSecret: DeviceSecret, scopes: Scopes) async throws -> ProviderTokens { throw offline }
+    func redeemFamilyRefreshToken(clientId: String, refreshToken: String, scopes: Scopes) async throws -> ProviderTokens { throw offline }
+    func exchangeToken(clientId: String, subject: SubjectToken, scopes: Scopes) async throws -> ProviderTokens { throw offline }
 }
 
 /// Saves nothing to disk; the harness's own file is the input.
