@@ -41,7 +41,8 @@ test: build check-contract
 	$(SWIFT) build -c $(CONFIG) $(BUILD_FLAGS) --build-tests
 	$(SWIFT) test -c $(CONFIG) $(BUILD_FLAGS) --skip-build
 
-## contract: regenerate the Swift interface description from dbus/io.shareddevice.Broker1.xml.
+## contract: regenerate the Swift side of dbus/io.shareddevice.Broker1.xml (the interface description
+## brokerd serves, and the method names both sides of the bus use).
 contract:
 	python3 scripts/generate-contract.py
 

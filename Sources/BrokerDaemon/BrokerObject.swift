@@ -29,9 +29,13 @@ final class BrokerObject: DBusObject {
     }
 
     func handleMethodCall(_ call: DBusMethodCall) async throws -> [DBusValue] {
-        do {
-            try await callers.authorize(sender: call.sender, clientId: Self.clientId(of: call))
-            return try await dispatch(call)
+        do throws(BrokerFailure) {
+            // The D-Bus layer admits only the contract's members, so this finds every call.
+            guard let method = Broker1Method(rawValue: call.member) else {
+                throw BrokerFailure(.notSupported, "\(call.member) is not a method of \(BrokerNames.interface)")
+            }
+            try await callers.authorize(sender: call.sender, clientId: Self.clientId(of: call, method))
+            return try await dispatch(method, call)
         } catch {
             logger.debug("call refused", metadata: ["method": "\(call.member)", "sender": "\(call.sender)",
                                                     "error": "\(error.code.rawValue)"])
@@ -43,12 +47,12 @@ final class BrokerObject: DBusObject {
     /// ``CallerPolicy`` has its credentials) and the broker's state has the answer; everything
     /// else goes to ``handleMethodCall(_:)``.
     func answerImmediately(_ call: DBusMethodCall) -> DBusAnswer? {
-        guard Self.readsOnly.contains(call.member),
-              let authorized = callers.authorizeKnownCaller(sender: call.sender, clientId: Self.clientId(of: call))
+        guard let method = Broker1Method(rawValue: call.member), Self.readsOnly.contains(method),
+              let authorized = callers.authorizeKnownCaller(sender: call.sender, clientId: Self.clientId(of: call, method))
         else { return nil }
         do throws(BrokerFailure) {
             try authorized.get()
-            return try answerFromState(call)
+            return try answerFromState(method, call)
         } catch {
             logger.debug("call refused", metadata: ["method": "\(call.member)", "sender": "\(call.sender)",
                                                     "error": "\(error.code.rawValue)"])
@@ -56,23 +60,23 @@ final class BrokerObject: DBusObject {
         }
     }
 
-    private static let readsOnly: Set<String> = ["GetDeviceInformation", "GetCurrentAccount", "AcquireTokenSilent", "GetAccounts"]
+    private static let readsOnly: Set<Broker1Method> = [.getDeviceInformation, .getCurrentAccount, .acquireTokenSilent, .getAccounts]
 
-    private func answerFromState(_ call: DBusMethodCall) throws(BrokerFailure) -> DBusAnswer? {
+    private func answerFromState(_ method: Broker1Method, _ call: DBusMethodCall) throws(BrokerFailure) -> DBusAnswer? {
         let a = call.arguments
-        switch call.member {
-        case "GetDeviceInformation":
+        switch method {
+        case .getDeviceInformation:
             return .values([BusMarshalling.deviceInformation(broker.deviceInformation())])
-        case "GetCurrentAccount":
+        case .getCurrentAccount:
             guard let seen = try broker.currentAccountIfSeen(clientId: a[0].string ?? "") else { return nil }
             return seenAnswer(seen.current)
-        case "AcquireTokenSilent":
+        case .acquireTokenSilent:
             guard try !BusMarshalling.boolOption(a[3].vardict ?? [:], OptionKey.forceRefresh),
                   let result = try broker.cachedTokenIfFresh(clientId: a[0].string ?? "", scopes: a[1].stringArray ?? [],
                                                              accountId: a[2].string ?? "")
             else { return nil }
             return .values([BusMarshalling.tokenResult(result)])
-        case "GetAccounts":
+        case .getAccounts:
             return .values([BusMarshalling.accounts(try broker.accounts(clientId: a[0].string ?? ""))])
         default:
             return nil
@@ -91,64 +95,58 @@ final class BrokerObject: DBusObject {
         return .prepared(reply)
     }
 
-    /// The clientId a call acts for: the first argument of every method that takes one.
-    private static func clientId(of call: DBusMethodCall) -> String? {
-        switch call.member {
-        case "GetCurrentAccount", "SignInWithPassword", "AcquireTokenSilent", "GetAccounts", "SignOut", "StartSignIn",
-             "AcquireTokenInteractive":
-            return call.arguments.first?.string
-        default:
-            return nil
-        }
+    /// The clientId a call acts for, as the contract places it (``Broker1Method/clientIdArgument``).
+    private static func clientId(of call: DBusMethodCall, _ method: Broker1Method) -> String? {
+        method.clientIdArgument.flatMap { call.arguments.indices.contains($0) ? call.arguments[$0].string : nil }
     }
 
-    private func dispatch(_ call: DBusMethodCall) async throws(BrokerFailure) -> [DBusValue] {
+    /// Every method of the contract, each to its call of the core: the switch is exhaustive, so
+    /// a method added to the contract without its handler here does not compile.
+    private func dispatch(_ method: Broker1Method, _ call: DBusMethodCall) async throws(BrokerFailure) -> [DBusValue] {
         let a = call.arguments
-        switch call.member {
-        case "GetDeviceInformation":
+        switch method {
+        case .getDeviceInformation:
             return [BusMarshalling.deviceInformation(broker.deviceInformation())]
-        case "GetCurrentAccount":
+        case .getCurrentAccount:
             let seen = try await broker.currentAccount(clientId: a[0].string ?? "")
             return [BusMarshalling.account(seen.current), BusMarshalling.account(seen.previous)]
-        case "SignInWithPassword":
+        case .signInWithPassword:
             let result = try await broker.signInWithPassword(
                 clientId: a[0].string ?? "", username: a[1].string ?? "", password: a[2].string ?? "",
                 scopes: a[3].stringArray ?? [])
             return [BusMarshalling.tokenResult(result)]
-        case "AcquireTokenSilent":
+        case .acquireTokenSilent:
             let options = a[3].vardict ?? [:]
             let result = try await broker.acquireTokenSilent(
                 clientId: a[0].string ?? "", scopes: a[1].stringArray ?? [], accountId: a[2].string ?? "",
                 forceRefresh: try BusMarshalling.boolOption(options, OptionKey.forceRefresh))
             return [BusMarshalling.tokenResult(result)]
-        case "GetAccounts":
+        case .getAccounts:
             return [BusMarshalling.accounts(try broker.accounts(clientId: a[0].string ?? ""))]
-        case "SignOut":
+        case .signOut:
             let options = a[2].vardict ?? [:]
             let outcome = try await broker.signOut(clientId: a[0].string ?? "", accountId: a[1].string ?? "",
                                                    fromBrowser: try BusMarshalling.boolOption(options, OptionKey.signoutFromBrowser))
             return [BusMarshalling.signOutOutcome(outcome)]
-        case "StartSignIn":
+        case .startSignIn:
             let started = try await broker.startSignIn(clientId: a[0].string ?? "", username: a[1].string ?? "",
                                                        scopes: a[2].stringArray ?? [], owner: call.sender)
             return [.string(started.flowId), BusMarshalling.challenge(started.challenge)]
-        case "SubmitCode":
+        case .submitCode:
             let result = try await broker.submitCode(flowId: a[0].string ?? "", code: a[1].string ?? "", owner: call.sender)
             return [BusMarshalling.tokenResult(result)]
-        case "ResendCode":
+        case .resendCode:
             return [BusMarshalling.challenge(try await broker.resendCode(flowId: a[0].string ?? "", owner: call.sender))]
-        case "CancelSignIn":
+        case .cancelSignIn:
             try await broker.cancelSignIn(flowId: a[0].string ?? "", owner: call.sender)
             return []
-        case "AcquireTokenInteractive":
+        case .acquireTokenInteractive:
             let options = a[2].vardict ?? [:]
             let result = try await broker.acquireTokenInteractive(
                 clientId: a[0].string ?? "", scopes: a[1].stringArray ?? [],
                 prompt: try BusMarshalling.promptOption(options), loginHint: try BusMarshalling.stringOption(options, OptionKey.loginHint),
                 flowId: try BusMarshalling.stringOption(options, OptionKey.flowId) ?? "", owner: call.sender)
             return [BusMarshalling.tokenResult(result)]
-        default:
-            throw BrokerFailure(.notSupported, "\(call.member) is not a method of \(BrokerNames.interface)")
         }
     }
 }

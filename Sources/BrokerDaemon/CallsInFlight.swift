@@ -36,7 +36,7 @@ final class CallsInFlight: DBusObject {
     }
 
     /// Calls that wait for a person rather than for a provider: not worth a grace period.
-    private static let waitingForPeople: Set<String> = ["AcquireTokenInteractive"]
+    private static let waitingForPeople: Set<String> = [Broker1Method.acquireTokenInteractive.rawValue]
 
     private static let stopping = BusMarshalling.error(BrokerFailure(.cancelled,
         "brokerd is stopping; call again (the bus or the service manager starts a new one)"))
