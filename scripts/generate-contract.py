@@ -104,6 +104,13 @@ def methods_enum(iface):
     others = [case_name(n) for n in methods if n not in client_ids]
     if others:
         lines.append("        case %s: nil" % ", ".join("." + n for n in others))
+    lines += ["        }", "    }", "",
+              "    /// The signature of its arguments, as a caller sends them.",
+              "    public var inSignature: String {",
+              "        switch self {"]
+    for method in iface.findall("method"):
+        signature = "".join(a.get("type") for a in method.findall("arg") if a.get("direction", "in") == "in")
+        lines.append('        case .%s: "%s"' % (case_name(method.get("name")), signature))
     lines += ["        }", "    }", "}"]
     return "\n".join(lines) + "\n"
 

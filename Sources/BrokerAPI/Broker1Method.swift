@@ -22,4 +22,21 @@ public enum Broker1Method: String, CaseIterable, Sendable {
         case .getDeviceInformation, .submitCode, .resendCode, .cancelSignIn: nil
         }
     }
+
+    /// The signature of its arguments, as a caller sends them.
+    public var inSignature: String {
+        switch self {
+        case .getDeviceInformation: ""
+        case .getCurrentAccount: "s"
+        case .signInWithPassword: "sssas"
+        case .startSignIn: "ssasa{sv}"
+        case .submitCode: "ss"
+        case .resendCode: "s"
+        case .cancelSignIn: "s"
+        case .acquireTokenInteractive: "sasa{sv}"
+        case .acquireTokenSilent: "sassa{sv}"
+        case .getAccounts: "s"
+        case .signOut: "ssa{sv}"
+        }
+    }
 }

@@ -49,13 +49,8 @@ enum Fuzz {
     static func bus(_ name: String) -> String { "org.freedesktop.DBus.Error." + name }
     static let invalidArgs = bus("InvalidArgs")
 
-    /// The contract's methods and their in-signatures (dbus/io.shareddevice.Broker1.xml).
-    static let methods: [(name: String, signature: String)] = [
-        ("GetDeviceInformation", ""), ("GetCurrentAccount", "s"), ("SignInWithPassword", "sssas"),
-        ("StartSignIn", "ssasa{sv}"), ("SubmitCode", "ss"), ("ResendCode", "s"), ("CancelSignIn", "s"),
-        ("AcquireTokenInteractive", "sasa{sv}"), ("AcquireTokenSilent", "sassa{sv}"), ("GetAccounts", "s"),
-        ("SignOut", "ssa{sv}"),
-    ]
+    /// The contract's methods and their in-signatures, as generated from dbus/io.shareddevice.Broker1.xml.
+    static let methods: [(name: String, signature: String)] = Broker1Method.allCases.map { ($0.rawValue, $0.inSignature) }
     static let standardMethods: [(interface: String, name: String, signature: String)] = [
         (properties, "Get", "ss"), (properties, "GetAll", "s"), (properties, "Set", "ssv"),
         (introspectable, "Introspect", ""), (peer, "Ping", ""), (peer, "GetMachineId", ""),
@@ -193,69 +188,69 @@ struct FuzzGenerator: Sendable {
     /// argument the rules refuse (InputRules, an unknown clientId, account or flow, a mistyped
     /// option), so every such call must fail and change nothing; the others may be valid.
     private func hostileValues(_ rng: inout SeededGenerator) -> FuzzCall {
-        let method = rng.pick(Fuzz.methods.map(\.name))
+        let method = rng.pick(Broker1Method.allCases)
         var arguments: [DBusValue]
         var errors: Set<String>
         var expectation: FuzzExpectation
         switch method {
-        case "GetDeviceInformation":
-            return make("read-only", method, [], .answers(context.deviceInformation))
-        case "GetCurrentAccount", "GetAccounts":
+        case .getDeviceInformation:
+            return make("read-only", method.rawValue, [], .answers(context.deviceInformation))
+        case .getCurrentAccount, .getAccounts:
             let clientId = rng.chance(20) ? rng.pick(context.knownClients) : poisonClientId(&rng)
             let known = context.knownClients.contains(clientId)
-            let answer = method == "GetCurrentAccount" ? context.currentAccount : context.accounts
+            let answer = method == .getCurrentAccount ? context.currentAccount : context.accounts
             expectation = known ? .answers(answer) : .fails([Fuzz.broker("InvalidArgument"), Fuzz.broker("UnknownClient")])
-            return make("hostile", method, [.string(clientId)], expectation)
-        case "SignInWithPassword":
+            return make("hostile", method.rawValue, [.string(clientId)], expectation)
+        case .signInWithPassword:
             let poisoned = poisonSet(&rng, count: 4)
             arguments = [.string(poisoned.contains(0) ? poisonClientId(&rng) : rng.pick(context.knownClients)),
                          .string(poisoned.contains(1) ? poisonUsername(&rng) : someUsername(&rng)),
                          .string(poisoned.contains(2) ? poisonPassword(&rng) : somePassword(&rng)),
                          poisoned.contains(3) ? poisonScopes(&rng) : someScopes(&rng)]
             errors = ["InvalidArgument", "UnknownClient", "InvalidUsername"]
-        case "StartSignIn":
+        case .startSignIn:
             let poisoned = poisonSet(&rng, count: 3)
             arguments = [.string(poisoned.contains(0) ? poisonClientId(&rng) : rng.pick(context.knownClients)),
                          .string(poisoned.contains(1) ? poisonUsername(&rng) : someUsername(&rng)),
                          poisoned.contains(2) ? poisonScopes(&rng) : someScopes(&rng),
                          randomOptions(&rng)]
             errors = ["InvalidArgument", "UnknownClient", "InvalidUsername"]
-        case "SubmitCode":
+        case .submitCode:
             // This connection never started a flow: every flowId is unknown to it.
             arguments = [.string(someFlowId(&rng)), .string(someCode(&rng))]
             errors = ["InvalidArgument", "InvalidCode", "FlowNotFound"]
-        case "ResendCode", "CancelSignIn":
+        case .resendCode, .cancelSignIn:
             arguments = [.string(someFlowId(&rng))]
             errors = ["InvalidArgument", "FlowNotFound"]
-        case "AcquireTokenInteractive":
+        case .acquireTokenInteractive:
             let poisoned = poisonSet(&rng, count: 3)
             arguments = [.string(poisoned.contains(0) ? poisonClientId(&rng) : rng.pick(context.knownClients)),
                          poisoned.contains(1) ? poisonScopes(&rng) : someScopes(&rng),
                          poisoned.contains(2) ? poisonInteractiveOptions(&rng) : interactiveOptions(&rng)]
             errors = ["InvalidArgument", "UnknownClient", "InvalidUsername"]
-        case "AcquireTokenSilent":
+        case .acquireTokenSilent:
             let poisoned = poisonSet(&rng, count: 4)
             arguments = [.string(poisoned.contains(0) ? poisonClientId(&rng) : rng.pick(context.knownClients)),
                          poisoned.contains(1) ? poisonScopes(&rng) : someScopes(&rng),
                          .string(poisoned.contains(2) ? poisonAccountId(&rng) : someAccountId(&rng)),
                          poisoned.contains(3) ? poisonBoolOption(&rng, "forceRefresh") : boolOption(&rng, "forceRefresh")]
             errors = ["InvalidArgument", "UnknownClient", "NoAccount"]
-        default: // SignOut
+        case .signOut:
             let poisoned = poisonSet(&rng, count: 3)
             arguments = [.string(poisoned.contains(0) ? poisonClientId(&rng) : rng.pick(context.knownClients)),
                          .string(poisoned.contains(1) ? poisonAccountId(&rng) : someAccountId(&rng)),
                          poisoned.contains(2) ? poisonBoolOption(&rng, "signoutFromBrowser") : boolOption(&rng, "signoutFromBrowser")]
             errors = ["InvalidArgument", "UnknownClient", "NoAccount"]
         }
-        return make("hostile", method, arguments, .fails(Set(errors.map(Fuzz.broker))))
+        return make("hostile", method.rawValue, arguments, .fails(Set(errors.map(Fuzz.broker))))
     }
 
     /// Read-only calls with valid arguments: they must answer exactly what they answered before the run.
     private func readOnly(_ rng: inout SeededGenerator) -> FuzzCall {
         switch rng.int(0...2) {
-        case 0: return make("read-only", "GetDeviceInformation", [], .answers(context.deviceInformation))
-        case 1: return make("read-only", "GetCurrentAccount", [.string(rng.pick(context.knownClients))], .answers(context.currentAccount))
-        default: return make("read-only", "GetAccounts", [.string(rng.pick(context.knownClients))], .answers(context.accounts))
+        case 0: return make("read-only", Broker1Method.getDeviceInformation.rawValue, [], .answers(context.deviceInformation))
+        case 1: return make("read-only", Broker1Method.getCurrentAccount.rawValue, [.string(rng.pick(context.knownClients))], .answers(context.currentAccount))
+        default: return make("read-only", Broker1Method.getAccounts.rawValue, [.string(rng.pick(context.knownClients))], .answers(context.accounts))
         }
     }
 
