@@ -76,7 +76,7 @@ let package = Package(
                           path: "examples/TutorialApp"),
         .executableTarget(name: "DemoApp", dependencies: ["SharedDeviceClient", "GraphProfile", "ExampleSupport"],
                           path: "examples/DemoApp"),
-        .executableTarget(name: "MultiAppDemo", path: "examples/MultiAppDemo"),
+        .executableTarget(name: "MultiAppDemo", dependencies: ["ExampleSupport"], path: "examples/MultiAppDemo"),
 
         .testTarget(name: "DBusTests", dependencies: ["DBus"]),
         .testTarget(name: "HTTPTests", dependencies: ["HTTP"]),
@@ -94,7 +94,7 @@ let package = Package(
     swiftLanguageModes: [.v6]
 )
 
-/// How a release brokerd and brokerctl are linked on Linux, for a small idle RSS and a quick start (issue 7;
+/// How a release brokerd and brokerctl are linked on Linux, for a small idle RSS and a quick start (see
 /// BENCHMARKS.md, "Where brokerd's time and memory go"). Each measured on an idle brokerd, static Swift runtime
 /// (brokerctl: fewer pages touched and less relocation work at every start); debug builds are untouched:
 /// - lld instead of gold, with packed relative relocations (`-z pack-relative-relocs`, DT_RELR, glibc 2.36+):

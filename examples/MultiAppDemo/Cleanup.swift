@@ -1,3 +1,4 @@
+import ExampleSupport
 import Foundation
 
 /// Every process the demo started, stopped (newest first) on every way out: the normal end, a

@@ -1,3 +1,4 @@
+import ExampleSupport
 import Foundation
 
 // The multi-app demo (`make demo`): a private session bus, idp-sim and brokerd in shared mode, and
