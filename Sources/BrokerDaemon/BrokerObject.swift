@@ -3,7 +3,8 @@ import DBus
 import Logging
 import Synchronization
 
-/// `/io/shareddevice/Broker1`: adapts D-Bus calls to the ``Broker`` and its answers back.
+/// `/io/shareddevice/Broker1`, the interface `io.shareddevice.Broker1`: adapts D-Bus calls to the
+/// ``BrokerService``'s core and its answers back, with no logic of its own.
 ///
 /// The D-Bus layer has already checked each call's signature against the contract, so the
 /// arguments here have the declared types; what they contain is the core's to judge.
@@ -17,11 +18,11 @@ final class BrokerObject: DBusObject {
     /// The last `GetCurrentAccount` answer for an app that has seen the current account.
     private let seenReply = Mutex<(account: Account?, reply: DBusPreparedReply)?>(nil)
 
-    init(broker: Broker, logger: Logger, properties: PropertyCache, callers: CallerPolicy) {
-        self.broker = broker
+    init(service: BrokerService, logger: Logger) {
+        self.broker = service.broker
         self.logger = logger
-        self.properties = properties
-        self.callers = callers
+        self.properties = service.properties
+        self.callers = service.callers
     }
 
     func propertyValues(interface: String) -> [String: DBusValue] {
@@ -149,12 +150,4 @@ final class BrokerObject: DBusObject {
             return [BusMarshalling.tokenResult(result)]
         }
     }
-}
-
-/// Property values shared between the connection's thread (reads) and the broker (writes).
-final class PropertyCache: Sendable {
-    private let storage: Mutex<[String: DBusValue]>
-    init(_ initial: [String: DBusValue]) { storage = Mutex(initial) }
-    var values: [String: DBusValue] { storage.withLock { $0 } }
-    func set(_ name: String, _ value: DBusValue) { storage.withLock { $0[name] = value } }
 }

@@ -1,44 +1,8 @@
 import BrokerCore
 import DBus
-import Dispatch
 import Glibc
 import Identity
 import Logging
-import Synchronization
-
-/// What `brokerd` was asked to do, after its command line and configuration are read.
-public struct DaemonOptions: Sendable {
-    public var deviceMode: DeviceMode
-    public var authority: String
-    public var stateDirectory: String
-    public var configuration: DaemonConfigurationFile
-    public var busAddress: String?
-    /// How long a person has to finish an interactive sign-in.
-    public var interactiveTimeout: Duration
-    /// How long calls in flight may take to finish once brokerd is asked to stop (SIGTERM,
-    /// SIGINT); those still running then are cancelled and answered with `Cancelled`.
-    public var stopGracePeriod: Duration = .seconds(10)
-
-    public init(deviceMode: DeviceMode, authority: String, stateDirectory: String,
-                configuration: DaemonConfigurationFile, busAddress: String? = nil,
-                interactiveTimeout: Duration = .seconds(300)) {
-        self.interactiveTimeout = interactiveTimeout
-        self.deviceMode = deviceMode
-        self.authority = authority
-        self.stateDirectory = stateDirectory
-        self.configuration = configuration
-        self.busAddress = busAddress
-    }
-
-    /// `$XDG_STATE_HOME/shared-device-broker`, or `~/.local/state/shared-device-broker`.
-    public static func defaultStateDirectory() -> String {
-        if let state = getenv("XDG_STATE_HOME").map({ String(cString: $0) }), state.hasPrefix("/") {
-            return state + "/shared-device-broker"
-        }
-        let home = getenv("HOME").map { String(cString: $0) } ?? "/tmp"
-        return home + "/.local/state/shared-device-broker"
-    }
-}
 
 /// brokerd: the broker on the session bus, from start to a clean stop.
 public enum Daemon {
@@ -76,35 +40,16 @@ public enum Daemon {
         let clock = SystemClock()
         let provider = OIDCProvider(authority: authority, clock: clock, logger: logger,
                                     clientSecrets: try options.configuration.clientSecrets(), tenantId: tenant)
-        let properties = PropertyCache([
-            "DeviceMode": .string(options.deviceMode.rawValue),
-            "BrokerVersion": .string(version),
-            "CurrentAccount": BusMarshalling.account(options.deviceMode == .shared ? initialState.current : nil),
-        ])
-        let broker = Broker(
+        let service = BrokerService(
             configuration: BrokerConfiguration(
                 deviceMode: options.deviceMode, brokerVersion: version, tenantId: tenant,
                 knownClientIds: options.configuration.clients.map { Set($0.map(\.clientId)) },
                 extraDeviceInformation: deviceFacts(), interactiveTimeout: options.interactiveTimeout),
-            provider: provider, store: tokenStore, clock: clock, initialState: initialState, logger: logger,
-            onAccountChange: { change in
-                // Runs after the change is written and before the call that made it replies.
-                let current = BusMarshalling.account(change.current)
-                properties.set("CurrentAccount", current)
-                do {
-                    try connection.emitSignal(path: BrokerNames.objectPath, interface: BrokerNames.interface,
-                                              member: BrokerNames.accountChangedSignal,
-                                              arguments: BusMarshalling.accountChanged(change))
-                    try connection.emitPropertiesChanged(path: BrokerNames.objectPath, interface: BrokerNames.interface,
-                                                         changed: ["CurrentAccount": current])
-                } catch {
-                    logger.error("could not emit AccountChanged", metadata: ["error": "\(error)"])
-                }
-            })
-        let callers = CallerPolicy(connection: connection, allowedExecutables: options.configuration.allowedExecutables(), logger: logger)
-        let calls = CallsInFlight(BrokerObject(broker: broker, logger: logger, properties: properties, callers: callers))
+            provider: provider, store: tokenStore, clock: clock, initialState: initialState, connection: connection,
+            allowedExecutables: options.configuration.allowedExecutables(), logger: logger)
+        let calls = CallsInFlight(BrokerObject(service: service, logger: logger))
         connection.export(calls, at: BrokerNames.objectPath)
-        let departures = try await watchDepartures(connection, broker: broker, callers: callers)
+        let departures = try await watchDepartures(connection, service: service)
         defer { departures.cancel() }
 
         // Catch SIGTERM/SIGINT before anyone can know we are here.
@@ -128,7 +73,7 @@ public enum Daemon {
             // cancelled and answered once the grace period is over, or at a second signal). The
             // name goes only then, so a successor never loads the state while a change is in flight.
             await calls.stop(grace: options.stopGracePeriod, hurry: { _ = await stop.next() },
-                             endSignIns: { await broker.callerLeft($0) }, logger: logger)
+                             endSignIns: { await service.broker.callerLeft($0) }, logger: logger)
             // A round trip after the last reply: once ReleaseName is answered, every reply is on the bus.
             _ = try? await connection.releaseName(BrokerNames.busName)
         }
@@ -137,7 +82,7 @@ public enum Daemon {
     }
 
     /// Sign-ins and what the broker knows of a caller belong to its connection: when it leaves the bus, they go.
-    static func watchDepartures(_ connection: DBusConnection, broker: Broker, callers: CallerPolicy) async throws(DaemonError) -> Task<Void, Never> {
+    static func watchDepartures(_ connection: DBusConnection, service: BrokerService) async throws(DaemonError) -> Task<Void, Never> {
         let changes: AsyncStream<DBusSignal>
         do {
             changes = try await connection.signals(matching: DBusMatchRule(
@@ -150,8 +95,7 @@ public enum Daemon {
             for await change in changes {
                 guard change.arguments.count == 3, let name = change.arguments[0].string, name.hasPrefix(":"),
                       change.arguments[2].string == "" else { continue }
-                callers.forget(name)
-                await broker.callerLeft(name)
+                await service.callerLeft(name)
             }
         }
     }
@@ -191,80 +135,5 @@ public enum Daemon {
             facts["osVersion"] = withUnsafeBytes(of: &names.release) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
         }
         return facts
-    }
-}
-
-/// The pipe SIGTERM and SIGINT are written to by ``StopRequests``'s handler (its write end).
-nonisolated(unsafe) private var stopSignalPipe: Int32 = -1
-
-/// SIGTERM, SIGINT or the loss of the bus: the reasons brokerd stops. Installed before the
-/// bus name is taken, so a stop request that comes right after start-up is never lost.
-///
-/// The handler is brokerd's own (`sigaction`, in place when `init` returns): it writes the
-/// signal's number to a pipe, which a read source turns into a reason. A dispatch signal source
-/// alone is not enough on Linux: it installs its handler asynchronously, on the dispatch manager
-/// thread, and a signal that comes before that (the disposition being SIG_IGN meanwhile) is lost.
-/// `@unchecked`: its stored properties are set once; `next()` is awaited by one task at a time.
-final class StopRequests: @unchecked Sendable {
-    private let reasons: AsyncStream<String>
-    private let continuation: AsyncStream<String>.Continuation
-    private let source: (any DispatchSourceRead)?
-    private let watcher: Task<Void, Never>
-
-    init(_ connection: DBusConnection) {
-        signal(SIGPIPE, SIG_IGN)
-        let (reasons, continuation) = AsyncStream<String>.makeStream()
-        self.reasons = reasons
-        self.continuation = continuation
-        var ends: [Int32] = [-1, -1]
-        if stopSignalPipe < 0, pipe(&ends) == 0 {
-            for end in ends {
-                _ = fcntl(end, F_SETFD, FD_CLOEXEC)
-                _ = fcntl(end, F_SETFL, O_NONBLOCK)   // the handler never blocks; the reader drains
-            }
-            stopSignalPipe = ends[1]
-            var action = sigaction()
-            action.__sigaction_handler.sa_handler = { number in
-                let saved = errno
-                var byte = UInt8(truncatingIfNeeded: number)
-                _ = write(stopSignalPipe, &byte, 1)
-                errno = saved
-            }
-            action.sa_flags = SA_RESTART
-            sigemptyset(&action.sa_mask)
-            sigaction(SIGTERM, &action, nil)
-            sigaction(SIGINT, &action, nil)
-            let readEnd = ends[0]
-            let source = DispatchSource.makeReadSource(fileDescriptor: readEnd, queue: .global())
-            source.setEventHandler {
-                var bytes = [UInt8](repeating: 0, count: 16)
-                while true {
-                    let count = bytes.withUnsafeMutableBytes { read(readEnd, $0.baseAddress, $0.count) }
-                    guard count > 0 else { break }
-                    for byte in bytes[..<count] { continuation.yield(Int32(byte) == SIGINT ? "SIGINT" : "SIGTERM") }
-                }
-            }
-            source.resume()
-            self.source = source
-        } else {
-            // Not expected (one StopRequests per process); the default action still ends brokerd.
-            self.source = nil
-        }
-        watcher = Task {
-            await connection.waitUntilDisconnected()
-            continuation.yield("the bus connection was lost")
-        }
-    }
-
-    deinit {
-        watcher.cancel()
-        source?.cancel()
-        continuation.finish()
-    }
-
-    /// Waits for the first reason to stop.
-    func next() async -> String {
-        for await reason in reasons { return reason }
-        return "stopped"
     }
 }

@@ -1,0 +1,63 @@
+import BrokerCore
+import DBus
+import Logging
+import Synchronization
+
+/// The broker on the bus, whatever interface a caller speaks: the core (``Broker``), the cached
+/// D-Bus properties, the announcement of each change of the device's account, and the policy of
+/// who may call. Each exported interface is a thin adapter over it (``BrokerObject`` for
+/// `io.shareddevice.Broker1`), so a second interface is another adapter, never a second broker.
+final class BrokerService: Sendable {
+    let broker: Broker
+    /// The properties, cached so that Get/GetAll never wait for the broker actor.
+    let properties: PropertyCache
+    let callers: CallerPolicy
+
+    init(configuration: BrokerConfiguration, provider: any IdentityProvider, store: any StateStore, clock: any WallClock,
+         initialState: BrokerState, connection: DBusConnection, allowedExecutables: [String: Set<String>], logger: Logger) {
+        let properties = PropertyCache([
+            "DeviceMode": .string(configuration.deviceMode.rawValue),
+            "BrokerVersion": .string(configuration.brokerVersion),
+            "CurrentAccount": BusMarshalling.account(configuration.deviceMode == .shared ? initialState.current : nil),
+        ])
+        self.properties = properties
+        self.broker = Broker(configuration: configuration, provider: provider, store: store, clock: clock,
+                             initialState: initialState, logger: logger,
+                             onAccountChange: Self.announcing(on: connection, properties: properties, logger: logger))
+        self.callers = CallerPolicy(connection: connection, allowedExecutables: allowedExecutables, logger: logger)
+    }
+
+    /// A caller left the bus: its sign-ins, and what the policy knew of it, go.
+    func callerLeft(_ name: String) async {
+        callers.forget(name)
+        await broker.callerLeft(name)
+    }
+
+    /// What the core calls once per change of the device's account, after the change is written
+    /// and before the call that made it replies: the `CurrentAccount` property, then
+    /// `AccountChanged` and `PropertiesChanged` on the bus.
+    private static func announcing(on connection: DBusConnection, properties: PropertyCache,
+                                   logger: Logger) -> @Sendable (AccountChange) -> Void {
+        { change in
+            let current = BusMarshalling.account(change.current)
+            properties.set("CurrentAccount", current)
+            do {
+                try connection.emitSignal(path: BrokerNames.objectPath, interface: BrokerNames.interface,
+                                          member: BrokerNames.accountChangedSignal,
+                                          arguments: BusMarshalling.accountChanged(change))
+                try connection.emitPropertiesChanged(path: BrokerNames.objectPath, interface: BrokerNames.interface,
+                                                     changed: ["CurrentAccount": current])
+            } catch {
+                logger.error("could not emit AccountChanged", metadata: ["error": "\(error)"])
+            }
+        }
+    }
+}
+
+/// Property values shared between the connection's thread (reads) and the broker (writes).
+final class PropertyCache: Sendable {
+    private let storage: Mutex<[String: DBusValue]>
+    init(_ initial: [String: DBusValue]) { storage = Mutex(initial) }
+    var values: [String: DBusValue] { storage.withLock { $0 } }
+    func set(_ name: String, _ value: DBusValue) { storage.withLock { $0[name] = value } }
+}

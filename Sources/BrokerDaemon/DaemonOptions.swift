@@ -1,0 +1,36 @@
+import BrokerCore
+import Glibc
+
+/// What `brokerd` was asked to do, after its command line and configuration are read.
+public struct DaemonOptions: Sendable {
+    public var deviceMode: DeviceMode
+    public var authority: String
+    public var stateDirectory: String
+    public var configuration: DaemonConfigurationFile
+    public var busAddress: String?
+    /// How long a person has to finish an interactive sign-in.
+    public var interactiveTimeout: Duration
+    /// How long calls in flight may take to finish once brokerd is asked to stop (SIGTERM,
+    /// SIGINT); those still running then are cancelled and answered with `Cancelled`.
+    public var stopGracePeriod: Duration = .seconds(10)
+
+    public init(deviceMode: DeviceMode, authority: String, stateDirectory: String,
+                configuration: DaemonConfigurationFile, busAddress: String? = nil,
+                interactiveTimeout: Duration = .seconds(300)) {
+        self.interactiveTimeout = interactiveTimeout
+        self.deviceMode = deviceMode
+        self.authority = authority
+        self.stateDirectory = stateDirectory
+        self.configuration = configuration
+        self.busAddress = busAddress
+    }
+
+    /// `$XDG_STATE_HOME/shared-device-broker`, or `~/.local/state/shared-device-broker`.
+    public static func defaultStateDirectory() -> String {
+        if let state = getenv("XDG_STATE_HOME").map({ String(cString: $0) }), state.hasPrefix("/") {
+            return state + "/shared-device-broker"
+        }
+        let home = getenv("HOME").map { String(cString: $0) } ?? "/tmp"
+        return home + "/.local/state/shared-device-broker"
+    }
+}

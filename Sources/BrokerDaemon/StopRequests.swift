@@ -1,0 +1,78 @@
+import DBus
+import Dispatch
+import Glibc
+
+/// The pipe SIGTERM and SIGINT are written to by ``StopRequests``'s handler (its write end).
+nonisolated(unsafe) private var stopSignalPipe: Int32 = -1
+
+/// SIGTERM, SIGINT or the loss of the bus: the reasons brokerd stops. Installed before the
+/// bus name is taken, so a stop request that comes right after start-up is never lost.
+///
+/// The handler is brokerd's own (`sigaction`, in place when `init` returns): it writes the
+/// signal's number to a pipe, which a read source turns into a reason. A dispatch signal source
+/// alone is not enough on Linux: it installs its handler asynchronously, on the dispatch manager
+/// thread, and a signal that comes before that (the disposition being SIG_IGN meanwhile) is lost.
+/// `@unchecked`: its stored properties are set once; `next()` is awaited by one task at a time.
+final class StopRequests: @unchecked Sendable {
+    private let reasons: AsyncStream<String>
+    private let continuation: AsyncStream<String>.Continuation
+    private let source: (any DispatchSourceRead)?
+    private let watcher: Task<Void, Never>
+
+    init(_ connection: DBusConnection) {
+        signal(SIGPIPE, SIG_IGN)
+        let (reasons, continuation) = AsyncStream<String>.makeStream()
+        self.reasons = reasons
+        self.continuation = continuation
+        var ends: [Int32] = [-1, -1]
+        if stopSignalPipe < 0, pipe(&ends) == 0 {
+            for end in ends {
+                _ = fcntl(end, F_SETFD, FD_CLOEXEC)
+                _ = fcntl(end, F_SETFL, O_NONBLOCK)   // the handler never blocks; the reader drains
+            }
+            stopSignalPipe = ends[1]
+            var action = sigaction()
+            action.__sigaction_handler.sa_handler = { number in
+                let saved = errno
+                var byte = UInt8(truncatingIfNeeded: number)
+                _ = write(stopSignalPipe, &byte, 1)
+                errno = saved
+            }
+            action.sa_flags = SA_RESTART
+            sigemptyset(&action.sa_mask)
+            sigaction(SIGTERM, &action, nil)
+            sigaction(SIGINT, &action, nil)
+            let readEnd = ends[0]
+            let source = DispatchSource.makeReadSource(fileDescriptor: readEnd, queue: .global())
+            source.setEventHandler {
+                var bytes = [UInt8](repeating: 0, count: 16)
+                while true {
+                    let count = bytes.withUnsafeMutableBytes { read(readEnd, $0.baseAddress, $0.count) }
+                    guard count > 0 else { break }
+                    for byte in bytes[..<count] { continuation.yield(Int32(byte) == SIGINT ? "SIGINT" : "SIGTERM") }
+                }
+            }
+            source.resume()
+            self.source = source
+        } else {
+            // Not expected (one StopRequests per process); the default action still ends brokerd.
+            self.source = nil
+        }
+        watcher = Task {
+            await connection.waitUntilDisconnected()
+            continuation.yield("the bus connection was lost")
+        }
+    }
+
+    deinit {
+        watcher.cancel()
+        source?.cancel()
+        continuation.finish()
+    }
+
+    /// Waits for the first reason to stop.
+    func next() async -> String {
+        for await reason in reasons { return reason }
+        return "stopped"
+    }
+}
