@@ -81,6 +81,10 @@ let package = Package(
         .testTarget(name: "DBusTests", dependencies: ["DBus"]),
         .testTarget(name: "HTTPTests", dependencies: ["HTTP"]),
         .testTarget(name: "BrokerCoreTests", dependencies: ["BrokerCore", "BrokerAPI"]),
+        .testTarget(name: "SharedDeviceClientTests", dependencies: ["SharedDeviceClient", "DBus", "BrokerAPI"]),
+        .testTarget(name: "BrokerDaemonTests", dependencies: [
+            "BrokerDaemon", "BrokerCore", .product(name: "Logging", package: "swift-log"),
+        ]),
         .testTarget(name: "IdentityTests", dependencies: [
             "Identity", "HTTP",
             .product(name: "Crypto", package: "swift-crypto"),

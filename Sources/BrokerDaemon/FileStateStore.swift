@@ -55,12 +55,21 @@ public final class FileStateStore: StateStore {
     /// (`brokerd.lock`, held until the process ends) so that no second brokerd, on this bus or
     /// another, writes the same state. Removes the temporary files of brokerd processes that died
     /// in the middle of a save.
-    public init(directory: String) throws(StoreError) {
+    public convenience init(directory: String) throws(StoreError) {
+        try self.init(directory: directory, system: .system)
+    }
+
+    /// The same, with the file system calls `system` (tests make them fail).
+    init(directory: String, system: SystemCalls) throws(StoreError) {
         self.directory = directory
+        self.system = system
         try Self.makeDirectory(directory)
-        lockDescriptor = try Self.lock(directory)
+        lockDescriptor = try Self.lock(directory, system: system)
         removeAbandonedTemporaryFiles()
     }
+
+    /// Every call that writes the state goes through these.
+    private let system: SystemCalls
 
     /// The open `brokerd.lock`, whose `flock` this process holds.
     private let lockDescriptor: Int32
@@ -143,7 +152,7 @@ public final class FileStateStore: StateStore {
         // this process's owner and mode 0600 whatever an earlier file of that name had.
         let temporary = "\(directory)/\(Self.temporaryPrefix)\(getpid()).tmp"
         unlink(temporary)
-        let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0o600)
+        let fd = system.open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0o600)
         guard fd >= 0 else { throw StoreError.io("cannot create \(temporary)", errno) }
         var ok = false
         defer {
@@ -154,11 +163,11 @@ public final class FileStateStore: StateStore {
         }
         var offset = 0
         while offset < bytes.count {
-            let n = bytes[offset...].withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+            let n = bytes[offset...].withUnsafeBytes { system.write(fd, $0) }
             if n < 0 { if errno == EINTR { continue }; throw StoreError.io("cannot write \(temporary)", errno) }
             offset += n
         }
-        guard rename(temporary, path) == 0 else { throw StoreError.io("cannot rename \(temporary) to \(path)", errno) }
+        guard system.rename(temporary, path) == 0 else { throw StoreError.io("cannot rename \(temporary) to \(path)", errno) }
         ok = true
         written.withLock {
             // The file an earlier save left unsynced is replaced: this one's sync is the one that counts.
@@ -175,14 +184,14 @@ public final class FileStateStore: StateStore {
             defer { state.unsynced = nil }
             return state.unsynced
         }) else { return }
-        let synced = fsync(fd) == 0
+        let synced = system.fsync(fd) == 0
         let code = errno
         close(fd)
         guard synced else { throw StoreError.io("cannot fsync \(path)", code) }
-        let dirFD = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        let dirFD = system.open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0)
         guard dirFD >= 0 else { throw StoreError.io("cannot open \(directory) to fsync it", errno) }
         defer { close(dirFD) }
-        guard fsync(dirFD) == 0 else { throw StoreError.io("cannot fsync \(directory)", errno) }
+        guard system.fsync(dirFD) == 0 else { throw StoreError.io("cannot fsync \(directory)", errno) }
     }
 
     /// Moves an unusable state file aside (never overwrites it silently) and returns where it
@@ -246,9 +255,9 @@ public final class FileStateStore: StateStore {
     /// Takes `<directory>/brokerd.lock` (an exclusive `flock`, released by the kernel when the
     /// process ends, however it ends) and writes this process's id in it, for the message a second
     /// brokerd gives.
-    private static func lock(_ directory: String) throws(StoreError) -> Int32 {
+    private static func lock(_ directory: String, system: SystemCalls) throws(StoreError) -> Int32 {
         let path = directory + "/brokerd.lock"
-        let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0o600)
+        let fd = system.open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0o600)
         if fd < 0 {
             if errno == ELOOP { throw StoreError.unsafe("\(path) is a symbolic link, not the broker's own file") }
             throw StoreError.io("cannot open \(path)", errno)
@@ -258,7 +267,7 @@ public final class FileStateStore: StateStore {
             close(fd)
             throw StoreError.unsafe("\(path) is not a regular file of this user's; remove it")
         }
-        guard flock(fd, LOCK_EX | LOCK_NB) == 0 else {
+        guard system.flock(fd, LOCK_EX | LOCK_NB) == 0 else {
             let code = errno
             var buffer = [UInt8](repeating: 0, count: 32)
             let count = pread(fd, &buffer, buffer.count, 0)

@@ -1,0 +1,138 @@
+@testable import BrokerDaemon
+import BrokerCore
+import Foundation
+import Logging
+import Synchronization
+import Testing
+
+/// The state file when the file system fails: each system call the store makes is made to fail
+/// (a full disk, a dying device) through ``SystemCalls``, on a real directory, without a bus.
+@Suite("State file: failing writes, renames and flushes change nothing they should not")
+struct FileStateStoreTests {
+    static let alice = Account(username: "alice@contoso.example", identifier: "oid-a.t", tenantId: "t",
+                               environment: "login.example", name: "Alice")
+
+    /// A fresh state directory, removed when the test ends.
+    final class Directory: @unchecked Sendable {
+        let path = NSTemporaryDirectory() + "state-\(UUID().uuidString)"
+        deinit { try? FileManager.default.removeItem(atPath: path) }
+        var stateFile: String { path + "/state.json" }
+        func names() -> [String] { (try? FileManager.default.contentsOfDirectory(atPath: path))?.sorted() ?? [] }
+        func bytes() -> Data? { FileManager.default.contents(atPath: stateFile) }
+    }
+
+    static func state(current: Account?, refreshToken: String = "rt-1") -> BrokerState {
+        BrokerState(deviceId: "d-1", current: current,
+                    clients: ["mail": ClientRecord(lastSeen: current, account: current, refreshToken: refreshToken)])
+    }
+
+    @Test(arguments: [(SystemCalls.Call.write, ENOSPC), (.rename, EIO), (.open, EMFILE)])
+    func aFailedSaveLeavesTheFileAsItWas(call: SystemCalls.Call, code: Int32) throws {
+        let directory = Directory()
+        let failing = Atomic(false)
+        let store = try FileStateStore(directory: directory.path,
+                                       system: SystemCalls.system.failing(call, with: code) { failing.load(ordering: .relaxed) })
+        try store.save(Self.state(current: Self.alice))
+        try store.sync()
+        let before = directory.bytes()
+
+        failing.store(true, ordering: .relaxed)
+        #expect(throws: StoreError.self) { try store.save(Self.state(current: nil)) }
+        #expect(directory.bytes() == before)
+        // No temporary file is left behind, and the lock stays.
+        #expect(directory.names() == ["brokerd.lock", "state.json"])
+
+        // The disk is back: the same save goes through.
+        failing.store(false, ordering: .relaxed)
+        try store.save(Self.state(current: nil))
+        try store.sync()
+        #expect(try store.load()?.current == nil)
+    }
+
+    @Test func aFailedFlushIsReportedAndTheNextSaveFlushesAgain() throws {
+        let directory = Directory()
+        let failing = Atomic(false)
+        let store = try FileStateStore(directory: directory.path,
+                                       system: SystemCalls.system.failing(.fsync, with: EIO) { failing.load(ordering: .relaxed) })
+        failing.store(true, ordering: .relaxed)
+        try store.save(Self.state(current: Self.alice))
+        #expect(throws: StoreError.self) { try store.sync() }
+        // The rename happened: a restarted brokerd reads the new state; only its survival of a power loss was in doubt.
+        #expect(try FileStateStore.peek(directory.stateFile)?.current == Self.alice)
+
+        failing.store(false, ordering: .relaxed)
+        try store.save(Self.state(current: Self.alice, refreshToken: "rt-2"))
+        try store.sync()
+    }
+
+    @Test func aSecondStoreOnTheSameDirectoryIsRefused() throws {
+        let directory = Directory()
+        let first = try FileStateStore(directory: directory.path)
+        #expect(throws: StoreError.self) { _ = try FileStateStore(directory: directory.path) }
+        withExtendedLifetime(first) {}
+        let locking = SystemCalls.system.failing(.flock, with: EWOULDBLOCK)
+        let other = Directory()
+        #expect(throws: StoreError.self) { _ = try FileStateStore(directory: other.path, system: locking) }
+    }
+
+    /// The core over the real store: a change whose write fails is refused with StorageFailed,
+    /// and the broker, the file and the announcements stay as they were.
+    @Test func theBrokerRefusesAChangeItCannotWrite() async throws {
+        let directory = Directory()
+        let failing = Atomic(false)
+        let store = try FileStateStore(directory: directory.path,
+                                       system: SystemCalls.system.failing(.rename, with: ENOSPC) { failing.load(ordering: .relaxed) })
+        let initial = Self.state(current: Self.alice)
+        try store.save(initial)
+        try store.sync()
+        let announced = Atomic(0)
+        let broker = Broker(configuration: BrokerConfiguration(deviceMode: .shared, brokerVersion: "test"),
+                            provider: UnreachableProvider(), store: store, clock: FixedClock(), initialState: initial,
+                            logger: Logger(label: "test"), onAccountChange: { _ in announced.add(1, ordering: .relaxed) })
+        let before = directory.bytes()
+
+        failing.store(true, ordering: .relaxed)
+        await #expect(throws: BrokerFailure.self) { try await broker.signOut(clientId: "mail", accountId: "") }
+        do {
+            _ = try await broker.currentAccount(clientId: "calendar")
+            Issue.record("recording what calendar saw needs a write, which failed")
+        } catch {
+            #expect(error.code == .storageFailed)
+            #expect(error.message.contains("nothing was changed"))
+        }
+        #expect(broker.snapshot == initial)
+        #expect(directory.bytes() == before)
+        #expect(announced.load(ordering: .relaxed) == 0)
+    }
+}
+
+extension FileStateStore {
+    /// The state a new store would load from `path`, read without taking the directory's lock.
+    static func peek(_ path: String) throws -> BrokerState? {
+        guard let bytes = FileManager.default.contents(atPath: path) else { return nil }
+        return try StateFileFormat.decode(Array(bytes)).state
+    }
+}
+
+/// No provider: these tests change the state without one.
+struct UnreachableProvider: IdentityProvider {
+    var authority: String { "https://login.example/t/v2.0" }
+    private var down: BrokerFailure { BrokerFailure(.serverUnavailable, "unreachable") }
+    func signInWithPassword(clientId: String, username: String, password: String, scopes: Scopes) async throws -> ProviderTokens { throw down }
+    func refresh(clientId: String, refreshToken: String, scopes: Scopes) async throws -> ProviderTokens { throw down }
+    func revoke(clientId: String, token: RevocableToken) async throws -> EndpointOutcome { throw down }
+    func startCodeSignIn(clientId: String, username: String) async throws -> CodeChallenge { throw down }
+    func resendCode(clientId: String, continuationToken: String) async throws -> CodeChallenge { throw down }
+    func submitCode(clientId: String, continuationToken: String, code: String, scopes: Scopes) async throws -> ProviderTokens { throw down }
+    func signInInteractively(clientId: String, scopes: Scopes, request: InteractiveRequest) async throws -> ProviderTokens { throw down }
+    func endBrowserSession(clientId: String, idTokenHint: String?) async throws -> EndpointOutcome { throw down }
+    func singleSignOnSupport() async throws -> Set<SingleSignOnMechanism> { throw down }
+    var singleSignOnSupportIfKnown: Set<SingleSignOnMechanism>? { nil }
+    func exchangeDeviceSecret(clientId: String, deviceSecret: DeviceSecret, scopes: Scopes) async throws -> ProviderTokens { throw down }
+    func redeemFamilyRefreshToken(clientId: String, refreshToken: String, scopes: Scopes) async throws -> ProviderTokens { throw down }
+    func exchangeToken(clientId: String, subject: SubjectToken, scopes: Scopes) async throws -> ProviderTokens { throw down }
+}
+
+struct FixedClock: WallClock {
+    func now() -> Int64 { 1_800_000_000 }
+}
