@@ -55,7 +55,7 @@ module BrokerCore Sources/BrokerCore/*.swift
 [ "$OUT/obj/BrokerCore.o" -nt "$OUT/obj/Identity.o" ] && rm -f "$OUT/obj/Identity.o"
 module Identity Sources/Identity/*.swift
 [ "$OUT/obj/Identity.o" -nt "$OUT/obj/BrokerDaemon.o" ] && rm -f "$OUT/obj/BrokerDaemon.o"
-module BrokerDaemon Sources/BrokerDaemon/*.swift
+module BrokerDaemon Sources/BrokerDaemon/*.swift Sources/BrokerDaemon/Persistence/*.swift
 
 for target in $TARGETS; do
     [ -f "fuzz/harness/$target.swift" ] || { echo "fuzz: no target $target (targets: $ALL_TARGETS)" >&2; exit 2; }

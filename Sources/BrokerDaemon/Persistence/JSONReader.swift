@@ -1,0 +1,362 @@
+import BrokerCore
+import Glibc
+
+/// A strict JSON reader over bytes (RFC 8259: no trailing commas, no comments, no control
+/// characters in strings, valid UTF-8 in the strings it makes, nesting at most 256 deep), for the
+/// shapes the state file has. It reads values in place; only the strings asked for become Strings.
+struct JSONReader {
+    enum Problem: Error {
+        /// Not JSON, at this byte offset.
+        case syntax(Int)
+        /// JSON, not the expected shape.
+        case shape(String)
+    }
+
+    enum Kind: Equatable {
+        case object, array, string, number, bool, null
+
+        var name: String {
+            switch self {
+            case .object: return "an object"
+            case .array: return "an array"
+            case .string: return "a string"
+            case .number: return "a number"
+            case .bool: return "a boolean"
+            case .null: return "null"
+            }
+        }
+    }
+
+    static let maxDepth = 256
+
+    let bytes: UnsafeBufferPointer<UInt8>
+    var position = 0
+
+    init(_ bytes: UnsafeBufferPointer<UInt8>) { self.bytes = bytes }
+
+    private var syntax: Problem { .syntax(position) }
+
+    mutating func skipWhitespace() {
+        while position < bytes.count {
+            switch bytes[position] {
+            case 0x20, 0x09, 0x0A, 0x0D: position += 1
+            default: return
+            }
+        }
+    }
+
+    /// The kind of the next value (whitespace skipped).
+    mutating func kind() throws(Problem) -> Kind {
+        skipWhitespace()
+        guard position < bytes.count else { throw syntax }
+        switch bytes[position] {
+        case UInt8(ascii: "{"): return .object
+        case UInt8(ascii: "["): return .array
+        case UInt8(ascii: "\""): return .string
+        case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"): return .number
+        case UInt8(ascii: "t"), UInt8(ascii: "f"): return .bool
+        case UInt8(ascii: "n"): return .null
+        default: throw syntax
+        }
+    }
+
+    /// Where the next value starts.
+    mutating func valueStart() throws(Problem) -> Int {
+        _ = try kind()
+        return position
+    }
+
+    mutating func expect(_ expected: Kind, _ path: String) throws(Problem) {
+        let found = try kind()
+        guard found == expected else { throw .shape("\(path) is \(found.name), not \(expected.name)") }
+    }
+
+    /// Reads the value at `offset` with `body`, or gives nil without one.
+    mutating func at<T>(_ offset: Int?, _ body: (inout JSONReader) throws(Problem) -> T) throws(Problem) -> T? {
+        guard let offset else { return nil }
+        position = offset
+        return try body(&self)
+    }
+
+    /// Reads the value at `offset` with `body`; the value must be there.
+    mutating func at<T>(_ offset: Int?, _ path: String, _ body: (inout JSONReader) throws(Problem) -> T) throws(Problem) -> T {
+        guard let offset else { throw .shape("it has no \(path)") }
+        position = offset
+        return try body(&self)
+    }
+
+    /// Only whitespace is left.
+    mutating func end() throws(Problem) {
+        skipWhitespace()
+        guard position == bytes.count else { throw syntax }
+    }
+
+    private mutating func consume(_ byte: UInt8) throws(Problem) {
+        skipWhitespace()
+        guard position < bytes.count, bytes[position] == byte else { throw syntax }
+        position += 1
+    }
+
+    mutating func openObject() throws(Problem) { try consume(UInt8(ascii: "{")) }
+
+    /// The next key of the object being read (its value comes next), or nil at its end.
+    mutating func nextKey(first: Bool) throws(Problem) -> String? {
+        guard let (range, escaped) = try nextKeyRange(first: first) else { return nil }
+        return try makeString(range, escaped: escaped)
+    }
+
+    /// Like ``nextKey(first:)``, without making a String of the key.
+    mutating func nextKeyRange(first: Bool) throws(Problem) -> (Range<Int>, escaped: Bool)? {
+        skipWhitespace()
+        if position < bytes.count, bytes[position] == UInt8(ascii: "}") {
+            position += 1
+            return nil
+        }
+        if !first { try consume(UInt8(ascii: ",")) }
+        skipWhitespace()
+        guard position < bytes.count, bytes[position] == UInt8(ascii: "\"") else { throw syntax }
+        let key = try stringRange()
+        try consume(UInt8(ascii: ":"))
+        return key
+    }
+
+    /// Whether a key `nextKeyRange` gave is `name` (written without escapes, as brokerd writes keys).
+    func key(_ key: (Range<Int>, escaped: Bool), is name: StaticString) -> Bool {
+        guard !key.escaped, key.0.count == name.utf8CodeUnitCount, let base = bytes.baseAddress else { return false }
+        return memcmp(base + key.0.lowerBound, name.utf8Start, key.0.count) == 0
+    }
+
+    /// Skips one value, checking its syntax.
+    mutating func skipValue(depth: Int = 0) throws(Problem) {
+        guard depth < Self.maxDepth else { throw syntax }
+        switch try kind() {
+        case .object:
+            try openObject()
+            var first = true
+            while try nextKeyRange(first: first) != nil {
+                first = false
+                try skipValue(depth: depth + 1)
+            }
+        case .array:
+            position += 1
+            skipWhitespace()
+            if position < bytes.count, bytes[position] == UInt8(ascii: "]") {
+                position += 1
+                return
+            }
+            while true {
+                try skipValue(depth: depth + 1)
+                skipWhitespace()
+                guard position < bytes.count else { throw syntax }
+                if bytes[position] == UInt8(ascii: "]") {
+                    position += 1
+                    return
+                }
+                try consume(UInt8(ascii: ","))
+            }
+        case .string:
+            _ = try stringRange()
+        case .number:
+            _ = try numberRange()
+        case .bool:
+            if !literal("true") && !literal("false") { throw syntax }
+        case .null:
+            if !literal("null") { throw syntax }
+        }
+    }
+
+    private mutating func literal(_ word: StaticString) -> Bool {
+        let count = word.utf8CodeUnitCount
+        guard bytes.count - position >= count else { return false }
+        for index in 0..<count where bytes[position + index] != word.utf8Start[index] { return false }
+        position += count
+        return true
+    }
+
+    /// The bytes between the quotes of the string at the position (escapes checked, not decoded).
+    mutating func stringRange() throws(Problem) -> (Range<Int>, escaped: Bool) {
+        guard position < bytes.count, bytes[position] == UInt8(ascii: "\"") else { throw syntax }
+        position += 1
+        let start = position
+        var escaped = false
+        while position < bytes.count {
+            let byte = bytes[position]
+            if byte == UInt8(ascii: "\"") {
+                position += 1
+                return (start..<(position - 1), escaped)
+            }
+            if byte < 0x20 { throw syntax }
+            if byte == UInt8(ascii: "\\") {
+                escaped = true
+                position += 1
+                guard position < bytes.count else { throw syntax }
+                switch bytes[position] {
+                case UInt8(ascii: "\""), UInt8(ascii: "\\"), UInt8(ascii: "/"), UInt8(ascii: "b"), UInt8(ascii: "f"),
+                     UInt8(ascii: "n"), UInt8(ascii: "r"), UInt8(ascii: "t"):
+                    break
+                case UInt8(ascii: "u"):
+                    guard bytes.count - position > 4 else { throw syntax }
+                    for index in 1...4 where Self.hexValue(bytes[position + index]) == nil { throw syntax }
+                    position += 4
+                default:
+                    throw syntax
+                }
+            }
+            position += 1
+        }
+        throw syntax
+    }
+
+    /// Whether two ranges of the text hold the same bytes.
+    func equalBytes(_ a: Range<Int>, _ b: Range<Int>) -> Bool {
+        guard a.count == b.count else { return false }
+        guard let base = bytes.baseAddress else { return a.isEmpty }
+        return memcmp(base + a.lowerBound, base + b.lowerBound, a.count) == 0
+    }
+
+    /// The string of a range `stringRange` gave, its escapes decoded; it must be valid UTF-8.
+    func makeString(_ range: Range<Int>, escaped: Bool) throws(Problem) -> String {
+        if !escaped {
+            guard let string = String(validating: UnsafeBufferPointer(rebasing: bytes[range]), as: UTF8.self) else {
+                throw .syntax(range.lowerBound)
+            }
+            return string
+        }
+        var decoded: [UInt8] = []
+        decoded.reserveCapacity(range.count)
+        var index = range.lowerBound
+        while index < range.upperBound {
+            let byte = bytes[index]
+            guard byte == UInt8(ascii: "\\") else {
+                decoded.append(byte)
+                index += 1
+                continue
+            }
+            let code = bytes[index + 1]
+            index += 2
+            switch code {
+            case UInt8(ascii: "b"): decoded.append(0x08)
+            case UInt8(ascii: "f"): decoded.append(0x0C)
+            case UInt8(ascii: "n"): decoded.append(0x0A)
+            case UInt8(ascii: "r"): decoded.append(0x0D)
+            case UInt8(ascii: "t"): decoded.append(0x09)
+            case UInt8(ascii: "u"):
+                var scalar = hex4(at: index)
+                index += 4
+                if (0xD800..<0xDC00).contains(scalar) {
+                    // A high surrogate must be followed by an escaped low one.
+                    guard index + 6 <= range.upperBound, bytes[index] == UInt8(ascii: "\\"), bytes[index + 1] == UInt8(ascii: "u") else {
+                        throw .syntax(index)
+                    }
+                    let low = hex4(at: index + 2)
+                    guard (0xDC00..<0xE000).contains(low) else { throw .syntax(index) }
+                    scalar = 0x10000 + ((scalar - 0xD800) << 10) + (low - 0xDC00)
+                    index += 6
+                }
+                guard let unicode = Unicode.Scalar(scalar) else { throw .syntax(index) }
+                decoded.append(contentsOf: UTF8.encode(unicode).map { Array($0) } ?? [])
+            default: decoded.append(code)   // " \ /
+            }
+        }
+        guard let string = String(validating: decoded, as: UTF8.self) else { throw .syntax(range.lowerBound) }
+        return string
+    }
+
+    private func hex4(at index: Int) -> UInt32 {
+        var value: UInt32 = 0
+        for offset in 0..<4 { value = value << 4 | UInt32(Self.hexValue(bytes[index + offset]) ?? 0) }
+        return value
+    }
+
+    private static func hexValue(_ byte: UInt8) -> UInt8? {
+        switch byte {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): return byte - UInt8(ascii: "0")
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): return byte - UInt8(ascii: "a") + 10
+        case UInt8(ascii: "A")...UInt8(ascii: "F"): return byte - UInt8(ascii: "A") + 10
+        default: return nil
+        }
+    }
+
+    /// The number at the position (RFC 8259's grammar).
+    private mutating func numberRange() throws(Problem) -> Range<Int> {
+        let start = position
+        func digits() -> Int {
+            let from = position
+            while position < bytes.count, (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(bytes[position]) { position += 1 }
+            return position - from
+        }
+        if position < bytes.count, bytes[position] == UInt8(ascii: "-") { position += 1 }
+        guard position < bytes.count else { throw syntax }
+        if bytes[position] == UInt8(ascii: "0") {
+            position += 1
+        } else if digits() == 0 {
+            throw syntax
+        }
+        if position < bytes.count, bytes[position] == UInt8(ascii: ".") {
+            position += 1
+            guard digits() > 0 else { throw syntax }
+        }
+        if position < bytes.count, bytes[position] == UInt8(ascii: "e") || bytes[position] == UInt8(ascii: "E") {
+            position += 1
+            if position < bytes.count, bytes[position] == UInt8(ascii: "+") || bytes[position] == UInt8(ascii: "-") { position += 1 }
+            guard digits() > 0 else { throw syntax }
+        }
+        return start..<position
+    }
+
+    /// The number at the position when it is an integer that fits an Int (`2`, `2.0`, `2e0`), else nil.
+    mutating func readInteger() throws(Problem) -> Int? {
+        let range = try numberRange()
+        let text = String(decoding: UnsafeBufferPointer(rebasing: bytes[range]), as: UTF8.self)
+        if let value = Int(text) { return value }
+        guard let double = Double(text) else { return nil }
+        return Int(exactly: double)
+    }
+
+    mutating func readString(_ path: String) throws(Problem) -> String {
+        try expect(.string, path)
+        let (range, escaped) = try stringRange()
+        return try makeString(range, escaped: escaped)
+    }
+
+    mutating func readStringOrNull(_ path: String) throws(Problem) -> String? {
+        if try kind() == .null {
+            try skipValue()
+            return nil
+        }
+        return try readString(path)
+    }
+
+    /// An account object: `username`, `identifier`, `tenantId`, `environment` and `name`, all strings.
+    mutating func readAccount(_ path: String) throws(Problem) -> Account {
+        try expect(.object, path)
+        try openObject()
+        var username, identifier, tenantId, environment, name: String?
+        var first = true
+        while let key = try nextKey(first: first) {
+            first = false
+            switch key {
+            case "username": username = try readString("\(path).username")
+            case "identifier": identifier = try readString("\(path).identifier")
+            case "tenantId": tenantId = try readString("\(path).tenantId")
+            case "environment": environment = try readString("\(path).environment")
+            case "name": name = try readString("\(path).name")
+            default: try skipValue()
+            }
+        }
+        guard let username, let identifier, let tenantId, let environment, let name else {
+            let missing = [("username", username), ("identifier", identifier), ("tenantId", tenantId), ("environment", environment),
+                           ("name", name)].filter { $0.1 == nil }.map(\.0)
+            throw .shape("\(path) has no \(missing.joined(separator: ", "))")
+        }
+        return Account(username: username, identifier: identifier, tenantId: tenantId, environment: environment, name: name)
+    }
+
+    mutating func readAccountOrNull(_ path: String) throws(Problem) -> Account? {
+        if try kind() == .null {
+            try skipValue()
+            return nil
+        }
+        return try readAccount(path)
+    }
+}
