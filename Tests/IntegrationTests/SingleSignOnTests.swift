@@ -64,6 +64,30 @@ struct SingleSignOnTests {
         #expect(try env.stateFile()["singleSignOn"] == nil)
     }
 
+    @Test("every sign-in flow starts single sign-on: the email code and the browser, as the password does")
+    func everySignInFlow() async throws {
+        let env = try BrokerEnvironment(idpArguments: ["--without", "family-tokens"])
+        let carol = TestUsers.carol.username
+        let code = try env.startBrokerctl(["sign-in", "--client-id", "mail-app", "--username", carol, "--code-stdin"])
+        try code.waitForLine(stderr: true) { $0.contains("code was sent") }
+        try code.type(try #require(try await env.latestCode(for: carol)))
+        #expect(try code.waitForExit(timeout: .seconds(20)) == 0, "\(code.allOutput)")
+        let afterCode = try env.brokerctl(["token", "--client-id", "calendar-app", "--scope", "User.Read", "--json"])
+        #expect(afterCode.status == 0, "\(afterCode.stderr)")
+        #expect(try JWT.claims(try #require(try afterCode.json()["accessToken"] as? String))["preferred_username"] as? String == carol)
+        #expect(try env.brokerctl(["sign-out", "--client-id", "mail-app"]).status == 0)
+
+        let browser = try env.startBrokerctl(["sign-in", "--client-id", "notes-app", "--interactive", "--scope", "User.Read"])
+        let url = try await env.browser.nextURL()
+        #expect(URLComponents(string: url)?.queryItems?.first { $0.name == "scope" }?.value?.contains("device_sso") == true, "\(url)")
+        #expect(try await env.browser.signIn(at: url, username: alice.username, password: alice.password) != .signInForm)
+        #expect(try browser.waitForExit(timeout: .seconds(20)) == 0, "\(browser.allOutput)")
+        let afterBrowser = try env.brokerctl(["token", "--client-id", "calendar-app", "--scope", "User.Read", "--json"])
+        #expect(afterBrowser.status == 0, "\(afterBrowser.stderr)")
+        #expect(try JWT.claims(try #require(try afterBrowser.json()["accessToken"] as? String))["azp"] as? String == "calendar-app")
+        #expect(try await env.exchanges("native-sso") == 2)
+    }
+
     @Test("a new user's sign-in gives every app the new user's tokens, never the previous user's")
     func newUser() async throws {
         let env = try BrokerEnvironment()
