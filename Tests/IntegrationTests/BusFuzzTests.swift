@@ -74,32 +74,32 @@ struct BusFuzzTests {
         let noOptions = DBusValue.vardict([:])
         let cases: [(String, [DBusValue], String)] = [
             // clientId: 256 bytes is well-formed (and unknown here), 257 is not.
-            ("GetCurrentAccount", [s(repeated("a", bytes: 256))], "UnknownClient"),
-            ("GetCurrentAccount", [s(repeated("a", bytes: 257))], "InvalidArgument"),
+            (Broker1Method.getCurrentAccount.rawValue, [s(repeated("a", bytes: 256))], "UnknownClient"),
+            (Broker1Method.getCurrentAccount.rawValue, [s(repeated("a", bytes: 257))], "InvalidArgument"),
             // username: 4096 bytes passes (then the empty password is refused), 4097 does not; bytes, not characters.
-            ("SignInWithPassword", [s("mail-app"), s(repeated("u", bytes: 4096)), s(""), .strings([])], "InvalidArgument"),
-            ("SignInWithPassword", [s("mail-app"), s(repeated("u", bytes: 4097)), s(""), .strings([])], "InvalidUsername"),
-            ("SignInWithPassword", [s("mail-app"), s(repeated("é", bytes: 4096)), s(""), .strings([])], "InvalidArgument"),
-            ("SignInWithPassword", [s("mail-app"), s(repeated("é", bytes: 4098)), s(""), .strings([])], "InvalidUsername"),
+            (Broker1Method.signInWithPassword.rawValue, [s("mail-app"), s(repeated("u", bytes: 4096)), s(""), .strings([])], "InvalidArgument"),
+            (Broker1Method.signInWithPassword.rawValue, [s("mail-app"), s(repeated("u", bytes: 4097)), s(""), .strings([])], "InvalidUsername"),
+            (Broker1Method.signInWithPassword.rawValue, [s("mail-app"), s(repeated("é", bytes: 4096)), s(""), .strings([])], "InvalidArgument"),
+            (Broker1Method.signInWithPassword.rawValue, [s("mail-app"), s(repeated("é", bytes: 4098)), s(""), .strings([])], "InvalidUsername"),
             // password: 4096 bytes passes (bob is then refused: alice holds the device), 4097 does not.
-            ("SignInWithPassword", [s("mail-app"), s(bob.username), s(repeated("p", bytes: 4096)), .strings([])], "AccountAlreadySignedIn"),
-            ("SignInWithPassword", [s("mail-app"), s(bob.username), s(repeated("p", bytes: 4097)), .strings([])], "InvalidArgument"),
-            ("SignInWithPassword", [s("mail-app"), s(bob.username), s(repeated("ü", bytes: 4098)), .strings([])], "InvalidArgument"),
+            (Broker1Method.signInWithPassword.rawValue, [s("mail-app"), s(bob.username), s(repeated("p", bytes: 4096)), .strings([])], "AccountAlreadySignedIn"),
+            (Broker1Method.signInWithPassword.rawValue, [s("mail-app"), s(bob.username), s(repeated("p", bytes: 4097)), .strings([])], "InvalidArgument"),
+            (Broker1Method.signInWithPassword.rawValue, [s("mail-app"), s(bob.username), s(repeated("ü", bytes: 4098)), .strings([])], "InvalidArgument"),
             // scopes: 64 of 256 bytes pass, a 65th or a 257-byte one does not.
-            ("SignInWithPassword", [s("mail-app"), s(bob.username), s("pw"), .strings((0..<64).map { repeated("s\($0)-", bytes: 256) })], "AccountAlreadySignedIn"),
-            ("SignInWithPassword", [s("mail-app"), s(bob.username), s("pw"), .strings((0..<65).map { "s\($0)" })], "InvalidArgument"),
-            ("SignInWithPassword", [s("mail-app"), s(bob.username), s("pw"), .strings(["User.Read", repeated("s", bytes: 257)])], "InvalidArgument"),
+            (Broker1Method.signInWithPassword.rawValue, [s("mail-app"), s(bob.username), s("pw"), .strings((0..<64).map { repeated("s\($0)-", bytes: 256) })], "AccountAlreadySignedIn"),
+            (Broker1Method.signInWithPassword.rawValue, [s("mail-app"), s(bob.username), s("pw"), .strings((0..<65).map { "s\($0)" })], "InvalidArgument"),
+            (Broker1Method.signInWithPassword.rawValue, [s("mail-app"), s(bob.username), s("pw"), .strings(["User.Read", repeated("s", bytes: 257)])], "InvalidArgument"),
             // accountId: 256 bytes is well-formed (and not signed in), 257 is not.
-            ("AcquireTokenSilent", [s("mail-app"), .strings([]), s(repeated("i", bytes: 256)), noOptions], "NoAccount"),
-            ("AcquireTokenSilent", [s("mail-app"), .strings([]), s(repeated("i", bytes: 257)), noOptions], "InvalidArgument"),
-            ("SignOut", [s("mail-app"), s(repeated("i", bytes: 256)), noOptions], "NoAccount"),
-            ("SignOut", [s("mail-app"), s(repeated("i", bytes: 257)), noOptions], "InvalidArgument"),
+            (Broker1Method.acquireTokenSilent.rawValue, [s("mail-app"), .strings([]), s(repeated("i", bytes: 256)), noOptions], "NoAccount"),
+            (Broker1Method.acquireTokenSilent.rawValue, [s("mail-app"), .strings([]), s(repeated("i", bytes: 257)), noOptions], "InvalidArgument"),
+            (Broker1Method.signOut.rawValue, [s("mail-app"), s(repeated("i", bytes: 256)), noOptions], "NoAccount"),
+            (Broker1Method.signOut.rawValue, [s("mail-app"), s(repeated("i", bytes: 257)), noOptions], "InvalidArgument"),
             // flowId: 256 bytes is well-formed (and unknown), 257 is not; a code is 1 to 64 letters or digits.
-            ("SubmitCode", [s(repeated("f", bytes: 256)), s(repeated("1", bytes: 64))], "FlowNotFound"),
-            ("SubmitCode", [s(repeated("f", bytes: 257)), s("12345678")], "InvalidArgument"),
-            ("SubmitCode", [s("flow"), s(repeated("1", bytes: 65))], "InvalidCode"),
-            ("ResendCode", [s(repeated("f", bytes: 256))], "FlowNotFound"),
-            ("CancelSignIn", [s(repeated("f", bytes: 257))], "InvalidArgument"),
+            (Broker1Method.submitCode.rawValue, [s(repeated("f", bytes: 256)), s(repeated("1", bytes: 64))], "FlowNotFound"),
+            (Broker1Method.submitCode.rawValue, [s(repeated("f", bytes: 257)), s("12345678")], "InvalidArgument"),
+            (Broker1Method.submitCode.rawValue, [s("flow"), s(repeated("1", bytes: 65))], "InvalidCode"),
+            (Broker1Method.resendCode.rawValue, [s(repeated("f", bytes: 256))], "FlowNotFound"),
+            (Broker1Method.cancelSignIn.rawValue, [s(repeated("f", bytes: 257))], "InvalidArgument"),
         ]
         for (member, arguments, expected) in cases {
             let outcome = await run.call(member, arguments)
@@ -126,12 +126,12 @@ struct BusFuzzTests {
             [0xED, 0xA0, 0x80], [0xF4, 0x90, 0x80, 0x80], [0xFF], [0xFE, 0xFF], [0x6D, 0x61, 0x69, 0x6C, 0x80],  // surrogate, > U+10FFFF, bytes never in UTF-8
         ]
         for bytes in invalid {
-            let outcome = try await offThePool { try RawBusClient.call(address: run.environment.bus.address, member: "GetCurrentAccount", stringBytes: bytes) }
+            let outcome = try await offThePool { try RawBusClient.call(address: run.environment.bus.address, member: Broker1Method.getCurrentAccount.rawValue, stringBytes: bytes) }
             #expect(outcome == .droppedByBus, "\(bytes.map { String($0, radix: 16) }): \(outcome)")
         }
         let noncharacters: [[UInt8]] = [[0xEF, 0xBF, 0xBE], [0xEF, 0xB7, 0x90], [0xF4, 0x8F, 0xBF, 0xBF]]
         for bytes in noncharacters {
-            let outcome = try await offThePool { try RawBusClient.call(address: run.environment.bus.address, member: "GetCurrentAccount", stringBytes: bytes) }
+            let outcome = try await offThePool { try RawBusClient.call(address: run.environment.bus.address, member: Broker1Method.getCurrentAccount.rawValue, stringBytes: bytes) }
             #expect(outcome == .error(Fuzz.broker("InvalidArgument")), "\(bytes.map { String($0, radix: 16) }): \(outcome)")
         }
         let problems = await run.checkUnchanged()
@@ -198,19 +198,19 @@ final class FuzzedBroker: @unchecked Sendable {
         }
         // Every app sees alice once, so that from now on GetCurrentAccount changes nothing.
         for client in clients {
-            _ = try await call(Fuzz.interface, "GetCurrentAccount", [.string(client)])
+            _ = try await call(Fuzz.interface, Broker1Method.getCurrentAccount.rawValue, [.string(client)])
         }
-        let current = try await call(Fuzz.interface, "GetCurrentAccount", [.string("mail-app")])
+        let current = try await call(Fuzz.interface, Broker1Method.getCurrentAccount.rawValue, [.string("mail-app")])
         guard current.count == 2, current[0] == current[1], let alice = current[0].vardict, let accountId = alice["identifier"]?.string,
               alice["username"]?.string == TestUsers.alice.username
         else { throw ProcessFailure("GetCurrentAccount after sign-in answered \(current)") }
         for client in clients {
-            let seen = try await call(Fuzz.interface, "GetCurrentAccount", [.string(client)])
+            let seen = try await call(Fuzz.interface, Broker1Method.getCurrentAccount.rawValue, [.string(client)])
             guard seen == current else { throw ProcessFailure("\(client) sees \(seen), mail-app \(current)") }
         }
         let silent: [DBusValue] = [.string("mail-app"), .strings(["User.Read"]), .string(""), .vardict([:])]
-        let token = try await call(Fuzz.interface, "AcquireTokenSilent", silent).first?.vardict?["accessToken"]?.string ?? ""
-        guard !token.isEmpty, try await call(Fuzz.interface, "AcquireTokenSilent", silent).first?.vardict?["accessToken"]?.string == token
+        let token = try await call(Fuzz.interface, Broker1Method.acquireTokenSilent.rawValue, silent).first?.vardict?["accessToken"]?.string ?? ""
+        guard !token.isEmpty, try await call(Fuzz.interface, Broker1Method.acquireTokenSilent.rawValue, silent).first?.vardict?["accessToken"]?.string == token
         else { throw ProcessFailure("no stable silent token for mail-app") }
 
         var introspection: [String: Result<[DBusValue], DBusError>] = [:]
@@ -225,8 +225,8 @@ final class FuzzedBroker: @unchecked Sendable {
             knownClients: clients, accountId: accountId,
             usernames: [TestUsers.alice.username, TestUsers.bob.username, TestUsers.carol.username, "nobody@contoso.example"],
             password: TestUsers.alice.password, currentAccount: current,
-            accounts: try await call(Fuzz.interface, "GetAccounts", [.string("mail-app")]),
-            deviceInformation: try await call(Fuzz.interface, "GetDeviceInformation"),
+            accounts: try await call(Fuzz.interface, Broker1Method.getAccounts.rawValue, [.string("mail-app")]),
+            deviceInformation: try await call(Fuzz.interface, Broker1Method.getDeviceInformation.rawValue),
             allProperties: try await call(Fuzz.properties, "GetAll", [.string(Fuzz.interface)]),
             introspection: introspection)
         let signals = try await connection.signals(matching: DBusMatchRule(sender: Fuzz.service))
@@ -301,12 +301,12 @@ final class FuzzedBroker: @unchecked Sendable {
             problems.append("state.json unreadable: \(error)")
         }
         for client in context.knownClients {
-            let current = await call("GetCurrentAccount", [.string(client)])
+            let current = await call(Broker1Method.getCurrentAccount.rawValue, [.string(client)])
             if (try? current.get()) != context.currentAccount { problems.append("GetCurrentAccount(\(client)) is now \(current)") }
-            let accounts = await call("GetAccounts", [.string(client)])
+            let accounts = await call(Broker1Method.getAccounts.rawValue, [.string(client)])
             if (try? accounts.get()) != context.accounts { problems.append("GetAccounts(\(client)) is now \(accounts)") }
         }
-        let silent = await call("AcquireTokenSilent", [.string("mail-app"), .strings(["User.Read"]), .string(""), .vardict([:])])
+        let silent = await call(Broker1Method.acquireTokenSilent.rawValue, [.string("mail-app"), .strings(["User.Read"]), .string(""), .vardict([:])])
         if (try? silent.get())?.first?.vardict?["accessToken"]?.string != token { problems.append("the silent token changed: \(silent)") }
         let properties = await perform(FuzzCall(index: 0, kind: "", path: Fuzz.path, interface: Fuzz.properties, member: "GetAll",
                                                 arguments: [.string(Fuzz.interface)], expectation: .answers(nil)), timeout: .seconds(5)).1
@@ -373,7 +373,7 @@ struct CrashReproductionTests {
 
         let connection = try await offThePool { try DBusConnection(address: environment.bus.address) }
         defer { connection.close() }
-        let outcome = await Self.call(connection, "AcquireTokenSilent", [.string("mail-app"), .strings(["User.Read"]), .string(""), .vardict([:])])
+        let outcome = await Self.call(connection, Broker1Method.acquireTokenSilent.rawValue, [.string("mail-app"), .strings(["User.Read"]), .string(""), .vardict([:])])
         guard case .success(let values) = outcome else {
             Issue.record("the silent request failed: \(outcome)")
             return
@@ -404,7 +404,7 @@ struct CrashReproductionTests {
         }
         let connection = try await offThePool { try DBusConnection(address: bus.address) }
         defer { connection.close() }
-        let outcome = await Self.call(connection, "SignInWithPassword",
+        let outcome = await Self.call(connection, Broker1Method.signInWithPassword.rawValue,
                                       [.string("mail-app"), .string("eve@example.com"), .string("pw"), .strings(["User.Read"])])
         #expect(await Self.answers(connection), "brokerd died: \(Self.crashReport(brokerd.process))")
         switch outcome {

@@ -1,3 +1,4 @@
+import BrokerAPI
 import Foundation
 import Testing
 
@@ -18,15 +19,15 @@ struct CallerPolicyTests {
         #expect(try env.signIn(TestUsers.alice, client: "mail-app").status == 0)
         #expect(try env.brokerctl(["current-account", "--client-id", "mail-app"]).stdout.contains(TestUsers.alice.username))
 
-        let stranger = try env.gdbusCall("GetCurrentAccount", ["mail-app"])
+        let stranger = try env.gdbusCall(.getCurrentAccount, ["mail-app"])
         #expect(stranger.status != 0)
         #expect(stranger.stderr.contains("io.shareddevice.Broker1.Error.AccessDenied"), "\(stranger.stderr)")
         #expect(stranger.stderr.contains("gdbus"), "the refusal names the caller's program: \(stranger.stderr)")
-        let signOut = try env.gdbusCall("SignOut", ["mail-app", "", "{}"])
+        let signOut = try env.gdbusCall(.signOut, ["mail-app", "", "{}"])
         #expect(signOut.stderr.contains("io.shareddevice.Broker1.Error.AccessDenied"), "\(signOut.stderr)")
 
         // An unbound clientId serves gdbus; the device is still signed in.
-        let other = try env.gdbusCall("GetCurrentAccount", ["calendar-app"])
+        let other = try env.gdbusCall(.getCurrentAccount, ["calendar-app"])
         #expect(other.status == 0, "\(other.stderr)")
         #expect(other.stdout.contains(TestUsers.alice.username))
     }
@@ -37,8 +38,8 @@ struct CallerPolicyTests {
         // A bus that admits every user (a session bus admits only its own): the broker's own check must hold.
         let env = try BrokerEnvironment(busConfig: PrivateBus.configuration(everyUser: true))
         #expect(try env.signIn(TestUsers.alice, client: "mail-app").status == 0)
-        for method in [["GetCurrentAccount", "string:mail-app"], ["GetDeviceInformation"],
-                       ["GetAccounts", "string:mail-app"]] {
+        for method in [[Broker1Method.getCurrentAccount.rawValue, "string:mail-app"], [Broker1Method.getDeviceInformation.rawValue],
+                       [Broker1Method.getAccounts.rawValue, "string:mail-app"]] {
             let call = try ChildProcess("dbus-send as nobody", executable: "/usr/bin/setpriv", arguments: [
                 "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/dbus-send", "--bus=\(env.bus.address)",
                 "--print-reply", "--reply-timeout=5000", "--dest=io.shareddevice.Broker1", "/io/shareddevice/Broker1",

@@ -1,3 +1,4 @@
+import BrokerAPI
 import Foundation
 import Testing
 
@@ -76,30 +77,30 @@ struct ContractTests {
         try env.signIn(TestUsers.alice, client: "mail-app")
         let long = String(repeating: "x", count: 300)
         let cases: [(String, [String], String)] = [
-            ("GetCurrentAccount", ["''"], "InvalidArgument"),
-            ("GetCurrentAccount", ["'\(long)'"], "InvalidArgument"),
-            ("GetCurrentAccount", ["'has space'"], "InvalidArgument"),
-            ("SignInWithPassword", ["'mail-app'", "''", "'pw'", "@as []"], "InvalidUsername"),
-            ("SignInWithPassword", ["'mail-app'", "'\(TestUsers.bob.username)'", "'\(TestUsers.bob.password)'", "@as []"], "AccountAlreadySignedIn"),
-            ("SignInWithPassword", ["'mail-app'", "'x@y'", "''", "@as []"], "InvalidArgument"),
-            ("AcquireTokenSilent", ["'mail-app'", "@as []", "'someone-else'", "@a{sv} {}"], "NoAccount"),
-            ("AcquireTokenSilent", ["'mail-app'", "@as []", "''", "{'forceRefresh': <'yes'>}"], "InvalidArgument"),
-            ("SignOut", ["'mail-app'", "'someone-else'", "@a{sv} {}"], "NoAccount"),
+            (Broker1Method.getCurrentAccount.rawValue, ["''"], "InvalidArgument"),
+            (Broker1Method.getCurrentAccount.rawValue, ["'\(long)'"], "InvalidArgument"),
+            (Broker1Method.getCurrentAccount.rawValue, ["'has space'"], "InvalidArgument"),
+            (Broker1Method.signInWithPassword.rawValue, ["'mail-app'", "''", "'pw'", "@as []"], "InvalidUsername"),
+            (Broker1Method.signInWithPassword.rawValue, ["'mail-app'", "'\(TestUsers.bob.username)'", "'\(TestUsers.bob.password)'", "@as []"], "AccountAlreadySignedIn"),
+            (Broker1Method.signInWithPassword.rawValue, ["'mail-app'", "'x@y'", "''", "@as []"], "InvalidArgument"),
+            (Broker1Method.acquireTokenSilent.rawValue, ["'mail-app'", "@as []", "'someone-else'", "@a{sv} {}"], "NoAccount"),
+            (Broker1Method.acquireTokenSilent.rawValue, ["'mail-app'", "@as []", "''", "{'forceRefresh': <'yes'>}"], "InvalidArgument"),
+            (Broker1Method.signOut.rawValue, ["'mail-app'", "'someone-else'", "@a{sv} {}"], "NoAccount"),
             ("NoSuchMethod", [], "org.freedesktop.DBus.Error.UnknownMethod"),
         ]
         for (method, arguments, expected) in cases {
-            let result = try env.gdbusCall(method, arguments)
+            let result = try env.gdbusCallInterface("\(BrokerNames.interface).\(method)", arguments)
             #expect(result.status != 0, "\(method) \(arguments) succeeded")
             #expect(result.stderr.contains(expected), "\(method) \(arguments): \(result.stderr)")
         }
         // Wrong signatures, sent with dbus-send, which (unlike gdbus) does not coerce to the introspected types.
         let wrongTypes: [(String, [String])] = [
-            ("GetCurrentAccount", ["int32:42"]),
-            ("GetCurrentAccount", ["string:a", "string:b"]),
-            ("GetCurrentAccount", []),
-            ("SignInWithPassword", ["string:mail-app", "string:x", "string:y"]),
-            ("SignOut", ["string:mail-app", "string:", "boolean:true"]),
-            ("GetAccounts", ["array:string:mail-app"]),
+            (Broker1Method.getCurrentAccount.rawValue, ["int32:42"]),
+            (Broker1Method.getCurrentAccount.rawValue, ["string:a", "string:b"]),
+            (Broker1Method.getCurrentAccount.rawValue, []),
+            (Broker1Method.signInWithPassword.rawValue, ["string:mail-app", "string:x", "string:y"]),
+            (Broker1Method.signOut.rawValue, ["string:mail-app", "string:", "boolean:true"]),
+            (Broker1Method.getAccounts.rawValue, ["array:string:mail-app"]),
         ]
         // `--bus=` registers on the bus; dbus-send's `--address=` means `--peer=` (no Hello), which the daemon refuses.
         for (method, arguments) in wrongTypes {

@@ -1,3 +1,4 @@
+import BrokerAPI
 import Foundation
 import HTTP
 import SharedDeviceClient
@@ -67,10 +68,10 @@ struct SignInFlowTests {
         let state = try await app.signIn(username: carol, scopes: ["User.Read"])
         let code = try #require(try await env.latestCode(for: carol))
 
-        let stranger = try env.gdbusCall("SubmitCode", [state.flowId, code])
+        let stranger = try env.gdbusCall(.submitCode, [state.flowId, code])
         #expect(stranger.status != 0)
         #expect(stranger.stderr.contains("io.shareddevice.Broker1.Error.FlowNotFound"), "\(stranger.stderr)")
-        let cancel = try env.gdbusCall("CancelSignIn", [state.flowId])
+        let cancel = try env.gdbusCall(.cancelSignIn, [state.flowId])
         #expect(cancel.stderr.contains("io.shareddevice.Broker1.Error.FlowNotFound"), "\(cancel.stderr)")
 
         let result = try await state.submitCode(code)

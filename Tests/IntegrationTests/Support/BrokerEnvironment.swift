@@ -1,3 +1,4 @@
+import BrokerAPI
 import Foundation
 import HTTP
 
@@ -205,8 +206,8 @@ final class BrokerEnvironment: @unchecked Sendable {
     }
 
     /// Runs `gdbus call` of a broker method on the private bus (a client that is not ours).
-    func gdbusCall(_ method: String, _ arguments: [String]) throws -> CommandResult {
-        try gdbusCallInterface("io.shareddevice.Broker1.\(method)", arguments)
+    func gdbusCall(_ method: Broker1Method, _ arguments: [String]) throws -> CommandResult {
+        try gdbusCallInterface("\(BrokerNames.interface).\(method.rawValue)", arguments)
     }
 
     /// Runs `gdbus call` of `interface.Method` on the broker's object (Properties, Introspectable, ...).
