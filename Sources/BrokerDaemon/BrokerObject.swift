@@ -8,7 +8,7 @@ import Synchronization
 ///
 /// The D-Bus layer has already checked each call's signature against the contract, so the
 /// arguments here have the declared types; what they contain is the core's to judge.
-final class BrokerObject: DBusObject {
+final class BrokerObject: DBusObject, Broker1Handler {
     let interfaces: [DBusInterfaceDescription] = [.broker1]
     private let broker: Broker
     private let logger: Logger
@@ -36,7 +36,7 @@ final class BrokerObject: DBusObject {
                 throw BrokerFailure(.notSupported, "\(call.member) is not a method of \(BrokerNames.interface)")
             }
             try await callers.authorize(sender: call.sender, clientId: Self.clientId(of: call, method))
-            return try await dispatch(method, call)
+            return try await handle(method, call)
         } catch {
             logger.debug("call refused", metadata: ["method": "\(call.member)", "sender": "\(call.sender)",
                                                     "error": "\(error.code.rawValue)"])
@@ -101,53 +101,67 @@ final class BrokerObject: DBusObject {
         method.clientIdArgument.flatMap { call.arguments.indices.contains($0) ? call.arguments[$0].string : nil }
     }
 
-    /// Every method of the contract, each to its call of the core: the switch is exhaustive, so
-    /// a method added to the contract without its handler here does not compile.
-    private func dispatch(_ method: Broker1Method, _ call: DBusMethodCall) async throws(BrokerFailure) -> [DBusValue] {
-        let a = call.arguments
-        switch method {
-        case .getDeviceInformation:
-            return [BusMarshalling.deviceInformation(broker.deviceInformation())]
-        case .getCurrentAccount:
-            let seen = try await broker.currentAccount(clientId: a[0].string ?? "")
-            return [BusMarshalling.account(seen.current), BusMarshalling.account(seen.previous)]
-        case .signInWithPassword:
-            let result = try await broker.signInWithPassword(
-                clientId: a[0].string ?? "", username: a[1].string ?? "", password: a[2].string ?? "",
-                scopes: a[3].stringArray ?? [])
-            return [BusMarshalling.tokenResult(result)]
-        case .acquireTokenSilent:
-            let options = a[3].vardict ?? [:]
-            let result = try await broker.acquireTokenSilent(
-                clientId: a[0].string ?? "", scopes: a[1].stringArray ?? [], accountId: a[2].string ?? "",
-                forceRefresh: try BusMarshalling.boolOption(options, OptionKey.forceRefresh))
-            return [BusMarshalling.tokenResult(result)]
-        case .getAccounts:
-            return [BusMarshalling.accounts(try broker.accounts(clientId: a[0].string ?? ""))]
-        case .signOut:
-            let options = a[2].vardict ?? [:]
-            let outcome = try await broker.signOut(clientId: a[0].string ?? "", accountId: a[1].string ?? "",
-                                                   fromBrowser: try BusMarshalling.boolOption(options, OptionKey.signoutFromBrowser))
-            return [BusMarshalling.signOutOutcome(outcome)]
-        case .startSignIn:
-            let started = try await broker.startSignIn(clientId: a[0].string ?? "", username: a[1].string ?? "",
-                                                       scopes: a[2].stringArray ?? [], owner: call.sender)
-            return [.string(started.flowId), BusMarshalling.challenge(started.challenge)]
-        case .submitCode:
-            let result = try await broker.submitCode(flowId: a[0].string ?? "", code: a[1].string ?? "", owner: call.sender)
-            return [BusMarshalling.tokenResult(result)]
-        case .resendCode:
-            return [BusMarshalling.challenge(try await broker.resendCode(flowId: a[0].string ?? "", owner: call.sender))]
-        case .cancelSignIn:
-            try await broker.cancelSignIn(flowId: a[0].string ?? "", owner: call.sender)
-            return []
-        case .acquireTokenInteractive:
-            let options = a[2].vardict ?? [:]
-            let result = try await broker.acquireTokenInteractive(
-                clientId: a[0].string ?? "", scopes: a[1].stringArray ?? [],
-                prompt: try BusMarshalling.promptOption(options), loginHint: try BusMarshalling.stringOption(options, OptionKey.loginHint),
-                flowId: try BusMarshalling.stringOption(options, OptionKey.flowId) ?? "", owner: call.sender)
-            return [BusMarshalling.tokenResult(result)]
-        }
+    // MARK: Broker1Handler: each method of the contract, to its call of the core
+
+    func getDeviceInformation(caller: String) async throws(BrokerFailure) -> [DBusValue] {
+        [BusMarshalling.deviceInformation(broker.deviceInformation())]
+    }
+
+    func getCurrentAccount(clientId: String, caller: String) async throws(BrokerFailure) -> [DBusValue] {
+        let seen = try await broker.currentAccount(clientId: clientId)
+        return [BusMarshalling.account(seen.current), BusMarshalling.account(seen.previous)]
+    }
+
+    func signInWithPassword(clientId: String, username: String, password: String, scopes: [String],
+                            caller: String) async throws(BrokerFailure) -> [DBusValue] {
+        [BusMarshalling.tokenResult(try await broker.signInWithPassword(clientId: clientId, username: username,
+                                                                         password: password, scopes: scopes))]
+    }
+
+    func startSignIn(clientId: String, username: String, scopes: [String], options: [String: DBusValue],
+                     caller: String) async throws(BrokerFailure) -> [DBusValue] {
+        let started = try await broker.startSignIn(clientId: clientId, username: username, scopes: scopes, owner: caller)
+        return [.string(started.flowId), BusMarshalling.challenge(started.challenge)]
+    }
+
+    func submitCode(flowId: String, code: String, caller: String) async throws(BrokerFailure) -> [DBusValue] {
+        [BusMarshalling.tokenResult(try await broker.submitCode(flowId: flowId, code: code, owner: caller))]
+    }
+
+    func resendCode(flowId: String, caller: String) async throws(BrokerFailure) -> [DBusValue] {
+        [BusMarshalling.challenge(try await broker.resendCode(flowId: flowId, owner: caller))]
+    }
+
+    func cancelSignIn(flowId: String, caller: String) async throws(BrokerFailure) -> [DBusValue] {
+        try await broker.cancelSignIn(flowId: flowId, owner: caller)
+        return []
+    }
+
+    func acquireTokenInteractive(clientId: String, scopes: [String], options: [String: DBusValue],
+                                 caller: String) async throws(BrokerFailure) -> [DBusValue] {
+        let result = try await broker.acquireTokenInteractive(
+            clientId: clientId, scopes: scopes, prompt: try BusMarshalling.promptOption(options),
+            loginHint: try BusMarshalling.stringOption(options, OptionKey.loginHint),
+            flowId: try BusMarshalling.stringOption(options, OptionKey.flowId) ?? "", owner: caller)
+        return [BusMarshalling.tokenResult(result)]
+    }
+
+    func acquireTokenSilent(clientId: String, scopes: [String], accountId: String, options: [String: DBusValue],
+                            caller: String) async throws(BrokerFailure) -> [DBusValue] {
+        let result = try await broker.acquireTokenSilent(
+            clientId: clientId, scopes: scopes, accountId: accountId,
+            forceRefresh: try BusMarshalling.boolOption(options, OptionKey.forceRefresh))
+        return [BusMarshalling.tokenResult(result)]
+    }
+
+    func getAccounts(clientId: String, caller: String) async throws(BrokerFailure) -> [DBusValue] {
+        [BusMarshalling.accounts(try broker.accounts(clientId: clientId))]
+    }
+
+    func signOut(clientId: String, accountId: String, options: [String: DBusValue],
+                 caller: String) async throws(BrokerFailure) -> [DBusValue] {
+        let outcome = try await broker.signOut(clientId: clientId, accountId: accountId,
+                                               fromBrowser: try BusMarshalling.boolOption(options, OptionKey.signoutFromBrowser))
+        return [BusMarshalling.signOutOutcome(outcome)]
     }
 }
