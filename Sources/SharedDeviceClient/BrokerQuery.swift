@@ -5,15 +5,14 @@ import DBus
 /// ``PublicClientApplication`` asks these over its connection and ``OneShotQueries`` on a
 /// connection of its own, so each question is marshalled in this one place.
 struct BrokerQuery<Answer> {
-    let method: Broker1Method
-    let arguments: [DBusValue]
+    let call: Broker1Call
     let decode: ([DBusValue]) throws(BrokerError) -> Answer
 }
 
 extension BrokerQuery<DeviceInformation> {
     /// `GetDeviceInformation()`: the device is not an app's, so no clientId is sent.
     static var deviceInformation: Self {
-        Self(method: .getDeviceInformation, arguments: []) { reply throws(BrokerError) in
+        Self(call: .getDeviceInformation()) { reply throws(BrokerError) in
             try ReplyDecoding.deviceInformation(reply.first)
         }
     }
@@ -22,7 +21,7 @@ extension BrokerQuery<DeviceInformation> {
 extension BrokerQuery<(current: Account?, previous: Account?)> {
     /// `GetCurrentAccount(clientId)`: (current, previous).
     static func currentAccount(clientId: String) -> Self {
-        Self(method: .getCurrentAccount, arguments: [.string(clientId)]) { reply throws(BrokerError) in
+        Self(call: .getCurrentAccount(clientId: clientId)) { reply throws(BrokerError) in
             guard reply.count == 2 else { throw ReplyDecoding.malformed("GetCurrentAccount did not return two accounts") }
             return (try ReplyDecoding.account(reply[0]), try ReplyDecoding.account(reply[1]))
         }
@@ -32,7 +31,7 @@ extension BrokerQuery<(current: Account?, previous: Account?)> {
 extension BrokerQuery<[Account]> {
     /// `GetAccounts(clientId)`.
     static func accounts(clientId: String) -> Self {
-        Self(method: .getAccounts, arguments: [.string(clientId)]) { reply throws(BrokerError) in
+        Self(call: .getAccounts(clientId: clientId)) { reply throws(BrokerError) in
             guard let list = reply.first?.vardictArray else { throw ReplyDecoding.malformed("GetAccounts did not return aa{sv}") }
             var accounts: [Account] = []
             for dict in list {

@@ -78,7 +78,7 @@ final class BusLink: Sendable {
 
     /// Asks `query` over this link's connection.
     func ask<Answer>(_ query: BrokerQuery<Answer>, timeout: Duration) async throws(BrokerError) -> Answer {
-        try query.decode(try await call(query.method, query.arguments, timeout: timeout))
+        try query.decode(try await call(query.call, timeout: timeout))
     }
 
     /// Asks `query` on a connection of its own, opened to `address` (nil: the session bus) and
@@ -93,8 +93,8 @@ final class BusLink: Sendable {
         let reply: [DBusValue]
         do {
             reply = try connection.call(destination: BrokerNames.busName, path: BrokerNames.objectPath,
-                                        interface: BrokerNames.interface, member: query.method.rawValue,
-                                        arguments: query.arguments, timeout: timeout)
+                                        interface: BrokerNames.interface, member: query.call.method.rawValue,
+                                        arguments: query.call.arguments, timeout: timeout)
         } catch {
             throw brokerError(error)
         }
@@ -102,9 +102,9 @@ final class BusLink: Sendable {
     }
 
     /// Calls a method of the broker's interface.
-    func call(_ method: Broker1Method, _ arguments: [DBusValue], timeout: Duration) async throws(BrokerError) -> [DBusValue] {
-        try await call(destination: BrokerNames.busName, path: BrokerNames.objectPath, interface: BrokerNames.interface,
-                       member: method.rawValue, arguments: arguments, timeout: timeout)
+    func call(_ call: Broker1Call, timeout: Duration) async throws(BrokerError) -> [DBusValue] {
+        try await self.call(destination: BrokerNames.busName, path: BrokerNames.objectPath, interface: BrokerNames.interface,
+                            member: call.method.rawValue, arguments: call.arguments, timeout: timeout)
     }
 
     /// Calls any method, mapping errors. Task cancellation throws ``BrokerError/cancelled(_:)``.

@@ -54,7 +54,7 @@ public final class PublicClientApplication: Sendable {
     /// ``BrokerError/accountAlreadySignedIn(_:)``.
     public func signIn(username: String, password: String, scopes: [String]) async throws(BrokerError) -> TokenResult {
         try ReplyDecoding.tokenResult(try await link.call(
-            .signInWithPassword, [.string(clientId), .string(username), .string(password), .strings(scopes)],
+            .signInWithPassword(clientId: clientId, username: username, password: password, scopes: scopes),
             timeout: configuration.tokenTimeout).first)
     }
 
@@ -62,7 +62,7 @@ public final class PublicClientApplication: Sendable {
     /// the provider sends a code, and the returned state takes it.
     public func signIn(username: String, scopes: [String]) async throws(BrokerError) -> SignInCodeRequiredState {
         let reply = try await link.call(
-            .startSignIn, [.string(clientId), .string(username), .strings(scopes), .vardict([:])],
+            .startSignIn(clientId: clientId, username: username, scopes: scopes, options: [:]),
             timeout: configuration.tokenTimeout)
         guard reply.count == 2, let flowId = reply[0].string else {
             throw ReplyDecoding.malformed("StartSignIn did not return (flowId, challenge)")
@@ -82,13 +82,13 @@ public final class PublicClientApplication: Sendable {
         if let hint = parameters.loginHint { options[OptionKey.loginHint] = .string(hint) }
         do {
             return try ReplyDecoding.tokenResult(try await link.call(
-                .acquireTokenInteractive, [.string(clientId), .strings(parameters.scopes), .vardict(options)],
+                .acquireTokenInteractive(clientId: clientId, scopes: parameters.scopes, options: options),
                 timeout: configuration.interactiveTimeout).first)
         } catch {
             if Task.isCancelled {
                 // This task is cancelled, so tell the broker from one that is not.
                 let link = self.link, timeout = configuration.queryTimeout
-                await Task { _ = try? await link.call(.cancelSignIn, [.string(flowId)], timeout: timeout) }.value
+                await Task { _ = try? await link.call(.cancelSignIn(flowId: flowId), timeout: timeout) }.value
             }
             throw error
         }
@@ -101,9 +101,8 @@ public final class PublicClientApplication: Sendable {
     /// call ``acquireToken(_:)`` (or sign in again).
     public func acquireTokenSilent(_ parameters: SilentTokenParameters) async throws(BrokerError) -> TokenResult {
         try ReplyDecoding.tokenResult(try await link.call(
-            .acquireTokenSilent,
-            [.string(clientId), .strings(parameters.scopes), .string(parameters.account?.identifier ?? ""),
-             .vardict([OptionKey.forceRefresh: .bool(parameters.forceRefresh)])],
+            .acquireTokenSilent(clientId: clientId, scopes: parameters.scopes, accountId: parameters.account?.identifier ?? "",
+                                options: [OptionKey.forceRefresh: .bool(parameters.forceRefresh)]),
             timeout: configuration.tokenTimeout).first)
     }
 
@@ -114,9 +113,8 @@ public final class PublicClientApplication: Sendable {
     @discardableResult
     public func signOut(account: Account?, parameters: SignoutParameters = SignoutParameters()) async throws(BrokerError) -> SignOutResult {
         ReplyDecoding.signOutResult(try await link.call(
-            .signOut,
-            [.string(clientId), .string(account?.identifier ?? ""),
-             .vardict([OptionKey.signoutFromBrowser: .bool(parameters.signoutFromBrowser)])],
+            .signOut(clientId: clientId, accountId: account?.identifier ?? "",
+                     options: [OptionKey.signoutFromBrowser: .bool(parameters.signoutFromBrowser)]),
             timeout: configuration.tokenTimeout).first)
     }
 

@@ -40,18 +40,18 @@ public final class SignInCodeRequiredState: Sendable {
     /// call ``resendCode()``.
     public func submitCode(_ code: String) async throws(BrokerError) -> TokenResult {
         try ReplyDecoding.tokenResult(try await link.call(
-            .submitCode, [.string(flowId), .string(code)], timeout: configuration.tokenTimeout).first)
+            .submitCode(flowId: flowId, code: code), timeout: configuration.tokenTimeout).first)
     }
 
     /// Asks the provider to send a new code; ``challenge`` then describes it.
     public func resendCode() async throws(BrokerError) {
-        let reply = try await link.call(.resendCode, [.string(flowId)], timeout: configuration.tokenTimeout)
+        let reply = try await link.call(.resendCode(flowId: flowId), timeout: configuration.tokenTimeout)
         let challenge = try ReplyDecoding.challenge(reply.first)
         latest.withLock { $0 = challenge }
     }
 
     /// Ends the flow in the broker. Best effort: a flow that already ended is not an error.
     public func cancel() async {
-        _ = try? await link.call(.cancelSignIn, [.string(flowId)], timeout: configuration.queryTimeout)
+        _ = try? await link.call(.cancelSignIn(flowId: flowId), timeout: configuration.queryTimeout)
     }
 }
