@@ -41,8 +41,8 @@ test: build check-contract
 	$(SWIFT) build -c $(CONFIG) $(BUILD_FLAGS) --build-tests
 	$(SWIFT) test -c $(CONFIG) $(BUILD_FLAGS) --skip-build
 
-## contract: regenerate the Swift side of dbus/io.shareddevice.Broker1.xml (the interface description
-## brokerd serves, and the method names both sides of the bus use).
+## contract: regenerate the Swift side of every interface in dbus/*.xml (the interface description
+## brokerd serves, its handler protocol, the method names both sides use, the client's calls).
 contract:
 	python3 scripts/generate-contract.py
 

@@ -3,6 +3,7 @@
 /// The methods of `io.shareddevice.Broker1`, as the contract declares them.
 public enum Broker1Method: String, CaseIterable, Sendable {
     case getDeviceInformation = "GetDeviceInformation"
+    case getSignInOptions = "GetSignInOptions"
     case getCurrentAccount = "GetCurrentAccount"
     case signInWithPassword = "SignInWithPassword"
     case startSignIn = "StartSignIn"
@@ -14,12 +15,21 @@ public enum Broker1Method: String, CaseIterable, Sendable {
     case getAccounts = "GetAccounts"
     case signOut = "SignOut"
 
-    /// The position of the `clientId` argument, the app the call acts for; nil for calls that
-    /// act for no app (the device's information) or for a flow (which knows its app).
+    /// The position of the argument naming the app the call acts for (the contract's
+    /// `io.shareddevice.Contract.ClientId`); nil for calls that act for no app, or for a flow (which knows its app).
     public var clientIdArgument: Int? {
         switch self {
-        case .getCurrentAccount, .signInWithPassword, .startSignIn, .acquireTokenInteractive, .acquireTokenSilent, .getAccounts, .signOut: 0
+        case .getSignInOptions, .getCurrentAccount, .signInWithPassword, .startSignIn, .acquireTokenInteractive, .acquireTokenSilent, .getAccounts, .signOut: 0
         case .getDeviceInformation, .submitCode, .resendCode, .cancelSignIn: nil
+        }
+    }
+
+    /// Whether the reply waits for a person rather than for the provider (the contract's
+    /// `io.shareddevice.Contract.WaitsForPerson`).
+    public var waitsForPerson: Bool {
+        switch self {
+        case .acquireTokenInteractive: true
+        default: false
         }
     }
 
@@ -27,6 +37,7 @@ public enum Broker1Method: String, CaseIterable, Sendable {
     public var inSignature: String {
         switch self {
         case .getDeviceInformation: ""
+        case .getSignInOptions: "s"
         case .getCurrentAccount: "s"
         case .signInWithPassword: "sssas"
         case .startSignIn: "ssasa{sv}"

@@ -15,6 +15,17 @@ public enum BrokerNames {
     public static let accountChangedSignal = "AccountChanged"
 }
 
+/// The annotations of the contract XML that say what its types do not (the XML's header lists
+/// them; `scripts/generate-contract.py` reads them, and they are served in introspection).
+public enum ContractAnnotation {
+    /// On an interface: the stem of its generated Swift names.
+    public static let swiftName = "io.shareddevice.Contract.SwiftName"
+    /// On a `s` argument: the app the call acts for.
+    public static let clientId = "io.shareddevice.Contract.ClientId"
+    /// On a method: its reply waits for a person rather than for the provider.
+    public static let waitsForPerson = "io.shareddevice.Contract.WaitsForPerson"
+}
+
 /// The device modes, as the `DeviceMode` property spells them.
 public enum DeviceMode: String, Sendable, CaseIterable, Codable {
     /// One account for the whole device; signing out anywhere signs out everywhere.
@@ -75,6 +86,24 @@ public enum DeviceInformationKey {
     public static let extraDeviceInformation = "extraDeviceInformation"
     /// `as`: the single sign-on mechanisms the provider offers (``SingleSignOnMechanism``), empty
     /// when it offers none; absent while the provider has not been reached.
+    public static let singleSignOn = "singleSignOn"
+}
+
+/// The sign-in flows, as `GetSignInOptions`'s `flows` spells them.
+public enum SignInFlow: String, Sendable, CaseIterable, Codable {
+    /// `SignInWithPassword`: native authentication's password path, or the password grant.
+    case password
+    /// `StartSignIn`: a one-time code by email (native authentication).
+    case emailCode = "email-code"
+    /// `AcquireTokenInteractive`: the provider's page in the system browser.
+    case browser
+}
+
+/// Keys of `GetSignInOptions`' dictionary.
+public enum SignInOptionsKey {
+    /// `as`: the sign-in flows the provider offers (``SignInFlow``), in the contract's order.
+    public static let flows = "flows"
+    /// `as`: the single sign-on mechanisms it offers (``SingleSignOnMechanism``), as far as known.
     public static let singleSignOn = "singleSignOn"
 }
 

@@ -2,11 +2,30 @@
 /// and interactive sign-in in the browser. Both end in ``Broker/adoptSignIn``, the same path
 /// as the password.
 extension Broker {
+    /// What the sign-in screen of an app can offer.
+    public struct SignInOptions: Sendable, Equatable {
+        /// The flows the provider offers, in ``SignInFlow``'s order.
+        public var flows: [SignInFlow]
+        /// How other apps then get tokens of their own, as far as known.
+        public var singleSignOn: [SingleSignOnMechanism]
+    }
+
     /// What the app shows while the user fetches the code.
     public struct SignInChallenge: Sendable, Equatable {
         public var channel: String
         public var sentTo: String
         public var codeLength: UInt32
+    }
+
+    /// What the configured provider lets `clientId` offer (`GetSignInOptions`): its sign-in
+    /// flows, and how other apps then get tokens of their own.
+    public func signInOptions(clientId: String) async throws(BrokerFailure) -> SignInOptions {
+        try checkClient(clientId)
+        let provider = self.provider
+        let correlationId = Self.newCorrelationId()
+        let flows = try await callProvider(correlationId) { try await provider.signInFlows() }
+        // signInFlows read discovery, so the mechanisms it advertises are known now.
+        return SignInOptions(flows: flows, singleSignOn: knownSingleSignOn() ?? [])
     }
 
     /// Asks the provider to send a one-time code; returns the flow's id and where the code went.

@@ -113,6 +113,9 @@ public protocol IdentityProvider: Sendable {
     func signInInteractively(clientId: String, scopes: Scopes, request: InteractiveRequest) async throws -> ProviderTokens
     /// RP-initiated logout: ends the provider's browser session. `.notOffered` without an end_session_endpoint.
     func endBrowserSession(clientId: String, idTokenHint: String?) async throws -> EndpointOutcome
+    /// The sign-in flows the provider offers, from its discovery document (read if not yet) and
+    /// what the broker learnt of native authentication, whose endpoints discovery does not name.
+    func signInFlows() async throws -> [SignInFlow]
 
     // Single sign-on between apps: each gets `clientId` tokens of its own for the user of an
     // earlier sign-in, without a person. A refusal (the grant is dead, the client may not use

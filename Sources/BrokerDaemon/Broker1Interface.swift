@@ -4,21 +4,22 @@ import BrokerCore
 import DBus
 
 extension DBusInterfaceDescription {
-    /// The broker's interface, exactly as the contract XML declares it.
+    /// `io.shareddevice.Broker1`, exactly as the contract XML declares it.
     static let broker1 = DBusInterfaceDescription(
         name: "io.shareddevice.Broker1",
         methods: [
             .init(name: "GetDeviceInformation", inArguments: [], outArguments: [.init("information", "a{sv}")]),
-            .init(name: "GetCurrentAccount", inArguments: [.init("clientId", "s")], outArguments: [.init("current", "a{sv}"), .init("previous", "a{sv}")]),
-            .init(name: "SignInWithPassword", inArguments: [.init("clientId", "s"), .init("username", "s"), .init("password", "s"), .init("scopes", "as")], outArguments: [.init("result", "a{sv}")]),
-            .init(name: "StartSignIn", inArguments: [.init("clientId", "s"), .init("username", "s"), .init("scopes", "as"), .init("options", "a{sv}")], outArguments: [.init("flowId", "s"), .init("challenge", "a{sv}")]),
+            .init(name: "GetSignInOptions", inArguments: [.init("clientId", "s", annotations: [.init("io.shareddevice.Contract.ClientId", "true")])], outArguments: [.init("options", "a{sv}")]),
+            .init(name: "GetCurrentAccount", inArguments: [.init("clientId", "s", annotations: [.init("io.shareddevice.Contract.ClientId", "true")])], outArguments: [.init("current", "a{sv}"), .init("previous", "a{sv}")]),
+            .init(name: "SignInWithPassword", inArguments: [.init("clientId", "s", annotations: [.init("io.shareddevice.Contract.ClientId", "true")]), .init("username", "s"), .init("password", "s"), .init("scopes", "as")], outArguments: [.init("result", "a{sv}")]),
+            .init(name: "StartSignIn", inArguments: [.init("clientId", "s", annotations: [.init("io.shareddevice.Contract.ClientId", "true")]), .init("username", "s"), .init("scopes", "as"), .init("options", "a{sv}")], outArguments: [.init("flowId", "s"), .init("challenge", "a{sv}")]),
             .init(name: "SubmitCode", inArguments: [.init("flowId", "s"), .init("code", "s")], outArguments: [.init("result", "a{sv}")]),
             .init(name: "ResendCode", inArguments: [.init("flowId", "s")], outArguments: [.init("challenge", "a{sv}")]),
             .init(name: "CancelSignIn", inArguments: [.init("flowId", "s")], outArguments: []),
-            .init(name: "AcquireTokenInteractive", inArguments: [.init("clientId", "s"), .init("scopes", "as"), .init("options", "a{sv}")], outArguments: [.init("result", "a{sv}")]),
-            .init(name: "AcquireTokenSilent", inArguments: [.init("clientId", "s"), .init("scopes", "as"), .init("accountId", "s"), .init("options", "a{sv}")], outArguments: [.init("result", "a{sv}")]),
-            .init(name: "GetAccounts", inArguments: [.init("clientId", "s")], outArguments: [.init("accounts", "aa{sv}")]),
-            .init(name: "SignOut", inArguments: [.init("clientId", "s"), .init("accountId", "s"), .init("options", "a{sv}")], outArguments: [.init("result", "a{sv}")]),
+            .init(name: "AcquireTokenInteractive", inArguments: [.init("clientId", "s", annotations: [.init("io.shareddevice.Contract.ClientId", "true")]), .init("scopes", "as"), .init("options", "a{sv}")], outArguments: [.init("result", "a{sv}")], annotations: [.init("io.shareddevice.Contract.WaitsForPerson", "true")]),
+            .init(name: "AcquireTokenSilent", inArguments: [.init("clientId", "s", annotations: [.init("io.shareddevice.Contract.ClientId", "true")]), .init("scopes", "as"), .init("accountId", "s"), .init("options", "a{sv}")], outArguments: [.init("result", "a{sv}")]),
+            .init(name: "GetAccounts", inArguments: [.init("clientId", "s", annotations: [.init("io.shareddevice.Contract.ClientId", "true")])], outArguments: [.init("accounts", "aa{sv}")]),
+            .init(name: "SignOut", inArguments: [.init("clientId", "s", annotations: [.init("io.shareddevice.Contract.ClientId", "true")]), .init("accountId", "s"), .init("options", "a{sv}")], outArguments: [.init("result", "a{sv}")]),
         ],
         signals: [
             .init(name: "AccountChanged", arguments: [.init("current", "a{sv}"), .init("previous", "a{sv}"), .init("reason", "s")]),
@@ -27,7 +28,8 @@ extension DBusInterfaceDescription {
             .init(name: "DeviceMode", signature: "s", access: .read),
             .init(name: "CurrentAccount", signature: "a{sv}", access: .read),
             .init(name: "BrokerVersion", signature: "s", access: .read),
-        ]
+        ],
+        annotations: [.init("io.shareddevice.Contract.SwiftName", "Broker1")]
     )
 }
 
@@ -37,6 +39,7 @@ extension DBusInterfaceDescription {
 /// does not compile.
 protocol Broker1Handler: Sendable {
     func getDeviceInformation(caller: String) async throws(BrokerFailure) -> [DBusValue]
+    func getSignInOptions(clientId: String, caller: String) async throws(BrokerFailure) -> [DBusValue]
     func getCurrentAccount(clientId: String, caller: String) async throws(BrokerFailure) -> [DBusValue]
     func signInWithPassword(clientId: String, username: String, password: String, scopes: [String], caller: String) async throws(BrokerFailure) -> [DBusValue]
     func startSignIn(clientId: String, username: String, scopes: [String], options: [String: DBusValue], caller: String) async throws(BrokerFailure) -> [DBusValue]
@@ -55,6 +58,7 @@ extension Broker1Handler {
         let a = call.arguments
         switch method {
         case .getDeviceInformation: return try await getDeviceInformation(caller: call.sender)
+        case .getSignInOptions: return try await getSignInOptions(clientId: a[0].string ?? "", caller: call.sender)
         case .getCurrentAccount: return try await getCurrentAccount(clientId: a[0].string ?? "", caller: call.sender)
         case .signInWithPassword: return try await signInWithPassword(clientId: a[0].string ?? "", username: a[1].string ?? "", password: a[2].string ?? "", scopes: a[3].stringArray ?? [], caller: call.sender)
         case .startSignIn: return try await startSignIn(clientId: a[0].string ?? "", username: a[1].string ?? "", scopes: a[2].stringArray ?? [], options: a[3].vardict ?? [:], caller: call.sender)

@@ -107,6 +107,10 @@ final class BrokerObject: DBusObject, Broker1Handler {
         [BusMarshalling.deviceInformation(broker.deviceInformation())]
     }
 
+    func getSignInOptions(clientId: String, caller: String) async throws(BrokerFailure) -> [DBusValue] {
+        [BusMarshalling.signInOptions(try await broker.signInOptions(clientId: clientId))]
+    }
+
     func getCurrentAccount(clientId: String, caller: String) async throws(BrokerFailure) -> [DBusValue] {
         let seen = try await broker.currentAccount(clientId: clientId)
         return [BusMarshalling.account(seen.current), BusMarshalling.account(seen.previous)]

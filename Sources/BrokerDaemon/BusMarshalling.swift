@@ -52,6 +52,13 @@ enum BusMarshalling {
         return .vardict(values)
     }
 
+    static func signInOptions(_ options: Broker.SignInOptions) -> DBusValue {
+        .vardict([
+            SignInOptionsKey.flows: .strings(options.flows.map(\.rawValue)),
+            SignInOptionsKey.singleSignOn: .strings(options.singleSignOn.map(\.rawValue)),
+        ])
+    }
+
     static func accountChanged(_ change: AccountChange) -> [DBusValue] {
         [account(change.current), account(change.previous), .string(change.reason.rawValue)]
     }

@@ -1,3 +1,4 @@
+import BrokerAPI
 import BrokerCore
 import DBus
 import Logging
@@ -19,7 +20,7 @@ final class CallsInFlight: DBusObject {
     private let state = Mutex(State())
 
     private struct Call {
-        var member: String
+        var member: Member
         var sender: String
         /// Nil only when the call did not come through a connection (a direct call in a test).
         var control: DBusCallControl?
@@ -35,8 +36,14 @@ final class CallsInFlight: DBusObject {
         var idleWaiters: [UInt64: CheckedContinuation<Void, Never>] = [:]
     }
 
-    /// Calls that wait for a person rather than for a provider: not worth a grace period.
-    private static let waitingForPeople: Set<String> = [Broker1Method.acquireTokenInteractive.rawValue]
+    /// Calls that wait for a person rather than for a provider, as the contract marks them, on
+    /// every interface the object exports: not worth a grace period.
+    private let waitingForPeople: Set<Member>
+
+    private struct Member: Hashable {
+        var interface: String
+        var name: String
+    }
 
     private static let stopping = BusMarshalling.error(BrokerFailure(.cancelled,
         "brokerd is stopping; call again (the bus or the service manager starts a new one)"))
@@ -51,6 +58,10 @@ final class CallsInFlight: DBusObject {
         self.object = object
         self.perCaller = perCaller
         self.total = total
+        waitingForPeople = Set(object.interfaces.flatMap { interface in
+            interface.methods.filter { $0.isAnnotated(ContractAnnotation.waitsForPerson) }
+                .map { Member(interface: interface.name, name: $0.name) }
+        })
     }
 
     var interfaces: [DBusInterfaceDescription] { object.interfaces }
@@ -69,6 +80,7 @@ final class CallsInFlight: DBusObject {
 
     func handleMethodCall(_ call: DBusMethodCall) async throws -> [DBusValue] {
         let control = DBusCallControl.current
+        let member = Member(interface: call.interface, name: call.member)
         let admitted: Result<UInt64, any Error> = state.withLock { state in
             guard !state.stopping else { return .failure(Self.stopping) }
             let mine = state.bySender[call.sender, default: 0]
@@ -81,14 +93,14 @@ final class CallsInFlight: DBusObject {
                     "the broker already has \(total) calls in flight; try again shortly")))
             }
             state.nextId &+= 1
-            state.calls[state.nextId] = Call(member: call.member, sender: call.sender, control: control)
+            state.calls[state.nextId] = Call(member: member, sender: call.sender, control: control)
             state.bySender[call.sender] = mine + 1
             return .success(state.nextId)
         }
         let id = try admitted.get()
         defer { finished(id) }
         let cancelNow = state.withLock { state in
-            state.cancelling || (state.stopping && Self.waitingForPeople.contains(call.member))
+            state.cancelling || (state.stopping && waitingForPeople.contains(member))
         }
         if cancelNow { control?.cancel() }
         return try await object.handleMethodCall(call)
@@ -114,7 +126,7 @@ final class CallsInFlight: DBusObject {
               endSignIns: (String) async -> Void, logger: Logger) async {
         let (running, interactive): (Int, [Call]) = state.withLock { state in
             state.stopping = true
-            return (state.calls.count, state.calls.values.filter { Self.waitingForPeople.contains($0.member) })
+            return (state.calls.count, state.calls.values.filter { waitingForPeople.contains($0.member) })
         }
         guard running > 0 else { return }
         logger.info("waiting for the calls in flight", metadata: ["calls": "\(running)", "grace": "\(grace)"])

@@ -1,15 +1,32 @@
 /// Description of one D-Bus interface, used for dispatch checks and introspection.
 public struct DBusInterfaceDescription: Sendable, Equatable {
+    /// An `<annotation>`: a fact about an interface, method or argument that its types do not say
+    /// (the specification's `org.freedesktop.DBus.Deprecated`, or a project's own).
+    public struct Annotation: Sendable, Equatable {
+        /// Annotation name, an interface-like dotted name.
+        public var name: String
+        /// Its value.
+        public var value: String
+        /// Creates an annotation.
+        public init(_ name: String, _ value: String) {
+            self.name = name
+            self.value = value
+        }
+    }
+
     /// A method or signal argument.
     public struct Argument: Sendable, Equatable {
         /// Argument name (may be empty).
         public var name: String
         /// Single complete type signature.
         public var signature: String
+        /// Annotations, in the order introspection lists them.
+        public var annotations: [Annotation]
         /// Creates an argument.
-        public init(_ name: String, _ signature: String) {
+        public init(_ name: String, _ signature: String, annotations: [Annotation] = []) {
             self.name = name
             self.signature = signature
+            self.annotations = annotations
         }
     }
 
@@ -21,11 +38,19 @@ public struct DBusInterfaceDescription: Sendable, Equatable {
         public var inArguments: [Argument]
         /// Output arguments.
         public var outArguments: [Argument]
+        /// Annotations, in the order introspection lists them (before the arguments).
+        public var annotations: [Annotation]
         /// Creates a method.
-        public init(name: String, inArguments: [Argument] = [], outArguments: [Argument] = []) {
+        public init(name: String, inArguments: [Argument] = [], outArguments: [Argument] = [],
+                    annotations: [Annotation] = []) {
             self.name = name
             self.inArguments = inArguments
             self.outArguments = outArguments
+            self.annotations = annotations
+        }
+        /// Whether the method carries the annotation `name` with the value `true`.
+        public func isAnnotated(_ name: String) -> Bool {
+            annotations.contains { $0.name == name && $0.value == "true" }
         }
         /// Concatenated signature of the input arguments.
         public var inSignature: String { inArguments.map(\.signature).joined() }
@@ -93,34 +118,44 @@ public struct DBusInterfaceDescription: Sendable, Equatable {
     public var signals: [Signal]
     /// Properties.
     public var properties: [Property]
+    /// Annotations of the interface itself, listed before its members.
+    public var annotations: [Annotation]
 
     /// Creates an interface description.
-    public init(name: String, methods: [Method] = [], signals: [Signal] = [], properties: [Property] = []) {
+    public init(name: String, methods: [Method] = [], signals: [Signal] = [], properties: [Property] = [],
+                annotations: [Annotation] = []) {
         self.name = name
         self.methods = methods
         self.signals = signals
         self.properties = properties
+        self.annotations = annotations
     }
 
     /// The `<interface>` element: 2-space indentation, one element per line,
     /// attributes ordered name, type, direction/access. Starts at column 0.
     public var introspectionXML: String {
         var out = "<interface name=\"\(xmlEscape(name))\">\n"
+        func annotation(_ a: Annotation, indent: String) -> String {
+            indent + "<annotation name=\"\(xmlEscape(a.name))\" value=\"\(xmlEscape(a.value))\"/>\n"
+        }
         func arg(_ a: Argument, _ direction: String?) -> String {
-            var s = "<arg"
+            var s = "    <arg"
             if !a.name.isEmpty { s += " name=\"\(xmlEscape(a.name))\"" }
             s += " type=\"\(xmlEscape(a.signature))\""
             if let direction { s += " direction=\"\(direction)\"" }
-            return s + "/>"
+            if a.annotations.isEmpty { return s + "/>\n" }
+            return s + ">\n" + a.annotations.map { annotation($0, indent: "      ") }.joined() + "    </arg>\n"
         }
+        for a in annotations { out += annotation(a, indent: "  ") }
         for m in methods {
-            if m.inArguments.isEmpty && m.outArguments.isEmpty {
+            if m.inArguments.isEmpty && m.outArguments.isEmpty && m.annotations.isEmpty {
                 out += "  <method name=\"\(xmlEscape(m.name))\"/>\n"
                 continue
             }
             out += "  <method name=\"\(xmlEscape(m.name))\">\n"
-            for a in m.inArguments { out += "    " + arg(a, "in") + "\n" }
-            for a in m.outArguments { out += "    " + arg(a, "out") + "\n" }
+            for a in m.annotations { out += annotation(a, indent: "    ") }
+            for a in m.inArguments { out += arg(a, "in") }
+            for a in m.outArguments { out += arg(a, "out") }
             out += "  </method>\n"
         }
         for s in signals {
@@ -129,7 +164,7 @@ public struct DBusInterfaceDescription: Sendable, Equatable {
                 continue
             }
             out += "  <signal name=\"\(xmlEscape(s.name))\">\n"
-            for a in s.arguments { out += "    " + arg(a, nil) + "\n" }
+            for a in s.arguments { out += arg(a, nil) }
             out += "  </signal>\n"
         }
         for p in properties {
@@ -147,7 +182,7 @@ public struct DBusInterfaceDescription: Sendable, Equatable {
     }
 
     /// The method named `member`, if any.
-    func method(named member: String) -> Method? { methods.first { $0.name == member } }
+    public func method(named member: String) -> Method? { methods.first { $0.name == member } }
     /// The property named `name`, if any.
     func property(named name: String) -> Property? { properties.first { $0.name == name } }
 }

@@ -17,6 +17,7 @@ extension OIDCProvider {
     public func startCodeSignIn(clientId: String, username: String) async throws -> CodeChallenge {
         try await requester.withBudget { () async throws(BrokerFailure) -> CodeChallenge in
             guard let continuation = try await initiate(clientId: clientId, username: username, challenge: .code) else {
+                await nativeAuthentication.markNotOffered()
                 throw Self.notOffered
             }
             return try await challenge(clientId: clientId, continuationToken: continuation, expecting: .code)

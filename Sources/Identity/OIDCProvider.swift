@@ -88,6 +88,21 @@ public final class OIDCProvider: IdentityProvider {
         ])
     }
 
+    /// Password and email code while native authentication may be offered (its endpoints are
+    /// not in discovery, so only a try shows it is not), the password grant where discovery does
+    /// not rule it out, the browser where discovery names an authorization endpoint.
+    public func signInFlows() async throws -> [SignInFlow] {
+        let endpoints = try await requester.withBudget { () async throws(BrokerFailure) -> ProviderMetadata in
+            try await self.endpoints(for: .other)
+        }
+        let native = await nativeAuthentication.mayBeOffered
+        var flows: [SignInFlow] = []
+        if native || endpoints.mayOfferPasswordGrant { flows.append(.password) }
+        if native { flows.append(.emailCode) }
+        if endpoints.authorizationEndpoint != nil { flows.append(.browser) }
+        return flows
+    }
+
     /// A refresh is a one-time request: with rotation, the provider takes the refresh token once
     /// (presenting it again revokes its whole family). It is sent again only when the provider
     /// clearly did not process it (no connection, 503, 429); see ``RetryPolicy``.

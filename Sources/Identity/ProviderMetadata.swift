@@ -18,6 +18,10 @@ public struct ProviderMetadata: Sendable, Equatable {
     /// RFC 8693's grant type.
     public static let tokenExchangeGrant = "urn:ietf:params:oauth:grant-type:token-exchange"
 
+    /// Whether the token endpoint may take the resource-owner password grant: listed, or the
+    /// document does not list its grant types (Entra's does not), so only a try tells.
+    public var mayOfferPasswordGrant: Bool { grantTypesSupported?.contains("password") ?? true }
+
     /// Whether the token endpoint takes RFC 8693 token exchange.
     public var offersTokenExchange: Bool { grantTypesSupported?.contains(Self.tokenExchangeGrant) ?? false }
 

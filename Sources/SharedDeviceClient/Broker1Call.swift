@@ -11,6 +11,10 @@ struct Broker1Call: Sendable {
         Self(method: .getDeviceInformation, arguments: [])
     }
 
+    static func getSignInOptions(clientId: String) -> Self {
+        Self(method: .getSignInOptions, arguments: [.string(clientId)])
+    }
+
     static func getCurrentAccount(clientId: String) -> Self {
         Self(method: .getCurrentAccount, arguments: [.string(clientId)])
     }

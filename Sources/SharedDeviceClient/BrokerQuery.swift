@@ -18,6 +18,15 @@ extension BrokerQuery<DeviceInformation> {
     }
 }
 
+extension BrokerQuery<SignInOptions> {
+    /// `GetSignInOptions(clientId)`.
+    static func signInOptions(clientId: String) -> Self {
+        Self(call: .getSignInOptions(clientId: clientId)) { reply throws(BrokerError) in
+            try ReplyDecoding.signInOptions(reply.first)
+        }
+    }
+}
+
 extension BrokerQuery<(current: Account?, previous: Account?)> {
     /// `GetCurrentAccount(clientId)`: (current, previous).
     static func currentAccount(clientId: String) -> Self {

@@ -41,6 +41,19 @@ public enum DeviceMode: String, Sendable, Codable {
 /// own values (`native-sso`, `family-refresh-token`, `token-exchange`).
 public typealias SingleSignOnMechanism = BrokerAPI.SingleSignOnMechanism
 
+/// A way to sign in: the contract's own values (`password`, `email-code`, `browser`).
+public typealias SignInFlow = BrokerAPI.SignInFlow
+
+/// What an app's sign-in screen can offer with the device's provider.
+public struct SignInOptions: Sendable, Equatable, Codable {
+    /// The flows that work: ``PublicClientApplication/signIn(username:password:scopes:)`` for
+    /// `password`, ``PublicClientApplication/signIn(username:scopes:)`` for `email-code`,
+    /// ``PublicClientApplication/acquireToken(_:)`` for `browser`.
+    public var flows: [SignInFlow]
+    /// How other apps then get tokens of their own, as far as the broker knows.
+    public var singleSignOn: [SingleSignOnMechanism]
+}
+
 /// What the broker tells about the device.
 public struct DeviceInformation: Sendable, Equatable, Codable {
     /// Shared or default.

@@ -48,6 +48,13 @@ public final class PublicClientApplication: Sendable {
 
     // MARK: Signing in
 
+    /// Which sign-in flows work with the device's provider, so that the app shows only the
+    /// buttons that do. May read the provider's discovery document, so it waits as long as a
+    /// token call (`configuration.tokenTimeout`).
+    public func signInOptions() async throws(BrokerError) -> SignInOptions {
+        try await link.ask(.signInOptions(clientId: clientId), timeout: configuration.tokenTimeout)
+    }
+
     /// Signs in with a username and password (the provider's native password path or the
     /// resource-owner password grant). A wrong password throws ``BrokerError/invalidPassword(_:)``,
     /// an unknown user ``BrokerError/userNotFound(_:)``, someone else on a shared device

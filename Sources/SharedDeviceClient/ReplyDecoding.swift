@@ -52,6 +52,16 @@ enum ReplyDecoding {
             singleSignOn: dict[DeviceInformationKey.singleSignOn]?.stringArray?.compactMap(SingleSignOnMechanism.init(rawValue:)))
     }
 
+    static func signInOptions(_ value: DBusValue?) throws(BrokerError) -> SignInOptions {
+        guard let dict = value?.vardict, let flows = dict[SignInOptionsKey.flows]?.stringArray else {
+            throw malformed("the sign-in options lack their flows")
+        }
+        // A flow or mechanism a newer broker names and this library does not know is left out.
+        return SignInOptions(
+            flows: flows.compactMap(SignInFlow.init(rawValue:)),
+            singleSignOn: dict[SignInOptionsKey.singleSignOn]?.stringArray?.compactMap(SingleSignOnMechanism.init(rawValue:)) ?? [])
+    }
+
     static func accountChange(_ arguments: [DBusValue]) throws(BrokerError) -> AccountChange {
         guard arguments.count == 3, let reasonText = arguments[2].string else {
             throw malformed("AccountChanged does not carry (a{sv}, a{sv}, s)")

@@ -32,6 +32,25 @@ struct DeviceInfo: ParsableCommand {
     }
 }
 
+struct SignInOptionsCommand: AsyncCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "sign-in-options", abstract: "Show which sign-in flows work with the device's identity provider.",
+        discussion: "The flows an app can offer (password, email-code, browser) and how other apps then get tokens of their own. Reads the provider's discovery document when the broker has not yet.")
+    @OptionGroup var client: ClientOptions
+    @OptionGroup var common: CommonOptions
+
+    func runAsync() async throws {
+        try await reportingErrors {
+            let options = try await common.application(clientId: client.clientId).signInOptions()
+            if common.json { return Output.json(options) }
+            Output.fields([
+                ("Sign-in flows", options.flows.isEmpty ? "none" : options.flows.map(\.rawValue).joined(separator: ", ")),
+                ("Single sign-on", DeviceInfo.describe(options.singleSignOn)),
+            ])
+        }
+    }
+}
+
 struct CurrentAccount: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "current-account",

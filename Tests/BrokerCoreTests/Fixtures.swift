@@ -89,6 +89,14 @@ final class ScriptedProvider: IdentityProvider, @unchecked Sendable {
     var exchanges: [String] { lock.withLock { _ in _exchanges } }
 
     private var discovered = false
+    /// What ``signInFlows()`` answers; reading it reads discovery, as the real provider does.
+    var flows: [SignInFlow] = SignInFlow.allCases
+
+    func signInFlows() async throws -> [SignInFlow] {
+        lock.withLock { _ in discovered = true }
+        return flows
+    }
+
     func singleSignOnSupport() async throws -> Set<SingleSignOnMechanism> {
         lock.withLock { _ in discovered = true }
         return singleSignOn

@@ -126,6 +126,7 @@ struct UnreachableProvider: IdentityProvider {
     func submitCode(clientId: String, continuationToken: String, code: String, scopes: Scopes) async throws -> ProviderTokens { throw down }
     func signInInteractively(clientId: String, scopes: Scopes, request: InteractiveRequest) async throws -> ProviderTokens { throw down }
     func endBrowserSession(clientId: String, idTokenHint: String?) async throws -> EndpointOutcome { throw down }
+    func signInFlows() async throws -> [SignInFlow] { throw down }
     func singleSignOnSupport() async throws -> Set<SingleSignOnMechanism> { throw down }
     var singleSignOnSupportIfKnown: Set<SingleSignOnMechanism>? { nil }
     func exchangeDeviceSecret(clientId: String, deviceSecret: DeviceSecret, scopes: Scopes) async throws -> ProviderTokens { throw down }

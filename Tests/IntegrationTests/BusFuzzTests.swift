@@ -227,6 +227,7 @@ final class FuzzedBroker: @unchecked Sendable {
             password: TestUsers.alice.password, currentAccount: current,
             accounts: try await call(Fuzz.interface, Broker1Method.getAccounts.rawValue, [.string("mail-app")]),
             deviceInformation: try await call(Fuzz.interface, Broker1Method.getDeviceInformation.rawValue),
+            signInOptions: try await call(Fuzz.interface, Broker1Method.getSignInOptions.rawValue, [.string("mail-app")]),
             allProperties: try await call(Fuzz.properties, "GetAll", [.string(Fuzz.interface)]),
             introspection: introspection)
         let signals = try await connection.signals(matching: DBusMatchRule(sender: Fuzz.service))

@@ -156,6 +156,7 @@ private struct OfflineProvider: IdentityProvider {
     // Discovery was read before the provider went away: single sign-on is tried with what the
     // state holds, and each exchange meets the outage.
     func singleSignOnSupport() async throws -> Set<SingleSignOnMechanism> { [.nativeSSO] }
+    func signInFlows() async throws -> [SignInFlow] { throw offline }
     var singleSignOnSupportIfKnown: Set<SingleSignOnMechanism>? { [.nativeSSO] }
     func exchangeDeviceSecret(clientId: String, deviceSecret: DeviceSecret, scopes: Scopes) async throws -> ProviderTokens { throw offline }
     func redeemFamilyRefreshToken(clientId: String, refreshToken: String, scopes: Scopes) async throws -> ProviderTokens { throw offline }

@@ -166,10 +166,10 @@ final class BrokerEnvironment: @unchecked Sendable {
         return try JSONSerialization.jsonObject(with: Data(response.body)) as? [[String: Any]] ?? []
     }
 
-    /// Sets idp-sim's token-endpoint fault (`POST /test/faults`).
-    func setProviderFault(_ mode: String, count: Int? = nil, delayMs: Int? = nil) async throws {
+    /// Sets an idp-sim fault (`POST /test/faults`), on the token endpoint unless `endpoint` names another.
+    func setProviderFault(_ mode: String, count: Int? = nil, delayMs: Int? = nil, endpoint: String? = nil) async throws {
         let body = "{\"mode\": \"\(mode)\"" + (count.map { ", \"count\": \($0)" } ?? "")
-            + (delayMs.map { ", \"delayMs\": \($0)" } ?? "") + "}"
+            + (delayMs.map { ", \"delayMs\": \($0)" } ?? "") + (endpoint.map { ", \"endpoint\": \"\($0)\"" } ?? "") + "}"
         let request = HTTPRequest(method: "POST", url: idp.baseURL + "/test/faults",
                                   headers: [HTTPHeader("Content-Type", "application/json")], body: Array(body.utf8))
         let response = try await HTTPClient.shared.send(request)

@@ -75,6 +75,8 @@ struct FuzzContext: Sendable {
     /// `GetAccounts` of a known client.
     var accounts: [DBusValue]
     var deviceInformation: [DBusValue]
+    /// `GetSignInOptions` of a known client.
+    var signInOptions: [DBusValue]
     /// Properties.GetAll of the broker's interface.
     var allProperties: [DBusValue]
     /// Introspect's answer (or error name) per path of ``Fuzz/paths``.
@@ -195,10 +197,14 @@ struct FuzzGenerator: Sendable {
         switch method {
         case .getDeviceInformation:
             return make("read-only", method.rawValue, [], .answers(context.deviceInformation))
-        case .getCurrentAccount, .getAccounts:
+        case .getCurrentAccount, .getAccounts, .getSignInOptions:
             let clientId = rng.chance(20) ? rng.pick(context.knownClients) : poisonClientId(&rng)
             let known = context.knownClients.contains(clientId)
-            let answer = method == .getCurrentAccount ? context.currentAccount : context.accounts
+            let answer = switch method {
+            case .getCurrentAccount: context.currentAccount
+            case .getAccounts: context.accounts
+            default: context.signInOptions
+            }
             expectation = known ? .answers(answer) : .fails([Fuzz.broker("InvalidArgument"), Fuzz.broker("UnknownClient")])
             return make("hostile", method.rawValue, [.string(clientId)], expectation)
         case .signInWithPassword:
@@ -247,9 +253,10 @@ struct FuzzGenerator: Sendable {
 
     /// Read-only calls with valid arguments: they must answer exactly what they answered before the run.
     private func readOnly(_ rng: inout SeededGenerator) -> FuzzCall {
-        switch rng.int(0...2) {
+        switch rng.int(0...3) {
         case 0: return make("read-only", Broker1Method.getDeviceInformation.rawValue, [], .answers(context.deviceInformation))
-        case 1: return make("read-only", Broker1Method.getCurrentAccount.rawValue, [.string(rng.pick(context.knownClients))], .answers(context.currentAccount))
+        case 1: return make("read-only", Broker1Method.getSignInOptions.rawValue, [.string(rng.pick(context.knownClients))], .answers(context.signInOptions))
+        case 2: return make("read-only", Broker1Method.getCurrentAccount.rawValue, [.string(rng.pick(context.knownClients))], .answers(context.currentAccount))
         default: return make("read-only", Broker1Method.getAccounts.rawValue, [.string(rng.pick(context.knownClients))], .answers(context.accounts))
         }
     }

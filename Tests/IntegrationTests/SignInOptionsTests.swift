@@ -1,0 +1,63 @@
+import Foundation
+import SharedDeviceClient
+import Testing
+
+/// `GetSignInOptions`: the sign-in buttons an app can show, from the configured provider's
+/// discovery document and what the broker learnt of native authentication, over a private bus
+/// with the real brokerd, brokerctl and idp-sim.
+@Suite("Sign-in options of the configured provider", .serialized)
+struct SignInOptionsTests {
+    private func options(_ env: BrokerEnvironment, client: String = "mail-app") throws -> [String: Any] {
+        let result = try env.brokerctl(["sign-in-options", "--client-id", client, "--json"])
+        #expect(result.status == 0, "\(result.stderr)")
+        return try result.json()
+    }
+
+    @Test("a provider with everything: every flow and Native SSO, the same to a client that is not ours")
+    func fullProvider() throws {
+        let env = try BrokerEnvironment()
+        let json = try options(env)
+        #expect(json["flows"] as? [String] == ["password", "email-code", "browser"], "\(json)")
+        #expect(json["singleSignOn"] as? [String] == ["native-sso"], "\(json)")
+
+        let raw = try env.gdbusCall(.getSignInOptions, ["calendar-app"])
+        #expect(raw.status == 0, "\(raw.stderr)")
+        #expect(raw.stdout.contains("'flows': <['password', 'email-code', 'browser']>"), "\(raw.stdout)")
+        let text = try env.brokerctl(["sign-in-options", "--client-id", "mail-app"])
+        #expect(text.stdout.contains("password, email-code, browser"), "\(text.stdout)")
+        #expect(text.stdout.contains("native-sso"), "\(text.stdout)")
+    }
+
+    @Test("without native authentication the email code is dropped once the broker has seen it missing")
+    func withoutNativeAuthentication() throws {
+        let env = try BrokerEnvironment(idpArguments: ["--without", "native-auth"] + SingleSignOnTests.plainProvider)
+        // Discovery does not name native authentication's endpoints: until a try, it may be there.
+        let before = try options(env)
+        #expect(before["flows"] as? [String] == ["password", "email-code", "browser"], "\(before)")
+        #expect(before["singleSignOn"] as? [String] == [], "\(before)")
+
+        let code = try env.brokerctl(["sign-in", "--client-id", "mail-app", "--username", TestUsers.alice.username,
+                                      "--code-stdin"], stdin: "")
+        #expect(code.status == 1)
+        let after = try options(env, client: "calendar-app")
+        #expect(after["flows"] as? [String] == ["password", "browser"], "\(after)")
+        // Nothing else changed: the password grant still signs in.
+        #expect(try env.signIn(TestUsers.alice, client: "mail-app").status == 0)
+        #expect(try options(env)["flows"] as? [String] == ["password", "browser"])
+    }
+
+    @Test("a provider that does not answer: ServerUnavailable, and the options once it is back; a bad clientId: InvalidArgument")
+    func errors() async throws {
+        let env = try BrokerEnvironment()
+        try await env.setProviderFault("unavailable", endpoint: "discovery")
+        let down = try env.brokerctl(["sign-in-options", "--client-id", "mail-app"], timeout: .seconds(60))
+        #expect(down.status == 1)
+        #expect(down.stderr.contains("io.shareddevice.Broker1.Error.ServerUnavailable"), "\(down.stderr)")
+        try await env.setProviderFault("none")
+        #expect(try options(env)["flows"] as? [String] == ["password", "email-code", "browser"])
+
+        let bad = try env.gdbusCall(.getSignInOptions, ["''"])
+        #expect(bad.status != 0)
+        #expect(bad.stderr.contains("io.shareddevice.Broker1.Error.InvalidArgument"), "\(bad.stderr)")
+    }
+}
