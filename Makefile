@@ -5,7 +5,7 @@ SWIFT        ?= swift
 PREFIX       ?= /usr/local
 CONFIG       ?= debug
 BIN_DIR       = $(shell $(SWIFT) build -c $(CONFIG) --show-bin-path 2>/dev/null)
-APT_PACKAGES  = libdbus-1-dev libcurl4-openssl-dev pkg-config dbus python3 python3-dbus python3-gi gnome-keyring
+APT_PACKAGES  = libdbus-1-dev libcurl4-openssl-dev pkg-config dbus python3 python3-dbus python3-gi gnome-keyring curl
 SUDO          = $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # Release builds link the Swift runtime, Concurrency, Dispatch and Foundation statically: brokerctl
 # starts without loading and binding those libraries (most of a one-call run), and an idle brokerd
@@ -20,7 +20,7 @@ all: build
 ## deps: install the system libraries the project builds on, when missing.
 deps:
 	@if ! pkg-config --exists dbus-1 libcurl 2>/dev/null || ! command -v dbus-daemon >/dev/null \
-		|| ! command -v gnome-keyring-daemon >/dev/null \
+		|| ! command -v gnome-keyring-daemon >/dev/null || ! command -v curl >/dev/null \
 		|| ! /usr/bin/python3 -c 'import dbus, gi' 2>/dev/null; then \
 		echo "Installing $(APT_PACKAGES) ..."; \
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \

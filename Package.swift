@@ -6,6 +6,7 @@ import Foundation
 
 // Layers, bottom up (see docs/architecture.md):
 //   CDBus, CCurl            thin C shims over libdbus and libcurl
+//   Locking                 the one lock every layer uses
 //   DBus, HTTP              generic Swift layers over them
 //   BrokerAPI               the D-Bus contract's names and error table, plain values only
 //   BrokerCore              the broker's logic: no D-Bus, no HTTP, no files
@@ -32,6 +33,9 @@ let package = Package(
         .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.0.0"),
         .package(url: "https://github.com/vapor/jwt-kit", from: "5.0.0"),
         .package(url: "https://github.com/apple/swift-crypto", "4.1.0"..<"5.0.0"),
+        // idp-sim's own imports of what Hummingbird is built on.
+        .package(url: "https://github.com/apple/swift-nio", from: "2.80.0"),
+        .package(url: "https://github.com/apple/swift-http-types", from: "1.3.0"),
     ],
     targets: [
         .systemLibrary(name: "CDBus", pkgConfig: "dbus-1", providers: [.apt(["libdbus-1-dev"])]),
@@ -40,37 +44,45 @@ let package = Package(
         // needs its headers only (Debian: libcurl4-openssl-dev); running an HTTP request, libcurl.so.4.
         .target(name: "CCurl", linkerSettings: [.linkedLibrary("dl")]),
 
-        .target(name: "DBus", dependencies: ["CDBus", .product(name: "Logging", package: "swift-log")], exclude: ["README.md"]),
-        .target(name: "HTTP", dependencies: ["CCurl"], exclude: ["README.md"]),
+        .target(name: "Locking"),
+        .target(name: "DBus", dependencies: ["CDBus", "Locking", .product(name: "Logging", package: "swift-log")],
+                exclude: ["README.md"]),
+        .target(name: "HTTP", dependencies: ["CCurl", "Locking"], exclude: ["README.md"]),
         .target(name: "BrokerAPI"),
-        .target(name: "BrokerCore", dependencies: ["BrokerAPI", .product(name: "Logging", package: "swift-log")]),
+        .target(name: "BrokerCore", dependencies: ["BrokerAPI", "Locking", .product(name: "Logging", package: "swift-log")]),
         .target(name: "Identity", dependencies: [
-            "HTTP", "BrokerCore",
+            "HTTP", "BrokerCore", "Locking",
             .product(name: "Logging", package: "swift-log"),
             .product(name: "Crypto", package: "swift-crypto"),
             .product(name: "CryptoExtras", package: "swift-crypto"),
         ]),
         .target(name: "BrokerDaemon", dependencies: [
-            "DBus", "BrokerAPI", "BrokerCore", "Identity",
+            "DBus", "BrokerAPI", "BrokerCore", "Identity", "Locking",
             .product(name: "Logging", package: "swift-log"),
         ]),
         .executableTarget(name: "brokerd", dependencies: [
-            "BrokerDaemon",
+            "BrokerDaemon", "BrokerCore",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Logging", package: "swift-log"),
         ], linkerSettings: [.unsafeFlags(leanReleaseLinkerFlags, .when(platforms: [.linux], configuration: .release))]),
-        .target(name: "SharedDeviceClient", dependencies: ["DBus", "BrokerAPI"]),
+        .target(name: "SharedDeviceClient", dependencies: [
+            "DBus", "BrokerAPI", "Locking", .product(name: "Logging", package: "swift-log"),
+        ]),
         .target(name: "GraphProfile", dependencies: ["HTTP"]),
         .executableTarget(name: "brokerctl", dependencies: [
             "SharedDeviceClient", "GraphProfile",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ], linkerSettings: [.unsafeFlags(leanReleaseLinkerFlags, .when(platforms: [.linux], configuration: .release))]),
         .executableTarget(name: "IdpSim", dependencies: [
+            "Locking",
             .product(name: "Hummingbird", package: "hummingbird"),
             .product(name: "JWTKit", package: "jwt-kit"),
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Logging", package: "swift-log"),
-        ]),
+            .product(name: "Crypto", package: "swift-crypto"),
+            .product(name: "NIOCore", package: "swift-nio"),
+            .product(name: "HTTPTypes", package: "swift-http-types"),
+        ], exclude: ["README.md"]),
         .target(name: "ExampleSupport", path: "examples/Support"),
         .executableTarget(name: "TutorialApp", dependencies: ["SharedDeviceClient", "GraphProfile", "ExampleSupport"],
                           path: "examples/TutorialApp"),
@@ -78,38 +90,43 @@ let package = Package(
                           path: "examples/DemoApp"),
         .executableTarget(name: "MultiAppDemo", dependencies: ["ExampleSupport"], path: "examples/MultiAppDemo"),
 
-        .testTarget(name: "DBusTests", dependencies: ["DBus"]),
-        .testTarget(name: "HTTPTests", dependencies: ["HTTP"]),
-        .testTarget(name: "BrokerCoreTests", dependencies: ["BrokerCore", "BrokerAPI"]),
+        // What every test target shares: private buses, idp-sim, processes spawned with posix_spawn.
+        .target(name: "TestSupport", path: "Tests/TestSupport"),
+        .testTarget(name: "DBusTests", dependencies: ["DBus", "Locking", "TestSupport"]),
+        .testTarget(name: "HTTPTests", dependencies: ["HTTP", "Locking"]),
+        .testTarget(name: "BrokerCoreTests", dependencies: [
+            "BrokerCore", "BrokerAPI", "Locking", .product(name: "Logging", package: "swift-log"),
+        ]),
         .testTarget(name: "SharedDeviceClientTests", dependencies: ["SharedDeviceClient", "DBus", "BrokerAPI"]),
         .testTarget(name: "BrokerDaemonTests", dependencies: [
-            "BrokerDaemon", "BrokerCore", .product(name: "Logging", package: "swift-log"),
+            "BrokerDaemon", "BrokerCore", "Locking", .product(name: "Logging", package: "swift-log"),
         ]),
         .testTarget(name: "IdentityTests", dependencies: [
-            "Identity", "HTTP",
+            "Identity", "HTTP", "BrokerCore", "Locking", .product(name: "Logging", package: "swift-log"),
             .product(name: "Crypto", package: "swift-crypto"),
             .product(name: "CryptoExtras", package: "swift-crypto"),
         ]),
-        .testTarget(name: "IntegrationTests", dependencies: ["SharedDeviceClient", "HTTP", "DBus", "BrokerAPI"]),
+        .testTarget(name: "IntegrationTests", dependencies: [
+            "SharedDeviceClient", "HTTP", "DBus", "CDBus", "BrokerAPI", "Locking", "TestSupport",
+        ]),
         .testTarget(name: "IdpSimTests", dependencies: [
+            "Locking", "TestSupport",
             .product(name: "JWTKit", package: "jwt-kit"),
+            .product(name: "Crypto", package: "swift-crypto"),
         ]),
     ],
     swiftLanguageModes: [.v6]
 )
 
-/// How a release brokerd and brokerctl are linked on Linux, for a small idle RSS and a quick start (see
-/// BENCHMARKS.md, "Where brokerd's time and memory go"). Each measured on an idle brokerd, static Swift runtime
-/// (brokerctl: fewer pages touched and less relocation work at every start); debug builds are untouched:
-/// - lld instead of gold, with packed relative relocations (`-z pack-relative-relocs`, DT_RELR, glibc 2.36+):
-///   the executable stays position-independent (ASLR), but its ~49,000 relative relocations take 9 KB instead
-///   of a 1.2 MB `.rela.dyn` that the dynamic loader reads through at every start.
-/// - `--no-export-dynamic`: the static runtime's driver file exports every symbol of the executable (a 250 KB
-///   `.dynsym` and 540 KB `.dynstr` for nothing: brokerd is no plugin host).
-/// - libstdc++ (needed by the Swift runtime) linked from its static archive: the executable carries the few
-///   parts it uses, and the dynamic loader neither maps nor relocates libstdc++.so, nor searches its symbol
-///   tables for every libc symbol (~0.7 MiB of its pages were resident). `--remap-inputs` is the one way to
-///   turn the toolchain's own `-lstdc++` into the archive; without an archive on the machine it stays dynamic.
+/// How a release brokerd and brokerctl are linked on Linux, for a small idle RSS and a quick start
+/// (BENCHMARKS.md, "What changed since the first run", has the measurements); debug builds are untouched:
+/// - lld with packed relative relocations (DT_RELR, glibc 2.36+): the executable stays position-independent
+///   (ASLR) without a relocation table that the dynamic loader reads through at every start.
+/// - `--no-export-dynamic`: the static runtime's driver file would export every symbol of the executable,
+///   and brokerd is no plugin host.
+/// - libstdc++ (needed by the Swift runtime) from its static archive, so that the dynamic loader neither maps
+///   nor relocates libstdc++.so, nor searches its symbol tables for every libc symbol. `--remap-inputs` is the
+///   one way to turn the toolchain's own `-lstdc++` into the archive; without an archive it stays dynamic.
 var leanReleaseLinkerFlags: [String] {
     var flags = ["-use-ld=lld", "-Xlinker", "-z", "-Xlinker", "pack-relative-relocs", "-Xlinker", "--no-export-dynamic"]
     #if os(Linux)

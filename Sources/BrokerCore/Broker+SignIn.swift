@@ -52,7 +52,7 @@ extension Broker {
 
     /// Redeems the code. A wrong code leaves the flow usable (`.invalidCode`); an expired one
     /// asks for ``resendCode(flowId:owner:)`` (`.codeExpired`); other failures end the flow.
-    public func submitCode(flowId: String, code: String, owner: String) async throws(BrokerFailure) -> TokenResult {
+    public func submitCode(flowId: String, code: String, owner: String) async throws(BrokerFailure) -> AppTokens {
         try InputRules.flowId(flowId)
         try InputRules.code(code)
         let flow = try flows.codeFlow(flowId, owner: owner)
@@ -101,7 +101,7 @@ extension Broker {
     /// Interactive sign-in in the system browser. `flowId` (chosen by the caller, may be
     /// empty) lets ``cancelSignIn(flowId:owner:)`` end it.
     public func acquireTokenInteractive(clientId: String, scopes requested: [String], prompt: Prompt?, loginHint: String?,
-                                        flowId: String, owner: String) async throws(BrokerFailure) -> TokenResult {
+                                        flowId: String, owner: String) async throws(BrokerFailure) -> AppTokens {
         try checkClient(clientId)
         try InputRules.scopes(requested)
         if !flowId.isEmpty { try InputRules.flowId(flowId) }

@@ -32,7 +32,7 @@ extension Broker {
     /// Runs as the app's single flight (``Broker/refreshes``), so concurrent first calls of one app
     /// make one exchange.
     func signInThroughSingleSignOn(clientId: String, scopes: Scopes, account: Account, correlationId: String,
-                                   startGeneration: UInt64) async throws(BrokerFailure) -> TokenResult {
+                                   startGeneration: UInt64) async throws(BrokerFailure) -> AppTokens {
         let state = self.state
         guard let grant = state.singleSignOn[account.identifier], singleSignOnAccount(account.identifier, in: state) != nil else {
             throw BrokerFailure(.interactionRequired,
@@ -104,7 +104,7 @@ extension Broker {
 
     /// Stores the app's new tokens; a new device secret or a family the provider named updates the grant.
     private func adoptSingleSignOn(_ tokens: ProviderTokens, clientId: String, scopes: Scopes, account: Account,
-                                   correlationId: String, startGeneration: UInt64) throws(BrokerFailure) -> TokenResult {
+                                   correlationId: String, startGeneration: UInt64) throws(BrokerFailure) -> AppTokens {
         guard generation == startGeneration, singleSignOnAccount(account.identifier, in: state) == account else {
             throw BrokerFailure(.noAccount, "\(account.username) was signed out while single sign-on got this app's token")
         }
@@ -123,7 +123,7 @@ extension Broker {
         next.clients[clientId] = record
         next.singleSignOn[account.identifier]?.update(with: tokens, from: clientId)
         try commit(next)
-        return TokenResult(accessToken: tokens.accessToken, expiresOn: tokens.expiresOn, idToken: tokens.idToken,
+        return AppTokens(accessToken: tokens.accessToken, expiresOn: tokens.expiresOn, idToken: tokens.idToken,
                            scopes: scopes, account: account, authority: provider.authority, correlationId: correlationId)
     }
 

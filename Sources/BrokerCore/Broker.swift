@@ -1,3 +1,4 @@
+import Locking
 import Logging
 import Synchronization
 
@@ -21,21 +22,21 @@ public actor Broker {
     private let store: any StateStore
     let clock: any WallClock
     let logger: Logger
-    private let onAccountChange: @Sendable (AccountChange) -> Void
+    private let onAccountChange: @Sendable (DeviceAccountChange) -> Void
 
     /// The state as of the last change; written only by ``commit(_:announcing:)``.
-    private let published: Mutex<BrokerState>
+    private let published: Locked<BrokerState>
     nonisolated var state: BrokerState { published.withLock { $0 } }
     /// Bumped whenever the signed-in account changes, so a provider call that straddled a
     /// sign-out or sign-in knows its answer is stale.
     private(set) var generation: UInt64 = 0
     /// At most one refresh per clientId at a time: refresh tokens rotate, so two refreshes with
     /// one token would race (and a provider that detects reuse would revoke them all).
-    private var refreshes: [String: (scopes: Scopes, task: Task<TokenResult, any Error>)] = [:]
+    private var refreshes: [String: (scopes: Scopes, task: Task<AppTokens, any Error>)] = [:]
     /// Sign-ins waiting for a code or for the browser, by flowId.
     var flows = SignInFlows()
     /// A token response showed a family (`foci`): the provider offers family refresh tokens.
-    let singleSignOnFamilySeen = Mutex(false)
+    let singleSignOnFamilySeen = Locked(false)
 
     /// - Parameters:
     ///   - initialState: what the store held at start, or nil for a new device.
@@ -43,14 +44,14 @@ public actor Broker {
     ///     is written and before the call that made it returns.
     public init(configuration: BrokerConfiguration, provider: any IdentityProvider, store: any StateStore,
                 clock: any WallClock, initialState: BrokerState, logger: Logger,
-                onAccountChange: @escaping @Sendable (AccountChange) -> Void) {
+                onAccountChange: @escaping @Sendable (DeviceAccountChange) -> Void) {
         self.configuration = configuration
         self.provider = provider
         self.store = store
         self.clock = clock
         self.logger = logger
         self.onAccountChange = onAccountChange
-        self.published = Mutex(initialState)
+        self.published = Locked(initialState)
     }
 
     // MARK: Queries
@@ -109,7 +110,7 @@ public actor Broker {
     // MARK: Sign-in
 
     public func signInWithPassword(clientId: String, username: String, password: String,
-                                   scopes requested: [String]) async throws(BrokerFailure) -> TokenResult {
+                                   scopes requested: [String]) async throws(BrokerFailure) -> AppTokens {
         try checkClient(clientId)
         try InputRules.username(username)
         try InputRules.password(password)
@@ -131,7 +132,7 @@ public actor Broker {
     /// Stores what a successful sign-in returned, makes its account current, and announces it.
     /// A device secret the sign-in replaced (the same user signed in again) is revoked after.
     func adoptSignIn(_ tokens: ProviderTokens, clientId: String, scopes: Scopes, correlationId: String,
-                     startGeneration: UInt64) async throws(BrokerFailure) -> TokenResult {
+                     startGeneration: UInt64) async throws(BrokerFailure) -> AppTokens {
         let holder = account(for: clientId)
         if let holder, holder.identifier != tokens.account.identifier {
             throw alreadySignedIn(holder)
@@ -158,7 +159,7 @@ public actor Broker {
         let grant = next.singleSignOn[tokens.account.identifier, default: SingleSignOnGrant(anchorClientId: clientId)]
         let replaced = grant.deviceSecret
         next.singleSignOn[tokens.account.identifier, default: grant].update(with: tokens, from: clientId)
-        try commit(next, announcing: signedIn ? AccountChange(current: tokens.account, previous: nil, reason: .signedIn) : nil)
+        try commit(next, announcing: signedIn ? DeviceAccountChange(current: tokens.account, previous: nil, reason: .signedIn) : nil)
         if signedIn { generation &+= 1 }
         logger.info("signed in", metadata: ["clientId": "\(clientId)", "correlationId": "\(correlationId)",
                                             "account": "\(tokens.account.identifier)"])
@@ -171,7 +172,7 @@ public actor Broker {
                               metadata: ["error": "\(Self.describe(error))"])
             }
         }
-        return TokenResult(accessToken: tokens.accessToken, expiresOn: tokens.expiresOn, idToken: tokens.idToken,
+        return AppTokens(accessToken: tokens.accessToken, expiresOn: tokens.expiresOn, idToken: tokens.idToken,
                            scopes: scopes, account: tokens.account, authority: provider.authority,
                            correlationId: correlationId)
     }
@@ -181,7 +182,7 @@ public actor Broker {
     /// A token from the cache while it has more than the margin of life left, otherwise from
     /// the refresh token. `.interactionRequired` when neither works.
     public func acquireTokenSilent(clientId: String, scopes requested: [String], accountId: String,
-                                   forceRefresh: Bool) async throws(BrokerFailure) -> TokenResult {
+                                   forceRefresh: Bool) async throws(BrokerFailure) -> AppTokens {
         try checkClient(clientId)
         try InputRules.scopes(requested)
         try InputRules.accountId(accountId)
@@ -195,7 +196,7 @@ public actor Broker {
                 return cached
             }
             guard let running = refreshes[clientId] else { break }
-            let result: Result<TokenResult, any Error>
+            let result: Result<AppTokens, any Error>
             do { result = .success(try await running.task.value) } catch { result = .failure(error) }
             if running.scopes == scopes {
                 // The same request was already on its way: share its answer.
@@ -209,10 +210,10 @@ public actor Broker {
 
     /// New tokens for the app: with its refresh token, or without one through single sign-on
     /// from another app's sign-in. One at a time per app (``refreshes``).
-    private func refresh(clientId: String, scopes: Scopes, account: Account) async throws(BrokerFailure) -> TokenResult {
+    private func refresh(clientId: String, scopes: Scopes, account: Account) async throws(BrokerFailure) -> AppTokens {
         let startGeneration = generation
         let correlationId = Self.newCorrelationId()
-        let task: Task<TokenResult, any Error>
+        let task: Task<AppTokens, any Error>
         if let refreshToken = state.clients[clientId]?.refreshToken, state.clients[clientId]?.account?.identifier == account.identifier {
             task = refreshTask(clientId: clientId, scopes: scopes, refreshToken: refreshToken, correlationId: correlationId,
                                startGeneration: startGeneration)
@@ -223,15 +224,15 @@ public actor Broker {
             }
         }
         refreshes[clientId] = (scopes, task)
-        let result: Result<TokenResult, any Error>
+        let result: Result<AppTokens, any Error>
         do { result = .success(try await task.value) } catch { result = .failure(error) }
         refreshes[clientId] = nil
         return try Self.unwrap(result)
     }
 
     private func refreshTask(clientId: String, scopes: Scopes, refreshToken: String, correlationId: String,
-                             startGeneration: UInt64) -> Task<TokenResult, any Error> {
-        Task<TokenResult, any Error> {
+                             startGeneration: UInt64) -> Task<AppTokens, any Error> {
+        Task<AppTokens, any Error> {
             self.logger.debug("refreshing tokens", metadata: ["clientId": "\(clientId)", "correlationId": "\(correlationId)"])
             let outcome: ProviderTokens
             do {
@@ -248,7 +249,7 @@ public actor Broker {
     }
 
     private func adoptRefresh(_ tokens: ProviderTokens, clientId: String, scopes: Scopes, usedRefreshToken: String,
-                              correlationId: String, startGeneration: UInt64) throws(BrokerFailure) -> TokenResult {
+                              correlationId: String, startGeneration: UInt64) throws(BrokerFailure) -> AppTokens {
         guard generation == startGeneration, let account = account(for: clientId),
               state.clients[clientId]?.refreshToken == usedRefreshToken
         else {
@@ -264,7 +265,7 @@ public actor Broker {
             accessToken: tokens.accessToken, expiresOn: tokens.expiresOn, idToken: tokens.idToken, scopes: scopes)
         try commit(next)
         logger.info("tokens refreshed", metadata: ["clientId": "\(clientId)", "correlationId": "\(correlationId)"])
-        return TokenResult(accessToken: tokens.accessToken, expiresOn: tokens.expiresOn, idToken: tokens.idToken,
+        return AppTokens(accessToken: tokens.accessToken, expiresOn: tokens.expiresOn, idToken: tokens.idToken,
                            scopes: scopes, account: account, authority: provider.authority, correlationId: correlationId)
     }
 
@@ -282,7 +283,7 @@ public actor Broker {
     /// ``acquireTokenSilent(clientId:scopes:accountId:forceRefresh:)`` when the cache has the
     /// token (its usual case), which changes nothing; nil when it takes a refresh.
     public nonisolated func cachedTokenIfFresh(clientId: String, scopes requested: [String],
-                                               accountId: String) throws(BrokerFailure) -> TokenResult? {
+                                               accountId: String) throws(BrokerFailure) -> AppTokens? {
         try checkClient(clientId)
         try InputRules.scopes(requested)
         try InputRules.accountId(accountId)
@@ -292,12 +293,12 @@ public actor Broker {
     }
 
     private nonisolated func cachedToken(clientId: String, scopes: Scopes, account: Account,
-                                         in state: BrokerState) -> TokenResult? {
+                                         in state: BrokerState) -> AppTokens? {
         guard let cached = state.clients[clientId]?.accessTokens[scopes.joined] else { return nil }
         // Overflow-safe: a stored expiry may be anything a damaged or hostile state file held.
         let (lifeLeft, overflowed) = cached.expiresOn.subtractingReportingOverflow(clock.now())
         guard !overflowed, lifeLeft > configuration.expiryMarginSeconds else { return nil }
-        return TokenResult(accessToken: cached.accessToken, expiresOn: cached.expiresOn, idToken: cached.idToken,
+        return AppTokens(accessToken: cached.accessToken, expiresOn: cached.expiresOn, idToken: cached.idToken,
                            scopes: cached.scopes, account: account, authority: provider.authority,
                            correlationId: Self.newCorrelationId())
     }
@@ -335,7 +336,7 @@ public actor Broker {
         if configuration.deviceMode == .shared { next.current = nil }
         // Default mode: the app's own account changed, which no other app sees, so no signal.
         try commit(next, announcing: configuration.deviceMode == .shared
-                   ? AccountChange(current: nil, previous: account, reason: .signedOut) : nil)
+                   ? DeviceAccountChange(current: nil, previous: account, reason: .signedOut) : nil)
         generation &+= 1
         logger.info("signed out", metadata: ["clientId": "\(clientId)", "account": "\(account.identifier)",
                                              "mode": "\(configuration.deviceMode.rawValue)"])
@@ -423,7 +424,7 @@ public actor Broker {
     /// It is safe: once `save` returned, a restarted brokerd reads the new state; only a power
     /// loss in the next instant could bring back the old one, which the file system's ordered
     /// rename keeps whole.
-    func commit(_ next: BrokerState, announcing change: AccountChange? = nil) throws(BrokerFailure) {
+    func commit(_ next: BrokerState, announcing change: DeviceAccountChange? = nil) throws(BrokerFailure) {
         do {
             try store.save(next)
         } catch {
@@ -457,7 +458,7 @@ public actor Broker {
         }
     }
 
-    private static func unwrap(_ result: Result<TokenResult, any Error>) throws(BrokerFailure) -> TokenResult {
+    private static func unwrap(_ result: Result<AppTokens, any Error>) throws(BrokerFailure) -> AppTokens {
         switch result {
         case .success(let value): return value
         case .failure(let failure as BrokerFailure): throw failure

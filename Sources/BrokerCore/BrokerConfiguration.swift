@@ -25,16 +25,3 @@ public struct BrokerConfiguration: Sendable {
         self.extraDeviceInformation = extraDeviceInformation
     }
 }
-
-/// `GetDeviceInformation`'s answer.
-public struct DeviceInformation: Sendable, Equatable {
-    public var deviceMode: DeviceMode
-    public var brokerVersion: String
-    public var deviceId: String
-    public var tenantId: String
-    public var authority: String
-    public var extraDeviceInformation: [String: String]
-    /// What the provider offers for single sign-on between apps, in the order the broker uses
-    /// them; nil while unknown (the provider's discovery document has not been read yet).
-    public var singleSignOn: [SingleSignOnMechanism]?
-}

@@ -1,7 +1,7 @@
 import BrokerCore
 import DBus
+import Locking
 import Logging
-import Synchronization
 
 /// `/io/shareddevice/Broker1`, the interface `io.shareddevice.Broker1`: adapts D-Bus calls to the
 /// ``BrokerService``'s core and its answers back, with no logic of its own.
@@ -16,7 +16,7 @@ final class BrokerObject: DBusObject, Broker1Handler {
     private let properties: PropertyCache
     private let callers: CallerPolicy
     /// The last `GetCurrentAccount` answer for an app that has seen the current account.
-    private let seenReply = Mutex<(account: Account?, reply: DBusPreparedReply)?>(nil)
+    private let seenReply = Locked<(account: Account?, reply: DBusPreparedReply)?>(nil)
 
     init(service: BrokerService, logger: Logger) {
         self.broker = service.broker

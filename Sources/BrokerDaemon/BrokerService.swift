@@ -1,7 +1,7 @@
 import BrokerCore
 import DBus
+import Locking
 import Logging
-import Synchronization
 
 /// The broker on the bus, whatever interface a caller speaks: the core (``Broker``), the cached
 /// D-Bus properties, the announcement of each change of the device's account, and the policy of
@@ -37,7 +37,7 @@ final class BrokerService: Sendable {
     /// and before the call that made it replies: the `CurrentAccount` property, then
     /// `AccountChanged` and `PropertiesChanged` on the bus.
     private static func announcing(on connection: DBusConnection, properties: PropertyCache,
-                                   logger: Logger) -> @Sendable (AccountChange) -> Void {
+                                   logger: Logger) -> @Sendable (DeviceAccountChange) -> Void {
         { change in
             let current = BusMarshalling.account(change.current)
             properties.set("CurrentAccount", current)
@@ -56,8 +56,8 @@ final class BrokerService: Sendable {
 
 /// Property values shared between the connection's thread (reads) and the broker (writes).
 final class PropertyCache: Sendable {
-    private let storage: Mutex<[String: DBusValue]>
-    init(_ initial: [String: DBusValue]) { storage = Mutex(initial) }
+    private let storage: Locked<[String: DBusValue]>
+    init(_ initial: [String: DBusValue]) { storage = Locked(initial) }
     var values: [String: DBusValue] { storage.withLock { $0 } }
     func set(_ name: String, _ value: DBusValue) { storage.withLock { $0[name] = value } }
 }

@@ -23,7 +23,7 @@ enum BusMarshalling {
         .array(elementSignature: "a{sv}", accounts.map { account($0) })
     }
 
-    static func tokenResult(_ result: TokenResult) -> DBusValue {
+    static func tokenResult(_ result: AppTokens) -> DBusValue {
         .vardict(inOrder: [
             TokenResultKey.accessToken: .string(result.accessToken),
             TokenResultKey.account: account(result.account),
@@ -59,7 +59,7 @@ enum BusMarshalling {
         ])
     }
 
-    static func accountChanged(_ change: AccountChange) -> [DBusValue] {
+    static func accountChanged(_ change: DeviceAccountChange) -> [DBusValue] {
         [account(change.current), account(change.previous), .string(change.reason.rawValue)]
     }
 

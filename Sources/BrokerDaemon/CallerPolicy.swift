@@ -1,8 +1,8 @@
 import BrokerCore
 import DBus
 import Glibc
+import Locking
 import Logging
-import Synchronization
 
 /// Who may call: the bus daemon's word on each caller (`GetConnectionCredentials`), never the
 /// caller's own. Callers of another user are always refused; a clientId the configuration binds
@@ -27,7 +27,7 @@ final class CallerPolicy: Sendable {
     private let allowedExecutables: [String: Set<String>]
     private let lookup: Lookup
     private let logger: Logger
-    private let known = Mutex<[String: Entry]>([:])
+    private let known = Locked<[String: Entry]>([:])
 
     /// What is known of a caller: its credentials, or the one lookup its first calls all wait for.
     private enum Entry {

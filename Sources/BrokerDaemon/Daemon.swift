@@ -47,7 +47,7 @@ public enum Daemon {
                 extraDeviceInformation: deviceFacts(), interactiveTimeout: options.interactiveTimeout),
             provider: provider, store: tokenStore, clock: clock, initialState: initialState, connection: connection,
             allowedExecutables: options.configuration.allowedExecutables(), logger: logger)
-        let calls = CallsInFlight(BrokerObject(service: service, logger: logger))
+        let calls = CallGate(BrokerObject(service: service, logger: logger))
         connection.export(calls, at: BrokerNames.objectPath)
         let departures = try await watchDepartures(connection, service: service)
         defer { departures.cancel() }

@@ -1,4 +1,4 @@
-import Synchronization
+import Locking
 
 /// A method call in progress in its handler's task: whoever holds it can cancel the task, or
 /// answer the caller at once with an error when the handler will not return in time (a stop).
@@ -17,7 +17,7 @@ public final class DBusCallControl: Sendable {
         var answered = false
     }
 
-    private let state = Mutex(State())
+    private let state = Locked(State())
     private let send: @Sendable (Result<[DBusValue], DBusError>) -> Void
 
     init(send: @escaping @Sendable (Result<[DBusValue], DBusError>) -> Void) {

@@ -1,5 +1,6 @@
 import CDBus
 import Glibc
+import Locking
 import Logging
 
 /// How a call's outcome is handed back: called exactly once, on the connection thread (or on the
@@ -27,7 +28,7 @@ final class ConnectionLoop: @unchecked Sendable {
     let objects = ObjectRegistry()
 
     // Shared state, guarded by `lock`.
-    private let lock = Lock()
+    private let lock = Locked(())
     private var queue: [LoopCommand] = []
     private var accepting = true
     private var nextID: UInt64 = 0
@@ -104,7 +105,7 @@ final class ConnectionLoop: @unchecked Sendable {
     // MARK: Producer side (any thread)
 
     func makeID() -> UInt64 {
-        lock.withLock {
+        lock.withLock { _ in
             nextID &+= 1
             return nextID
         }
@@ -113,7 +114,7 @@ final class ConnectionLoop: @unchecked Sendable {
     /// Queues work for the thread; false when the connection is closed.
     @discardableResult
     func enqueue(_ command: LoopCommand) -> Bool {
-        lock.withLock {
+        lock.withLock { _ in
             guard accepting else { return false }
             queue.append(command)
             if queue.count == 1 {
@@ -139,12 +140,12 @@ final class ConnectionLoop: @unchecked Sendable {
     }
 
     /// Whether the connection still accepts work.
-    var isOpen: Bool { lock.withLock { accepting } }
+    var isOpen: Bool { lock.withLock { _ in accepting } }
 
     /// Returns once the connection is closed or dropped.
     func waitUntilClosed() async {
         await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
-            let closedAlready = lock.withLock {
+            let closedAlready = lock.withLock { _ in
                 if accepting { disconnectWaiters.append(c); return false }
                 return true
             }
@@ -190,7 +191,7 @@ final class ConnectionLoop: @unchecked Sendable {
     /// waiter gives up one second later on its own, cancels the call and throws NoReply.
     /// Refuses (Failed) to run on the connection thread itself, which would wait for itself.
     func callBlocking(_ message: MessageRef, timeout: Duration) throws -> [DBusValue] {
-        let onLoopThread = lock.withLock { loopThread.map { pthread_equal($0, pthread_self()) != 0 } ?? false }
+        let onLoopThread: Bool = lock.withLock { _ in loopThread.map { pthread_equal($0, pthread_self()) != 0 } ?? false }
         if onLoopThread {
             message.release()
             throw DBusError.failed("callBlocking on the connection's own thread would wait for itself; use call() there")
@@ -210,7 +211,7 @@ final class ConnectionLoop: @unchecked Sendable {
     // MARK: The thread
 
     private func run() {
-        lock.withLock { loopThread = pthread_self() }
+        lock.withLock { _ in loopThread = pthread_self() }
         var fds: [pollfd] = []
         var polled: [OpaquePointer] = []
         var buffer = [UInt8](repeating: 0, count: 64)
@@ -276,7 +277,7 @@ final class ConnectionLoop: @unchecked Sendable {
     }
 
     private func processCommands() {
-        lock.withLock { swap(&queue, &drained) }
+        lock.withLock { _ in swap(&queue, &drained) }
         guard !drained.isEmpty else { return }
         for command in drained { handle(command) }
         drained.removeAll(keepingCapacity: true)
@@ -335,7 +336,7 @@ final class ConnectionLoop: @unchecked Sendable {
     }
 
     private func shutdown(reason: String, flush: Bool) {
-        let (leftover, waiters) = lock.withLock {
+        let (leftover, waiters) = lock.withLock { _ in
             accepting = false
             let result = (queue, disconnectWaiters)
             queue = []

@@ -1,4 +1,5 @@
 import CDBus
+import Locking
 import Logging
 
 /// An object exported on a connection.
@@ -54,22 +55,22 @@ public enum DBusAnswer: Sendable {
 
 /// Exported objects by path; shared between callers of export/unexport and the connection thread.
 final class ObjectRegistry: @unchecked Sendable {
-    private let lock = Lock()
+    private let lock = Locked(())
     private var objects: [String: any DBusObject] = [:]
 
     func set(_ object: (any DBusObject)?, at path: String) {
-        lock.withLock { objects[path] = object }
+        lock.withLock { _ in objects[path] = object }
     }
 
     func object(at path: String) -> (any DBusObject)? {
-        lock.withLock { objects[path] }
+        lock.withLock { _ in objects[path] }
     }
 
     /// Names of the direct children of `path` that lead to exported objects.
     func children(of path: String) -> [String] {
         let prefix = path == "/" ? "/" : path + "/"
         var names = Set<String>()
-        lock.withLock {
+        lock.withLock { _ in
             for key in objects.keys where key.hasPrefix(prefix) && key != path {
                 let rest = key.dropFirst(prefix.count)
                 if let first = rest.split(separator: "/", maxSplits: 1).first { names.insert(String(first)) }

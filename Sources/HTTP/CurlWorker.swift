@@ -1,4 +1,5 @@
 import CCurl
+import Locking
 
 #if canImport(Glibc)
 import Glibc
@@ -259,33 +260,6 @@ final class CurlLoop {
         for easy in pool { ccurl_easy_cleanup(easy) }
         pool.removeAll()
         _ = ccurl_multi_cleanup(multi)
-    }
-}
-
-/// A value behind a `pthread_mutex_t`. Used instead of `Synchronization.Mutex`, whose
-/// Linux implementation ThreadSanitizer cannot see (it reports false races), so that
-/// `--sanitize=thread` stays usable on code built on this client.
-final class Locked<Value: Sendable>: @unchecked Sendable {
-    private let mutex: UnsafeMutablePointer<pthread_mutex_t>
-    private var value: Value
-
-    init(_ value: Value) {
-        self.mutex = .allocate(capacity: 1)
-        self.mutex.initialize(to: pthread_mutex_t())
-        pthread_mutex_init(self.mutex, nil)
-        self.value = value
-    }
-
-    deinit {
-        pthread_mutex_destroy(mutex)
-        mutex.deinitialize(count: 1)
-        mutex.deallocate()
-    }
-
-    func withLock<Result>(_ body: (inout Value) throws -> Result) rethrows -> Result {
-        pthread_mutex_lock(mutex)
-        defer { pthread_mutex_unlock(mutex) }
-        return try body(&value)
     }
 }
 

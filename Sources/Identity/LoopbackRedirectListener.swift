@@ -1,5 +1,5 @@
 import Glibc
-import Synchronization
+import Locking
 
 /// The loopback redirect of RFC 8252 (7.3): a one-shot HTTP listener on 127.0.0.1 with a port
 /// the system picks per flow. It waits for the browser's `GET /?code=...&state=...`, answers
@@ -8,7 +8,7 @@ final class LoopbackRedirectListener: Sendable {
     /// The port the system chose.
     let port: UInt16
     private let socket: Int32
-    private let closed = Mutex(false)
+    private let closed = Locked(false)
 
     init() throws(IdentityError) {
         let fd = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)

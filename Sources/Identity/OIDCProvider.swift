@@ -1,8 +1,8 @@
 import BrokerCore
 import FoundationEssentials
 import HTTP
+import Locking
 import Logging
-import Synchronization
 
 /// Client credentials for a confidential client; public clients (the usual case on a desktop) have none.
 public struct ClientSecret: Sendable {
@@ -304,7 +304,7 @@ actor MetadataCache {
     private var cached: ProviderMetadata?
     private var inFlight: Task<ProviderMetadata, any Error>?
     /// The document once read, for readers that must not wait for the actor or the network.
-    nonisolated let latest = Mutex<ProviderMetadata?>(nil)
+    nonisolated let latest = Locked<ProviderMetadata?>(nil)
 
     init(authority: Authority, requester: ProviderHTTP, logger: Logger) {
         self.authority = authority

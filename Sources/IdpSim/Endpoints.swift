@@ -1,12 +1,12 @@
 import Hummingbird
-import Synchronization
+import Locking
 
 /// The provider's public URLs. The issuer depends on the port actually bound, which is only
 /// known once the server runs (`--port 0`), so the base URL is filled in at that moment.
 final class Endpoints: Sendable {
     /// Path of the authority below the server root, e.g. `/TENANT/v2.0`.
     let authorityPath: String
-    private let base = Mutex<String>("")
+    private let base = Locked<String>("")
 
     init(authorityPath: String) {
         self.authorityPath = authorityPath

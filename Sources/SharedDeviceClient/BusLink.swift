@@ -1,5 +1,6 @@
 import BrokerAPI
 import DBus
+import Locking
 import Logging
 
 /// The application object's one connection to the bus, opened again on the next use after the

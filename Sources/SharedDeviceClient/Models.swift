@@ -3,39 +3,12 @@ import Glibc
 #endif
 import BrokerAPI
 
-/// A signed-in person. Carries no secret.
-public struct Account: Sendable, Hashable, Codable, CustomStringConvertible {
-    /// The sign-in name, e.g. `alice@contoso.example`.
-    public var username: String
-    /// `<oid>.<tid>`: stable; pass it as `accountId` where a call takes one.
-    public var identifier: String
-    /// The directory (tenant) the account belongs to.
-    public var tenantId: String
-    /// The provider's host.
-    public var environment: String
-    /// The display name.
-    public var name: String
+/// A signed-in person: the contract's own value (see `BrokerAPI`). Carries no secret.
+public typealias Account = BrokerAPI.Account
 
-    /// Creates an account value (apps normally get them from the broker).
-    public init(username: String, identifier: String, tenantId: String, environment: String, name: String) {
-        self.username = username
-        self.identifier = identifier
-        self.tenantId = tenantId
-        self.environment = environment
-        self.name = name
-    }
-
-    /// `username (name)`.
-    public var description: String { name.isEmpty || name == username ? username : "\(username) (\(name))" }
-}
-
-/// The device's mode, as the administrator set it.
-public enum DeviceMode: String, Sendable, Codable {
-    /// One account for the whole device: signing out in one app signs out everywhere.
-    case shared
-    /// One account per app.
-    case `default`
-}
+/// The device's mode, as the administrator set it: `shared` (one account for the whole device,
+/// signing out in one app signs out everywhere) or `default` (one account per app).
+public typealias DeviceMode = BrokerAPI.DeviceMode
 
 /// How the provider lets one app's sign-in give other apps tokens of their own: the contract's
 /// own values (`native-sso`, `family-refresh-token`, `token-exchange`).
@@ -55,23 +28,7 @@ public struct SignInOptions: Sendable, Equatable, Codable {
 }
 
 /// What the broker tells about the device.
-public struct DeviceInformation: Sendable, Equatable, Codable {
-    /// Shared or default.
-    public var deviceMode: DeviceMode
-    /// The broker's version.
-    public var brokerVersion: String
-    /// A stable id of this device's broker state.
-    public var deviceId: String
-    /// The tenant the device belongs to (may be empty).
-    public var tenantId: String
-    /// The identity provider the broker signs in with.
-    public var authority: String
-    /// More facts (hostname, OS, ...).
-    public var extraDeviceInformation: [String: String]
-    /// How the provider lets one app's sign-in give other apps tokens of their own, in the order
-    /// the broker uses them; empty when it offers none, nil while the broker has not reached it.
-    public var singleSignOn: [SingleSignOnMechanism]?
-}
+public typealias DeviceInformation = BrokerAPI.DeviceInformation
 
 /// Where a one-time code was sent (``SignInCodeRequiredState``).
 public struct CodeChallenge: Sendable, Equatable, Codable {

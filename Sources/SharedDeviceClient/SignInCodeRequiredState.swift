@@ -1,4 +1,5 @@
 import DBus
+import Locking
 
 /// A sign-in waiting for the one-time code the provider sent (by email): what
 /// ``PublicClientApplication/signIn(username:scopes:)`` returns. In the shape of MSAL's native

@@ -58,8 +58,8 @@ struct AccountTests {
         try await h.broker.signOut(clientId: "notes", accountId: "")
         let alice = ScriptedProvider.account("alice@contoso.example")
         #expect(h.changes.changes == [
-            AccountChange(current: alice, previous: nil, reason: .signedIn),
-            AccountChange(current: nil, previous: alice, reason: .signedOut),
+            DeviceAccountChange(current: alice, previous: nil, reason: .signedIn),
+            DeviceAccountChange(current: nil, previous: alice, reason: .signedOut),
         ])
         #expect(h.provider.revoked.count == 2)
         let state = h.broker.snapshot

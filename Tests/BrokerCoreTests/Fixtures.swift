@@ -1,12 +1,12 @@
 import BrokerCore
+import Locking
 import Logging
-import Synchronization
 
 /// The core's collaborators, in memory. These stand in for the provider, disk and clock only
 /// in the core's unit tests; the integration tests use the real `idp-sim`, files and bus.
 final class ScriptedProvider: IdentityProvider, @unchecked Sendable {
     let authority = "http://127.0.0.1:1/tenant/v2.0"
-    private let lock = Mutex<Void>(())
+    private let lock = Locked<Void>(())
     private var _refreshCalls = 0
     private var _revoked: [String] = []
     private var rotation = 0
@@ -141,7 +141,7 @@ extension String {
 }
 
 final class MemoryStore: StateStore, @unchecked Sendable {
-    private let lock = Mutex<Void>(())
+    private let lock = Locked<Void>(())
     private var _saved: BrokerState?
     private var _saves = 0
     private var _timeline: [String] = []
@@ -163,15 +163,15 @@ final class MemoryStore: StateStore, @unchecked Sendable {
 }
 
 final class TestClock: WallClock, @unchecked Sendable {
-    private let lock = Mutex<Int64>(1_800_000_000)
+    private let lock = Locked<Int64>(1_800_000_000)
     func now() -> Int64 { lock.withLock { $0 } }
     func advance(_ seconds: Int64) { lock.withLock { $0 += seconds } }
 }
 
 final class ChangeRecorder: @unchecked Sendable {
-    private let lock = Mutex<[AccountChange]>([])
-    var changes: [AccountChange] { lock.withLock { $0 } }
-    func record(_ change: AccountChange) { lock.withLock { $0.append(change) } }
+    private let lock = Locked<[DeviceAccountChange]>([])
+    var changes: [DeviceAccountChange] { lock.withLock { $0 } }
+    func record(_ change: DeviceAccountChange) { lock.withLock { $0.append(change) } }
 }
 
 struct Harness {
@@ -193,7 +193,7 @@ struct Harness {
             logger: Logger(label: "test"), onAccountChange: { store.note("announce"); changes.record($0) })
     }
 
-    func signIn(_ user: String = "alice@contoso.example", client: String = "mail", scopes: [String] = ["User.Read"]) async throws -> TokenResult {
+    func signIn(_ user: String = "alice@contoso.example", client: String = "mail", scopes: [String] = ["User.Read"]) async throws -> AppTokens {
         let password = user.hasPrefix("alice") ? "alice-pw" : "bob-pw"
         return try await broker.signInWithPassword(clientId: client, username: user, password: password, scopes: scopes)
     }

@@ -1,6 +1,7 @@
 @testable import BrokerDaemon
 import BrokerCore
 import Foundation
+import Locking
 import Logging
 import Synchronization
 import Testing

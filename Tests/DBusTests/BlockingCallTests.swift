@@ -1,5 +1,6 @@
 import DBus
 import Foundation
+import TestSupport
 import Testing
 
 private let testPath = "/org/example/Test"
@@ -42,12 +43,12 @@ struct BlockingCallTests {
             server.export(TestObject(), at: testPath)
             // The exported object answers from a Task on the pool: wait off it, so the test does
             // not depend on the pool's size.
-            let sum = try await onDedicatedThread {
+            let sum = try await offThePool {
                 try client.callBlocking(destination: server.uniqueName, path: testPath, interface: iface, member: "Add",
                                         arguments: [.int32(40), .int32(2)], timeout: .seconds(5))
             }
             #expect(sum == [.int32(42)])
-            let failure = try await onDedicatedThread { () -> DBusError? in
+            let failure = try await offThePool { () -> DBusError? in
                 do {
                     _ = try client.callBlocking(destination: server.uniqueName, path: testPath, interface: iface, member: "Fail",
                                                 arguments: [.string("com.example.Error.Custom"), .string("it broke")],
@@ -66,7 +67,7 @@ struct BlockingCallTests {
             defer { server.close(); client.close() }
             server.export(TestObject(), at: testPath)
             let started = ContinuousClock.now
-            let error = try await onDedicatedThread { () -> DBusError? in
+            let error = try await offThePool { () -> DBusError? in
                 do {
                     _ = try client.callBlocking(destination: server.uniqueName, path: testPath, interface: iface, member: "Slow",
                                                 arguments: [.uint32(5_000)], timeout: .milliseconds(200))
@@ -77,7 +78,7 @@ struct BlockingCallTests {
             #expect(error?.name == "org.freedesktop.DBus.Error.NoReply")
             #expect(elapsed >= .milliseconds(200) && elapsed < .seconds(3), "\(elapsed)")
             // The connection is still usable afterwards.
-            let sum = try await onDedicatedThread {
+            let sum = try await offThePool {
                 try client.callBlocking(destination: server.uniqueName, path: testPath, interface: iface, member: "Add",
                                         arguments: [.int32(1), .int32(2)], timeout: .seconds(5))
             }

@@ -1,5 +1,6 @@
 import DBus
 import Foundation
+import TestSupport
 import Testing
 
 private let testPath = "/org/example/Test"
@@ -431,7 +432,7 @@ struct ConnectionTests {
     }
 
     @Test func busGoingAwayIsNoticed() async throws {
-        let bus = try TestBus()
+        let bus = try await offThePool { try PrivateBus() }
         let client = try bus.connect()
         bus.stop()
         await client.waitUntilDisconnected()

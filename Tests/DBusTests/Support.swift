@@ -1,69 +1,33 @@
 import DBus
 import Foundation
 import Glibc
+import Locking
+import TestSupport
 import Testing
 
-/// A private `dbus-daemon --session` for one test; never the developer's bus.
-final class TestBus: @unchecked Sendable {
-    let process: Process
-    let address: String
-
-    init() throws {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/dbus-daemon")
-        process.arguments = ["--session", "--nofork", "--nopidfile", "--print-address=1"]
-        let out = Pipe()
-        process.standardOutput = out
-        process.standardError = FileHandle.nullDevice
-        try process.run()
-        self.process = process
-        // Bounded wait for the address line.
-        let fd = out.fileHandleForReading.fileDescriptor
-        var data = [UInt8]()
-        let deadline = Date().addingTimeInterval(10)
-        while !data.contains(UInt8(ascii: "\n")) {
-            let remaining = Int32(max(0, deadline.timeIntervalSinceNow) * 1000)
-            var pfd = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
-            guard remaining > 0, poll(&pfd, 1, remaining) > 0 else {
-                kill(process.processIdentifier, SIGKILL)
-                throw DBusError.timeout("dbus-daemon did not print its address")
-            }
-            var buffer = [UInt8](repeating: 0, count: 512)
-            let n = read(fd, &buffer, buffer.count)
-            guard n > 0 else {
-                kill(process.processIdentifier, SIGKILL)
-                throw DBusError.failed("dbus-daemon exited")
-            }
-            data += buffer[0..<n]
-        }
-        let line = String(decoding: data, as: UTF8.self)
-        address = String(line.prefix { $0 != "\n" })
-    }
-
+extension PrivateBus {
     func connect() throws -> DBusConnection { try DBusConnection(address: address) }
-
-    /// SIGKILL: the daemon inherits a signal mask that may block SIGTERM.
-    func stop() {
-        if process.isRunning {
-            kill(process.processIdentifier, SIGKILL)
-            process.waitUntilExit()
-        }
-    }
-
-    deinit { stop() }
 }
 
 /// Runs `body` with a fresh private bus, stopped afterwards.
-func withBus<R>(_ body: (TestBus) async throws -> R) async throws -> R {
-    let bus = try TestBus()
+func withBus<R>(_ body: (PrivateBus) async throws -> R) async throws -> R {
+    let bus = try await offThePool { try PrivateBus() }
     defer { bus.stop() }
     return try await body(bus)
 }
 
 /// Runs a command with a bounded wait and returns (status, stdout).
 func runTool(_ path: String, _ arguments: [String], timeout: Duration = .seconds(10)) async throws -> (Int32, String) {
-    let result = try await runToolCapturing(path, arguments, timeout: timeout)
+    let result = try await runCommand(path, arguments, timeout: timeout)
     return (result.status, result.stdout)
+}
+
+/// A command's result and how long it took to end.
+func runTimed(_ path: String, _ arguments: [String],
+              timeout: Duration = .seconds(15)) async throws -> (result: CommandResult, elapsed: Duration) {
+    let start = ContinuousClock.now
+    let result = try await runCommand(path, arguments, timeout: timeout)
+    return (result, ContinuousClock.now - start)
 }
 
 /// Expects `body` to throw a DBusError named `name`; returns it.
@@ -86,12 +50,12 @@ func expectDBusError(_ name: String, _ body: () async throws -> Void,
 final class TestObject: DBusObject, @unchecked Sendable {
     static let interfaceName = "org.example.Test"
     let echoSignatures: [String]
-    private let lock = NSLock()
+    private let lock = Locked(())
     private var count: UInt32 = 7
     private var controls: [String: DBusCallControl] = [:]
 
     /// The control of the last `Slow` or `Stuck` call that started.
-    func control(of member: String) -> DBusCallControl? { lock.withLock { controls[member] } }
+    func control(of member: String) -> DBusCallControl? { lock.withLock { _ in controls[member] } }
 
     init(echoSignatures: [String] = []) { self.echoSignatures = echoSignatures }
 
@@ -132,12 +96,12 @@ final class TestObject: DBusObject, @unchecked Sendable {
         case "FailGeneric":
             throw Generic()
         case "Slow":
-            lock.withLock { controls["Slow"] = DBusCallControl.current }
+            lock.withLock { _ in controls["Slow"] = DBusCallControl.current }
             try await Task.sleep(for: .milliseconds(Int(call.arguments[0].uint32 ?? 0)))
             return []
         case "Stuck":
             // Ignores cancellation: waits on a detached task, which the handler's cancellation does not reach.
-            lock.withLock { controls["Stuck"] = DBusCallControl.current }
+            lock.withLock { _ in controls["Stuck"] = DBusCallControl.current }
             let milliseconds = Int(call.arguments[0].uint32 ?? 0)
             await Task.detached { try? await Task.sleep(for: .milliseconds(milliseconds)) }.value
             return [.string("too late")]
@@ -166,81 +130,10 @@ final class TestObject: DBusObject, @unchecked Sendable {
     static let prepared = try? DBusPreparedReply([.vardict(inOrder: ["hello": .string("world"), "n": .int32(7)]), .uint32(42)])
 
     func propertyValues(interface: String) -> [String: DBusValue] {
-        lock.lock(); defer { lock.unlock() }
-        return ["Name": .string("test object"), "Count": .uint32(count)]
+        lock.withLock { _ in ["Name": .string("test object"), "Count": .uint32(count)] }
     }
 
     func setProperty(interface: String, name: String, value: DBusValue) async throws {
-        lock.withLock { count = value.uint32 ?? count }
+        lock.withLock { _ in count = value.uint32 ?? count }
     }
-}
-
-/// Result of `runToolCapturing`.
-struct ToolResult: Sendable {
-    var status: Int32
-    var stdout: String
-    var stderr: String
-    var elapsed: Duration
-}
-
-/// Runs a command, capturing stdout and stderr; the process is killed (and
-/// `DBusError.timeout` thrown) when it has not finished within `timeout`.
-///
-/// The waiting happens on a dedicated thread: blocking a thread of Swift's cooperative
-/// pool (as small as the CPU count) could starve the tasks in which exported objects
-/// handle calls, so the tool's call would never be answered.
-func runToolCapturing(_ path: String, _ arguments: [String], timeout: Duration = .seconds(15)) async throws -> ToolResult {
-    try await onDedicatedThread { try runToolBlocking(path, arguments, timeout: timeout) }
-}
-
-/// Runs `body` on a new thread (not the cooperative pool) and returns its result.
-func onDedicatedThread<R: Sendable>(_ body: @escaping @Sendable () throws -> R) async throws -> R {
-    try await withCheckedThrowingContinuation { continuation in
-        Thread { continuation.resume(with: Result { try body() }) }.start()
-    }
-}
-
-private func runToolBlocking(_ path: String, _ arguments: [String], timeout: Duration) throws -> ToolResult {
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: path)
-    process.arguments = arguments
-    let out = Pipe()
-    let err = Pipe()
-    process.standardOutput = out
-    process.standardError = err
-    process.standardInput = FileHandle.nullDevice
-    let done = DispatchSemaphore(value: 0)
-    process.terminationHandler = { _ in done.signal() }
-    let start = ContinuousClock.now
-    let deadline = start + timeout
-    try process.run()
-    // Read both pipes until EOF, bounded by the deadline.
-    var fds = [out.fileHandleForReading.fileDescriptor, err.fileHandleForReading.fileDescriptor]
-    var collected: [Int32: [UInt8]] = [fds[0]: [], fds[1]: []]
-    var buffer = [UInt8](repeating: 0, count: 4096)
-    while !fds.isEmpty {
-        let remaining = deadline - ContinuousClock.now
-        let ms = Int32(clamping: remaining.components.seconds * 1000 + remaining.components.attoseconds / 1_000_000_000_000_000)
-        var pfds = fds.map { pollfd(fd: $0, events: Int16(POLLIN), revents: 0) }
-        let rc = ms > 0 ? poll(&pfds, nfds_t(pfds.count), ms) : 0
-        if rc < 0 && errno == EINTR { continue }
-        guard rc > 0 else {
-            kill(process.processIdentifier, SIGKILL)
-            _ = done.wait(timeout: .now() + 5)
-            throw DBusError.timeout("\(path) did not finish within \(timeout)")
-        }
-        for pfd in pfds where pfd.revents != 0 {
-            let n = read(pfd.fd, &buffer, buffer.count)
-            if n > 0 { collected[pfd.fd, default: []] += buffer[0..<n] } else { fds.removeAll { $0 == pfd.fd } }
-        }
-    }
-    // Both pipes are closed: the process has exited or is about to.
-    if done.wait(timeout: .now() + 5) == .timedOut {
-        kill(process.processIdentifier, SIGKILL)
-        throw DBusError.timeout("\(path) closed its output but did not exit")
-    }
-    return ToolResult(status: process.terminationStatus,
-                      stdout: String(decoding: collected[out.fileHandleForReading.fileDescriptor] ?? [], as: UTF8.self),
-                      stderr: String(decoding: collected[err.fileHandleForReading.fileDescriptor] ?? [], as: UTF8.self),
-                      elapsed: ContinuousClock.now - start)
 }

@@ -4,6 +4,7 @@
 // bytes, or a close without answering.
 
 @testable import HTTP
+import Locking
 
 #if canImport(Glibc)
 import Glibc
@@ -51,7 +52,7 @@ final class LoopbackServer: Sendable {
     let port: UInt16
     private let listener: Int32
     private let handler: @Sendable (ReceivedRequest) -> Reply
-    private let state = Locked(State())  // pthread-based, visible to ThreadSanitizer
+    private let state = Locked(State())
 
     private struct State: Sendable {
         var received: [ReceivedRequest] = []

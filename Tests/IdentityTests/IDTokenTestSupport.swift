@@ -2,14 +2,14 @@ import BrokerCore
 import Crypto
 import CryptoExtras
 import Foundation
-import Synchronization
+import Locking
 import Testing
 @testable import Identity
 
 /// A clock the test sets.
 final class TestClock: WallClock {
-    private let seconds: Mutex<Int64>
-    init(_ start: Int64 = 1_750_000_000) { seconds = Mutex(start) }
+    private let seconds: Locked<Int64>
+    init(_ start: Int64 = 1_750_000_000) { seconds = Locked(start) }
     func now() -> Int64 { seconds.withLock { $0 } }
     func advance(_ by: Int64) { seconds.withLock { $0 += by } }
 }
@@ -23,9 +23,9 @@ final class FakeJWKSEndpoint: Sendable {
         var failure: IdentityError?
         var delay: Duration = .zero
     }
-    private let state: Mutex<State>
+    private let state: Locked<State>
 
-    init(_ body: String) { state = Mutex(State(body: Array(body.utf8))) }
+    init(_ body: String) { state = Locked(State(body: Array(body.utf8))) }
 
     var fetches: Int { state.withLock { $0.fetches } }
     func serve(_ body: String) { state.withLock { $0.body = Array(body.utf8) } }

@@ -1,8 +1,8 @@
 import BrokerCore
 import Foundation
 import HTTP
+import Locking
 import Logging
-import Synchronization
 import Testing
 @testable import Identity
 
@@ -17,12 +17,12 @@ import Testing
 
     /// A provider whose endpoints answer from `routes`: path suffix → scripted steps.
     final class FakeProvider: @unchecked Sendable {
-        private let state: Mutex<[String: [ScriptedTransport.Step]]>
-        private let counts = Mutex<[String: Int]>([:])
+        private let state: Locked<[String: [ScriptedTransport.Step]]>
+        private let counts = Locked<[String: Int]>([:])
         let time: FakeTime
 
         init(_ routes: [String: [ScriptedTransport.Step]], time: FakeTime) {
-            state = Mutex(routes)
+            state = Locked(routes)
             self.time = time
         }
 

@@ -1,5 +1,5 @@
 import HTTP
-import Synchronization
+import Locking
 import Testing
 @testable import Identity
 
@@ -127,7 +127,7 @@ import Testing
 
 /// Monotonic time the test moves: sleeping and slow transports advance it; nothing really waits.
 final class FakeTime: MonotonicClock, @unchecked Sendable {
-    private let state = Mutex<(now: Duration, sleeps: [Duration])>((.zero, []))
+    private let state = Locked<(now: Duration, sleeps: [Duration])>((.zero, []))
     func now() -> Duration { state.withLock { $0.now } }
     func advance(_ by: Duration) { state.withLock { $0.now += by } }
     var sleeps: [Duration] { state.withLock { $0.sleeps } }
@@ -139,11 +139,11 @@ final class FakeTime: MonotonicClock, @unchecked Sendable {
 /// A scripted provider: answers each request with the next scripted outcome (the last one repeats).
 final class ScriptedTransport: @unchecked Sendable {
     enum Step { case answer(Int, headers: [HTTPHeader] = [], body: String = ""), fail(HTTPError), take(Duration, then: HTTPError) }
-    private let state: Mutex<(steps: [Step], requests: [HTTPRequest])>
+    private let state: Locked<(steps: [Step], requests: [HTTPRequest])>
     private let time: FakeTime
 
     init(_ steps: [Step], time: FakeTime) {
-        state = Mutex((steps, []))
+        state = Locked((steps, []))
         self.time = time
     }
 

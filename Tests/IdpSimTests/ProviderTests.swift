@@ -3,6 +3,7 @@ import Foundation
 import FoundationNetworking
 #endif
 import JWTKit
+import TestSupport
 import Testing
 
 @Suite("idp-sim: discovery, grants, refresh, revocation, resources, faults and the users file")
@@ -147,14 +148,9 @@ struct ProviderTests {
         #expect(jwtPayload(basic.string("access_token") ?? "")["azp"] as? String == "conf-app")
 
         // curl here: URLSession on Linux stalls on a 401 that carries `WWW-Authenticate: Basic`.
-        let curl = Process()
-        curl.executableURL = URL(fileURLWithPath: "/usr/bin/curl")
-        curl.arguments = ["-s", "-i", "-u", "conf-app:nope", "-d", "grant_type=password&username=alice%40contoso.test&password=x", server.tokenURL]
-        let output = Pipe()
-        curl.standardOutput = output
-        try curl.run()
-        let answer = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        curl.waitUntilExit()
+        let answer = try await runCommand("/usr/bin/curl", [
+            "-s", "-i", "-u", "conf-app:nope", "-d", "grant_type=password&username=alice%40contoso.test&password=x",
+            server.tokenURL]).stdout
         #expect(answer.hasPrefix("HTTP/1.1 401"))
         #expect(answer.lowercased().contains("www-authenticate: basic"))
         #expect(answer.contains("invalid_client"))
@@ -325,35 +321,25 @@ struct ProviderTests {
     }
 
     @Test func badUsersFilesFailWithAClearMessage() async throws {
-        let binary = try IdpSimServer.binaryPath()
-        let directory = FileManager.default.temporaryDirectory
+        let directory = try TemporaryDirectory()
         let cases: [(String, String?)] = [
             ("missing", nil),
             ("not json", "{ this is not json"),
             ("missing key", #"{"tenantId": "t", "users": [{"username": "a", "password": "p"}], "clients": []}"#),
             ("duplicate", #"{"tenantId": "t", "users": [{"username": "a", "password": "p", "displayName": "A"}, {"username": "A", "password": "p", "displayName": "A"}], "clients": []}"#),
         ]
-        for (name, content) in cases {
-            let file = directory.appendingPathComponent("idp-sim-bad-\(UUID().uuidString).json")
-            if let content { try Data(content.utf8).write(to: file) }
-            defer { try? FileManager.default.removeItem(at: file) }
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: binary)
-            process.arguments = ["--port", "0", "--users", file.path]
-            let stderr = Pipe()
-            process.standardError = stderr
-            process.standardOutput = FileHandle.nullDevice
-            try process.run()
-            let message = String(decoding: stderr.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-            process.waitUntilExit()
-            #expect(process.terminationStatus != 0, "\(name)")
-            #expect(message.contains("users file"), "\(name): \(message)")
+        for (index, (name, content)) in cases.enumerated() {
+            let file = directory.path + "/users-\(index).json"
+            if let content { _ = try directory.write("users-\(index).json", content) }
+            let run = try await runCommand(Binaries.path("idp-sim"), ["--port", "0", "--users", file])
+            #expect(run.status != 0, "\(name)")
+            #expect(run.stderr.contains("users file"), "\(name): \(run.stderr)")
         }
     }
 
     @Test func exitsCleanlyOnSIGTERM() async throws {
         let server = try await IdpSimServer.start()
         #expect(try await HTTP.get(server.authority + "/.well-known/openid-configuration").status == 200)
-        #expect(server.stop() == 0)
+        #expect(try server.stop() == 0)
     }
 }

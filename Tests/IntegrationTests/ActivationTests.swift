@@ -1,5 +1,6 @@
 import BrokerAPI
 import Foundation
+import TestSupport
 import Testing
 
 /// D-Bus activation (docs/reliability.md, "Activation"): the session bus starts brokerd on the

@@ -1,7 +1,8 @@
 import BrokerAPI
 import DBus
 import Foundation
-import Synchronization
+import Locking
+import TestSupport
 import Testing
 
 /// Issue 6, "Hostile and careless callers": every method of the broker's interface and of the
@@ -143,7 +144,7 @@ struct BusFuzzTests {
 
 /// The names of the signals seen, filled by a task that reads the subscription.
 final class SignalLog: Sendable {
-    let names = Mutex<[String]>([])
+    let names = Locked<[String]>([])
 }
 
 /// brokerd with alice signed in, a client connection to it, and what its state looked like

@@ -1,5 +1,6 @@
 import BrokerAPI
 import Foundation
+import TestSupport
 import Testing
 
 /// Who may call the broker: its own user only, and, for a clientId the configuration binds to

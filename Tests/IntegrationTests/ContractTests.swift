@@ -1,5 +1,6 @@
 import BrokerAPI
 import Foundation
+import TestSupport
 import Testing
 
 /// The D-Bus contract as callers other than ours see it: introspection, properties, errors for

@@ -1,6 +1,7 @@
 import BrokerAPI
 import Foundation
 import SharedDeviceClient
+import TestSupport
 import Testing
 
 /// Crashes and restarts (docs/reliability.md): brokerd killed with SIGKILL at random moments and

@@ -1,5 +1,6 @@
 import Foundation
 import HTTP
+import TestSupport
 import Testing
 
 /// The whole product over a private bus: real brokerd, brokerctl and idp-sim processes, real

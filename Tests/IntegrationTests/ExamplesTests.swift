@@ -1,4 +1,5 @@
 import Foundation
+import TestSupport
 import Testing
 
 /// The examples, run as a person (or `make demo`) runs them.

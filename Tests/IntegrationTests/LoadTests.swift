@@ -1,8 +1,9 @@
 import BrokerAPI
 import DBus
 import Foundation
+import Locking
 import SharedDeviceClient
-import Synchronization
+import TestSupport
 import Testing
 
 /// The broker under load: many clients calling, many subscribers listening, sign-ins and
@@ -20,7 +21,7 @@ struct LoadTests {
         let rssBefore = try Self.residentKiB(of: brokerPID)
 
         // Subscribers: plain D-Bus connections with an AccountChanged match, each keeping what it hears.
-        let heard = (0..<Self.subscribers).map { _ in Shared<[String]>([]) }
+        let heard = (0..<Self.subscribers).map { _ in Locked<[String]>([]) }
         var subscriberConnections: [DBusConnection] = []
         var listeners: [Task<Void, Never>] = []
         let rule = DBusMatchRule(sender: BrokerNames.busName, path: BrokerNames.objectPath,
@@ -48,8 +49,8 @@ struct LoadTests {
         let apps = try (0..<Self.clients).map { index in
             try PublicClientApplication(clientId: TestUsers.clients[index % TestUsers.clients.count], configuration: configuration)
         }
-        let calls = Shared<[String: Int]>([:])
-        let stop = Shared(false)
+        let calls = Locked<[String: Int]>([:])
+        let stop = Locked(false)
         let clientTasks = apps.enumerated().map { index, app in
             Task {
                 var round = index
@@ -115,13 +116,6 @@ struct LoadTests {
         } catch {
             return error.code?.rawValue ?? error.errorName
         }
-    }
-
-    /// A value tasks share, behind a lock.
-    final class Shared<Value: Sendable>: Sendable {
-        private let value: Mutex<Value>
-        init(_ value: Value) { self.value = Mutex(value) }
-        func withLock<T: Sendable>(_ body: (inout sending Value) -> sending T) -> sending T { value.withLock(body) }
     }
 
     /// VmRSS of a process, in KiB.

@@ -1,4 +1,5 @@
 import Foundation
+import TestSupport
 import Testing
 
 /// brokerd must start, and answer what needs no provider, while the provider is unreachable:

@@ -1,6 +1,7 @@
 import Foundation
 import HTTP
 import SharedDeviceClient
+import TestSupport
 import Testing
 
 /// Faults of the identity provider (issue 6): down, slow, 5xx with and without Retry-After,

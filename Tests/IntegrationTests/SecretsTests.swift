@@ -1,5 +1,6 @@
 import Foundation
 import HTTP
+import TestSupport
 import Testing
 
 /// No token, code, password or refresh token ever leaves the broker except in the reply to the

@@ -2,6 +2,7 @@ import BrokerAPI
 import Foundation
 import HTTP
 import SharedDeviceClient
+import TestSupport
 import Testing
 
 /// Every way to sign in and the token lifecycle (issue 4), over a private bus with the real

@@ -1,6 +1,7 @@
 import Foundation
 import HTTP
 import SharedDeviceClient
+import TestSupport
 import Testing
 
 /// Sign in once, every app is signed in: after one app's sign-in, every other app gets tokens of

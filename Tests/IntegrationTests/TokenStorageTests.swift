@@ -1,5 +1,6 @@
 import DBus
 import Foundation
+import TestSupport
 import Testing
 
 /// Where tokens rest between runs (`--token-storage`): the Secret Service by default, refusal to

@@ -1,7 +1,7 @@
 import BrokerCore
 import FoundationEssentials
 import Glibc
-import Synchronization
+import Locking
 
 /// The broker's state in `<dir>/state.json` (`StateFileFormat`, version 2): directory 0700,
 /// file 0600.
@@ -49,7 +49,7 @@ public final class FileStateStore: StateStore {
         var report: LoadReport?
     }
 
-    private let written = Mutex(Written())
+    private let written = Locked(Written())
 
     /// Creates the directory (0700) when missing and refuses one that others can read. Locks it
     /// (`brokerd.lock`, held until the process ends) so that no second brokerd, on this bus or

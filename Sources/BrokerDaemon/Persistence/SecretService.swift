@@ -1,5 +1,5 @@
 import DBus
-import Synchronization
+import Locking
 
 /// A small client of the freedesktop Secret Service API (`org.freedesktop.secrets`, as served by
 /// gnome-keyring, KeePassXC or KWallet), over the project's own D-Bus layer, on a connection of
@@ -31,7 +31,7 @@ final class SecretService: Sendable {
     let timeout: Duration
     /// The open session and the default collection, found once and forgotten after a failure
     /// (the service may have restarted: its sessions and paths are then gone).
-    private let cache = Mutex<(session: String?, collection: String?)>((nil, nil))
+    private let cache = Locked<(session: String?, collection: String?)>((nil, nil))
 
     init(connection: DBusConnection, timeout: Duration = .seconds(10)) {
         self.connection = connection

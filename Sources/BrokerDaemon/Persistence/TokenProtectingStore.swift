@@ -1,8 +1,8 @@
 import BrokerCore
 import DBus
 import FoundationEssentials
+import Locking
 import Logging
-import Synchronization
 
 /// Where brokerd keeps refresh tokens between runs: `--token-storage` or the configuration's
 /// `tokenStorage`. Access tokens (and the ID tokens that came with them) are kept in memory only,
@@ -103,14 +103,14 @@ final class TokenProtectingStore: StateStore {
     let logger: Logger
     /// What the vault holds as far as this process knows (nil: unknown, so the next save writes
     /// it): a save that changes no token (most saves: an app's `lastSeen`) does not touch the vault.
-    private let inVault: Mutex<StoredTokens?>
+    private let inVault: Locked<StoredTokens?>
 
     /// `inVault`: what `vault` was found to hold (an empty set when nothing), or nil when unknown.
     init(file: any StateStore, vault: (any TokenVault)?, inVault: StoredTokens?, logger: Logger) {
         self.file = file
         self.vault = vault
         self.logger = logger
-        self.inVault = Mutex(inVault)
+        self.inVault = Locked(inVault)
     }
 
     func load() throws -> BrokerState? {

@@ -1,6 +1,7 @@
 import BrokerAPI
 import Foundation
 import HTTP
+import TestSupport
 
 /// The users and apps every integration test signs in with.
 enum TestUsers {
@@ -31,60 +32,10 @@ enum TestUsers {
     }
 }
 
-/// A private session bus (`dbus-daemon`), never the developer's own.
-final class PrivateBus: @unchecked Sendable {
-    let address: String
-    private let daemon: ChildProcess
-
-    /// The text of a bus configuration with the standard session policy. `serviceDirectory` is
-    /// its only place for D-Bus activation (none: it can activate nothing, not even the system's
-    /// services); `everyUser` admits connections of any user, not only the daemon's own;
-    /// `sessionType` off leaves activated services only `DBUS_STARTER_ADDRESS`.
-    static func configuration(listen: String = "unix:tmpdir=/tmp", sessionType: Bool = true,
-                              serviceDirectory: String? = nil, everyUser: Bool = false) -> String {
-        """
-        <!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
-         "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
-        <busconfig>
-          \(sessionType ? "<type>session</type>" : "")
-          <listen>\(listen)</listen>
-          <auth>EXTERNAL</auth>
-          \(serviceDirectory.map { "<servicedir>\($0)</servicedir>" } ?? "")
-          <policy context="default">
-            \(everyUser ? "<allow user=\"*\"/>" : "")
-            <allow send_destination="*" eavesdrop="true"/>
-            <allow eavesdrop="true"/>
-            <allow own="*"/>
-          </policy>
-        </busconfig>
-        """
-    }
-
-    /// A `--session` bus, or one run with the configuration file `configFile`.
-    init(configFile: String? = nil) throws {
-        daemon = try ChildProcess("dbus-daemon", executable: "/usr/bin/dbus-daemon",
-                                  arguments: [configFile.map { "--config-file=\($0)" } ?? "--session",
-                                              "--nofork", "--nopidfile", "--print-address=1"])
-        address = try daemon.waitForLine(timeout: .seconds(10)) { $0.contains("unix:") || $0.contains("tcp:") }
-            .trimmingCharacters(in: .whitespaces)
-    }
-
-    deinit { daemon.kill() }
-}
-
-/// A running `idp-sim` on a free loopback port.
-final class IdpSim: @unchecked Sendable {
-    let baseURL: String
-    let authority: String
-    let process: ChildProcess
-
-    init(in directory: TemporaryDirectory, extraArguments: [String] = []) throws {
-        let users = try directory.write("users.json", TestUsers.usersFile)
-        process = try ChildProcess("idp-sim", executable: Binaries.path("idp-sim"),
-                                   arguments: ["--port", "0", "--users", users] + extraArguments)
-        let line = try process.waitForLine(timeout: .seconds(30)) { $0.hasPrefix("listening on ") }
-        baseURL = String(line.dropFirst("listening on ".count)).trimmingCharacters(in: .whitespaces)
-        authority = "\(baseURL)/\(TestUsers.tenant)/v2.0"
+extension IdpSim {
+    /// idp-sim with the integration tests' users and apps.
+    convenience init(in directory: TemporaryDirectory, extraArguments: [String] = []) throws {
+        try self.init(in: directory, users: TestUsers.usersFile, tenant: TestUsers.tenant, extraArguments: extraArguments)
     }
 }
 
@@ -109,13 +60,6 @@ final class Brokerd: @unchecked Sendable {
         process.signal(SIGTERM)
         return try process.waitForExit(timeout: .seconds(10))
     }
-}
-
-/// What a `brokerctl` run printed.
-struct CommandResult {
-    var status: Int32
-    var stdout: String
-    var stderr: String
 }
 
 /// A bus, an identity provider and a broker: the whole product on one machine.

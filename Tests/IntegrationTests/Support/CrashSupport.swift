@@ -1,5 +1,6 @@
 import DBus
 import Foundation
+import TestSupport
 
 // Support for CrashRecoveryTests and ActivationTests: brokerd's state file as the tests read it,
 // a reproducible random source, private buses with D-Bus activation, and the repository's files.

@@ -1,6 +1,7 @@
 import Foundation
 import HTTP
 import SharedDeviceClient
+import TestSupport
 
 /// What the provider-fault tests need besides the shared environment: faults on any idp-sim
 /// endpoint, its counters, the broker's state file, and a call measured while other callers are

@@ -1,5 +1,6 @@
 import CDBus
 import Foundation
+import TestSupport
 
 // MARK: - A client that writes what libdbus would not
 

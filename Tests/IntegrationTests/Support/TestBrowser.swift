@@ -1,5 +1,6 @@
 import Foundation
 import HTTP
+import TestSupport
 
 /// The system browser, for tests: brokerd runs it as `$BROWSER URL`; it hands the URL to the
 /// test through a FIFO, and the test then acts as the person at the browser, over real HTTP

@@ -5,15 +5,15 @@ import Foundation
 /// Not Foundation's `Process`: on Linux its `run()` over-reads `/proc/self/fd` directory entries
 /// and crashes now and then (swift-corelibs-foundation #5472, seen here once in a few full runs,
 /// more often the more threads and descriptors the test process holds).
-struct Spawned {
-    let pid: pid_t
+package struct Spawned {
+    package let pid: pid_t
     /// The write end of the child's standard input.
-    let input: Int32
+    package let input: Int32
     /// The read ends of the child's standard output and error.
-    let output: Int32
-    let error: Int32
+    package let output: Int32
+    package let error: Int32
 
-    static func start(_ executable: String, arguments: [String], environment: [String: String]) throws -> Spawned {
+    package static func start(_ executable: String, arguments: [String], environment: [String: String]) throws -> Spawned {
         func pipePair() throws -> (read: Int32, write: Int32) {
             // pipe2(O_CLOEXEC) is not visible from Swift here; children close everything past
             // standard error anyway (below), so close-on-exec only keeps them out of others' execs.
@@ -73,7 +73,7 @@ struct Spawned {
     }()
 
     /// Waits for the child's exit (on the calling thread): its status, 128 + N when killed by signal N.
-    func waitForStatus() -> Int32 {
+    package func waitForStatus() -> Int32 {
         var status: Int32 = 0
         while waitpid(pid, &status, 0) < 0 {
             if errno != EINTR { return -1 }

@@ -1,11 +1,10 @@
 import Foundation
-import Synchronization
 
 /// A real process started by a test, with its output captured line by line so a test can wait
 /// (bounded) for a readiness line instead of sleeping. Killed when the test is done with it.
-final class ChildProcess: @unchecked Sendable {
-    let name: String
-    let pid: Int32
+package final class ChildProcess: @unchecked Sendable {
+    package let name: String
+    package let pid: Int32
     private let state = NSCondition()
     /// The exit status, once the process has ended (128 + N when signal N killed it).
     private var status: Int32 = 0
@@ -31,7 +30,7 @@ final class ChildProcess: @unchecked Sendable {
 
     /// Starts `executable` with `arguments`. Standard input gets `stdin` and is closed, unless
     /// `keepStdinOpen`: then the test types lines with ``type(_:)`` and ends them with ``closeStdin()``.
-    init(_ name: String, executable: String, arguments: [String], environment: [String: String] = [:],
+    package init(_ name: String, executable: String, arguments: [String], environment: [String: String] = [:],
          stdin: String? = nil, keepStdinOpen: Bool = false) throws {
         self.name = name
         var env = ProcessInfo.processInfo.environment
@@ -78,7 +77,7 @@ final class ChildProcess: @unchecked Sendable {
     }
 
     /// Writes one line to the process's standard input, as a person typing it.
-    func type(_ line: String) throws {
+    package func type(_ line: String) throws {
         _ = Self.brokenPipesAreErrors
         guard let input = state.withLock({ self.input }) else { throw ProcessFailure("\(name)'s standard input is closed") }
         try input.write(contentsOf: Data((line + "\n").utf8))
@@ -89,13 +88,13 @@ final class ChildProcess: @unchecked Sendable {
 
     /// Ends standard input and waits for the exit, at most `timeout`; returns the status.
     @discardableResult
-    func finish(timeout: Duration = .seconds(10)) throws -> Int32 {
+    package func finish(timeout: Duration = .seconds(10)) throws -> Int32 {
         closeStdin()
         return try waitForExit(timeout: timeout)
     }
 
     /// Ends the process's standard input (end of file).
-    func closeStdin() {
+    package func closeStdin() {
         let handle = state.withLock { () -> FileHandle? in defer { input = nil }; return input }
         try? handle?.close()
     }
@@ -106,13 +105,13 @@ final class ChildProcess: @unchecked Sendable {
         if !terminated { Foundation.kill(pid, SIGKILL) }
     }
 
-    var isRunning: Bool { state.withLock { !terminated } }
-    var stdoutLines: [String] { state.withLock { stdout + (partial[0].isEmpty ? [] : [partial[0]]) } }
-    var stderrLines: [String] { state.withLock { stderr + (partial[1].isEmpty ? [] : [partial[1]]) } }
-    var stdoutText: String { stdoutLines.joined(separator: "\n") }
-    var stderrText: String { stderrLines.joined(separator: "\n") }
+    package var isRunning: Bool { state.withLock { !terminated } }
+    package var stdoutLines: [String] { state.withLock { stdout + (partial[0].isEmpty ? [] : [partial[0]]) } }
+    package var stderrLines: [String] { state.withLock { stderr + (partial[1].isEmpty ? [] : [partial[1]]) } }
+    package var stdoutText: String { stdoutLines.joined(separator: "\n") }
+    package var stderrText: String { stderrLines.joined(separator: "\n") }
     /// Everything the process printed, both streams.
-    var allOutput: String { stdoutText + "\n" + stderrText }
+    package var allOutput: String { stdoutText + "\n" + stderrText }
 
     private func take(_ data: Data, stream: Int) {
         guard !data.isEmpty else { return }
@@ -129,13 +128,13 @@ final class ChildProcess: @unchecked Sendable {
     }
 
     /// How many lines standard output has so far: a mark for ``waitForLine(after:timeout:stderr:skipping:_:)``.
-    var mark: Int { state.withLock { stdout.count } }
+    package var mark: Int { state.withLock { stdout.count } }
 
     /// Waits until a line of standard output (or error) satisfies `matches`, at most `timeout`;
     /// returns it. Only lines from `after` on count (a ``mark`` taken before sending a command);
     /// `skipping` passes over that many earlier matching lines (the second prompt, ...).
     @discardableResult
-    func waitForLine(after: Int = 0, timeout: Duration = .seconds(30), stderr useStderr: Bool = false, skipping: Int = 0,
+    package func waitForLine(after: Int = 0, timeout: Duration = .seconds(30), stderr useStderr: Bool = false, skipping: Int = 0,
                      _ matches: (String) -> Bool) throws -> String {
         let deadline = Date().addingTimeInterval(timeout.seconds)
         state.lock()
@@ -167,7 +166,7 @@ final class ChildProcess: @unchecked Sendable {
 
     /// Waits for the process to exit, at most `timeout`; returns its status.
     @discardableResult
-    func waitForExit(timeout: Duration = .seconds(30)) throws -> Int32 {
+    package func waitForExit(timeout: Duration = .seconds(30)) throws -> Int32 {
         let deadline = Date().addingTimeInterval(timeout.seconds)
         state.lock()
         defer { state.unlock() }
@@ -179,12 +178,12 @@ final class ChildProcess: @unchecked Sendable {
         return status
     }
 
-    func signal(_ number: Int32) {
+    package func signal(_ number: Int32) {
         if isRunning { Foundation.kill(pid, number) }
     }
 
     /// SIGKILL, and waits (bounded) until the exit is reaped.
-    func kill() {
+    package func kill() {
         guard isRunning else { return }
         Foundation.kill(pid, SIGKILL)
         let deadline = Date().addingTimeInterval(10)
@@ -202,50 +201,11 @@ extension NSCondition {
     }
 }
 
-/// Runs a blocking wait on a thread of its own, so that it never holds one of the few threads of
-/// Swift's shared pool (two on a two-core machine) while in-process work it waits for needs one.
-@discardableResult
-func offThePool<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
-    try await withCheckedThrowingContinuation { continuation in
-        Thread { continuation.resume(with: Result { try body() }) }.start()
-    }
-}
-
-struct ProcessFailure: Error, CustomStringConvertible {
-    var description: String
-    init(_ description: String) { self.description = description }
+package struct ProcessFailure: Error, CustomStringConvertible {
+    package var description: String
+    package init(_ description: String) { self.description = description }
 }
 
 extension Duration {
-    var seconds: Double { Double(components.seconds) + Double(components.attoseconds) / 1e18 }
-}
-
-/// Where the package's built executables are: beside the test bundle (or `BROKER_BIN_DIR`).
-enum Binaries {
-    static let directory: String = {
-        if let dir = ProcessInfo.processInfo.environment["BROKER_BIN_DIR"] { return dir }
-        let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
-        return URL(fileURLWithPath: exe).deletingLastPathComponent().path
-    }()
-
-    static func path(_ name: String) -> String { directory + "/" + name }
-}
-
-/// A temporary directory, removed at the end.
-final class TemporaryDirectory: @unchecked Sendable {
-    let path: String
-
-    init() throws {
-        var template = Array((NSTemporaryDirectory() + "sdb-test-XXXXXX").utf8CString)
-        guard let made = mkdtemp(&template) else { throw ProcessFailure("mkdtemp failed") }
-        path = String(cString: made)
-    }
-
-    deinit { try? FileManager.default.removeItem(atPath: path) }
-
-    func write(_ name: String, _ text: String) throws -> String {
-        let file = path + "/" + name
-        try text.write(toFile: file, atomically: true, encoding: .utf8)
-        return file
-    }
+    package var seconds: Double { Double(components.seconds) + Double(components.attoseconds) / 1e18 }
 }

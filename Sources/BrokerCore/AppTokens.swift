@@ -1,5 +1,7 @@
-/// What a successful sign-in or token request returns to the app.
-public struct TokenResult: Sendable, Equatable {
+/// What a successful sign-in or token request gives the app: tokens of its own, never a refresh
+/// token (those stay in the broker; ``ProviderTokens`` is what the provider answered). Apps see
+/// it as the contract's result dictionary, and through the client library as its `TokenResult`.
+public struct AppTokens: Sendable, Equatable {
     public var accessToken: String
     /// Unix seconds.
     public var expiresOn: Int64

@@ -1,23 +1,23 @@
 import BrokerAPI
 import BrokerCore
 import DBus
+import Locking
 import Logging
-import Synchronization
 
-/// The exported object, with its calls in flight counted: per caller and in all, so that a caller
-/// that floods the broker gets `LimitsExceeded` instead of growing its memory (interactive
-/// sign-ins hold their call for minutes, so the per-caller figure leaves room for them); and so
-/// that a stop answers every caller instead of leaving it to a NoReply: once ``stop(grace:hurry:endSignIns:logger:)`` begins, new
-/// calls are refused with `Cancelled`; those in flight may finish within the grace period, except
+/// The gate every call to the exported object passes: it counts the calls in flight, per caller
+/// and in all, so that a caller that floods the broker gets `LimitsExceeded` instead of growing
+/// its memory (interactive sign-ins hold their call for minutes, so the per-caller figure leaves
+/// room for them); and it closes for a stop that answers every caller instead of leaving it to a
+/// NoReply: once ``stop(grace:hurry:endSignIns:logger:)`` begins, new calls are refused with `Cancelled`; those in flight may finish within the grace period, except
 /// interactive sign-ins, which wait for a person and are ended at once; what is still running
 /// then is cancelled, and a call that does not end within a second of that is answered with
 /// `Cancelled` anyway.
 ///
 /// Each call runs in the task the connection started for it; the connection's
 /// ``DBusCallControl`` for that task is how a stop cancels it or answers it early.
-final class CallsInFlight: DBusObject {
+final class CallGate: DBusObject {
     private let object: any DBusObject
-    private let state = Mutex(State())
+    private let state = Locked(State())
 
     private struct Call {
         var member: Member

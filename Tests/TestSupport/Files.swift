@@ -1,0 +1,31 @@
+import Foundation
+
+/// Where the package's built executables are: beside the test bundle (or `BROKER_BIN_DIR`).
+package enum Binaries {
+    package static let directory: String = {
+        if let dir = ProcessInfo.processInfo.environment["BROKER_BIN_DIR"] { return dir }
+        let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+        return URL(fileURLWithPath: exe).deletingLastPathComponent().path
+    }()
+
+    package static func path(_ name: String) -> String { directory + "/" + name }
+}
+
+/// A temporary directory, removed at the end.
+package final class TemporaryDirectory: @unchecked Sendable {
+    package let path: String
+
+    package init() throws {
+        var template = Array((NSTemporaryDirectory() + "sdb-test-XXXXXX").utf8CString)
+        guard let made = mkdtemp(&template) else { throw ProcessFailure("mkdtemp failed") }
+        path = String(cString: made)
+    }
+
+    deinit { try? FileManager.default.removeItem(atPath: path) }
+
+    package func write(_ name: String, _ text: String) throws -> String {
+        let file = path + "/" + name
+        try text.write(toFile: file, atomically: true, encoding: .utf8)
+        return file
+    }
+}
