@@ -13,7 +13,7 @@ SUDO          = $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 RELEASE_FLAGS ?= --static-swift-stdlib
 BUILD_FLAGS   = $(if $(filter release,$(CONFIG)),$(RELEASE_FLAGS))
 
-.PHONY: all deps build demo test contract check-contract install clean bench bench-smoke
+.PHONY: all deps build demo test contract check-contract lint format install clean bench bench-smoke
 
 all: build
 
@@ -37,7 +37,7 @@ demo: build
 	BIN_DIR="$(BIN_DIR)" bash examples/demo.sh
 
 ## test: the whole suite (unit, D-Bus layer, HTTP, idp-sim and end-to-end over private buses).
-test: build check-contract
+test: build check-contract lint
 	$(SWIFT) build -c $(CONFIG) $(BUILD_FLAGS) --build-tests
 	$(SWIFT) test -c $(CONFIG) $(BUILD_FLAGS) --skip-build
 
@@ -48,6 +48,15 @@ contract:
 
 check-contract:
 	python3 scripts/generate-contract.py --check
+
+## lint: the house style, as .swift-format configures it (`make format` applies it), and lines of at
+## most 120 columns (scripts/check-line-length.py).
+lint:
+	$(SWIFT) format lint --strict --recursive Sources Tests examples fuzz Package.swift
+	python3 scripts/check-line-length.py
+
+format:
+	$(SWIFT) format format --in-place --recursive Sources Tests examples fuzz Package.swift
 
 ## install: the binaries, the D-Bus interface, the D-Bus activation file and the systemd user unit,
 ## under PREFIX (default /usr/local); DESTDIR stages them elsewhere (packaging).

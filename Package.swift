@@ -1,5 +1,6 @@
 // swift-tools-version:6.1
 import PackageDescription
+
 #if os(Linux)
 import Foundation
 #endif
@@ -15,6 +16,12 @@ import Foundation
 //   SharedDeviceClient      the library apps use; brokerctl is built on it
 //   GraphProfile            the tutorial's "Call Graph" (GET /v1.0/me with a token)
 //   IdpSim, idp-sim         a local OpenID Connect provider, never linked into brokerd
+let logging: Target.Dependency = .product(name: "Logging", package: "swift-log")
+let argumentParser: Target.Dependency = .product(name: "ArgumentParser", package: "swift-argument-parser")
+let leanRelease: [LinkerSetting] = [
+    .unsafeFlags(leanReleaseLinkerFlags, .when(platforms: [.linux], configuration: .release))
+]
+
 let package = Package(
     name: "shared-device-broker",
     platforms: [.macOS(.v14)],
@@ -45,75 +52,95 @@ let package = Package(
         .target(name: "CCurl", linkerSettings: [.linkedLibrary("dl")]),
 
         .target(name: "Locking"),
-        .target(name: "DBus", dependencies: ["CDBus", "Locking", .product(name: "Logging", package: "swift-log")],
-                exclude: ["README.md"]),
+        .target(name: "DBus", dependencies: ["CDBus", "Locking", logging], exclude: ["README.md"]),
         .target(name: "HTTP", dependencies: ["CCurl", "Locking"], exclude: ["README.md"]),
         .target(name: "BrokerAPI"),
-        .target(name: "BrokerCore", dependencies: ["BrokerAPI", "Locking", .product(name: "Logging", package: "swift-log")]),
-        .target(name: "Identity", dependencies: [
-            "HTTP", "BrokerCore", "Locking",
-            .product(name: "Logging", package: "swift-log"),
-            .product(name: "Crypto", package: "swift-crypto"),
-            .product(name: "CryptoExtras", package: "swift-crypto"),
-        ]),
-        .target(name: "BrokerDaemon", dependencies: [
-            "DBus", "BrokerAPI", "BrokerCore", "Identity", "Locking",
-            .product(name: "Logging", package: "swift-log"),
-        ]),
-        .executableTarget(name: "brokerd", dependencies: [
-            "BrokerDaemon", "BrokerCore",
-            .product(name: "ArgumentParser", package: "swift-argument-parser"),
-            .product(name: "Logging", package: "swift-log"),
-        ], linkerSettings: [.unsafeFlags(leanReleaseLinkerFlags, .when(platforms: [.linux], configuration: .release))]),
-        .target(name: "SharedDeviceClient", dependencies: [
-            "DBus", "BrokerAPI", "Locking", .product(name: "Logging", package: "swift-log"),
-        ]),
+        .target(name: "BrokerCore", dependencies: ["BrokerAPI", "Locking", logging]),
+        .target(
+            name: "Identity",
+            dependencies: [
+                "HTTP", "BrokerCore", "Locking", logging,
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "CryptoExtras", package: "swift-crypto"),
+            ]),
+        .target(
+            name: "BrokerDaemon", dependencies: ["DBus", "BrokerAPI", "BrokerCore", "Identity", "Locking", logging]),
+        .executableTarget(
+            name: "brokerd",
+            dependencies: [
+                "BrokerDaemon", "BrokerCore",
+                argumentParser,
+                logging,
+            ],
+            linkerSettings: leanRelease),
+        .target(
+            name: "SharedDeviceClient",
+            dependencies: [
+                "DBus", "BrokerAPI", "Locking", logging,
+            ]),
         .target(name: "GraphProfile", dependencies: ["HTTP"]),
-        .executableTarget(name: "brokerctl", dependencies: [
-            "SharedDeviceClient", "GraphProfile",
-            .product(name: "ArgumentParser", package: "swift-argument-parser"),
-        ], linkerSettings: [.unsafeFlags(leanReleaseLinkerFlags, .when(platforms: [.linux], configuration: .release))]),
-        .executableTarget(name: "IdpSim", dependencies: [
-            "Locking",
-            .product(name: "Hummingbird", package: "hummingbird"),
-            .product(name: "JWTKit", package: "jwt-kit"),
-            .product(name: "ArgumentParser", package: "swift-argument-parser"),
-            .product(name: "Logging", package: "swift-log"),
-            .product(name: "Crypto", package: "swift-crypto"),
-            .product(name: "NIOCore", package: "swift-nio"),
-            .product(name: "HTTPTypes", package: "swift-http-types"),
-        ], exclude: ["README.md"]),
+        .executableTarget(
+            name: "brokerctl",
+            dependencies: [
+                "SharedDeviceClient", "GraphProfile",
+                argumentParser,
+            ],
+            linkerSettings: leanRelease),
+        .executableTarget(
+            name: "IdpSim",
+            dependencies: [
+                "Locking",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "JWTKit", package: "jwt-kit"),
+                argumentParser,
+                logging,
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
+            ], exclude: ["README.md"]),
         .target(name: "ExampleSupport", path: "examples/Support"),
-        .executableTarget(name: "TutorialApp", dependencies: ["SharedDeviceClient", "GraphProfile", "ExampleSupport"],
-                          path: "examples/TutorialApp"),
-        .executableTarget(name: "DemoApp", dependencies: ["SharedDeviceClient", "GraphProfile", "ExampleSupport"],
-                          path: "examples/DemoApp"),
+        .executableTarget(
+            name: "TutorialApp", dependencies: ["SharedDeviceClient", "GraphProfile", "ExampleSupport"],
+            path: "examples/TutorialApp"),
+        .executableTarget(
+            name: "DemoApp", dependencies: ["SharedDeviceClient", "GraphProfile", "ExampleSupport"],
+            path: "examples/DemoApp"),
         .executableTarget(name: "MultiAppDemo", dependencies: ["ExampleSupport"], path: "examples/MultiAppDemo"),
 
         // What every test target shares: private buses, idp-sim, processes spawned with posix_spawn.
         .target(name: "TestSupport", path: "Tests/TestSupport"),
         .testTarget(name: "DBusTests", dependencies: ["DBus", "Locking", "TestSupport"]),
         .testTarget(name: "HTTPTests", dependencies: ["HTTP", "Locking"]),
-        .testTarget(name: "BrokerCoreTests", dependencies: [
-            "BrokerCore", "BrokerAPI", "Locking", .product(name: "Logging", package: "swift-log"),
-        ]),
+        .testTarget(
+            name: "BrokerCoreTests",
+            dependencies: [
+                "BrokerCore", "BrokerAPI", "Locking", logging,
+            ]),
         .testTarget(name: "SharedDeviceClientTests", dependencies: ["SharedDeviceClient", "DBus", "BrokerAPI"]),
-        .testTarget(name: "BrokerDaemonTests", dependencies: [
-            "BrokerDaemon", "BrokerCore", "Locking", .product(name: "Logging", package: "swift-log"),
-        ]),
-        .testTarget(name: "IdentityTests", dependencies: [
-            "Identity", "HTTP", "BrokerCore", "Locking", .product(name: "Logging", package: "swift-log"),
-            .product(name: "Crypto", package: "swift-crypto"),
-            .product(name: "CryptoExtras", package: "swift-crypto"),
-        ]),
-        .testTarget(name: "IntegrationTests", dependencies: [
-            "SharedDeviceClient", "HTTP", "DBus", "CDBus", "BrokerAPI", "Locking", "TestSupport",
-        ]),
-        .testTarget(name: "IdpSimTests", dependencies: [
-            "Locking", "TestSupport",
-            .product(name: "JWTKit", package: "jwt-kit"),
-            .product(name: "Crypto", package: "swift-crypto"),
-        ]),
+        .testTarget(
+            name: "BrokerDaemonTests",
+            dependencies: [
+                "BrokerDaemon", "BrokerCore", "Locking", logging,
+            ]),
+        .testTarget(
+            name: "IdentityTests",
+            dependencies: [
+                "Identity", "HTTP", "BrokerCore", "Locking", logging,
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "CryptoExtras", package: "swift-crypto"),
+            ]),
+        .testTarget(
+            name: "IntegrationTests",
+            dependencies: [
+                "SharedDeviceClient", "HTTP", "DBus", "CDBus", "BrokerAPI", "Locking", "TestSupport",
+            ]),
+        .testTarget(
+            name: "IdpSimTests",
+            dependencies: [
+                "Locking", "TestSupport",
+                .product(name: "JWTKit", package: "jwt-kit"),
+                .product(name: "Crypto", package: "swift-crypto"),
+            ]),
     ],
     swiftLanguageModes: [.v6]
 )
@@ -128,7 +155,9 @@ let package = Package(
 ///   nor relocates libstdc++.so, nor searches its symbol tables for every libc symbol. `--remap-inputs` is the
 ///   one way to turn the toolchain's own `-lstdc++` into the archive; without an archive it stays dynamic.
 var leanReleaseLinkerFlags: [String] {
-    var flags = ["-use-ld=lld", "-Xlinker", "-z", "-Xlinker", "pack-relative-relocs", "-Xlinker", "--no-export-dynamic"]
+    var flags = [
+        "-use-ld=lld", "-Xlinker", "-z", "-Xlinker", "pack-relative-relocs", "-Xlinker", "--no-export-dynamic",
+    ]
     #if os(Linux)
     if let archive = staticLibstdcxx() {
         flags += ["-Xlinker", "--remap-inputs=*/libstdc++.so=\(archive)"]
@@ -152,7 +181,8 @@ func staticLibstdcxx() -> String? {
             guard let versions = try? files.contentsOfDirectory(atPath: directory) else { continue }
             let newest = versions.compactMap { name -> (Int, String)? in
                 guard let major = Int(name.split(separator: ".").first ?? ""),
-                      files.fileExists(atPath: "\(directory)/\(name)/libstdc++.a") else { return nil }
+                    files.fileExists(atPath: "\(directory)/\(name)/libstdc++.a")
+                else { return nil }
                 return (major, name)
             }.max { $0.0 < $1.0 }
             if let newest { return "\(directory)/\(newest.1)/libstdc++.a" }

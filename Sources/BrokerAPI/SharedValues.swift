@@ -51,8 +51,10 @@ public struct DeviceInformation: Sendable, Equatable, Codable {
     /// the broker uses them; empty when it offers none, nil while the broker has not reached it.
     public var singleSignOn: [SingleSignOnMechanism]?
 
-    public init(deviceMode: DeviceMode, brokerVersion: String, deviceId: String, tenantId: String, authority: String,
-                extraDeviceInformation: [String: String], singleSignOn: [SingleSignOnMechanism]?) {
+    public init(
+        deviceMode: DeviceMode, brokerVersion: String, deviceId: String, tenantId: String, authority: String,
+        extraDeviceInformation: [String: String], singleSignOn: [SingleSignOnMechanism]?
+    ) {
         self.deviceMode = deviceMode
         self.brokerVersion = brokerVersion
         self.deviceId = deviceId

@@ -29,8 +29,10 @@ extension Broker {
     }
 
     /// Asks the provider to send a one-time code; returns the flow's id and where the code went.
-    public func startSignIn(clientId: String, username: String, scopes requested: [String],
-                            owner: String) async throws(BrokerFailure) -> (flowId: String, challenge: SignInChallenge) {
+    public func startSignIn(
+        clientId: String, username: String, scopes requested: [String],
+        owner: String
+    ) async throws(BrokerFailure) -> (flowId: String, challenge: SignInChallenge) {
         try checkClient(clientId)
         try InputRules.username(username)
         try InputRules.scopes(requested)
@@ -43,11 +45,20 @@ extension Broker {
         // The limits again: other flows may have started while the provider answered.
         try flows.admit(owner: owner, now: clock.now())
         let flowId = Self.newCorrelationId()
-        flows.addCode(.init(owner: owner, clientId: clientId, username: username, scopes: Scopes(requested),
-                            continuationToken: challenge.continuationToken, startedAt: clock.now()), id: flowId)
-        logger.info("code sign-in started", metadata: ["clientId": "\(clientId)", "flowId": "\(flowId)",
-                                                       "correlationId": "\(correlationId)"])
-        return (flowId, SignInChallenge(channel: challenge.channel, sentTo: challenge.sentTo, codeLength: challenge.codeLength))
+        flows.addCode(
+            .init(
+                owner: owner, clientId: clientId, username: username, scopes: Scopes(requested),
+                continuationToken: challenge.continuationToken, startedAt: clock.now()), id: flowId)
+        logger.info(
+            "code sign-in started",
+            metadata: [
+                "clientId": "\(clientId)", "flowId": "\(flowId)",
+                "correlationId": "\(correlationId)",
+            ])
+        return (
+            flowId,
+            SignInChallenge(channel: challenge.channel, sentTo: challenge.sentTo, codeLength: challenge.codeLength)
+        )
     }
 
     /// Redeems the code. A wrong code leaves the flow usable (`.invalidCode`); an expired one
@@ -60,13 +71,15 @@ extension Broker {
         let correlationId = Self.newCorrelationId()
         do {
             let tokens = try await callProvider(correlationId) {
-                try await self.provider.submitCode(clientId: flow.clientId, continuationToken: flow.continuationToken,
-                                                   code: code, scopes: flow.scopes)
+                try await self.provider.submitCode(
+                    clientId: flow.clientId, continuationToken: flow.continuationToken,
+                    code: code, scopes: flow.scopes)
             }
             flows.removeCode(flowId)
-            return try await adoptSignIn(tokens, clientId: flow.clientId, scopes: flow.scopes, correlationId: correlationId,
-                                   startGeneration: startGeneration)
-        } catch where error.code == .invalidCode || error.code == .codeExpired {
+            return try await adoptSignIn(
+                tokens, clientId: flow.clientId, scopes: flow.scopes, correlationId: correlationId,
+                startGeneration: startGeneration)
+        } catch  where error.code == .invalidCode || error.code == .codeExpired {
             throw error
         } catch {
             flows.removeCode(flowId)
@@ -95,13 +108,18 @@ extension Broker {
     /// Forgets every flow of a caller that left the bus.
     public func callerLeft(_ owner: String) {
         let dropped = flows.dropAll(owner: owner)
-        if dropped > 0 { logger.info("caller left; its sign-ins were dropped", metadata: ["caller": "\(owner)", "flows": "\(dropped)"]) }
+        if dropped > 0 {
+            logger.info(
+                "caller left; its sign-ins were dropped", metadata: ["caller": "\(owner)", "flows": "\(dropped)"])
+        }
     }
 
     /// Interactive sign-in in the system browser. `flowId` (chosen by the caller, may be
     /// empty) lets ``cancelSignIn(flowId:owner:)`` end it.
-    public func acquireTokenInteractive(clientId: String, scopes requested: [String], prompt: Prompt?, loginHint: String?,
-                                        flowId: String, owner: String) async throws(BrokerFailure) -> AppTokens {
+    public func acquireTokenInteractive(
+        clientId: String, scopes requested: [String], prompt: Prompt?, loginHint: String?,
+        flowId: String, owner: String
+    ) async throws(BrokerFailure) -> AppTokens {
         try checkClient(clientId)
         try InputRules.scopes(requested)
         if !flowId.isEmpty { try InputRules.flowId(flowId) }
@@ -115,21 +133,31 @@ extension Broker {
         // account to sign in, so the provider is given it and shows no account picker.
         let holder = account(for: clientId)
         let hint = loginHint.flatMap { $0.isEmpty ? nil : $0 } ?? holder?.username
-        let request = InteractiveRequest(prompt: holder != nil && prompt == .selectAccount ? nil : prompt, loginHint: hint,
-                                         timeout: configuration.interactiveTimeout)
+        let request = InteractiveRequest(
+            prompt: holder != nil && prompt == .selectAccount ? nil : prompt, loginHint: hint,
+            timeout: configuration.interactiveTimeout)
         let task = Task {
             try await self.provider.signInInteractively(clientId: clientId, scopes: scopes, request: request)
         }
         try flows.addInteractive(id, owner: owner, cancel: { task.cancel() })
-        logger.info("interactive sign-in started", metadata: ["clientId": "\(clientId)", "flowId": "\(id)",
-                                                              "correlationId": "\(correlationId)"])
+        logger.info(
+            "interactive sign-in started",
+            metadata: [
+                "clientId": "\(clientId)", "flowId": "\(id)",
+                "correlationId": "\(correlationId)",
+            ])
         defer { flows.removeInteractive(id) }
         // The flow runs in a task of its own (CancelSignIn and the caller leaving cancel it);
         // cancelling this call, as brokerd does when it stops, cancels it too.
         let tokens = try await callProvider(correlationId) {
-            try await withTaskCancellationHandler { try await task.value } onCancel: { task.cancel() }
+            try await withTaskCancellationHandler {
+                try await task.value
+            } onCancel: {
+                task.cancel()
+            }
         }
-        return try await adoptSignIn(tokens, clientId: clientId, scopes: scopes, correlationId: correlationId,
-                               startGeneration: startGeneration)
+        return try await adoptSignIn(
+            tokens, clientId: clientId, scopes: scopes, correlationId: correlationId,
+            startGeneration: startGeneration)
     }
 }

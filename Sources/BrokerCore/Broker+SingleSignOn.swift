@@ -12,9 +12,12 @@
 extension Broker {
     /// The account a silent call of `clientId` is for: its own (the device's in shared mode), or
     /// in default mode, an account another app signed in with and single sign-on can serve.
-    nonisolated func silentAccount(clientId: String, accountId: String, in state: BrokerState) throws(BrokerFailure) -> Account {
+    nonisolated func silentAccount(clientId: String, accountId: String, in state: BrokerState) throws(BrokerFailure)
+        -> Account
+    {
         if configuration.deviceMode == .default, state.clients[clientId]?.account == nil, !accountId.isEmpty,
-           let account = singleSignOnAccount(accountId, in: state) {
+            let account = singleSignOnAccount(accountId, in: state)
+        {
             return account
         }
         return try signedInAccount(clientId: clientId, accountId: accountId, in: state)
@@ -23,7 +26,7 @@ extension Broker {
     /// The account whose sign-in made the grant for `identifier`, while that sign-in stands.
     nonisolated func singleSignOnAccount(_ identifier: String, in state: BrokerState) -> Account? {
         guard let grant = state.singleSignOn[identifier],
-              let account = state.clients[grant.anchorClientId]?.account, account.identifier == identifier
+            let account = state.clients[grant.anchorClientId]?.account, account.identifier == identifier
         else { return nil }
         return account
     }
@@ -31,13 +34,18 @@ extension Broker {
     /// Tokens of `clientId`'s own for `account` through a grant another app's sign-in made.
     /// Runs as the app's single flight (``Broker/refreshes``), so concurrent first calls of one app
     /// make one exchange.
-    func signInThroughSingleSignOn(clientId: String, scopes: Scopes, account: Account, correlationId: String,
-                                   startGeneration: UInt64) async throws(BrokerFailure) -> AppTokens {
+    func signInThroughSingleSignOn(
+        clientId: String, scopes: Scopes, account: Account, correlationId: String,
+        startGeneration: UInt64
+    ) async throws(BrokerFailure) -> AppTokens {
         let state = self.state
-        guard let grant = state.singleSignOn[account.identifier], singleSignOnAccount(account.identifier, in: state) != nil else {
-            throw BrokerFailure(.interactionRequired,
+        guard let grant = state.singleSignOn[account.identifier],
+            singleSignOnAccount(account.identifier, in: state) != nil
+        else {
+            throw BrokerFailure(
+                .interactionRequired,
                 "this app holds no refresh token for \(account.username), and no sign-in of another app on this device "
-                + "can give it one; sign in interactively")
+                    + "can give it one; sign in interactively")
         }
         let offered = try await singleSignOnOffered(correlationId)
         let anchor = state.clients[grant.anchorClientId]
@@ -48,44 +56,66 @@ extension Broker {
             switch mechanism {
             case .nativeSSO:
                 guard offered.contains(.nativeSSO), let deviceSecret = grant.deviceSecret else { continue }
-                attempt = { try await provider.exchangeDeviceSecret(clientId: clientId, deviceSecret: deviceSecret, scopes: scopes) }
+                attempt = {
+                    try await provider.exchangeDeviceSecret(
+                        clientId: clientId, deviceSecret: deviceSecret, scopes: scopes)
+                }
             case .familyRefreshToken:
-                guard grant.family != nil, grant.anchorClientId != clientId, let familyToken = anchor?.refreshToken else { continue }
-                attempt = { try await provider.redeemFamilyRefreshToken(clientId: clientId, refreshToken: familyToken, scopes: scopes) }
+                guard grant.family != nil, grant.anchorClientId != clientId, let familyToken = anchor?.refreshToken
+                else { continue }
+                attempt = {
+                    try await provider.redeemFamilyRefreshToken(
+                        clientId: clientId, refreshToken: familyToken, scopes: scopes)
+                }
             case .tokenExchange:
                 guard offered.contains(.tokenExchange), grant.anchorClientId != clientId,
-                      let subject = anchor.flatMap({ exchangeSubject(of: $0) })
+                    let subject = anchor.flatMap({ exchangeSubject(of: $0) })
                 else { continue }
                 attempt = { try await provider.exchangeToken(clientId: clientId, subject: subject, scopes: scopes) }
             }
             do {
                 let tokens = try await callProvider(correlationId, attempt)
-                logger.info("tokens through single sign-on", metadata: [
-                    "clientId": "\(clientId)", "mechanism": "\(mechanism.rawValue)", "correlationId": "\(correlationId)"])
-                return try adoptSingleSignOn(tokens, clientId: clientId, scopes: scopes, account: account,
-                                             correlationId: correlationId, startGeneration: startGeneration)
-            } catch where error.code == .interactionRequired {
-                logger.info("single sign-on refused", metadata: [
-                    "clientId": "\(clientId)", "mechanism": "\(mechanism.rawValue)", "correlationId": "\(correlationId)"])
+                logger.info(
+                    "tokens through single sign-on",
+                    metadata: [
+                        "clientId": "\(clientId)", "mechanism": "\(mechanism.rawValue)",
+                        "correlationId": "\(correlationId)",
+                    ])
+                return try adoptSingleSignOn(
+                    tokens, clientId: clientId, scopes: scopes, account: account,
+                    correlationId: correlationId, startGeneration: startGeneration)
+            } catch  where error.code == .interactionRequired {
+                logger.info(
+                    "single sign-on refused",
+                    metadata: [
+                        "clientId": "\(clientId)", "mechanism": "\(mechanism.rawValue)",
+                        "correlationId": "\(correlationId)",
+                    ])
                 refusals.append("\(mechanism.rawValue): \(error.message)")
             }
         }
         if refusals.isEmpty && offered.isEmpty && grant.family == nil {
-            throw BrokerFailure(.interactionRequired,
-                "the identity provider offers no single sign-on between apps (neither OpenID Connect Native SSO, family "
-                + "refresh tokens nor OAuth 2.0 token exchange), so this app must sign \(account.username) in interactively")
+            throw BrokerFailure(
+                .interactionRequired,
+                "the identity provider offers no single sign-on between apps (neither OpenID Connect Native SSO, "
+                    + "family "
+                    + "refresh tokens nor OAuth 2.0 token exchange), so this app must sign \(account.username) in "
+                    + "interactively"
+            )
         }
         if refusals.isEmpty {
             // Offered, but this sign-in holds nothing it takes: a device secret lost with
             // `--token-storage memory`, say, or the signing-in app's own tokens gone.
-            throw BrokerFailure(.interactionRequired,
+            let mechanisms = offered.union(grant.family == nil ? [] : [.familyRefreshToken]).sorted()
+            throw BrokerFailure(
+                .interactionRequired,
                 "the sign-in of \(account.username) on this device holds nothing the provider's single sign-on "
-                + "(\(offered.union(grant.family == nil ? [] : [.familyRefreshToken]).sorted().map(\.rawValue).joined(separator: ", "))) "
-                + "can use; sign in interactively")
+                    + "(\(mechanisms.map(\.rawValue).joined(separator: ", "))) can use; sign in interactively")
         }
-        throw BrokerFailure(.interactionRequired,
+        throw BrokerFailure(
+            .interactionRequired,
             "the identity provider refused single sign-on for this app (\(refusals.joined(separator: "; "))); "
-            + "sign \(account.username) in interactively")
+                + "sign \(account.username) in interactively")
     }
 
     /// The signing-in app's token an RFC 8693 exchange presents: a live access token, else its
@@ -103,14 +133,20 @@ extension Broker {
     }
 
     /// Stores the app's new tokens; a new device secret or a family the provider named updates the grant.
-    private func adoptSingleSignOn(_ tokens: ProviderTokens, clientId: String, scopes: Scopes, account: Account,
-                                   correlationId: String, startGeneration: UInt64) throws(BrokerFailure) -> AppTokens {
+    private func adoptSingleSignOn(
+        _ tokens: ProviderTokens, clientId: String, scopes: Scopes, account: Account,
+        correlationId: String, startGeneration: UInt64
+    ) throws(BrokerFailure) -> AppTokens {
         guard generation == startGeneration, singleSignOnAccount(account.identifier, in: state) == account else {
-            throw BrokerFailure(.noAccount, "\(account.username) was signed out while single sign-on got this app's token")
+            throw BrokerFailure(
+                .noAccount, "\(account.username) was signed out while single sign-on got this app's token")
         }
         guard tokens.account.identifier == account.identifier else {
-            throw BrokerFailure(.serverError,
-                "the provider answered single sign-on for \(account.username) with another user (\(tokens.account.username))")
+            throw BrokerFailure(
+                .serverError,
+                "the provider answered single sign-on for \(account.username) with another user "
+                    + "(\(tokens.account.username))"
+            )
         }
         var next = state
         var record = next.clients[clientId] ?? ClientRecord()
@@ -123,12 +159,14 @@ extension Broker {
         next.clients[clientId] = record
         next.singleSignOn[account.identifier]?.update(with: tokens, from: clientId)
         try commit(next)
-        return AppTokens(accessToken: tokens.accessToken, expiresOn: tokens.expiresOn, idToken: tokens.idToken,
-                           scopes: scopes, account: account, authority: provider.authority, correlationId: correlationId)
+        return AppTokens(
+            accessToken: tokens.accessToken, expiresOn: tokens.expiresOn, idToken: tokens.idToken,
+            scopes: scopes, account: account, authority: provider.authority, correlationId: correlationId)
     }
 
     /// The mechanisms the provider advertises, from its discovery document (read once).
-    private func singleSignOnOffered(_ correlationId: String) async throws(BrokerFailure) -> Set<SingleSignOnMechanism> {
+    private func singleSignOnOffered(_ correlationId: String) async throws(BrokerFailure) -> Set<SingleSignOnMechanism>
+    {
         let provider = self.provider
         return try await callProvider(correlationId) { try await provider.singleSignOnSupport() }
     }

@@ -42,9 +42,11 @@ public actor Broker {
     ///   - initialState: what the store held at start, or nil for a new device.
     ///   - onAccountChange: called once per change of the device's account, after the change
     ///     is written and before the call that made it returns.
-    public init(configuration: BrokerConfiguration, provider: any IdentityProvider, store: any StateStore,
-                clock: any WallClock, initialState: BrokerState, logger: Logger,
-                onAccountChange: @escaping @Sendable (DeviceAccountChange) -> Void) {
+    public init(
+        configuration: BrokerConfiguration, provider: any IdentityProvider, store: any StateStore,
+        clock: any WallClock, initialState: BrokerState, logger: Logger,
+        onAccountChange: @escaping @Sendable (DeviceAccountChange) -> Void
+    ) {
         self.configuration = configuration
         self.provider = provider
         self.store = store
@@ -63,11 +65,12 @@ public actor Broker {
     public nonisolated var snapshot: BrokerState { state }
 
     public nonisolated func deviceInformation() -> DeviceInformation {
-        DeviceInformation(deviceMode: configuration.deviceMode, brokerVersion: configuration.brokerVersion,
-                          deviceId: state.deviceId, tenantId: configuration.tenantId,
-                          authority: provider.authority,
-                          extraDeviceInformation: configuration.extraDeviceInformation,
-                          singleSignOn: knownSingleSignOn())
+        DeviceInformation(
+            deviceMode: configuration.deviceMode, brokerVersion: configuration.brokerVersion,
+            deviceId: state.deviceId, tenantId: configuration.tenantId,
+            authority: provider.authority,
+            extraDeviceInformation: configuration.extraDeviceInformation,
+            singleSignOn: knownSingleSignOn())
     }
 
     /// The app's current account and what it saw as current on its previous call.
@@ -87,7 +90,9 @@ public actor Broker {
 
     /// ``currentAccount(clientId:)`` when the app already saw the current account (its usual
     /// case), which changes nothing; nil when the answer has to be recorded.
-    public nonisolated func currentAccountIfSeen(clientId: String) throws(BrokerFailure) -> (current: Account?, previous: Account?)? {
+    public nonisolated func currentAccountIfSeen(clientId: String) throws(BrokerFailure) -> (
+        current: Account?, previous: Account?
+    )? {
         try checkClient(clientId)
         let state = self.state
         let current = account(for: clientId, in: state)
@@ -109,8 +114,10 @@ public actor Broker {
 
     // MARK: Sign-in
 
-    public func signInWithPassword(clientId: String, username: String, password: String,
-                                   scopes requested: [String]) async throws(BrokerFailure) -> AppTokens {
+    public func signInWithPassword(
+        clientId: String, username: String, password: String,
+        scopes requested: [String]
+    ) async throws(BrokerFailure) -> AppTokens {
         try checkClient(clientId)
         try InputRules.username(username)
         try InputRules.password(password)
@@ -121,18 +128,23 @@ public actor Broker {
         let scopes = Scopes(requested)
         let startGeneration = generation
         let correlationId = Self.newCorrelationId()
-        logger.info("sign-in with password started", metadata: ["clientId": "\(clientId)", "correlationId": "\(correlationId)"])
+        logger.info(
+            "sign-in with password started", metadata: ["clientId": "\(clientId)", "correlationId": "\(correlationId)"])
         let tokens = try await callProvider(correlationId) {
-            try await self.provider.signInWithPassword(clientId: clientId, username: username, password: password, scopes: scopes)
+            try await self.provider.signInWithPassword(
+                clientId: clientId, username: username, password: password, scopes: scopes)
         }
-        return try await adoptSignIn(tokens, clientId: clientId, scopes: scopes, correlationId: correlationId,
-                               startGeneration: startGeneration)
+        return try await adoptSignIn(
+            tokens, clientId: clientId, scopes: scopes, correlationId: correlationId,
+            startGeneration: startGeneration)
     }
 
     /// Stores what a successful sign-in returned, makes its account current, and announces it.
     /// A device secret the sign-in replaced (the same user signed in again) is revoked after.
-    func adoptSignIn(_ tokens: ProviderTokens, clientId: String, scopes: Scopes, correlationId: String,
-                     startGeneration: UInt64) async throws(BrokerFailure) -> AppTokens {
+    func adoptSignIn(
+        _ tokens: ProviderTokens, clientId: String, scopes: Scopes, correlationId: String,
+        startGeneration: UInt64
+    ) async throws(BrokerFailure) -> AppTokens {
         let holder = account(for: clientId)
         if let holder, holder.identifier != tokens.account.identifier {
             throw alreadySignedIn(holder)
@@ -159,30 +171,40 @@ public actor Broker {
         let grant = next.singleSignOn[tokens.account.identifier, default: SingleSignOnGrant(anchorClientId: clientId)]
         let replaced = grant.deviceSecret
         next.singleSignOn[tokens.account.identifier, default: grant].update(with: tokens, from: clientId)
-        try commit(next, announcing: signedIn ? DeviceAccountChange(current: tokens.account, previous: nil, reason: .signedIn) : nil)
+        try commit(
+            next,
+            announcing: signedIn ? DeviceAccountChange(current: tokens.account, previous: nil, reason: .signedIn) : nil)
         if signedIn { generation &+= 1 }
-        logger.info("signed in", metadata: ["clientId": "\(clientId)", "correlationId": "\(correlationId)",
-                                            "account": "\(tokens.account.identifier)"])
+        logger.info(
+            "signed in",
+            metadata: [
+                "clientId": "\(clientId)", "correlationId": "\(correlationId)",
+                "account": "\(tokens.account.identifier)",
+            ])
         if let replaced, replaced != next.singleSignOn[tokens.account.identifier]?.deviceSecret {
             // The provider's session of the old secret would otherwise outlive every sign-out.
             do {
                 _ = try await provider.revoke(clientId: grant.anchorClientId, token: .deviceSecret(replaced.secret))
             } catch {
-                logger.notice("a replaced device secret could not be revoked at the provider",
-                              metadata: ["error": "\(Self.describe(error))"])
+                logger.notice(
+                    "a replaced device secret could not be revoked at the provider",
+                    metadata: ["error": "\(Self.describe(error))"])
             }
         }
-        return AppTokens(accessToken: tokens.accessToken, expiresOn: tokens.expiresOn, idToken: tokens.idToken,
-                           scopes: scopes, account: tokens.account, authority: provider.authority,
-                           correlationId: correlationId)
+        return AppTokens(
+            accessToken: tokens.accessToken, expiresOn: tokens.expiresOn, idToken: tokens.idToken,
+            scopes: scopes, account: tokens.account, authority: provider.authority,
+            correlationId: correlationId)
     }
 
     // MARK: Tokens
 
     /// A token from the cache while it has more than the margin of life left, otherwise from
     /// the refresh token. `.interactionRequired` when neither works.
-    public func acquireTokenSilent(clientId: String, scopes requested: [String], accountId: String,
-                                   forceRefresh: Bool) async throws(BrokerFailure) -> AppTokens {
+    public func acquireTokenSilent(
+        clientId: String, scopes requested: [String], accountId: String,
+        forceRefresh: Bool
+    ) async throws(BrokerFailure) -> AppTokens {
         try checkClient(clientId)
         try InputRules.scopes(requested)
         try InputRules.accountId(accountId)
@@ -214,13 +236,17 @@ public actor Broker {
         let startGeneration = generation
         let correlationId = Self.newCorrelationId()
         let task: Task<AppTokens, any Error>
-        if let refreshToken = state.clients[clientId]?.refreshToken, state.clients[clientId]?.account?.identifier == account.identifier {
-            task = refreshTask(clientId: clientId, scopes: scopes, refreshToken: refreshToken, correlationId: correlationId,
-                               startGeneration: startGeneration)
+        if let refreshToken = state.clients[clientId]?.refreshToken,
+            state.clients[clientId]?.account?.identifier == account.identifier
+        {
+            task = refreshTask(
+                clientId: clientId, scopes: scopes, refreshToken: refreshToken, correlationId: correlationId,
+                startGeneration: startGeneration)
         } else {
             task = Task {
-                try await self.signInThroughSingleSignOn(clientId: clientId, scopes: scopes, account: account,
-                                                         correlationId: correlationId, startGeneration: startGeneration)
+                try await self.signInThroughSingleSignOn(
+                    clientId: clientId, scopes: scopes, account: account,
+                    correlationId: correlationId, startGeneration: startGeneration)
             }
         }
         refreshes[clientId] = (scopes, task)
@@ -230,10 +256,13 @@ public actor Broker {
         return try Self.unwrap(result)
     }
 
-    private func refreshTask(clientId: String, scopes: Scopes, refreshToken: String, correlationId: String,
-                             startGeneration: UInt64) -> Task<AppTokens, any Error> {
+    private func refreshTask(
+        clientId: String, scopes: Scopes, refreshToken: String, correlationId: String,
+        startGeneration: UInt64
+    ) -> Task<AppTokens, any Error> {
         Task<AppTokens, any Error> {
-            self.logger.debug("refreshing tokens", metadata: ["clientId": "\(clientId)", "correlationId": "\(correlationId)"])
+            self.logger.debug(
+                "refreshing tokens", metadata: ["clientId": "\(clientId)", "correlationId": "\(correlationId)"])
             let outcome: ProviderTokens
             do {
                 outcome = try await self.callProvider(correlationId) {
@@ -243,21 +272,27 @@ public actor Broker {
                 try self.forgetRejectedRefreshToken(clientId: clientId, refreshToken: refreshToken)
                 throw error
             }
-            return try self.adoptRefresh(outcome, clientId: clientId, scopes: scopes, usedRefreshToken: refreshToken,
-                                         correlationId: correlationId, startGeneration: startGeneration)
+            return try self.adoptRefresh(
+                outcome, clientId: clientId, scopes: scopes, usedRefreshToken: refreshToken,
+                correlationId: correlationId, startGeneration: startGeneration)
         }
     }
 
-    private func adoptRefresh(_ tokens: ProviderTokens, clientId: String, scopes: Scopes, usedRefreshToken: String,
-                              correlationId: String, startGeneration: UInt64) throws(BrokerFailure) -> AppTokens {
+    private func adoptRefresh(
+        _ tokens: ProviderTokens, clientId: String, scopes: Scopes, usedRefreshToken: String,
+        correlationId: String, startGeneration: UInt64
+    ) throws(BrokerFailure) -> AppTokens {
         guard generation == startGeneration, let account = account(for: clientId),
-              state.clients[clientId]?.refreshToken == usedRefreshToken
+            state.clients[clientId]?.refreshToken == usedRefreshToken
         else {
             throw BrokerFailure(.noAccount, "the account was signed out while its token was being refreshed")
         }
         guard tokens.account.identifier == account.identifier else {
-            throw BrokerFailure(.serverError,
-                "the provider answered the refresh for \(account.username) with another user (\(tokens.account.username))")
+            throw BrokerFailure(
+                .serverError,
+                "the provider answered the refresh for \(account.username) with another user "
+                    + "(\(tokens.account.username))"
+            )
         }
         var next = state
         next.clients[clientId]?.refreshToken = tokens.refreshToken ?? usedRefreshToken
@@ -265,8 +300,9 @@ public actor Broker {
             accessToken: tokens.accessToken, expiresOn: tokens.expiresOn, idToken: tokens.idToken, scopes: scopes)
         try commit(next)
         logger.info("tokens refreshed", metadata: ["clientId": "\(clientId)", "correlationId": "\(correlationId)"])
-        return AppTokens(accessToken: tokens.accessToken, expiresOn: tokens.expiresOn, idToken: tokens.idToken,
-                           scopes: scopes, account: account, authority: provider.authority, correlationId: correlationId)
+        return AppTokens(
+            accessToken: tokens.accessToken, expiresOn: tokens.expiresOn, idToken: tokens.idToken,
+            scopes: scopes, account: account, authority: provider.authority, correlationId: correlationId)
     }
 
     /// The provider refused the refresh token for good: drop it (and the access tokens minted
@@ -277,13 +313,16 @@ public actor Broker {
         next.clients[clientId]?.refreshToken = nil
         next.clients[clientId]?.accessTokens = [:]
         try commit(next)
-        logger.notice("the provider rejected the refresh token; interaction required", metadata: ["clientId": "\(clientId)"])
+        logger.notice(
+            "the provider rejected the refresh token; interaction required", metadata: ["clientId": "\(clientId)"])
     }
 
     /// ``acquireTokenSilent(clientId:scopes:accountId:forceRefresh:)`` when the cache has the
     /// token (its usual case), which changes nothing; nil when it takes a refresh.
-    public nonisolated func cachedTokenIfFresh(clientId: String, scopes requested: [String],
-                                               accountId: String) throws(BrokerFailure) -> AppTokens? {
+    public nonisolated func cachedTokenIfFresh(
+        clientId: String, scopes requested: [String],
+        accountId: String
+    ) throws(BrokerFailure) -> AppTokens? {
         try checkClient(clientId)
         try InputRules.scopes(requested)
         try InputRules.accountId(accountId)
@@ -292,15 +331,18 @@ public actor Broker {
         return cachedToken(clientId: clientId, scopes: Scopes(requested), account: account, in: state)
     }
 
-    private nonisolated func cachedToken(clientId: String, scopes: Scopes, account: Account,
-                                         in state: BrokerState) -> AppTokens? {
+    private nonisolated func cachedToken(
+        clientId: String, scopes: Scopes, account: Account,
+        in state: BrokerState
+    ) -> AppTokens? {
         guard let cached = state.clients[clientId]?.accessTokens[scopes.joined] else { return nil }
         // Overflow-safe: a stored expiry may be anything a damaged or hostile state file held.
         let (lifeLeft, overflowed) = cached.expiresOn.subtractingReportingOverflow(clock.now())
         guard !overflowed, lifeLeft > configuration.expiryMarginSeconds else { return nil }
-        return AppTokens(accessToken: cached.accessToken, expiresOn: cached.expiresOn, idToken: cached.idToken,
-                           scopes: cached.scopes, account: account, authority: provider.authority,
-                           correlationId: Self.newCorrelationId())
+        return AppTokens(
+            accessToken: cached.accessToken, expiresOn: cached.expiresOn, idToken: cached.idToken,
+            scopes: cached.scopes, account: account, authority: provider.authority,
+            correlationId: Self.newCorrelationId())
     }
 
     // MARK: Sign-out
@@ -312,15 +354,19 @@ public actor Broker {
     /// The account is signed out once the state is written; what the provider could not do
     /// afterwards (revocation, ending the browser session) is reported in the outcome, not thrown.
     @discardableResult
-    public func signOut(clientId: String, accountId: String, fromBrowser: Bool = false) async throws(BrokerFailure) -> SignOutOutcome {
+    public func signOut(clientId: String, accountId: String, fromBrowser: Bool = false) async throws(BrokerFailure)
+        -> SignOutOutcome
+    {
         try checkClient(clientId)
         try InputRules.accountId(accountId)
         let account = try signedInAccount(clientId: clientId, accountId: accountId)
         var next = state
         var revoke: [(clientId: String, token: RevocableToken)] = []
         let affected = configuration.deviceMode == .shared ? Array(next.clients.keys) : [clientId]
-        let idTokenHint = (next.clients[clientId].map { [$0] } ?? []).flatMap { $0.accessTokens.values }.compactMap(\.idToken).first
-            ?? affected.lazy.compactMap { next.clients[$0] }.flatMap { $0.accessTokens.values }.compactMap(\.idToken).first
+        let idTokenHint =
+            (next.clients[clientId].map { [$0] } ?? []).flatMap { $0.accessTokens.values }.compactMap(\.idToken).first
+            ?? affected.lazy.compactMap { next.clients[$0] }.flatMap { $0.accessTokens.values }.compactMap(\.idToken)
+            .first
         for id in affected {
             if let token = next.clients[id]?.refreshToken { revoke.append((id, .refreshToken(token))) }
             next.clients[id]?.dropTokens()
@@ -330,16 +376,24 @@ public actor Broker {
         // default mode this app's, so no app gets a token from it afterwards.
         for (identifier, grant) in next.singleSignOn
         where configuration.deviceMode == .shared || grant.anchorClientId == clientId {
-            if let deviceSecret = grant.deviceSecret { revoke.append((grant.anchorClientId, .deviceSecret(deviceSecret.secret))) }
+            if let deviceSecret = grant.deviceSecret {
+                revoke.append((grant.anchorClientId, .deviceSecret(deviceSecret.secret)))
+            }
             next.singleSignOn[identifier] = nil
         }
         if configuration.deviceMode == .shared { next.current = nil }
         // Default mode: the app's own account changed, which no other app sees, so no signal.
-        try commit(next, announcing: configuration.deviceMode == .shared
-                   ? DeviceAccountChange(current: nil, previous: account, reason: .signedOut) : nil)
+        try commit(
+            next,
+            announcing: configuration.deviceMode == .shared
+                ? DeviceAccountChange(current: nil, previous: account, reason: .signedOut) : nil)
         generation &+= 1
-        logger.info("signed out", metadata: ["clientId": "\(clientId)", "account": "\(account.identifier)",
-                                             "mode": "\(configuration.deviceMode.rawValue)"])
+        logger.info(
+            "signed out",
+            metadata: [
+                "clientId": "\(clientId)", "account": "\(account.identifier)",
+                "mode": "\(configuration.deviceMode.rawValue)",
+            ])
         var outcome = SignOutOutcome()
         // Every app's refresh token at once: the sign-out answers within one provider call's bound.
         let provider = self.provider
@@ -348,13 +402,16 @@ public actor Broker {
                 group.addTask {
                     do {
                         let done = try await provider.revoke(clientId: id, token: token)
-                        return done == .notOffered ? "the provider offers no token revocation; refresh tokens expire on their own" : nil
+                        return done == .notOffered
+                            ? "the provider offers no token revocation; refresh tokens expire on their own" : nil
                     } catch {
                         return "a token could not be revoked at the provider: \(Self.describe(error))"
                     }
                 }
             }
-            return await group.reduce(into: [String]()) { problems, problem in if let problem { problems.append(problem) } }
+            return await group.reduce(into: [String]()) { problems, problem in
+                if let problem { problems.append(problem) }
+            }
         }
         for problem in problems {
             outcome.tokensRevoked = false
@@ -393,12 +450,15 @@ public actor Broker {
         try signedInAccount(clientId: clientId, accountId: accountId, in: state)
     }
 
-    nonisolated func signedInAccount(clientId: String, accountId: String, in state: BrokerState) throws(BrokerFailure) -> Account {
+    nonisolated func signedInAccount(clientId: String, accountId: String, in state: BrokerState) throws(BrokerFailure)
+        -> Account
+    {
         guard let account = account(for: clientId, in: state) else {
             throw BrokerFailure(.noAccount, "nobody is signed in; sign in first")
         }
         if !accountId.isEmpty && accountId != account.identifier {
-            throw BrokerFailure(.noAccount, "account \(accountId) is not signed in; the signed-in account is \(account.identifier)")
+            throw BrokerFailure(
+                .noAccount, "account \(accountId) is not signed in; the signed-in account is \(account.identifier)")
         }
         return account
     }
@@ -406,12 +466,15 @@ public actor Broker {
     nonisolated func checkClient(_ clientId: String) throws(BrokerFailure) {
         try InputRules.clientId(clientId)
         if let known = configuration.knownClientIds, !known.contains(clientId) {
-            throw BrokerFailure(.unknownClient, "clientId \(clientId) is not registered with this broker; add it to the configuration's clients")
+            throw BrokerFailure(
+                .unknownClient,
+                "clientId \(clientId) is not registered with this broker; add it to the configuration's clients")
         }
     }
 
     nonisolated func alreadySignedIn(_ holder: Account) -> BrokerFailure {
-        BrokerFailure(.accountAlreadySignedIn,
+        BrokerFailure(
+            .accountAlreadySignedIn,
             "\(holder.username) is signed in on this device; sign out first to sign in as someone else")
     }
 
@@ -438,22 +501,28 @@ public actor Broker {
         } catch {
             // The state is in place for this and any restarted brokerd; only its survival of a
             // power loss is in doubt, and the change cannot be taken back once announced.
-            logger.error("could not flush the broker state to disk; it may not survive a power loss",
-                         metadata: ["error": "\(error)"])
+            logger.error(
+                "could not flush the broker state to disk; it may not survive a power loss",
+                metadata: ["error": "\(error)"])
         }
     }
 
-    func callProvider<T: Sendable>(_ correlationId: String,
-                                           _ body: @Sendable () async throws -> T) async throws(BrokerFailure) -> T {
+    func callProvider<T: Sendable>(
+        _ correlationId: String,
+        _ body: @Sendable () async throws -> T
+    ) async throws(BrokerFailure) -> T {
         do {
             return try await body()
         } catch let failure as BrokerFailure {
-            logger.info("provider refused", metadata: ["correlationId": "\(correlationId)", "error": "\(failure.code.rawValue)"])
+            logger.info(
+                "provider refused",
+                metadata: ["correlationId": "\(correlationId)", "error": "\(failure.code.rawValue)"])
             throw failure
         } catch is CancellationError {
             throw BrokerFailure(.cancelled, "the request was cancelled")
         } catch {
-            logger.warning("provider call failed", metadata: ["correlationId": "\(correlationId)", "error": "\(error)"])
+            logger.warning(
+                "provider call failed", metadata: ["correlationId": "\(correlationId)", "error": "\(error)"])
             throw BrokerFailure(.serverError, "the identity provider call failed: \(error)")
         }
     }
@@ -498,7 +567,10 @@ public actor Broker {
                 func hex(_ nibble: UInt8) -> UInt8 { nibble < 10 ? 0x30 + nibble : 0x57 + nibble }
                 var at = 0
                 for i in 0..<16 {
-                    if i == 4 || i == 6 || i == 8 || i == 10 { out[at] = UInt8(ascii: "-"); at += 1 }
+                    if i == 4 || i == 6 || i == 8 || i == 10 {
+                        out[at] = UInt8(ascii: "-")
+                        at += 1
+                    }
                     out[at] = hex(b[i] >> 4)
                     out[at + 1] = hex(b[i] & 0x0F)
                     at += 2

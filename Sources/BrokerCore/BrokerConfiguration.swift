@@ -13,9 +13,11 @@ public struct BrokerConfiguration: Sendable {
     /// How long a person has to finish an interactive sign-in in the browser.
     public var interactiveTimeout: Duration
 
-    public init(deviceMode: DeviceMode, brokerVersion: String, tenantId: String = "",
-                knownClientIds: Set<String>? = nil, expiryMarginSeconds: Int64 = 300,
-                extraDeviceInformation: [String: String] = [:], interactiveTimeout: Duration = .seconds(300)) {
+    public init(
+        deviceMode: DeviceMode, brokerVersion: String, tenantId: String = "",
+        knownClientIds: Set<String>? = nil, expiryMarginSeconds: Int64 = 300,
+        extraDeviceInformation: [String: String] = [:], interactiveTimeout: Duration = .seconds(300)
+    ) {
         self.interactiveTimeout = interactiveTimeout
         self.deviceMode = deviceMode
         self.brokerVersion = brokerVersion

@@ -12,8 +12,10 @@ public struct BrokerState: Sendable, Equatable {
     /// without a person. In shared mode there is at most one, the device's sign-in.
     public var singleSignOn: [String: SingleSignOnGrant]
 
-    public init(deviceId: String, current: Account? = nil, clients: [String: ClientRecord] = [:],
-                singleSignOn: [String: SingleSignOnGrant] = [:]) {
+    public init(
+        deviceId: String, current: Account? = nil, clients: [String: ClientRecord] = [:],
+        singleSignOn: [String: SingleSignOnGrant] = [:]
+    ) {
         self.deviceId = deviceId
         self.current = current
         self.clients = clients
@@ -66,8 +68,10 @@ public struct ClientRecord: Sendable, Equatable {
     /// they are short-lived, and after a restart the refresh token gets new ones.
     public var accessTokens: [String: CachedAccessToken]
 
-    public init(lastSeen: Account? = nil, account: Account? = nil, refreshToken: String? = nil,
-                accessTokens: [String: CachedAccessToken] = [:]) {
+    public init(
+        lastSeen: Account? = nil, account: Account? = nil, refreshToken: String? = nil,
+        accessTokens: [String: CachedAccessToken] = [:]
+    ) {
         self.lastSeen = lastSeen
         self.account = account
         self.refreshToken = refreshToken

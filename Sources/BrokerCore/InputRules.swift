@@ -24,7 +24,9 @@ public enum InputRules {
     /// A one-time code: 1 to 64 letters or digits.
     public static func code(_ value: String) throws(BrokerFailure) {
         if value.isEmpty || value.utf8.count > 64
-            || !value.unicodeScalars.allSatisfy({ ("0"..."9").contains($0) || ("a"..."z").contains($0) || ("A"..."Z").contains($0) })
+            || !value.unicodeScalars.allSatisfy({
+                ("0"..."9").contains($0) || ("a"..."z").contains($0) || ("A"..."Z").contains($0)
+            })
         {
             throw BrokerFailure(.invalidCode, "a code is 1 to 64 letters or digits; type the code from the message")
         }
@@ -38,8 +40,12 @@ public enum InputRules {
         if let (offset, scalar) = value.unicodeScalars.enumerated().first(where: { !isVisibleInUsername($0.element) }) {
             let hex = String(scalar.value, radix: 16, uppercase: true)
             let code = "U+" + String(repeating: "0", count: max(0, 4 - hex.count)) + hex
-            throw BrokerFailure(.invalidUsername,
-                "the username contains \(code) at character \(offset + 1): spaces, control characters and invisible formatting characters (such as U+200B or U+202E, which make one name look like another) are not allowed; type the name as plain text")
+            throw BrokerFailure(
+                .invalidUsername,
+                "the username contains \(code) at character \(offset + 1): spaces, control characters and invisible "
+                    + "formatting characters (such as U+200B or U+202E, which make one name look like another) are "
+                    + "not allowed; type the name as plain text"
+            )
         }
     }
 
@@ -68,9 +74,12 @@ public enum InputRules {
         }
         for scope in values {
             if scope.isEmpty || scope.utf8.count > maxScopeBytes
-                || scope.unicodeScalars.contains(where: { !isPrintableASCII($0) || $0 == " " || $0 == "\"" || $0 == "\\" })
+                || scope.unicodeScalars.contains(where: {
+                    !isPrintableASCII($0) || $0 == " " || $0 == "\"" || $0 == "\\"
+                })
             {
-                throw BrokerFailure(.invalidArgument,
+                throw BrokerFailure(
+                    .invalidArgument,
                     "a scope must be 1 to \(maxScopeBytes) printable characters without spaces, quotes or backslashes")
             }
         }

@@ -20,8 +20,10 @@ public struct ProviderTokens: Sendable, Equatable {
     /// may redeem it.
     public var family: String?
 
-    public init(accessToken: String, expiresOn: Int64, refreshToken: String?, idToken: String?,
-                grantedScopes: Scopes, account: Account, deviceSecret: String? = nil, family: String? = nil) {
+    public init(
+        accessToken: String, expiresOn: Int64, refreshToken: String?, idToken: String?,
+        grantedScopes: Scopes, account: Account, deviceSecret: String? = nil, family: String? = nil
+    ) {
         self.accessToken = accessToken
         self.expiresOn = expiresOn
         self.refreshToken = refreshToken
@@ -99,7 +101,8 @@ public struct InteractiveRequest: Sendable {
 public protocol IdentityProvider: Sendable {
     /// The authority URL the broker was configured with.
     var authority: String { get }
-    func signInWithPassword(clientId: String, username: String, password: String, scopes: Scopes) async throws -> ProviderTokens
+    func signInWithPassword(clientId: String, username: String, password: String, scopes: Scopes) async throws
+        -> ProviderTokens
     func refresh(clientId: String, refreshToken: String, scopes: Scopes) async throws -> ProviderTokens
     func revoke(clientId: String, token: RevocableToken) async throws -> EndpointOutcome
 
@@ -108,9 +111,11 @@ public protocol IdentityProvider: Sendable {
     /// Sends a new code for a flow started with ``startCodeSignIn(clientId:username:)``.
     func resendCode(clientId: String, continuationToken: String) async throws -> CodeChallenge
     /// Redeems a code; `.invalidCode` leaves the flow usable, `.codeExpired` asks for a new code.
-    func submitCode(clientId: String, continuationToken: String, code: String, scopes: Scopes) async throws -> ProviderTokens
+    func submitCode(clientId: String, continuationToken: String, code: String, scopes: Scopes) async throws
+        -> ProviderTokens
     /// Authorization code with PKCE in the system browser, with a loopback redirect (RFC 8252).
-    func signInInteractively(clientId: String, scopes: Scopes, request: InteractiveRequest) async throws -> ProviderTokens
+    func signInInteractively(clientId: String, scopes: Scopes, request: InteractiveRequest) async throws
+        -> ProviderTokens
     /// RP-initiated logout: ends the provider's browser session. `.notOffered` without an end_session_endpoint.
     func endBrowserSession(clientId: String, idTokenHint: String?) async throws -> EndpointOutcome
     /// The sign-in flows the provider offers, from its discovery document (read if not yet) and
@@ -128,7 +133,8 @@ public protocol IdentityProvider: Sendable {
     /// The same, without reaching the network: nil until a call has read the discovery document.
     var singleSignOnSupportIfKnown: Set<SingleSignOnMechanism>? { get }
     /// Native SSO's token exchange: the ID token and the device secret of the earlier sign-in.
-    func exchangeDeviceSecret(clientId: String, deviceSecret: DeviceSecret, scopes: Scopes) async throws -> ProviderTokens
+    func exchangeDeviceSecret(clientId: String, deviceSecret: DeviceSecret, scopes: Scopes) async throws
+        -> ProviderTokens
     /// A family refresh token, issued to another client of the family, redeemed for `clientId`.
     func redeemFamilyRefreshToken(clientId: String, refreshToken: String, scopes: Scopes) async throws -> ProviderTokens
     /// RFC 8693: `clientId`, authenticated as itself, exchanges another app's token of the user.

@@ -32,9 +32,12 @@ public struct SignInFlows: Sendable {
     /// Refuses a new flow for `owner` beyond the limits; first forgets code flows older than their lifetime.
     mutating func admit(owner: String, now: Int64) throws(BrokerFailure) {
         codeFlows = codeFlows.filter { now - $0.value.startedAt < Self.codeFlowLifetime }
-        let mine = codeFlows.values.filter { $0.owner == owner }.count + interactiveFlows.values.filter { $0.owner == owner }.count
+        let mine =
+            codeFlows.values.filter { $0.owner == owner }.count
+            + interactiveFlows.values.filter { $0.owner == owner }.count
         if mine >= Self.maxPerOwner {
-            throw BrokerFailure(.limitsExceeded, "this caller has \(mine) sign-ins in progress; finish or cancel one first")
+            throw BrokerFailure(
+                .limitsExceeded, "this caller has \(mine) sign-ins in progress; finish or cancel one first")
         }
         if count >= Self.maxTotal {
             throw BrokerFailure(.limitsExceeded, "the broker has \(count) sign-ins in progress; try again later")
@@ -54,7 +57,9 @@ public struct SignInFlows: Sendable {
     mutating func updateContinuation(_ id: String, _ token: String) { codeFlows[id]?.continuationToken = token }
     mutating func removeCode(_ id: String) { codeFlows[id] = nil }
 
-    mutating func addInteractive(_ id: String, owner: String, cancel: @escaping @Sendable () -> Void) throws(BrokerFailure) {
+    mutating func addInteractive(_ id: String, owner: String, cancel: @escaping @Sendable () -> Void)
+        throws(BrokerFailure)
+    {
         if interactiveFlows[id] != nil || codeFlows[id] != nil {
             throw BrokerFailure(.invalidArgument, "a sign-in with flowId \(id) is already in progress")
         }
@@ -78,7 +83,7 @@ public struct SignInFlows: Sendable {
     mutating func dropAll(owner: String) -> Int {
         let code = codeFlows.filter { $0.value.owner == owner }
         let interactive = interactiveFlows.filter { $0.value.owner == owner }
-        code.keys.forEach { codeFlows[$0] = nil }
+        for key in code.keys { codeFlows[key] = nil }
         for (id, flow) in interactive {
             interactiveFlows[id] = nil
             flow.cancel()

@@ -38,8 +38,12 @@ final class BrokerObject: DBusObject, Broker1Handler {
             try await callers.authorize(sender: call.sender, clientId: Self.clientId(of: call, method))
             return try await handle(method, call)
         } catch {
-            logger.debug("call refused", metadata: ["method": "\(call.member)", "sender": "\(call.sender)",
-                                                    "error": "\(error.code.rawValue)"])
+            logger.debug(
+                "call refused",
+                metadata: [
+                    "method": "\(call.member)", "sender": "\(call.sender)",
+                    "error": "\(error.code.rawValue)",
+                ])
             throw BusMarshalling.error(error)
         }
     }
@@ -49,19 +53,26 @@ final class BrokerObject: DBusObject, Broker1Handler {
     /// else goes to ``handleMethodCall(_:)``.
     func answerImmediately(_ call: DBusMethodCall) -> DBusAnswer? {
         guard let method = Broker1Method(rawValue: call.member), Self.readsOnly.contains(method),
-              let authorized = callers.authorizeKnownCaller(sender: call.sender, clientId: Self.clientId(of: call, method))
+            let authorized = callers.authorizeKnownCaller(
+                sender: call.sender, clientId: Self.clientId(of: call, method))
         else { return nil }
         do throws(BrokerFailure) {
             try authorized.get()
             return try answerFromState(method, call)
         } catch {
-            logger.debug("call refused", metadata: ["method": "\(call.member)", "sender": "\(call.sender)",
-                                                    "error": "\(error.code.rawValue)"])
+            logger.debug(
+                "call refused",
+                metadata: [
+                    "method": "\(call.member)", "sender": "\(call.sender)",
+                    "error": "\(error.code.rawValue)",
+                ])
             return .error(BusMarshalling.error(error))
         }
     }
 
-    private static let readsOnly: Set<Broker1Method> = [.getDeviceInformation, .getCurrentAccount, .acquireTokenSilent, .getAccounts]
+    private static let readsOnly: Set<Broker1Method> = [
+        .getDeviceInformation, .getCurrentAccount, .acquireTokenSilent, .getAccounts,
+    ]
 
     private func answerFromState(_ method: Broker1Method, _ call: DBusMethodCall) throws(BrokerFailure) -> DBusAnswer? {
         let a = call.arguments
@@ -73,8 +84,9 @@ final class BrokerObject: DBusObject, Broker1Handler {
             return seenAnswer(seen.current)
         case .acquireTokenSilent:
             guard try !BusMarshalling.boolOption(a[3].vardict ?? [:], OptionKey.forceRefresh),
-                  let result = try broker.cachedTokenIfFresh(clientId: a[0].string ?? "", scopes: a[1].stringArray ?? [],
-                                                             accountId: a[2].string ?? "")
+                let result = try broker.cachedTokenIfFresh(
+                    clientId: a[0].string ?? "", scopes: a[1].stringArray ?? [],
+                    accountId: a[2].string ?? "")
             else { return nil }
             return .values([BusMarshalling.tokenResult(result)])
         case .getAccounts:
@@ -116,15 +128,24 @@ final class BrokerObject: DBusObject, Broker1Handler {
         return [BusMarshalling.account(seen.current), BusMarshalling.account(seen.previous)]
     }
 
-    func signInWithPassword(clientId: String, username: String, password: String, scopes: [String],
-                            caller: String) async throws(BrokerFailure) -> [DBusValue] {
-        [BusMarshalling.tokenResult(try await broker.signInWithPassword(clientId: clientId, username: username,
-                                                                         password: password, scopes: scopes))]
+    func signInWithPassword(
+        clientId: String, username: String, password: String, scopes: [String],
+        caller: String
+    ) async throws(BrokerFailure) -> [DBusValue] {
+        [
+            BusMarshalling.tokenResult(
+                try await broker.signInWithPassword(
+                    clientId: clientId, username: username,
+                    password: password, scopes: scopes))
+        ]
     }
 
-    func startSignIn(clientId: String, username: String, scopes: [String], options: [String: DBusValue],
-                     caller: String) async throws(BrokerFailure) -> [DBusValue] {
-        let started = try await broker.startSignIn(clientId: clientId, username: username, scopes: scopes, owner: caller)
+    func startSignIn(
+        clientId: String, username: String, scopes: [String], options: [String: DBusValue],
+        caller: String
+    ) async throws(BrokerFailure) -> [DBusValue] {
+        let started = try await broker.startSignIn(
+            clientId: clientId, username: username, scopes: scopes, owner: caller)
         return [.string(started.flowId), BusMarshalling.challenge(started.challenge)]
     }
 
@@ -141,8 +162,10 @@ final class BrokerObject: DBusObject, Broker1Handler {
         return []
     }
 
-    func acquireTokenInteractive(clientId: String, scopes: [String], options: [String: DBusValue],
-                                 caller: String) async throws(BrokerFailure) -> [DBusValue] {
+    func acquireTokenInteractive(
+        clientId: String, scopes: [String], options: [String: DBusValue],
+        caller: String
+    ) async throws(BrokerFailure) -> [DBusValue] {
         let result = try await broker.acquireTokenInteractive(
             clientId: clientId, scopes: scopes, prompt: try BusMarshalling.promptOption(options),
             loginHint: try BusMarshalling.stringOption(options, OptionKey.loginHint),
@@ -150,8 +173,10 @@ final class BrokerObject: DBusObject, Broker1Handler {
         return [BusMarshalling.tokenResult(result)]
     }
 
-    func acquireTokenSilent(clientId: String, scopes: [String], accountId: String, options: [String: DBusValue],
-                            caller: String) async throws(BrokerFailure) -> [DBusValue] {
+    func acquireTokenSilent(
+        clientId: String, scopes: [String], accountId: String, options: [String: DBusValue],
+        caller: String
+    ) async throws(BrokerFailure) -> [DBusValue] {
         let result = try await broker.acquireTokenSilent(
             clientId: clientId, scopes: scopes, accountId: accountId,
             forceRefresh: try BusMarshalling.boolOption(options, OptionKey.forceRefresh))
@@ -162,10 +187,13 @@ final class BrokerObject: DBusObject, Broker1Handler {
         [BusMarshalling.accounts(try broker.accounts(clientId: clientId))]
     }
 
-    func signOut(clientId: String, accountId: String, options: [String: DBusValue],
-                 caller: String) async throws(BrokerFailure) -> [DBusValue] {
-        let outcome = try await broker.signOut(clientId: clientId, accountId: accountId,
-                                               fromBrowser: try BusMarshalling.boolOption(options, OptionKey.signoutFromBrowser))
+    func signOut(
+        clientId: String, accountId: String, options: [String: DBusValue],
+        caller: String
+    ) async throws(BrokerFailure) -> [DBusValue] {
+        let outcome = try await broker.signOut(
+            clientId: clientId, accountId: accountId,
+            fromBrowser: try BusMarshalling.boolOption(options, OptionKey.signoutFromBrowser))
         return [BusMarshalling.signOutOutcome(outcome)]
     }
 }

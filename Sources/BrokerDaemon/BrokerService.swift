@@ -13,17 +13,20 @@ final class BrokerService: Sendable {
     let properties: PropertyCache
     let callers: CallerPolicy
 
-    init(configuration: BrokerConfiguration, provider: any IdentityProvider, store: any StateStore, clock: any WallClock,
-         initialState: BrokerState, connection: DBusConnection, allowedExecutables: [String: Set<String>], logger: Logger) {
+    init(
+        configuration: BrokerConfiguration, provider: any IdentityProvider, store: any StateStore, clock: any WallClock,
+        initialState: BrokerState, connection: DBusConnection, allowedExecutables: [String: Set<String>], logger: Logger
+    ) {
         let properties = PropertyCache([
             "DeviceMode": .string(configuration.deviceMode.rawValue),
             "BrokerVersion": .string(configuration.brokerVersion),
             "CurrentAccount": BusMarshalling.account(configuration.deviceMode == .shared ? initialState.current : nil),
         ])
         self.properties = properties
-        self.broker = Broker(configuration: configuration, provider: provider, store: store, clock: clock,
-                             initialState: initialState, logger: logger,
-                             onAccountChange: Self.announcing(on: connection, properties: properties, logger: logger))
+        self.broker = Broker(
+            configuration: configuration, provider: provider, store: store, clock: clock,
+            initialState: initialState, logger: logger,
+            onAccountChange: Self.announcing(on: connection, properties: properties, logger: logger))
         self.callers = CallerPolicy(connection: connection, allowedExecutables: allowedExecutables, logger: logger)
     }
 
@@ -36,17 +39,21 @@ final class BrokerService: Sendable {
     /// What the core calls once per change of the device's account, after the change is written
     /// and before the call that made it replies: the `CurrentAccount` property, then
     /// `AccountChanged` and `PropertiesChanged` on the bus.
-    private static func announcing(on connection: DBusConnection, properties: PropertyCache,
-                                   logger: Logger) -> @Sendable (DeviceAccountChange) -> Void {
+    private static func announcing(
+        on connection: DBusConnection, properties: PropertyCache,
+        logger: Logger
+    ) -> @Sendable (DeviceAccountChange) -> Void {
         { change in
             let current = BusMarshalling.account(change.current)
             properties.set("CurrentAccount", current)
             do {
-                try connection.emitSignal(path: BrokerNames.objectPath, interface: BrokerNames.interface,
-                                          member: BrokerNames.accountChangedSignal,
-                                          arguments: BusMarshalling.accountChanged(change))
-                try connection.emitPropertiesChanged(path: BrokerNames.objectPath, interface: BrokerNames.interface,
-                                                     changed: ["CurrentAccount": current])
+                try connection.emitSignal(
+                    path: BrokerNames.objectPath, interface: BrokerNames.interface,
+                    member: BrokerNames.accountChangedSignal,
+                    arguments: BusMarshalling.accountChanged(change))
+                try connection.emitPropertiesChanged(
+                    path: BrokerNames.objectPath, interface: BrokerNames.interface,
+                    changed: ["CurrentAccount": current])
             } catch {
                 logger.error("could not emit AccountChanged", metadata: ["error": "\(error)"])
             }

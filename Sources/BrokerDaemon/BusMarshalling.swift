@@ -84,7 +84,8 @@ enum BusMarshalling {
     static func promptOption(_ options: [String: DBusValue]) throws(BrokerFailure) -> Prompt? {
         guard let text = try stringOption(options, OptionKey.prompt), !text.isEmpty else { return nil }
         guard let prompt = Prompt(rawValue: text) else {
-            throw BrokerFailure(.invalidArgument,
+            throw BrokerFailure(
+                .invalidArgument,
                 "option prompt must be one of \(Prompt.allCases.map(\.rawValue).joined(separator: ", ")), not \(text)")
         }
         return prompt

@@ -8,7 +8,8 @@ import Logging
 /// and in all, so that a caller that floods the broker gets `LimitsExceeded` instead of growing
 /// its memory (interactive sign-ins hold their call for minutes, so the per-caller figure leaves
 /// room for them); and it closes for a stop that answers every caller instead of leaving it to a
-/// NoReply: once ``stop(grace:hurry:endSignIns:logger:)`` begins, new calls are refused with `Cancelled`; those in flight may finish within the grace period, except
+/// NoReply: once ``stop(grace:hurry:endSignIns:logger:)`` begins, new calls are refused with `Cancelled`; those in
+/// flight may finish within the grace period, except
 /// interactive sign-ins, which wait for a person and are ended at once; what is still running
 /// then is cancelled, and a call that does not end within a second of that is answered with
 /// `Cancelled` anyway.
@@ -45,8 +46,10 @@ final class CallGate: DBusObject {
         var name: String
     }
 
-    private static let stopping = BusMarshalling.error(BrokerFailure(.cancelled,
-        "brokerd is stopping; call again (the bus or the service manager starts a new one)"))
+    private static let stopping = BusMarshalling.error(
+        BrokerFailure(
+            .cancelled,
+            "brokerd is stopping; call again (the bus or the service manager starts a new one)"))
 
     /// How many calls may be in flight at once, from one caller and in all.
     let perCaller: Int
@@ -58,10 +61,11 @@ final class CallGate: DBusObject {
         self.object = object
         self.perCaller = perCaller
         self.total = total
-        waitingForPeople = Set(object.interfaces.flatMap { interface in
-            interface.methods.filter { $0.isAnnotated(ContractAnnotation.waitsForPerson) }
-                .map { Member(interface: interface.name, name: $0.name) }
-        })
+        waitingForPeople = Set(
+            object.interfaces.flatMap { interface in
+                interface.methods.filter { $0.isAnnotated(ContractAnnotation.waitsForPerson) }
+                    .map { Member(interface: interface.name, name: $0.name) }
+            })
     }
 
     var interfaces: [DBusInterfaceDescription] { object.interfaces }
@@ -85,12 +89,18 @@ final class CallGate: DBusObject {
             guard !state.stopping else { return .failure(Self.stopping) }
             let mine = state.bySender[call.sender, default: 0]
             if mine >= perCaller {
-                return .failure(BusMarshalling.error(BrokerFailure(.limitsExceeded,
-                    "this caller already has \(perCaller) calls in flight; wait for some to finish")))
+                return .failure(
+                    BusMarshalling.error(
+                        BrokerFailure(
+                            .limitsExceeded,
+                            "this caller already has \(perCaller) calls in flight; wait for some to finish")))
             }
             if state.calls.count >= total {
-                return .failure(BusMarshalling.error(BrokerFailure(.limitsExceeded,
-                    "the broker already has \(total) calls in flight; try again shortly")))
+                return .failure(
+                    BusMarshalling.error(
+                        BrokerFailure(
+                            .limitsExceeded,
+                            "the broker already has \(total) calls in flight; try again shortly")))
             }
             state.nextId &+= 1
             state.calls[state.nextId] = Call(member: member, sender: call.sender, control: control)
@@ -122,8 +132,10 @@ final class CallGate: DBusObject {
     /// Refuses new calls and returns once every call in flight is answered (see the type).
     /// `hurry` returning (a second SIGTERM or SIGINT) ends the grace period early. `endSignIns`
     /// ends the sign-ins a caller waits on in the browser (they run apart from its call's task).
-    func stop(grace: Duration, hurry: @escaping @Sendable () async -> Void,
-              endSignIns: (String) async -> Void, logger: Logger) async {
+    func stop(
+        grace: Duration, hurry: @escaping @Sendable () async -> Void,
+        endSignIns: (String) async -> Void, logger: Logger
+    ) async {
         let (running, interactive): (Int, [Call]) = state.withLock { state in
             state.stopping = true
             return (state.calls.count, state.calls.values.filter { waitingForPeople.contains($0.member) })
@@ -141,7 +153,7 @@ final class CallGate: DBusObject {
             return state.calls.values.compactMap(\.control)
         }
         logger.notice("cancelling the calls still in flight", metadata: ["calls": "\(left.count)"])
-        left.forEach { $0.cancel() }
+        for control in left { control.cancel() }
         if await idle(within: .seconds(1), hurry: nil) { return }
 
         let stuck: [DBusCallControl] = state.withLock { state in state.calls.values.compactMap(\.control) }
@@ -153,9 +165,20 @@ final class CallGate: DBusObject {
     /// Whether every call ended within `limit` (false when `hurry` returned first).
     private func idle(within limit: Duration, hurry: (@Sendable () async -> Void)?) async -> Bool {
         await withTaskGroup(of: Bool.self) { group in
-            group.addTask { await self.untilIdle(); return !Task.isCancelled }
-            group.addTask { try? await Task.sleep(for: limit); return false }
-            if let hurry { group.addTask { await hurry(); return false } }
+            group.addTask {
+                await self.untilIdle()
+                return !Task.isCancelled
+            }
+            group.addTask {
+                try? await Task.sleep(for: limit)
+                return false
+            }
+            if let hurry {
+                group.addTask {
+                    await hurry()
+                    return false
+                }
+            }
             let first = await group.next() ?? false
             group.cancelAll()
             return first

@@ -35,7 +35,10 @@ final class CallerPolicy: Sendable {
         case lookingUp(Task<Credentials, any Error>)
     }
 
-    init(ownUserId: UInt32 = getuid(), allowedExecutables: [String: Set<String>], logger: Logger, lookup: @escaping Lookup) {
+    init(
+        ownUserId: UInt32 = getuid(), allowedExecutables: [String: Set<String>], logger: Logger,
+        lookup: @escaping Lookup
+    ) {
         self.ownUserId = ownUserId
         self.allowedExecutables = allowedExecutables.mapValues { Set($0.map(Self.resolved)) }
         self.logger = logger
@@ -52,7 +55,8 @@ final class CallerPolicy: Sendable {
                 throw BrokerFailure(.accessDenied, "the bus did not say which user the caller runs as")
             }
             let processId = credentials["ProcessID"]?.uint32
-            return Credentials(userId: userId, processId: processId, executable: processId.flatMap(Self.executable(of:)))
+            return Credentials(
+                userId: userId, processId: processId, executable: processId.flatMap(Self.executable(of:)))
         }
     }
 
@@ -76,15 +80,25 @@ final class CallerPolicy: Sendable {
 
     private func check(_ credentials: Credentials, sender: String, clientId: String?) throws(BrokerFailure) {
         guard credentials.userId == ownUserId else {
-            logger.warning("refused a caller of another user", metadata: ["sender": "\(sender)", "uid": "\(credentials.userId)"])
-            throw BrokerFailure(.accessDenied, "the broker serves only user \(ownUserId); this caller runs as user \(credentials.userId)")
+            logger.warning(
+                "refused a caller of another user", metadata: ["sender": "\(sender)", "uid": "\(credentials.userId)"])
+            throw BrokerFailure(
+                .accessDenied,
+                "the broker serves only user \(ownUserId); this caller runs as user \(credentials.userId)")
         }
         guard let clientId, let allowed = allowedExecutables[clientId] else { return }
         guard let executable = credentials.executable, allowed.contains(executable) else {
-            logger.warning("refused a caller for a bound clientId", metadata: [
-                "sender": "\(sender)", "clientId": "\(clientId)", "executable": "\(credentials.executable ?? "unknown")"])
-            throw BrokerFailure(.accessDenied,
-                "the configuration allows clientId \(clientId) only to \(allowed.sorted().joined(separator: ", ")); this caller is \(credentials.executable ?? "an unknown program")")
+            logger.warning(
+                "refused a caller for a bound clientId",
+                metadata: [
+                    "sender": "\(sender)", "clientId": "\(clientId)",
+                    "executable": "\(credentials.executable ?? "unknown")",
+                ])
+            throw BrokerFailure(
+                .accessDenied,
+                "the configuration allows clientId \(clientId) only to \(allowed.sorted().joined(separator: ", ")); "
+                    + "this caller is \(credentials.executable ?? "an unknown program")"
+            )
         }
     }
 

@@ -13,7 +13,10 @@ public enum Console {
         var offset = 0
         while offset < bytes.count {
             let written = bytes[offset...].withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
-            if written < 0 { if errno == EINTR { continue }; return }
+            if written < 0 {
+                if errno == EINTR { continue }
+                return
+            }
             offset += written
         }
     }

@@ -24,12 +24,14 @@ public enum Daemon {
         }
         // Tokens go where --token-storage says (the Secret Service by default), never silently elsewhere.
         let (tokenStore, initialState) = try TokenStorageSetup.open(
-            options.configuration.tokenStorage ?? .secretService, files: store, loaded: try loadState(store, logger: logger),
+            options.configuration.tokenStorage ?? .secretService, files: store,
+            loaded: try loadState(store, logger: logger),
             busAddress: options.busAddress, logger: logger)
 
         let connection: DBusConnection
         do {
-            connection = try options.busAddress.map { try DBusConnection(address: $0, logger: logger) }
+            connection =
+                try options.busAddress.map { try DBusConnection(address: $0, logger: logger) }
                 ?? DBusConnection.sessionBus(logger: logger)
         } catch {
             throw DaemonError.bus("cannot connect to the session bus: \(error)")
@@ -38,8 +40,9 @@ public enum Daemon {
 
         let tenant = options.configuration.tenantId ?? ""
         let clock = SystemClock()
-        let provider = OIDCProvider(authority: authority, clock: clock, logger: logger,
-                                    clientSecrets: try options.configuration.clientSecrets(), tenantId: tenant)
+        let provider = OIDCProvider(
+            authority: authority, clock: clock, logger: logger,
+            clientSecrets: try options.configuration.clientSecrets(), tenantId: tenant)
         let service = BrokerService(
             configuration: BrokerConfiguration(
                 deviceMode: options.deviceMode, brokerVersion: version, tenantId: tenant,
@@ -59,12 +62,20 @@ public enum Daemon {
             throw DaemonError.bus("cannot request the name \(BrokerNames.busName): \(error)")
         }
         guard reply == .primaryOwner else {
-            throw DaemonError.bus("the name \(BrokerNames.busName) is already taken on this bus: is another brokerd running?")
+            throw DaemonError.bus(
+                "the name \(BrokerNames.busName) is already taken on this bus: is another brokerd running?")
         }
-        logger.info("serving", metadata: ["mode": "\(options.deviceMode.rawValue)", "authority": "\(authority)",
-                                          "state": "\(store.path)"])
+        logger.info(
+            "serving",
+            metadata: [
+                "mode": "\(options.deviceMode.rawValue)", "authority": "\(authority)",
+                "state": "\(store.path)",
+            ])
         // The readiness line scripts and tests wait for.
-        Console.printLine("brokerd ready: \(BrokerNames.busName) as \(connection.uniqueName), device mode \(options.deviceMode.rawValue)")
+        Console.printLine(
+            "brokerd ready: \(BrokerNames.busName) as \(connection.uniqueName), device mode "
+                + "\(options.deviceMode.rawValue)"
+        )
 
         let reason = await stop.next()
         logger.info("stopping", metadata: ["reason": "\(reason)"])
@@ -72,8 +83,9 @@ public enum Daemon {
             // Every caller gets an answer: new calls are refused, those in flight finish (or are
             // cancelled and answered once the grace period is over, or at a second signal). The
             // name goes only then, so a successor never loads the state while a change is in flight.
-            await calls.stop(grace: options.stopGracePeriod, hurry: { _ = await stop.next() },
-                             endSignIns: { await service.broker.callerLeft($0) }, logger: logger)
+            await calls.stop(
+                grace: options.stopGracePeriod, hurry: { _ = await stop.next() },
+                endSignIns: { await service.broker.callerLeft($0) }, logger: logger)
             // A round trip after the last reply: once ReleaseName is answered, every reply is on the bus.
             _ = try? await connection.releaseName(BrokerNames.busName)
         }
@@ -82,19 +94,23 @@ public enum Daemon {
     }
 
     /// Sign-ins and what the broker knows of a caller belong to its connection: when it leaves the bus, they go.
-    static func watchDepartures(_ connection: DBusConnection, service: BrokerService) async throws(DaemonError) -> Task<Void, Never> {
+    static func watchDepartures(_ connection: DBusConnection, service: BrokerService) async throws(DaemonError) -> Task<
+        Void, Never
+    > {
         let changes: AsyncStream<DBusSignal>
         do {
-            changes = try await connection.signals(matching: DBusMatchRule(
-                sender: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
-                interface: "org.freedesktop.DBus", member: "NameOwnerChanged"))
+            changes = try await connection.signals(
+                matching: DBusMatchRule(
+                    sender: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
+                    interface: "org.freedesktop.DBus", member: "NameOwnerChanged"))
         } catch {
             throw DaemonError.bus("cannot watch the bus for callers leaving: \(error)")
         }
         return Task {
             for await change in changes {
                 guard change.arguments.count == 3, let name = change.arguments[0].string, name.hasPrefix(":"),
-                      change.arguments[2].string == "" else { continue }
+                    change.arguments[2].string == ""
+                else { continue }
                 await service.callerLeft(name)
             }
         }
@@ -107,11 +123,15 @@ public enum Daemon {
             if let state = try store.load() { return state }
             return BrokerState(deviceId: Broker.newDeviceId())
         } catch StoreError.newerFormat(let why) {
-            throw DaemonError.state("\(why). Refusing to start rather than lose it; run the newer brokerd, or move the file away.")
+            throw DaemonError.state(
+                "\(why). Refusing to start rather than lose it; run the newer brokerd, or move the file away.")
         } catch {
             let aside = store.quarantine()
-            logger.error("the saved state cannot be used; starting signed out", metadata: [
-                "why": "\(error)", "keptAt": "\(aside ?? "(could not move it)")"])
+            logger.error(
+                "the saved state cannot be used; starting signed out",
+                metadata: [
+                    "why": "\(error)", "keptAt": "\(aside ?? "(could not move it)")",
+                ])
             return BrokerState(deviceId: Broker.newDeviceId())
         }
     }
@@ -130,9 +150,13 @@ public enum Daemon {
         var facts: [String: String] = [:]
         var names = utsname()
         if uname(&names) == 0 {
-            facts["hostname"] = withUnsafeBytes(of: &names.nodename) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+            facts["hostname"] = withUnsafeBytes(of: &names.nodename) {
+                String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self)
+            }
             facts["os"] = withUnsafeBytes(of: &names.sysname) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
-            facts["osVersion"] = withUnsafeBytes(of: &names.release) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+            facts["osVersion"] = withUnsafeBytes(of: &names.release) {
+                String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self)
+            }
         }
         return facts
     }

@@ -34,8 +34,10 @@ public struct DaemonConfigurationFile: Decodable, Sendable {
     /// Where tokens are kept between runs: `secret-service` (the default), `plaintext-file` or `memory`.
     public var tokenStorage: TokenStorage?
 
-    public init(deviceMode: DeviceMode? = nil, authority: String? = nil, tenantId: String? = nil, clients: [Client]? = nil,
-                tokenStorage: TokenStorage? = nil) {
+    public init(
+        deviceMode: DeviceMode? = nil, authority: String? = nil, tenantId: String? = nil, clients: [Client]? = nil,
+        tokenStorage: TokenStorage? = nil
+    ) {
         self.deviceMode = deviceMode
         self.authority = authority
         self.tenantId = tenantId
@@ -62,7 +64,10 @@ public struct DaemonConfigurationFile: Decodable, Sendable {
         }
         guard info.st_uid == 0, info.st_mode & (S_IWGRP | S_IWOTH) == 0 else {
             throw DaemonError.configuration(
-                "the administrator's configuration \(path) must belong to root and be writable by nobody else (owner \(info.st_uid), mode \(String(info.st_mode & 0o777, radix: 8))); fix it with: chown root:root \(path) && chmod 644 \(path)")
+                "the administrator's configuration \(path) must belong to root and be writable by nobody else (owner "
+                    + "\(info.st_uid), mode \(String(info.st_mode & 0o777, radix: 8))); fix it with: chown root:root "
+                    + "\(path) && chmod 644 \(path)"
+            )
         }
         return try load(path: path)
     }
@@ -70,11 +75,12 @@ public struct DaemonConfigurationFile: Decodable, Sendable {
     /// This configuration with every setting `administrator` makes taking its place.
     public func overridden(by administrator: DaemonConfigurationFile?) -> DaemonConfigurationFile {
         guard let administrator else { return self }
-        return DaemonConfigurationFile(deviceMode: administrator.deviceMode ?? deviceMode,
-                                       authority: administrator.authority ?? authority,
-                                       tenantId: administrator.tenantId ?? tenantId,
-                                       clients: administrator.clients ?? clients,
-                                       tokenStorage: administrator.tokenStorage ?? tokenStorage)
+        return DaemonConfigurationFile(
+            deviceMode: administrator.deviceMode ?? deviceMode,
+            authority: administrator.authority ?? authority,
+            tenantId: administrator.tenantId ?? tenantId,
+            clients: administrator.clients ?? clients,
+            tokenStorage: administrator.tokenStorage ?? tokenStorage)
     }
 
     public static func load(path: String) throws(DaemonError) -> DaemonConfigurationFile {
@@ -107,7 +113,8 @@ public struct DaemonConfigurationFile: Decodable, Sendable {
             guard let secret = client.clientSecret else { continue }
             let method = ClientSecret.Method(rawValue: client.clientSecretMethod ?? "client_secret_basic")
             guard let method else {
-                throw DaemonError.configuration("client \(client.clientId): clientSecretMethod must be client_secret_basic or client_secret_post")
+                throw DaemonError.configuration(
+                    "client \(client.clientId): clientSecretMethod must be client_secret_basic or client_secret_post")
             }
             secrets[client.clientId] = ClientSecret(secret: secret, method: method)
         }

@@ -14,9 +14,11 @@ public struct DaemonOptions: Sendable {
     /// SIGINT); those still running then are cancelled and answered with `Cancelled`.
     public var stopGracePeriod: Duration = .seconds(10)
 
-    public init(deviceMode: DeviceMode, authority: String, stateDirectory: String,
-                configuration: DaemonConfigurationFile, busAddress: String? = nil,
-                interactiveTimeout: Duration = .seconds(300)) {
+    public init(
+        deviceMode: DeviceMode, authority: String, stateDirectory: String,
+        configuration: DaemonConfigurationFile, busAddress: String? = nil,
+        interactiveTimeout: Duration = .seconds(300)
+    ) {
         self.interactiveTimeout = interactiveTimeout
         self.deviceMode = deviceMode
         self.authority = authority

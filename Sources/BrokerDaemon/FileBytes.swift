@@ -20,7 +20,10 @@ enum FileBytes {
         var buffer = [UInt8](repeating: 0, count: 65536)
         while bytes.count <= limit {
             let n = buffer.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
-            if n < 0 { if errno == EINTR { continue }; throw ReadError(code: errno) }
+            if n < 0 {
+                if errno == EINTR { continue }
+                throw ReadError(code: errno)
+            }
             if n == 0 { return bytes }
             bytes.append(contentsOf: buffer[0..<n])
         }

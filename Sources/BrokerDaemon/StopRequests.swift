@@ -28,7 +28,7 @@ final class StopRequests: @unchecked Sendable {
         if stopSignalPipe < 0, pipe(&ends) == 0 {
             for end in ends {
                 _ = fcntl(end, F_SETFD, FD_CLOEXEC)
-                _ = fcntl(end, F_SETFL, O_NONBLOCK)   // the handler never blocks; the reader drains
+                _ = fcntl(end, F_SETFL, O_NONBLOCK)  // the handler never blocks; the reader drains
             }
             stopSignalPipe = ends[1]
             var action = sigaction()

@@ -28,11 +28,14 @@ public final class DBusBlockingConnection {
     /// Throws `DBusError` as `DBusConnection.call` does: error replies keep their name and
     /// message; InvalidArgs for invalid names or values (nothing is sent); NoReply when `timeout`
     /// passes; Disconnected when the bus drops the connection.
-    public func call(destination: String, path: String, interface: String, member: String,
-                     arguments: [DBusValue] = [], timeout: Duration = .seconds(25)) throws(DBusError) -> [DBusValue] {
-        let message = try MessageBuilder.methodCall(destination: destination, path: path,
-                                                    interface: interface.isEmpty ? nil : interface,
-                                                    member: member, arguments: arguments)
+    public func call(
+        destination: String, path: String, interface: String, member: String,
+        arguments: [DBusValue] = [], timeout: Duration = .seconds(25)
+    ) throws(DBusError) -> [DBusValue] {
+        let message = try MessageBuilder.methodCall(
+            destination: destination, path: path,
+            interface: interface.isEmpty ? nil : interface,
+            member: member, arguments: arguments)
         defer { message.release() }
         let milliseconds = Int32(clamping: (timeout.clampedNanoseconds + 999_999) / 1_000_000)
         var err = CDBus.DBusError()

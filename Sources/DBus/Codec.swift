@@ -54,8 +54,10 @@ enum DBusCodec {
         }
     }
 
-    private static func container(_ type: Int32, _ signature: String?, _ iter: inout DBusMessageIter,
-                                  _ body: (inout DBusMessageIter) -> Bool) -> Bool {
+    private static func container(
+        _ type: Int32, _ signature: String?, _ iter: inout DBusMessageIter,
+        _ body: (inout DBusMessageIter) -> Bool
+    ) -> Bool {
         var sub = DBusMessageIter()
         let opened: dbus_bool_t
         if let signature {
@@ -126,7 +128,7 @@ enum DBusCodec {
             dbus_message_iter_recurse(&iter, &sub)
             return .structure(try decodeAll(&sub))
         case Int32(CDBUS_TYPE_ARRAY):
-            let signature = currentSignature(&iter)   // "a..." of this array
+            let signature = currentSignature(&iter)  // "a..." of this array
             let elementSignature = String(signature.dropFirst())
             var sub = DBusMessageIter()
             dbus_message_iter_recurse(&iter, &sub)

@@ -23,15 +23,17 @@ public final class DBusConnection: Sendable {
     /// The session bus's address, from `DBUS_SESSION_BUS_ADDRESS`; NotSupported when it is not set.
     public static func sessionBusAddress() throws(DBusError) -> String {
         guard let raw = getenv("DBUS_SESSION_BUS_ADDRESS"), raw.pointee != 0 else {
-            throw DBusError(name: "org.freedesktop.DBus.Error.NotSupported",
-                            message: "DBUS_SESSION_BUS_ADDRESS is not set; no session bus available")
+            throw DBusError(
+                name: "org.freedesktop.DBus.Error.NotSupported",
+                message: "DBUS_SESSION_BUS_ADDRESS is not set; no session bus available")
         }
         return String(cString: raw)
     }
 
     /// Connects to the system bus (`DBUS_SYSTEM_BUS_ADDRESS` or the default socket).
     public static func systemBus(logger: Logger = Logger(label: "dbus")) throws -> DBusConnection {
-        let address = getenv("DBUS_SYSTEM_BUS_ADDRESS").map { String(cString: $0) } ?? "unix:path=/var/run/dbus/system_bus_socket"
+        let address =
+            getenv("DBUS_SYSTEM_BUS_ADDRESS").map { String(cString: $0) } ?? "unix:path=/var/run/dbus/system_bus_socket"
         return try DBusConnection(address: address, logger: logger)
     }
 
@@ -98,11 +100,14 @@ public final class DBusConnection: Sendable {
     /// when `timeout` passes; Disconnected when the connection closes first.
     /// Throws `CancellationError` when the task is cancelled. An empty `interface`
     /// sends the call without an interface field (the peer dispatches by member).
-    public func call(destination: String, path: String, interface: String, member: String,
-                     arguments: [DBusValue] = [], timeout: Duration = .seconds(25)) async throws -> [DBusValue] {
-        let message = try MessageBuilder.methodCall(destination: destination, path: path,
-                                                    interface: interface.isEmpty ? nil : interface,
-                                                    member: member, arguments: arguments)
+    public func call(
+        destination: String, path: String, interface: String, member: String,
+        arguments: [DBusValue] = [], timeout: Duration = .seconds(25)
+    ) async throws -> [DBusValue] {
+        let message = try MessageBuilder.methodCall(
+            destination: destination, path: path,
+            interface: interface.isEmpty ? nil : interface,
+            member: member, arguments: arguments)
         return try await loop.call(message, timeout: timeout)
     }
 
@@ -121,11 +126,14 @@ public final class DBusConnection: Sendable {
     /// second later with NoReply); Disconnected when the connection is or gets closed. Throws
     /// Failed when called on the connection's own thread (e.g. from an object's
     /// `propertyValues`), which would otherwise wait for itself forever.
-    public func callBlocking(destination: String, path: String, interface: String, member: String,
-                             arguments: [DBusValue] = [], timeout: Duration = .seconds(25)) throws -> [DBusValue] {
-        let message = try MessageBuilder.methodCall(destination: destination, path: path,
-                                                    interface: interface.isEmpty ? nil : interface,
-                                                    member: member, arguments: arguments)
+    public func callBlocking(
+        destination: String, path: String, interface: String, member: String,
+        arguments: [DBusValue] = [], timeout: Duration = .seconds(25)
+    ) throws -> [DBusValue] {
+        let message = try MessageBuilder.methodCall(
+            destination: destination, path: path,
+            interface: interface.isEmpty ? nil : interface,
+            member: member, arguments: arguments)
         return try loop.callBlocking(message, timeout: timeout)
     }
 
@@ -174,17 +182,21 @@ public final class DBusConnection: Sendable {
     }
 
     private func callBus(_ member: String, _ arguments: [DBusValue]) async throws -> [DBusValue] {
-        try await call(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
-                       interface: "org.freedesktop.DBus", member: member, arguments: arguments)
+        try await call(
+            destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
+            interface: "org.freedesktop.DBus", member: member, arguments: arguments)
     }
 
     // MARK: Signals
 
     /// Emits a signal (broadcast, or unicast when `destination` is set).
-    public func emitSignal(path: String, interface: String, member: String, arguments: [DBusValue] = [],
-                           destination: String? = nil) throws {
-        let message = try MessageBuilder.signal(path: path, interface: interface, member: member,
-                                                destination: destination, arguments: arguments)
+    public func emitSignal(
+        path: String, interface: String, member: String, arguments: [DBusValue] = [],
+        destination: String? = nil
+    ) throws {
+        let message = try MessageBuilder.signal(
+            path: path, interface: interface, member: member,
+            destination: destination, arguments: arguments)
         guard loop.enqueue(.send(message)) else {
             message.release()
             throw DBusError.disconnected()
@@ -192,11 +204,14 @@ public final class DBusConnection: Sendable {
     }
 
     /// Emits `org.freedesktop.DBus.Properties.PropertiesChanged` for `interface` at `path`.
-    public func emitPropertiesChanged(path: String, interface: String, changed: [String: DBusValue],
-                                      invalidated: [String] = []) throws {
+    public func emitPropertiesChanged(
+        path: String, interface: String, changed: [String: DBusValue],
+        invalidated: [String] = []
+    ) throws {
         try DBusValidation.interface(interface)
-        try emitSignal(path: path, interface: "org.freedesktop.DBus.Properties", member: "PropertiesChanged",
-                       arguments: [.string(interface), .vardict(changed), .strings(invalidated)])
+        try emitSignal(
+            path: path, interface: "org.freedesktop.DBus.Properties", member: "PropertiesChanged",
+            arguments: [.string(interface), .vardict(changed), .strings(invalidated)])
     }
 
     /// Subscribes to signals matching `rule`.
@@ -216,7 +231,8 @@ public final class DBusConnection: Sendable {
             guard loop.enqueue(.unsubscribe(id: id)) else { return }
             if let message = try? MessageBuilder.methodCall(
                 destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
-                member: "RemoveMatch", arguments: [.string(ruleString)]) {
+                member: "RemoveMatch", arguments: [.string(ruleString)])
+            {
                 dbus_message_set_no_reply(message.raw, 1)
                 loop.send(message)
             }

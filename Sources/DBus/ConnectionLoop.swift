@@ -83,18 +83,20 @@ final class ConnectionLoop: @unchecked Sendable {
     func start() throws(DBusError) {
         let me = Unmanaged.passUnretained(self).toOpaque()
         guard dbus_connection_add_filter(connection, connectionFilter, me, nil) != 0,
-              dbus_connection_set_watch_functions(connection, addWatch, removeWatch, watchToggled, me, nil) != 0
+            dbus_connection_set_watch_functions(connection, addWatch, removeWatch, watchToggled, me, nil) != 0
         else {
             throw .noMemory()
         }
         let retained = Unmanaged.passRetained(self).toOpaque()
         var thread = pthread_t()
-        let rc = pthread_create(&thread, nil, { arg in
-            guard let arg else { return nil }
-            let loop = Unmanaged<ConnectionLoop>.fromOpaque(arg).takeRetainedValue()
-            loop.run()
-            return nil
-        }, retained)
+        let rc = pthread_create(
+            &thread, nil,
+            { arg in
+                guard let arg else { return nil }
+                let loop = Unmanaged<ConnectionLoop>.fromOpaque(arg).takeRetainedValue()
+                loop.run()
+                return nil
+            }, retained)
         guard rc == 0 else {
             Unmanaged<ConnectionLoop>.fromOpaque(retained).release()
             throw .failed("Cannot start the D-Bus thread (error \(rc))")
@@ -119,7 +121,7 @@ final class ConnectionLoop: @unchecked Sendable {
             queue.append(command)
             if queue.count == 1 {
                 var byte: UInt8 = 1
-                _ = write(wakeWrite, &byte, 1)   // EAGAIN means a wake-up is already pending
+                _ = write(wakeWrite, &byte, 1)  // EAGAIN means a wake-up is already pending
             }
             return true
         }
@@ -146,7 +148,10 @@ final class ConnectionLoop: @unchecked Sendable {
     func waitUntilClosed() async {
         await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
             let closedAlready = lock.withLock { _ in
-                if accepting { disconnectWaiters.append(c); return false }
+                if accepting {
+                    disconnectWaiters.append(c)
+                    return false
+                }
                 return true
             }
             if closedAlready { c.resume() }
@@ -191,10 +196,12 @@ final class ConnectionLoop: @unchecked Sendable {
     /// waiter gives up one second later on its own, cancels the call and throws NoReply.
     /// Refuses (Failed) to run on the connection thread itself, which would wait for itself.
     func callBlocking(_ message: MessageRef, timeout: Duration) throws -> [DBusValue] {
-        let onLoopThread: Bool = lock.withLock { _ in loopThread.map { pthread_equal($0, pthread_self()) != 0 } ?? false }
+        let onLoopThread: Bool = lock.withLock { _ in loopThread.map { pthread_equal($0, pthread_self()) != 0 } ?? false
+        }
         if onLoopThread {
             message.release()
-            throw DBusError.failed("callBlocking on the connection's own thread would wait for itself; use call() there")
+            throw DBusError.failed(
+                "callBlocking on the connection's own thread would wait for itself; use call() there")
         }
         let id = makeID()
         let now = monotonicNanoseconds()
@@ -203,7 +210,8 @@ final class ConnectionLoop: @unchecked Sendable {
         startCall(id: id, message, deadline: deadline) { waiter.deliver($0) }
         guard let result = waiter.wait(until: deadline &+ 1_000_000_000) else {
             enqueue(.cancelCall(id: id))
-            throw DBusError.noReply("Did not receive a reply within the call timeout (the connection thread did not answer)")
+            throw DBusError.noReply(
+                "Did not receive a reply within the call timeout (the connection thread did not answer)")
         }
         return try result.get()
     }
@@ -347,7 +355,9 @@ final class ConnectionLoop: @unchecked Sendable {
             // Bounded flush of what was already queued in libdbus.
             let deadline = monotonicNanoseconds() &+ 1_000_000_000
             for command in leftover { if case .send = command { handle(command) } }
-            while dbus_connection_has_messages_to_send(connection) != 0, dbus_connection_get_is_connected(connection) != 0 {
+            while dbus_connection_has_messages_to_send(connection) != 0,
+                dbus_connection_get_is_connected(connection) != 0
+            {
                 let now = monotonicNanoseconds()
                 guard now < deadline else { break }
                 var pfd = pollfd(fd: busFD, events: Int16(POLLOUT), revents: 0)
@@ -405,7 +415,7 @@ final class ConnectionLoop: @unchecked Sendable {
             return DBUS_HANDLER_RESULT_HANDLED
         case Int32(CDBUS_MESSAGE_TYPE_SIGNAL):
             if dbus_message_is_signal(raw, "org.freedesktop.DBus.Local", "Disconnected") != 0 {
-                return DBUS_HANDLER_RESULT_HANDLED   // the loop notices via get_is_connected
+                return DBUS_HANDLER_RESULT_HANDLED  // the loop notices via get_is_connected
             }
             guard !subscriptions.isEmpty else { return DBUS_HANDLER_RESULT_NOT_YET_HANDLED }
             let header = DBusMessage(header: raw)
@@ -413,8 +423,9 @@ final class ConnectionLoop: @unchecked Sendable {
                 logger.debug("Dropping undecodable signal", metadata: ["member": "\(header.member ?? "")"])
                 return DBUS_HANDLER_RESULT_HANDLED
             }
-            let signal = DBusSignal(sender: header.sender ?? "", path: header.path ?? "", interface: header.interface ?? "",
-                                    member: header.member ?? "", arguments: arguments)
+            let signal = DBusSignal(
+                sender: header.sender ?? "", path: header.path ?? "", interface: header.interface ?? "",
+                member: header.member ?? "", arguments: arguments)
             for (_, sub) in subscriptions where sub.rule.matches(signal) {
                 sub.continuation.yield(signal)
             }

@@ -41,8 +41,10 @@ public struct DBusInterfaceDescription: Sendable, Equatable {
         /// Annotations, in the order introspection lists them (before the arguments).
         public var annotations: [Annotation]
         /// Creates a method.
-        public init(name: String, inArguments: [Argument] = [], outArguments: [Argument] = [],
-                    annotations: [Annotation] = []) {
+        public init(
+            name: String, inArguments: [Argument] = [], outArguments: [Argument] = [],
+            annotations: [Annotation] = []
+        ) {
             self.name = name
             self.inArguments = inArguments
             self.outArguments = outArguments
@@ -102,7 +104,9 @@ public struct DBusInterfaceDescription: Sendable, Equatable {
         /// Optional EmitsChangedSignal annotation.
         public var emitsChangedSignal: EmitsChangedSignal?
         /// Creates a property.
-        public init(name: String, signature: String, access: Access = .read, emitsChangedSignal: EmitsChangedSignal? = nil) {
+        public init(
+            name: String, signature: String, access: Access = .read, emitsChangedSignal: EmitsChangedSignal? = nil
+        ) {
             self.name = name
             self.signature = signature
             self.access = access
@@ -122,8 +126,10 @@ public struct DBusInterfaceDescription: Sendable, Equatable {
     public var annotations: [Annotation]
 
     /// Creates an interface description.
-    public init(name: String, methods: [Method] = [], signals: [Signal] = [], properties: [Property] = [],
-                annotations: [Annotation] = []) {
+    public init(
+        name: String, methods: [Method] = [], signals: [Signal] = [], properties: [Property] = [],
+        annotations: [Annotation] = []
+    ) {
         self.name = name
         self.methods = methods
         self.signals = signals
@@ -168,10 +174,14 @@ public struct DBusInterfaceDescription: Sendable, Equatable {
             out += "  </signal>\n"
         }
         for p in properties {
-            let head = "  <property name=\"\(xmlEscape(p.name))\" type=\"\(xmlEscape(p.signature))\" access=\"\(p.access.rawValue)\""
+            let head =
+                "  <property name=\"\(xmlEscape(p.name))\" type=\"\(xmlEscape(p.signature))\" "
+                + "access=\"\(p.access.rawValue)\""
             if let emits = p.emitsChangedSignal {
                 out += head + ">\n"
-                out += "    <annotation name=\"org.freedesktop.DBus.Property.EmitsChangedSignal\" value=\"\(emits.rawValue)\"/>\n"
+                out +=
+                    "    <annotation name=\"org.freedesktop.DBus.Property.EmitsChangedSignal\" "
+                    + "value=\"\(emits.rawValue)\"/>\n"
                 out += "  </property>\n"
             } else {
                 out += head + "/>\n"
@@ -197,15 +207,24 @@ extension DBusInterfaceDescription {
     public static let properties = DBusInterfaceDescription(
         name: "org.freedesktop.DBus.Properties",
         methods: [
-            .init(name: "Get", inArguments: [.init("interface_name", "s"), .init("property_name", "s")],
-                  outArguments: [.init("value", "v")]),
-            .init(name: "GetAll", inArguments: [.init("interface_name", "s")],
-                  outArguments: [.init("props", "a{sv}")]),
-            .init(name: "Set", inArguments: [.init("interface_name", "s"), .init("property_name", "s"), .init("value", "v")]),
+            .init(
+                name: "Get", inArguments: [.init("interface_name", "s"), .init("property_name", "s")],
+                outArguments: [.init("value", "v")]),
+            .init(
+                name: "GetAll", inArguments: [.init("interface_name", "s")],
+                outArguments: [.init("props", "a{sv}")]),
+            .init(
+                name: "Set",
+                inArguments: [.init("interface_name", "s"), .init("property_name", "s"), .init("value", "v")]),
         ],
-        signals: [.init(name: "PropertiesChanged", arguments: [
-            .init("interface_name", "s"), .init("changed_properties", "a{sv}"), .init("invalidated_properties", "as"),
-        ])])
+        signals: [
+            .init(
+                name: "PropertiesChanged",
+                arguments: [
+                    .init("interface_name", "s"), .init("changed_properties", "a{sv}"),
+                    .init("invalidated_properties", "as"),
+                ])
+        ])
 
     /// `org.freedesktop.DBus.Peer`.
     public static let peer = DBusInterfaceDescription(
@@ -241,7 +260,12 @@ enum Introspection {
 }
 
 func xmlEscape(_ s: String) -> String {
-    guard s.utf8.contains(where: { $0 == UInt8(ascii: "&") || $0 == UInt8(ascii: "<") || $0 == UInt8(ascii: ">") || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "'") }) else { return s }
+    guard
+        s.utf8.contains(where: {
+            $0 == UInt8(ascii: "&") || $0 == UInt8(ascii: "<") || $0 == UInt8(ascii: ">") || $0 == UInt8(ascii: "\"")
+                || $0 == UInt8(ascii: "'")
+        })
+    else { return s }
     var out = ""
     for ch in s {
         switch ch {

@@ -13,8 +13,10 @@ public struct DBusMatchRule: Sendable, Hashable {
     public var arg0: String?
 
     /// Creates a rule for signals; nil fields match anything.
-    public init(sender: String? = nil, path: String? = nil, interface: String? = nil,
-                member: String? = nil, arg0: String? = nil) {
+    public init(
+        sender: String? = nil, path: String? = nil, interface: String? = nil,
+        member: String? = nil, arg0: String? = nil
+    ) {
         self.sender = sender
         self.path = path
         self.interface = interface

@@ -87,7 +87,9 @@ public struct DBusMethodCall: Sendable {
     public var arguments: [DBusValue]
 
     /// Creates a method call value (useful for tests of `DBusObject` implementations).
-    public init(sender: String, path: String, interface: String, member: String, signature: String, arguments: [DBusValue]) {
+    public init(
+        sender: String, path: String, interface: String, member: String, signature: String, arguments: [DBusValue]
+    ) {
         self.sender = sender
         self.path = path
         self.interface = interface
@@ -138,8 +140,10 @@ enum MessageBuilder {
         return MessageRef(raw: raw)
     }
 
-    static func methodCall(destination: String?, path: String, interface: String?, member: String,
-                           arguments: [DBusValue]) throws(DBusError) -> MessageRef {
+    static func methodCall(
+        destination: String?, path: String, interface: String?, member: String,
+        arguments: [DBusValue]
+    ) throws(DBusError) -> MessageRef {
         if let destination { try DBusValidation.busName(destination) }
         try DBusValidation.path(path)
         if let interface { try DBusValidation.interface(interface) }
@@ -155,8 +159,10 @@ enum MessageBuilder {
         return try finish(raw, arguments)
     }
 
-    static func signal(path: String, interface: String, member: String, destination: String? = nil,
-                       arguments: [DBusValue]) throws(DBusError) -> MessageRef {
+    static func signal(
+        path: String, interface: String, member: String, destination: String? = nil,
+        arguments: [DBusValue]
+    ) throws(DBusError) -> MessageRef {
         try DBusValidation.path(path)
         try DBusValidation.interface(interface)
         try DBusValidation.member(member)

@@ -104,7 +104,9 @@ extension ConnectionLoop {
         // Resolve the interface: explicit, or by member name (own first, then standard).
         let interface: DBusInterfaceDescription
         if let ifaceName {
-            if let found = own.first(where: { $0.name == ifaceName }) ?? DBusInterfaceDescription.standard.first(where: { $0.name == ifaceName }) {
+            if let found = own.first(where: { $0.name == ifaceName })
+                ?? DBusInterfaceDescription.standard.first(where: { $0.name == ifaceName })
+            {
                 interface = found
             } else if object == nil {
                 reply(target, .failure(.unknownObject("No object at \(path)")))
@@ -113,10 +115,15 @@ extension ConnectionLoop {
                 reply(target, .failure(.unknownInterface("No interface \(ifaceName) at \(path)")))
                 return
             }
-        } else if let found = (own + DBusInterfaceDescription.standard).first(where: { $0.method(named: member) != nil }) {
+        } else if let found = (own + DBusInterfaceDescription.standard).first(where: { $0.method(named: member) != nil }
+        ) {
             interface = found
         } else {
-            reply(target, .failure(object == nil ? .unknownObject("No object at \(path)") : .unknownMethod("No method \(member) at \(path)")))
+            reply(
+                target,
+                .failure(
+                    object == nil
+                        ? .unknownObject("No object at \(path)") : .unknownMethod("No method \(member) at \(path)")))
             return
         }
         guard let method = interface.method(named: member) else {
@@ -124,7 +131,13 @@ extension ConnectionLoop {
             return
         }
         guard message.signature == method.inSignature else {
-            reply(target, .failure(.invalidArgs("Method \(interface.name).\(member) expects signature \"\(method.inSignature)\", got \"\(message.signature)\"")))
+            reply(
+                target,
+                .failure(
+                    .invalidArgs(
+                        "Method \(interface.name).\(member) expects signature \"\(method.inSignature)\", got "
+                            + "\"\(message.signature)\""
+                    )))
             return
         }
 
@@ -134,7 +147,10 @@ extension ConnectionLoop {
             if object == nil && children.isEmpty {
                 reply(target, .failure(.unknownObject("No object at \(path)")))
             } else {
-                reply(target, .success([.string(Introspection.document(interfaces: object.map { _ in own }, children: children))]))
+                reply(
+                    target,
+                    .success([.string(Introspection.document(interfaces: object.map { _ in own }, children: children))])
+                )
             }
         case DBusInterfaceDescription.peer.name:
             if member == "Ping" {
@@ -153,8 +169,9 @@ extension ConnectionLoop {
                 reply(target, .failure(.unknownObject("No object at \(path)")))
                 return
             }
-            let call = DBusMethodCall(sender: target.sender, path: path, interface: interface.name, member: member,
-                                      signature: message.signature, arguments: message.arguments)
+            let call = DBusMethodCall(
+                sender: target.sender, path: path, interface: interface.name, member: member,
+                signature: message.signature, arguments: message.arguments)
             let outSignature = method.outSignature
             switch object.answerImmediately(call) {
             case .values(let values)?:
@@ -167,7 +184,9 @@ extension ConnectionLoop {
                 if prepared.signature == outSignature {
                     replyPrepared(target, prepared)
                 } else {
-                    reply(target, checked(.success([]), of: call, outSignature: outSignature, signature: prepared.signature))
+                    reply(
+                        target,
+                        checked(.success([]), of: call, outSignature: outSignature, signature: prepared.signature))
                 }
                 return
             case nil:
@@ -179,31 +198,39 @@ extension ConnectionLoop {
                 case .failure(let error): reply(target, error: error)
                 }
             }
-            control.attach(Task { [self] in
-                let answer: Result<[DBusValue], DBusError>
-                do {
-                    answer = .success(try await DBusCallControl.$current.withValue(control) {
-                        try await object.handleMethodCall(call)
-                    })
-                } catch let error as DBusError {
-                    answer = .failure(error)
-                } catch {
-                    answer = .failure(.failed(String(describing: error)))
-                }
-                control.finish(checked(answer, of: call, outSignature: outSignature))
-            })
+            control.attach(
+                Task { [self] in
+                    let answer: Result<[DBusValue], DBusError>
+                    do {
+                        answer = .success(
+                            try await DBusCallControl.$current.withValue(control) {
+                                try await object.handleMethodCall(call)
+                            })
+                    } catch let error as DBusError {
+                        answer = .failure(error)
+                    } catch {
+                        answer = .failure(.failed(String(describing: error)))
+                    }
+                    control.finish(checked(answer, of: call, outSignature: outSignature))
+                })
         }
     }
 
     /// A handler's answer, or Failed when its values do not have the method's out-signature.
-    private func checked(_ answer: Result<[DBusValue], DBusError>, of call: DBusMethodCall,
-                         outSignature: String, signature given: String? = nil) -> Result<[DBusValue], DBusError> {
+    private func checked(
+        _ answer: Result<[DBusValue], DBusError>, of call: DBusMethodCall,
+        outSignature: String, signature given: String? = nil
+    ) -> Result<[DBusValue], DBusError> {
         guard case .success(let values) = answer else { return answer }
         let signature = given ?? (values.count == 1 ? values[0].signature : values.map(\.signature).joined())
         guard signature != outSignature else { return answer }
-        logger.error("Handler returned wrong signature", metadata: [
-            "method": "\(call.interface).\(call.member)", "expected": "\(outSignature)", "got": "\(signature)"])
-        return .failure(.failed("Handler for \(call.member) returned signature \"\(signature)\", expected \"\(outSignature)\""))
+        logger.error(
+            "Handler returned wrong signature",
+            metadata: [
+                "method": "\(call.interface).\(call.member)", "expected": "\(outSignature)", "got": "\(signature)",
+            ])
+        return .failure(
+            .failed("Handler for \(call.member) returned signature \"\(signature)\", expected \"\(outSignature)\""))
     }
 
     private func machineID() -> Result<[DBusValue], DBusError> {
@@ -218,13 +245,19 @@ extension ConnectionLoop {
         return .success([.string(String(cString: id))])
     }
 
-    private func handleProperties(_ object: any DBusObject, _ own: [DBusInterfaceDescription], member: String,
-                                  arguments: [DBusValue], target: ReplyTarget) {
+    private func handleProperties(
+        _ object: any DBusObject, _ own: [DBusInterfaceDescription], member: String,
+        arguments: [DBusValue], target: ReplyTarget
+    ) {
         let ifaceName = arguments.first?.string ?? ""
         if DBusInterfaceDescription.standard.contains(where: { $0.name == ifaceName }) {
             switch member {
             case "GetAll": reply(target, .success([.vardict([:])]))
-            case "Get": reply(target, .failure(.unknownProperty("No property \(arguments.dropFirst().first?.string ?? "") in \(ifaceName)")))
+            case "Get":
+                reply(
+                    target,
+                    .failure(
+                        .unknownProperty("No property \(arguments.dropFirst().first?.string ?? "") in \(ifaceName)")))
             default: reply(target, .failure(.propertyReadOnly("Properties of \(ifaceName) are read-only")))
             }
             return
@@ -257,11 +290,12 @@ extension ConnectionLoop {
                 return
             }
             reply(target, .failure(.unknownProperty("No property \(name) in \(ifaceName)")))
-        default: // Set
+        default:  // Set
             let name = arguments.dropFirst().first?.string ?? ""
             let value = arguments.dropFirst(2).first?.variantValue ?? .variant(.string(""))
             guard let iface = candidates.first(where: { $0.property(named: name) != nil }),
-                  let property = iface.property(named: name) else {
+                let property = iface.property(named: name)
+            else {
                 reply(target, .failure(.unknownProperty("No property \(name) in \(ifaceName)")))
                 return
             }
@@ -270,7 +304,11 @@ extension ConnectionLoop {
                 return
             }
             guard value.signature == property.signature else {
-                reply(target, .failure(.invalidArgs("Property \(name) has type \"\(property.signature)\", got \"\(value.signature)\"")))
+                reply(
+                    target,
+                    .failure(
+                        .invalidArgs("Property \(name) has type \"\(property.signature)\", got \"\(value.signature)\""))
+                )
                 return
             }
             Task { [self] in
@@ -292,7 +330,8 @@ extension ConnectionLoop {
         guard !target.noReply else { return }
         do {
             switch result {
-            case .success(let values): sendFromLoopThread(try MessageBuilder.methodReturn(to: target, arguments: values))
+            case .success(let values):
+                sendFromLoopThread(try MessageBuilder.methodReturn(to: target, arguments: values))
             case .failure(let error): sendFromLoopThread(try MessageBuilder.error(to: target, error))
             }
         } catch {

@@ -38,7 +38,9 @@ public enum DBusSignature {
         guard bytes.count <= 255 else { return nil }
         func at(_ index: Int) -> UInt8 { index < bytes.count ? bytes[index] : 0 }
         func isPlain(_ code: UInt8) -> Bool { isBasicCode(code) || code == UInt8(ascii: "v") }
-        let array = UInt8(ascii: "a"), open = UInt8(ascii: "{"), close = UInt8(ascii: "}")
+        let array = UInt8(ascii: "a")
+        let open = UInt8(ascii: "{")
+        let close = UInt8(ascii: "}")
         var count = 0
         var index = 0
         while index < bytes.count {
@@ -47,7 +49,8 @@ public enum DBusSignature {
             } else if at(index) == array, isPlain(at(index + 1)) {
                 index += 2
             } else if at(index) == array, at(index + 1) == open, isBasicCode(at(index + 2)), isPlain(at(index + 3)),
-                      at(index + 4) == close {
+                at(index + 4) == close
+            {
                 index += 5
             } else {
                 return nil
@@ -61,8 +64,8 @@ public enum DBusSignature {
     private static func isBasicCode(_ code: UInt8) -> Bool {
         switch code {
         case UInt8(ascii: "y"), UInt8(ascii: "b"), UInt8(ascii: "n"), UInt8(ascii: "q"), UInt8(ascii: "i"),
-             UInt8(ascii: "u"), UInt8(ascii: "x"), UInt8(ascii: "t"), UInt8(ascii: "d"), UInt8(ascii: "h"),
-             UInt8(ascii: "s"), UInt8(ascii: "o"), UInt8(ascii: "g"):
+            UInt8(ascii: "u"), UInt8(ascii: "x"), UInt8(ascii: "t"), UInt8(ascii: "d"), UInt8(ascii: "h"),
+            UInt8(ascii: "s"), UInt8(ascii: "o"), UInt8(ascii: "g"):
             return true
         default:
             return false

@@ -58,18 +58,23 @@ enum DBusValidation {
             }
             for element in elements {
                 guard element.signature == elementSignature else {
-                    throw .invalidArgs("Array element of type \"\(element.signature)\" in array of \"\(elementSignature)\"")
+                    throw .invalidArgs(
+                        "Array element of type \"\(element.signature)\" in array of \"\(elementSignature)\"")
                 }
                 try self.value(element, depth: depth + 1)
             }
         case .dictionary(let keySignature, let valueSignature, let entries):
             guard DBusSignature.isBasicType(keySignature),
-                  DBusSignature.isSingleCompleteType("a{" + keySignature + valueSignature + "}") else {
+                DBusSignature.isSingleCompleteType("a{" + keySignature + valueSignature + "}")
+            else {
                 throw .invalidArgs("Invalid dictionary signature \"a{\(keySignature)\(valueSignature)}\"")
             }
             for entry in entries {
                 guard entry.key.signature == keySignature, entry.value.signature == valueSignature else {
-                    throw .invalidArgs("Dictionary entry {\(entry.key.signature)\(entry.value.signature)} in a{\(keySignature)\(valueSignature)}")
+                    throw .invalidArgs(
+                        "Dictionary entry {\(entry.key.signature)\(entry.value.signature)} in "
+                            + "a{\(keySignature)\(valueSignature)}"
+                    )
                 }
                 try self.value(entry.key, depth: depth + 2)
                 try self.value(entry.value, depth: depth + 2)

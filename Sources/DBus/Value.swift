@@ -83,22 +83,25 @@ extension DBusValue {
 
     /// A string-to-variant dictionary (`a{sv}`); values are wrapped in variants, keys sorted.
     public static func vardict(_ values: [String: DBusValue]) -> DBusValue {
-        .dictionary(keySignature: "s", valueSignature: "v",
-                    values.sorted { $0.key < $1.key }.map { DBusDictEntry(key: .string($0.key), value: .variant($0.value)) })
+        .dictionary(
+            keySignature: "s", valueSignature: "v",
+            values.sorted { $0.key < $1.key }.map { DBusDictEntry(key: .string($0.key), value: .variant($0.value)) })
     }
 
     /// The same as ``vardict(_:)`` for entries written in ascending key order (checked in debug
     /// builds), without hashing or sorting: for replies built on every call.
     public static func vardict(inOrder entries: KeyValuePairs<String, DBusValue>) -> DBusValue {
         assert(zip(entries, entries.dropFirst()).allSatisfy { $0.key < $1.key }, "vardict(inOrder:) keys out of order")
-        return .dictionary(keySignature: "s", valueSignature: "v",
-                           entries.map { DBusDictEntry(key: .string($0.key), value: .variant($0.value)) })
+        return .dictionary(
+            keySignature: "s", valueSignature: "v",
+            entries.map { DBusDictEntry(key: .string($0.key), value: .variant($0.value)) })
     }
 
     /// A string-to-string dictionary (`a{ss}`), keys sorted.
     public static func stringDict(_ values: [String: String]) -> DBusValue {
-        .dictionary(keySignature: "s", valueSignature: "s",
-                    values.sorted { $0.key < $1.key }.map { DBusDictEntry(key: .string($0.key), value: .string($0.value)) })
+        .dictionary(
+            keySignature: "s", valueSignature: "s",
+            values.sorted { $0.key < $1.key }.map { DBusDictEntry(key: .string($0.key), value: .string($0.value)) })
     }
 
     /// An array of `a{sv}` dictionaries (`aa{sv}`).

@@ -16,7 +16,13 @@ public struct GraphProfile: Codable, Sendable, Equatable {
     /// (`http://127.0.0.1:PORT/tenant/v2.0` gives `http://127.0.0.1:PORT`).
     public static func baseURL(forAuthority authority: String) -> String? {
         let scheme: String
-        if authority.hasPrefix("https://") { scheme = "https://" } else if authority.hasPrefix("http://") { scheme = "http://" } else { return nil }
+        if authority.hasPrefix("https://") {
+            scheme = "https://"
+        } else if authority.hasPrefix("http://") {
+            scheme = "http://"
+        } else {
+            return nil
+        }
         let host = authority.dropFirst(scheme.count).prefix { $0 != "/" }
         guard !host.isEmpty else { return nil }
         if host == "login.microsoftonline.com" || host.hasSuffix(".ciamlogin.com") {
@@ -26,8 +32,10 @@ public struct GraphProfile: Codable, Sendable, Equatable {
     }
 
     /// Fetches the profile with `authorizationHeader` (`Bearer …`, from a token result).
-    public static func me(baseURL: String, authorizationHeader: String,
-                          http: HTTPClient = .shared) async throws(GraphProfileError) -> GraphProfile {
+    public static func me(
+        baseURL: String, authorizationHeader: String,
+        http: HTTPClient = .shared
+    ) async throws(GraphProfileError) -> GraphProfile {
         let url = baseURL + "/v1.0/me"
         let response: HTTPResponse
         do {

@@ -111,8 +111,9 @@ final class CurlWorker: Sendable {
             }
             if !state.started { start(&state) }
             guard let multi = state.multi else {
-                return .transport(code: Int(CURLE_FAILED_INIT.rawValue),
-                                  message: state.startFailure ?? "the HTTP worker has stopped")
+                return .transport(
+                    code: Int(CURLE_FAILED_INIT.rawValue),
+                    message: state.startFailure ?? "the HTTP worker has stopped")
             }
             state.queue.append(job)
             multi.wakeup()
@@ -201,7 +202,9 @@ final class CurlLoop {
     private func start(_ job: Job) {
         guard let easy = pool.popLast() ?? ccurl_easy_init() else {
             done(job.id)
-            job.continuation.resume(returning: .failure(.transport(code: Int(CURLE_OUT_OF_MEMORY.rawValue), message: "libcurl could not create a handle")))
+            job.continuation.resume(
+                returning: .failure(
+                    .transport(code: Int(CURLE_OUT_OF_MEMORY.rawValue), message: "libcurl could not create a handle")))
             return
         }
         let transfer = Transfer(job: job, easy: easy, userAgent: worker.userAgent)
@@ -214,7 +217,11 @@ final class CurlLoop {
         guard ccurl_multi_add_handle(multi, easy) == CURLM_OK else {
             release(transfer)
             done(job.id)
-            job.continuation.resume(returning: .failure(.transport(code: Int(CURLE_FAILED_INIT.rawValue), message: "\(transfer.label): libcurl refused the transfer")))
+            job.continuation.resume(
+                returning: .failure(
+                    .transport(
+                        code: Int(CURLE_FAILED_INIT.rawValue),
+                        message: "\(transfer.label): libcurl refused the transfer")))
             return
         }
         active[easy] = transfer
@@ -273,12 +280,14 @@ func startThread(_ body: @escaping @Sendable () -> Void) -> Bool {
     }
     let box = Unmanaged.passRetained(Box(body: body)).toOpaque()
     var thread = pthread_t()
-    let rc = pthread_create(&thread, nil, { raw in
-        guard let raw else { return nil }
-        let box = Unmanaged<Box>.fromOpaque(raw).takeRetainedValue()
-        box.body()
-        return nil
-    }, box)
+    let rc = pthread_create(
+        &thread, nil,
+        { raw in
+            guard let raw else { return nil }
+            let box = Unmanaged<Box>.fromOpaque(raw).takeRetainedValue()
+            box.body()
+            return nil
+        }, box)
     guard rc == 0 else {
         Unmanaged<Box>.fromOpaque(box).release()
         return false

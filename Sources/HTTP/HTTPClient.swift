@@ -38,7 +38,8 @@ public final class HTTPClient: Sendable {
         let id = worker.makeID()
         defer { worker.forget(id) }
         let result = await withTaskCancellationHandler {
-            await withCheckedContinuation { (continuation: CheckedContinuation<Result<HTTPResponse, HTTPError>, Never>) in
+            await withCheckedContinuation {
+                (continuation: CheckedContinuation<Result<HTTPResponse, HTTPError>, Never>) in
                 worker.enqueue(Job(id: id, request: request, continuation: continuation))
             }
         } onCancel: {
@@ -78,12 +79,14 @@ func validate(_ request: HTTPRequest) -> HTTPError? {
 
 /// RFC 9110 token: one or more visible ASCII characters other than delimiters.
 func isToken(_ string: String) -> Bool {
-    !string.isEmpty && string.utf8.allSatisfy { byte in
-        switch byte {
-        case UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"):
-            return true
-        default:
-            return "!#$%&'*+-.^_`|~".utf8.contains(byte)
+    !string.isEmpty
+        && string.utf8.allSatisfy { byte in
+            switch byte {
+            case UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
+                UInt8(ascii: "a")...UInt8(ascii: "z"):
+                return true
+            default:
+                return "!#$%&'*+-.^_`|~".utf8.contains(byte)
+            }
         }
-    }
 }

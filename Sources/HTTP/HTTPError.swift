@@ -5,9 +5,11 @@
 /// query strings, fragments or user information; where a request is named, it is named by
 /// method and `scheme://host[:port]/path` only.
 public enum HTTPError: Error, Sendable, Equatable, CustomStringConvertible {
-    /// The URL could not be parsed; the payload is the URL with query, fragment and user information removed, and the reason.
+    /// The URL could not be parsed; the payload is the URL with query, fragment and user information removed, and the
+    /// reason.
     case invalidURL(String)
-    /// The request itself is malformed (a method or header name that is not a token, a header value with CR/LF/NUL); the payload says which part, never the value.
+    /// The request itself is malformed (a method or header name that is not a token, a header value with CR/LF/NUL);
+    /// the payload says which part, never the value.
     case invalidRequest(String)
     /// The URL's scheme is not `http` or `https`; the payload is the scheme.
     case unsupportedScheme(String)
@@ -21,7 +23,8 @@ public enum HTTPError: Error, Sendable, Equatable, CustomStringConvertible {
     case responseTooLarge(limit: Int)
     /// TLS failed, for example the certificate did not verify; the payload names the request and libcurl's reason.
     case tls(String)
-    /// Any other transfer failure; `code` is the libcurl `CURLcode`, the message names the request and libcurl's reason.
+    /// Any other transfer failure; `code` is the libcurl `CURLcode`, the message names the request and libcurl's
+    /// reason.
     case transport(code: Int, message: String)
     /// The calling task was cancelled; the transfer was aborted.
     case cancelled
@@ -92,7 +95,7 @@ struct URLParts {
         guard let separator = url.firstRange(of: "://") else { return nil }
         let scheme = url[..<separator.lowerBound]
         guard let first = scheme.first, first.isASCII, first.isLetter,
-              scheme.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "+" || $0 == "-" || $0 == ".") })
+            scheme.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "+" || $0 == "-" || $0 == ".") })
         else { return nil }
         self.scheme = scheme.lowercased()
         let rest = url[separator.upperBound...]

@@ -101,8 +101,8 @@ public struct HTTPRequest: Sendable {
         for byte in string.utf8 {
             switch byte {
             case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"),
-                 UInt8(ascii: "0")...UInt8(ascii: "9"),
-                 UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"), UInt8(ascii: "~"):
+                UInt8(ascii: "0")...UInt8(ascii: "9"),
+                UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"), UInt8(ascii: "~"):
                 bytes.append(byte)
             default:
                 bytes.append(UInt8(ascii: "%"))
@@ -128,7 +128,10 @@ public struct HTTPResponse: Sendable {
     public var totalTime: Duration
 
     /// Creates a response; useful for test doubles of code that consumes responses.
-    public init(status: Int, headers: [HTTPHeader] = [], body: [UInt8] = [], effectiveURL: String = "", totalTime: Duration = .zero) {
+    public init(
+        status: Int, headers: [HTTPHeader] = [], body: [UInt8] = [], effectiveURL: String = "",
+        totalTime: Duration = .zero
+    ) {
         self.status = status
         self.headers = headers
         self.body = body

@@ -56,7 +56,9 @@ final class Transfer {
         check(ccurl_easy_setopt_string(easy, CURLOPT_PROTOCOLS_STR, "http,https"))
         check(ccurl_easy_setopt_string(easy, CURLOPT_REDIR_PROTOCOLS_STR, "http,https"))
         check(ccurl_easy_setopt_long(easy, CURLOPT_FOLLOWLOCATION, 0))
-        check(ccurl_easy_setopt_long(easy, CURLOPT_CONNECTTIMEOUT_MS, Int(milliseconds(request.connectTimeout, minimum: 1))))
+        check(
+            ccurl_easy_setopt_long(
+                easy, CURLOPT_CONNECTTIMEOUT_MS, Int(milliseconds(request.connectTimeout, minimum: 1))))
         check(ccurl_easy_setopt_long(easy, CURLOPT_TIMEOUT_MS, Int(milliseconds(request.timeout, minimum: 1))))
         check(ccurl_easy_setopt_long(easy, CURLOPT_SSL_VERIFYPEER, 1))
         check(ccurl_easy_setopt_long(easy, CURLOPT_SSL_VERIFYHOST, 2))
@@ -78,7 +80,9 @@ final class Transfer {
             // COPYPOSTFIELDS copies POSTFIELDSIZE bytes, so the array need not outlive this call.
             request.body.withUnsafeBytes { bytes in
                 if let base = bytes.baseAddress {
-                    check(ccurl_easy_setopt_pointer(easy, CURLOPT_COPYPOSTFIELDS, UnsafeMutableRawPointer(mutating: base)))
+                    check(
+                        ccurl_easy_setopt_pointer(easy, CURLOPT_COPYPOSTFIELDS, UnsafeMutableRawPointer(mutating: base))
+                    )
                 } else {
                     check(ccurl_easy_setopt_string(easy, CURLOPT_COPYPOSTFIELDS, ""))
                 }
@@ -111,7 +115,9 @@ final class Transfer {
         }
 
         guard let failed else { return nil }
-        return .transport(code: Int(failed.rawValue), message: "\(label): libcurl rejected an option: \(String(cString: ccurl_easy_strerror(failed)))")
+        return .transport(
+            code: Int(failed.rawValue),
+            message: "\(label): libcurl rejected an option: \(String(cString: ccurl_easy_strerror(failed)))")
     }
 
     /// Body bytes from libcurl; false aborts the transfer.
@@ -163,7 +169,10 @@ final class Transfer {
             let effectiveURL = urlPointer.map { String(cString: $0) } ?? request.url
             var micros: curl_off_t = 0
             _ = ccurl_easy_getinfo_off_t(easy, CURLINFO_TOTAL_TIME_T, &micros)
-            return .success(HTTPResponse(status: status, headers: headers, body: body, effectiveURL: effectiveURL, totalTime: .microseconds(micros)))
+            return .success(
+                HTTPResponse(
+                    status: status, headers: headers, body: body, effectiveURL: effectiveURL,
+                    totalTime: .microseconds(micros)))
         }
         return .failure(error(for: code))
     }
@@ -185,16 +194,18 @@ final class Transfer {
             return .couldNotConnect(detail)
         case CURLE_OPERATION_TIMEDOUT:
             // A reused connection reports no connect time; the pre-transfer time says the request went out.
-            var connectMicros: curl_off_t = 0, pretransferMicros: curl_off_t = 0
+            var connectMicros: curl_off_t = 0
+            var pretransferMicros: curl_off_t = 0
             _ = ccurl_easy_getinfo_off_t(easy, CURLINFO_CONNECT_TIME_T, &connectMicros)
             _ = ccurl_easy_getinfo_off_t(easy, CURLINFO_PRETRANSFER_TIME_T, &pretransferMicros)
             let connected = connectMicros > 0 || pretransferMicros > 0
-            return .timedOut(connected || request.timeout < request.connectTimeout ? request.timeout : request.connectTimeout)
+            return .timedOut(
+                connected || request.timeout < request.connectTimeout ? request.timeout : request.connectTimeout)
         case CURLE_SSL_CONNECT_ERROR, CURLE_PEER_FAILED_VERIFICATION, CURLE_SSL_CERTPROBLEM,
-             CURLE_SSL_CIPHER, CURLE_SSL_CACERT_BADFILE, CURLE_SSL_ENGINE_NOTFOUND,
-             CURLE_SSL_ENGINE_SETFAILED, CURLE_SSL_ENGINE_INITFAILED, CURLE_USE_SSL_FAILED,
-             CURLE_SSL_SHUTDOWN_FAILED, CURLE_SSL_CRL_BADFILE, CURLE_SSL_ISSUER_ERROR,
-             CURLE_SSL_PINNEDPUBKEYNOTMATCH, CURLE_SSL_INVALIDCERTSTATUS, CURLE_SSL_CLIENTCERT:
+            CURLE_SSL_CIPHER, CURLE_SSL_CACERT_BADFILE, CURLE_SSL_ENGINE_NOTFOUND,
+            CURLE_SSL_ENGINE_SETFAILED, CURLE_SSL_ENGINE_INITFAILED, CURLE_USE_SSL_FAILED,
+            CURLE_SSL_SHUTDOWN_FAILED, CURLE_SSL_CRL_BADFILE, CURLE_SSL_ISSUER_ERROR,
+            CURLE_SSL_PINNEDPUBKEYNOTMATCH, CURLE_SSL_INVALIDCERTSTATUS, CURLE_SSL_CLIENTCERT:
             return .tls(detail)
         default:
             return .transport(code: Int(code.rawValue), message: detail)
@@ -210,7 +221,9 @@ private func trimmed(_ text: Substring) -> String {
 }
 
 /// CURLOPT_WRITEFUNCTION; `context` is the unretained ``Transfer`` (kept alive by the worker).
-private func curlWriteBody(_ data: UnsafeMutablePointer<CChar>?, _ size: Int, _ count: Int, _ context: UnsafeMutableRawPointer?) -> Int {
+private func curlWriteBody(
+    _ data: UnsafeMutablePointer<CChar>?, _ size: Int, _ count: Int, _ context: UnsafeMutableRawPointer?
+) -> Int {
     guard let context else { return 0 }
     let transfer = Unmanaged<Transfer>.fromOpaque(context).takeUnretainedValue()
     let length = size * count
@@ -218,7 +231,9 @@ private func curlWriteBody(_ data: UnsafeMutablePointer<CChar>?, _ size: Int, _ 
 }
 
 /// CURLOPT_HEADERFUNCTION; `context` is the unretained ``Transfer`` (kept alive by the worker).
-private func curlWriteHeader(_ data: UnsafeMutablePointer<CChar>?, _ size: Int, _ count: Int, _ context: UnsafeMutableRawPointer?) -> Int {
+private func curlWriteHeader(
+    _ data: UnsafeMutablePointer<CChar>?, _ size: Int, _ count: Int, _ context: UnsafeMutableRawPointer?
+) -> Int {
     guard let context else { return 0 }
     let transfer = Unmanaged<Transfer>.fromOpaque(context).takeUnretainedValue()
     let length = size * count

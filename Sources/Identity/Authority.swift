@@ -21,7 +21,11 @@ public struct Authority: Sendable, Hashable, CustomStringConvertible {
     /// Checks that `url` is absolute HTTPS, or HTTP to the loopback, and returns its `host[:port]`.
     static func checkedHost(of url: String) throws(IdentityError) -> String {
         let scheme: String
-        if url.hasPrefix("https://") { scheme = "https" } else if url.hasPrefix("http://") { scheme = "http" } else {
+        if url.hasPrefix("https://") {
+            scheme = "https"
+        } else if url.hasPrefix("http://") {
+            scheme = "http"
+        } else {
             throw IdentityError.invalidURL(redacted(url))
         }
         let rest = url.dropFirst(scheme.count + 3)
@@ -29,7 +33,9 @@ public struct Authority: Sendable, Hashable, CustomStringConvertible {
         if hostPort.isEmpty || hostPort.contains("@") { throw IdentityError.invalidURL(redacted(url)) }
         if scheme == "http" {
             let host: Substring
-            if hostPort.hasPrefix("[") { host = hostPort.prefix { $0 != "]" }.dropFirst() } else {
+            if hostPort.hasPrefix("[") {
+                host = hostPort.prefix { $0 != "]" }.dropFirst()
+            } else {
                 host = hostPort.prefix { $0 != ":" }
             }
             guard host == "127.0.0.1" || host == "localhost" || host == "::1" else {

@@ -7,9 +7,11 @@ struct BrowserLauncher: Sendable {
     func open(_ url: String) throws(IdentityError) {
         let command: [String]
         if let browser = getenv("BROWSER").map({ String(cString: $0) }), !browser.isEmpty,
-           let first = browser.split(separator: ":").first {
+            let first = browser.split(separator: ":").first
+        {
             let words = first.split(separator: " ").map(String.init)
-            command = words.contains { $0.contains("%s") }
+            command =
+                words.contains { $0.contains("%s") }
                 ? words.map { $0.replacing("%s", with: url) }
                 : words + [url]
         } else {
@@ -17,13 +19,17 @@ struct BrowserLauncher: Sendable {
         }
         var pid = pid_t()
         var arguments = command.map { strdup($0) } + [nil]
-        defer { arguments.forEach { free($0) } }
+        defer { for argument in arguments { free(argument) } }
         let status = posix_spawnp(&pid, command[0], nil, nil, &arguments, environ)
         guard status == 0 else {
-            throw IdentityError.badResponse("cannot start the browser (\(command[0])): \(String(cString: strerror(status))); set BROWSER")
+            throw IdentityError.badResponse(
+                "cannot start the browser (\(command[0])): \(String(cString: strerror(status))); set BROWSER")
         }
         let child = pid
-        Thread.detach { var code: Int32 = 0; waitpid(child, &code, 0) }
+        Thread.detach {
+            var code: Int32 = 0
+            waitpid(child, &code, 0)
+        }
     }
 }
 
@@ -37,11 +43,17 @@ enum Thread {
     static func detach(_ body: @escaping @Sendable () -> Void) {
         var thread = pthread_t()
         let context = Unmanaged.passRetained(Box(body)).toOpaque()
-        let created = pthread_create(&thread, nil, { raw in
-            guard let raw else { return nil }
-            Unmanaged<Box>.fromOpaque(raw).takeRetainedValue().body()
-            return nil
-        }, context)
-        if created == 0 { pthread_detach(thread) } else { Unmanaged<Box>.fromOpaque(context).takeRetainedValue().body() }
+        let created = pthread_create(
+            &thread, nil,
+            { raw in
+                guard let raw else { return nil }
+                Unmanaged<Box>.fromOpaque(raw).takeRetainedValue().body()
+                return nil
+            }, context)
+        if created == 0 {
+            pthread_detach(thread)
+        } else {
+            Unmanaged<Box>.fromOpaque(context).takeRetainedValue().body()
+        }
     }
 }

@@ -31,14 +31,16 @@ struct IDTokenValidator: Sendable {
     /// - Throws: ``IdentityError/invalidIDToken(_:)`` when the token fails a check;
     ///   ``IdentityError/unreachable(_:)`` or ``IdentityError/badResponse(_:)`` when the provider's
     ///   signing keys could not be fetched.
-    func validate(_ idToken: String, clientId: String, expectedNonce: String?) async throws(IdentityError) -> IdentityClaims {
+    func validate(_ idToken: String, clientId: String, expectedNonce: String?) async throws(IdentityError)
+        -> IdentityClaims
+    {
         // 1. Shape: header.payload.signature, each base64url without padding.
         let parts = idToken.utf8.split(separator: UInt8(ascii: "."), omittingEmptySubsequences: false)
         guard parts.count == 3 else {
             throw IdentityError.invalidIDToken("it is not a compact JWS (header.payload.signature)")
         }
         guard let headerBytes = Base64URL.decode(parts[0]), let payloadBytes = Base64URL.decode(parts[1]),
-              let signature = Base64URL.decode(parts[2])
+            let signature = Base64URL.decode(parts[2])
         else {
             throw IdentityError.invalidIDToken("a part of it is not base64url")
         }
@@ -52,13 +54,16 @@ struct IDTokenValidator: Sendable {
             if algName == "none" { throw IdentityError.invalidIDToken("it is not signed (alg none)") }
             // Echo the name only when it is a registered one (RFC 7518), never arbitrary header text.
             if Self.registeredAlgorithms.contains(algName) {
-                throw IdentityError.invalidIDToken("it is signed with \(algName); the broker accepts ES256 and RS256 only")
+                throw IdentityError.invalidIDToken(
+                    "it is signed with \(algName); the broker accepts ES256 and RS256 only")
             }
-            throw IdentityError.invalidIDToken("it is signed with an algorithm the broker does not accept (ES256 and RS256 only)")
+            throw IdentityError.invalidIDToken(
+                "it is signed with an algorithm the broker does not accept (ES256 and RS256 only)")
         }
         guard header["crit"] == nil else {
             // RFC 7515 4.1.11: extensions the recipient does not understand make the JWS invalid.
-            throw IdentityError.invalidIDToken("its header lists critical extensions (crit) the broker does not understand")
+            throw IdentityError.invalidIDToken(
+                "its header lists critical extensions (crit) the broker does not understand")
         }
         let kid: String?
         switch header["kid"] {
@@ -118,7 +123,8 @@ struct IDTokenValidator: Sendable {
         }
         if let azp = claims["azp"], audiences.count > 1 {
             guard azp.string == clientId else {
-                throw IdentityError.invalidIDToken("it has several audiences and its authorized party (azp) is not the client \(clientId)")
+                throw IdentityError.invalidIDToken(
+                    "it has several audiences and its authorized party (azp) is not the client \(clientId)")
             }
         }
 
@@ -178,13 +184,14 @@ struct IDTokenValidator: Sendable {
         case .p256(let publicKey):
             // JWS ES256 signatures are r || s, 32 bytes each (RFC 7518, section 3.4), not DER.
             guard signature.count == 64,
-                  let ecdsa = try? P256.Signing.ECDSASignature(rawRepresentation: signature)
+                let ecdsa = try? P256.Signing.ECDSASignature(rawRepresentation: signature)
             else { return false }
             return publicKey.isValidSignature(ecdsa, for: digest)
         case .rsa(let publicKey):
             guard signature.count == (publicKey.keySizeInBits + 7) / 8 else { return false }
-            return publicKey.isValidSignature(_RSA.Signing.RSASignature(rawRepresentation: signature),
-                                              for: digest, padding: .insecurePKCS1v1_5)
+            return publicKey.isValidSignature(
+                _RSA.Signing.RSASignature(rawRepresentation: signature),
+                for: digest, padding: .insecurePKCS1v1_5)
         }
     }
 

@@ -15,7 +15,8 @@ struct IdentityClaims: Sendable {
         let objectId = text("oid") ?? subject
         let tenant = text("tid") ?? fallbackTenant
         let username = text("preferred_username") ?? text("email") ?? text("upn") ?? subject
-        return Account(username: username, identifier: tenant.isEmpty ? objectId : "\(objectId).\(tenant)",
-                       tenantId: tenant, environment: environment, name: text("name") ?? username)
+        return Account(
+            username: username, identifier: tenant.isEmpty ? objectId : "\(objectId).\(tenant)",
+            tenantId: tenant, environment: environment, name: text("name") ?? username)
     }
 }

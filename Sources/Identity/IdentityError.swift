@@ -26,10 +26,13 @@ public enum IdentityError: Error, Sendable, Equatable, CustomStringConvertible {
     public var description: String {
         switch self {
         case .invalidURL(let url): return "\(url) is not an absolute http(s) URL"
-        case .insecureURL(let url): return "\(url) uses plain HTTP; only the loopback (127.0.0.1, localhost) may, anything else needs HTTPS"
+        case .insecureURL(let url):
+            return "\(url) uses plain HTTP; only the loopback (127.0.0.1, localhost) may, anything else needs HTTPS"
         case .unreachable(let error): return "the identity provider could not be reached: \(error)"
         case .oauth(let status, let error, let description, _, _):
-            return description.isEmpty ? "the provider answered \(status) \(error)" : "the provider answered \(status) \(error): \(description)"
+            return description.isEmpty
+                ? "the provider answered \(status) \(error)"
+                : "the provider answered \(status) \(error): \(description)"
         case .badResponse(let why): return "the identity provider's answer is not valid: \(why)"
         case .invalidIDToken(let why): return "the ID token is not valid: \(why)"
         case .unavailable(let text), .serverFailure(let text): return text
@@ -42,13 +45,20 @@ public enum IdentityError: Error, Sendable, Equatable, CustomStringConvertible {
     func brokerFailure(during kind: GrantKind, host: String) -> BrokerFailure {
         switch self {
         case .badResponse(let why):
-            return BrokerFailure(.serverError, "the identity provider at \(host) gave an answer that is not valid: \(why); "
-                                 + "try again later, and tell the provider's administrator if it persists")
+            return BrokerFailure(
+                .serverError,
+                "the identity provider at \(host) gave an answer that is not valid: \(why); "
+                    + "try again later, and tell the provider's administrator if it persists")
         case .unreachable(let error):
-            return BrokerFailure(.serverUnavailable, "the identity provider at \(host) could not be reached (\(error)); try again later")
+            return BrokerFailure(
+                .serverUnavailable, "the identity provider at \(host) could not be reached (\(error)); try again later")
         case .invalidIDToken:
-            return BrokerFailure(.serverError, "\(description); the broker refused the answer. If this persists, tell the "
-                                 + "administrator of the identity provider at \(host): it is misconfigured, or not the provider it claims to be")
+            return BrokerFailure(
+                .serverError,
+                "\(description); the broker refused the answer. If this persists, tell the "
+                    + "administrator of the identity provider at \(host): it is misconfigured, or not the provider it "
+                    + "claims to be"
+            )
         default:
             return brokerFailure(during: kind)
         }
@@ -92,8 +102,11 @@ public enum IdentityError: Error, Sendable, Equatable, CustomStringConvertible {
                 return BrokerFailure(kind == .refresh ? .interactionRequired : .codeExpired, text)
             case "invalid_grant":
                 switch kind {
-                case .refresh: return BrokerFailure(.interactionRequired, "the refresh token was refused (\(text)); sign in interactively")
-                case .code where suberror == "invalid_oob_value": return BrokerFailure(.invalidCode, "the code is not correct; type it again")
+                case .refresh:
+                    return BrokerFailure(
+                        .interactionRequired, "the refresh token was refused (\(text)); sign in interactively")
+                case .code where suberror == "invalid_oob_value":
+                    return BrokerFailure(.invalidCode, "the code is not correct; type it again")
                 case .password where codes.contains(50034) || suberror == "user_not_found":
                     return BrokerFailure(.userNotFound, text)
                 case .password: return BrokerFailure(.invalidPassword, "the username or password is not correct")

@@ -9,7 +9,9 @@ import HTTP
 extension OIDCProvider {
     /// The provider exchanges before and after the browser (discovery; the code grant) each have
     /// the call budget; the wait for the person in the browser is bounded by `request.timeout`.
-    public func signInInteractively(clientId: String, scopes: Scopes, request: InteractiveRequest) async throws -> ProviderTokens {
+    public func signInInteractively(clientId: String, scopes: Scopes, request: InteractiveRequest) async throws
+        -> ProviderTokens
+    {
         let endpoints = try await requester.withBudget { () async throws(BrokerFailure) -> ProviderMetadata in
             try await self.endpoints(for: .other)
         }
@@ -25,7 +27,8 @@ extension OIDCProvider {
         let nonce = Self.randomURLSafe(bytes: 16)
         var query: [(String, String)] = [
             ("client_id", clientId), ("response_type", "code"), ("redirect_uri", listener.redirectURI),
-            ("scope", Self.scopeParameter(scopes, kind: .authorizationCode, endpoints: endpoints)), ("state", state), ("nonce", nonce),
+            ("scope", Self.scopeParameter(scopes, kind: .authorizationCode, endpoints: endpoints)), ("state", state),
+            ("nonce", nonce),
             ("code_challenge", Self.base64URL(Array(SHA256.hash(data: Array(verifier.utf8))))),
             ("code_challenge_method", "S256"),
         ]
@@ -34,7 +37,9 @@ extension OIDCProvider {
         let url = authorize + (authorize.contains("?") ? "&" : "?") + HTTPRequest.formURLEncoded(query)
 
         try browser.open(url)
-        logger.info("interactive sign-in waiting for the browser", metadata: ["clientId": "\(clientId)", "port": "\(listener.port)"])
+        logger.info(
+            "interactive sign-in waiting for the browser",
+            metadata: ["clientId": "\(clientId)", "port": "\(listener.port)"])
         let parameters = try await Self.waitForRedirect(listener, timeout: request.timeout)
         guard parameters["state"] == state else {
             throw BrokerFailure(.serverError, "the redirect's state does not match this sign-in; it was refused")
@@ -54,10 +59,12 @@ extension OIDCProvider {
             throw BrokerFailure(.serverError, "the provider's redirect carries neither a code nor an error")
         }
         return try await requester.withBudget { () async throws(BrokerFailure) -> ProviderTokens in
-            try await grant(.authorizationCode, clientId: clientId, scopes: scopes, nonce: nonce, fields: [
-                ("grant_type", "authorization_code"), ("code", code), ("redirect_uri", listener.redirectURI),
-                ("code_verifier", verifier),
-            ])
+            try await grant(
+                .authorizationCode, clientId: clientId, scopes: scopes, nonce: nonce,
+                fields: [
+                    ("grant_type", "authorization_code"), ("code", code), ("redirect_uri", listener.redirectURI),
+                    ("code_verifier", verifier),
+                ])
         }
     }
 
@@ -75,7 +82,9 @@ extension OIDCProvider {
     }
 
     /// The redirect's parameters, or `.cancelled` when the time runs out or the task is cancelled.
-    private static func waitForRedirect(_ listener: LoopbackRedirectListener, timeout: Duration) async throws(BrokerFailure) -> [String: String] {
+    private static func waitForRedirect(_ listener: LoopbackRedirectListener, timeout: Duration)
+        async throws(BrokerFailure) -> [String: String]
+    {
         let outcome: [String: String]? = await withTaskGroup(of: [String: String]?.self) { group in
             group.addTask { await listener.waitForRedirect() }
             group.addTask {
@@ -94,7 +103,8 @@ extension OIDCProvider {
         }
         guard let outcome else {
             if Task.isCancelled { throw BrokerFailure(.cancelled, "the interactive sign-in was cancelled") }
-            throw BrokerFailure(.cancelled, "nobody finished the sign-in in the browser within \(timeout.components.seconds) s")
+            throw BrokerFailure(
+                .cancelled, "nobody finished the sign-in in the browser within \(timeout.components.seconds) s")
         }
         return outcome
     }

@@ -75,18 +75,18 @@ struct JSONWebKeySet: Sendable {
         switch kty {
         case "EC":
             guard alg == nil || alg == JWSAlgorithm.es256.rawValue, member["crv"]?.string == "P-256",
-                  let x = decodedMember(member, "x"), let y = decodedMember(member, "y"),
-                  x.count == 32, y.count == 32,
-                  let key = try? P256.Signing.PublicKey(x963Representation: [0x04] + x + y)
+                let x = decodedMember(member, "x"), let y = decodedMember(member, "y"),
+                x.count == 32, y.count == 32,
+                let key = try? P256.Signing.PublicKey(x963Representation: [0x04] + x + y)
             else { return nil }
             material = .p256(key)
         case "RSA":
             guard alg == nil || alg == JWSAlgorithm.rs256.rawValue,
-                  let n = decodedMember(member, "n"), let e = decodedMember(member, "e"),
-                  !n.isEmpty, !e.isEmpty, e.count <= 8,
-                  n.count <= maximumRSABits / 8 + 1,
-                  let key = try? _RSA.Signing.PublicKey(n: n, e: e),
-                  key.keySizeInBits <= maximumRSABits
+                let n = decodedMember(member, "n"), let e = decodedMember(member, "e"),
+                !n.isEmpty, !e.isEmpty, e.count <= 8,
+                n.count <= maximumRSABits / 8 + 1,
+                let key = try? _RSA.Signing.PublicKey(n: n, e: e),
+                key.keySizeInBits <= maximumRSABits
             else { return nil }
             material = .rsa(key)
         default:
@@ -158,8 +158,10 @@ actor JWKSCache {
     private(set) var fetchCount = 0
 
     /// A cache that gets the set's bytes from `fetch` (tests inject one).
-    init(uri: String, clock: any WallClock, minimumRefetchInterval: Int64 = 60, maximumAge: Int64 = 86_400,
-         logger: Logger? = nil, fetch: @escaping Fetch) {
+    init(
+        uri: String, clock: any WallClock, minimumRefetchInterval: Int64 = 60, maximumAge: Int64 = 86_400,
+        logger: Logger? = nil, fetch: @escaping Fetch
+    ) {
         self.uri = uri
         self.fetch = fetch
         self.clock = clock
@@ -169,21 +171,29 @@ actor JWKSCache {
     }
 
     /// A cache that GETs `uri` with `http`.
-    init(uri: String, http: HTTPClient, clock: any WallClock, minimumRefetchInterval: Int64 = 60,
-         maximumAge: Int64 = 86_400, logger: Logger? = nil) {
-        self.init(uri: uri, clock: clock, minimumRefetchInterval: minimumRefetchInterval, maximumAge: maximumAge,
-                  logger: logger, fetch: { (url: String) async throws(IdentityError) -> [UInt8] in
-                      try await Self.get(url, with: http)
-                  })
+    init(
+        uri: String, http: HTTPClient, clock: any WallClock, minimumRefetchInterval: Int64 = 60,
+        maximumAge: Int64 = 86_400, logger: Logger? = nil
+    ) {
+        self.init(
+            uri: uri, clock: clock, minimumRefetchInterval: minimumRefetchInterval, maximumAge: maximumAge,
+            logger: logger,
+            fetch: { (url: String) async throws(IdentityError) -> [UInt8] in
+                try await Self.get(url, with: http)
+            })
     }
 
     /// A cache that GETs `uri` through the provider's requester: the retry policy and the call's budget apply.
-    init(uri: String, requester: ProviderHTTP, clock: any WallClock, minimumRefetchInterval: Int64 = 60,
-         maximumAge: Int64 = 86_400, logger: Logger? = nil) {
-        self.init(uri: uri, clock: clock, minimumRefetchInterval: minimumRefetchInterval, maximumAge: maximumAge,
-                  logger: logger, fetch: { (url: String) async throws(IdentityError) -> [UInt8] in
-                      try await Self.get(url, with: requester)
-                  })
+    init(
+        uri: String, requester: ProviderHTTP, clock: any WallClock, minimumRefetchInterval: Int64 = 60,
+        maximumAge: Int64 = 86_400, logger: Logger? = nil
+    ) {
+        self.init(
+            uri: uri, clock: clock, minimumRefetchInterval: minimumRefetchInterval, maximumAge: maximumAge,
+            logger: logger,
+            fetch: { (url: String) async throws(IdentityError) -> [UInt8] in
+                try await Self.get(url, with: requester)
+            })
     }
 
     /// Makes sure a current set is cached, fetching it if not, so a grant that spends a one-time
@@ -224,7 +234,8 @@ actor JWKSCache {
             throw IdentityError.invalidIDToken("it names no signing key (kid) and the provider publishes several")
         case .notFound:
             if kid == nil {
-                throw IdentityError.invalidIDToken("it names no signing key (kid) and the provider publishes none for its algorithm")
+                throw IdentityError.invalidIDToken(
+                    "it names no signing key (kid) and the provider publishes none for its algorithm")
             }
             throw IdentityError.invalidIDToken("it is signed with a key the provider does not publish")
         }
@@ -246,7 +257,8 @@ actor JWKSCache {
         } else {
             if forUnknownKey { lastUnknownKeyFetch = clock.now() }
             fetchCount += 1
-            let fetch = self.fetch, uri = self.uri
+            let fetch = self.fetch
+            let uri = self.uri
             task = Task {
                 do throws(IdentityError) {
                     return .success(try JSONWebKeySet.parse(try await fetch(uri)))
@@ -281,9 +293,10 @@ actor JWKSCache {
         }
         guard response.status == 200 else {
             if response.status >= 500 {
-                throw IdentityError.oauth(status: response.status, error: "server_error",
-                                          description: "the signing-key endpoint answered \(response.status)",
-                                          codes: [], suberror: nil)
+                throw IdentityError.oauth(
+                    status: response.status, error: "server_error",
+                    description: "the signing-key endpoint answered \(response.status)",
+                    codes: [], suberror: nil)
             }
             throw IdentityError.badResponse("\(Authority.redacted(url)) answered \(response.status)")
         }

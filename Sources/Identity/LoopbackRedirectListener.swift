@@ -18,7 +18,9 @@ final class LoopbackRedirectListener: Sendable {
         address.sin_addr.s_addr = in_addr_t(0x7F00_0001).bigEndian
         address.sin_port = 0
         let bound = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+            }
         }
         var length = socklen_t(MemoryLayout<sockaddr_in>.size)
         let named = withUnsafeMutablePointer(to: &address) {
@@ -75,9 +77,11 @@ final class LoopbackRedirectListener: Sendable {
                 continue
             }
             let failed = parameters["error"] != nil
-            Self.respond(client, status: "200 OK", body: failed
-                ? "Sign-in did not complete. You can close this window and return to the app."
-                : "You are signed in. You can close this window and return to the app.")
+            Self.respond(
+                client, status: "200 OK",
+                body: failed
+                    ? "Sign-in did not complete. You can close this window and return to the app."
+                    : "You are signed in. You can close this window and return to the app.")
             return parameters
         }
     }
@@ -92,7 +96,9 @@ final class LoopbackRedirectListener: Sendable {
             request += buffer[0..<n]
             if request.firstIndex(of: UInt8(ascii: "\n")) != nil { break }
         }
-        guard let end = request.firstIndex(of: UInt8(ascii: "\r")) ?? request.firstIndex(of: UInt8(ascii: "\n")) else { return nil }
+        guard let end = request.firstIndex(of: UInt8(ascii: "\r")) ?? request.firstIndex(of: UInt8(ascii: "\n")) else {
+            return nil
+        }
         let line = String(decoding: request[..<end], as: UTF8.self).split(separator: " ")
         guard line.count == 3, line[0] == "GET" else { return nil }
         return String(line[1])
@@ -104,8 +110,12 @@ final class LoopbackRedirectListener: Sendable {
     }
 
     private static func respond(_ fd: Int32, status: String, body: String) {
-        let html = "<!doctype html><html><head><meta charset=\"utf-8\"><title>Sign-in</title></head><body><p>\(body)</p></body></html>"
-        let response = "HTTP/1.1 \(status)\r\nContent-Type: text/html; charset=utf-8\r\nContent-Length: \(html.utf8.count)\r\nConnection: close\r\nCache-Control: no-store\r\n\r\n\(html)"
+        let html =
+            "<!doctype html><html><head><meta "
+            + "charset=\"utf-8\"><title>Sign-in</title></head><body><p>\(body)</p></body></html>"
+        let response =
+            "HTTP/1.1 \(status)\r\nContent-Type: text/html; charset=utf-8\r\nContent-Length: "
+            + "\(html.utf8.count)\r\nConnection: close\r\nCache-Control: no-store\r\n\r\n\(html)"
         let bytes = Array(response.utf8)
         _ = bytes.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
     }
@@ -127,9 +137,13 @@ enum FormDecoding {
         var bytes: [UInt8] = []
         var iterator = Array(text.utf8).makeIterator()
         while let byte = iterator.next() {
-            if byte == UInt8(ascii: "+") { bytes.append(UInt8(ascii: " ")); continue }
+            if byte == UInt8(ascii: "+") {
+                bytes.append(UInt8(ascii: " "))
+                continue
+            }
             if byte == UInt8(ascii: "%"), let high = iterator.next(), let low = iterator.next(),
-               let value = UInt8(String(decoding: [high, low], as: UTF8.self), radix: 16) {
+                let value = UInt8(String(decoding: [high, low], as: UTF8.self), radix: 16)
+            {
                 bytes.append(value)
                 continue
             }

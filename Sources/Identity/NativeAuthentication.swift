@@ -30,38 +30,57 @@ extension OIDCProvider {
         }
     }
 
-    public func submitCode(clientId: String, continuationToken: String, code: String, scopes: Scopes) async throws -> ProviderTokens {
+    public func submitCode(clientId: String, continuationToken: String, code: String, scopes: Scopes) async throws
+        -> ProviderTokens
+    {
         try await requester.withBudget { () async throws(BrokerFailure) -> ProviderTokens in
-            try await grant(.code, clientId: clientId, scopes: scopes, fields: [
-                ("grant_type", "oob"), ("oob", code), ("continuation_token", continuationToken),
-            ])
+            try await grant(
+                .code, clientId: clientId, scopes: scopes,
+                fields: [
+                    ("grant_type", "oob"), ("oob", code), ("continuation_token", continuationToken),
+                ])
         }
     }
 
     /// The password through native authentication (initiate, challenge `password`, token), or
     /// nil when the provider does not offer native authentication.
-    func nativePasswordSignIn(clientId: String, username: String, password: String, scopes: Scopes) async throws(BrokerFailure) -> ProviderTokens? {
+    func nativePasswordSignIn(clientId: String, username: String, password: String, scopes: Scopes)
+        async throws(BrokerFailure) -> ProviderTokens?
+    {
         guard let continuation = try await initiate(clientId: clientId, username: username, challenge: .password) else {
             return nil
         }
-        guard let step = try await post(path: "challenge", kind: .password, fields: [
-            ("client_id", clientId), ("challenge_type", NativeChallenge.password.rawValue),
-            ("continuation_token", continuation),
-        ]) else { throw Self.notOffered }
+        guard
+            let step = try await post(
+                path: "challenge", kind: .password,
+                fields: [
+                    ("client_id", clientId), ("challenge_type", NativeChallenge.password.rawValue),
+                    ("continuation_token", continuation),
+                ])
+        else { throw Self.notOffered }
         guard step["challenge_type"]?.string == "password", let next = step["continuation_token"]?.string else {
             throw Self.unexpectedChallenge(step, wanted: "a password")
         }
-        return try await grant(.password, clientId: clientId, scopes: scopes, fields: [
-            ("grant_type", "password"), ("password", password), ("continuation_token", next), ("username", username),
-        ])
+        return try await grant(
+            .password, clientId: clientId, scopes: scopes,
+            fields: [
+                ("grant_type", "password"), ("password", password), ("continuation_token", next),
+                ("username", username),
+            ])
     }
 
     /// Starts a flow and returns its continuation token, or nil when the provider has no
     /// native-authentication endpoints.
-    private func initiate(clientId: String, username: String, challenge: NativeChallenge) async throws(BrokerFailure) -> String? {
-        guard let answer = try await post(path: "initiate", kind: challenge == .code ? .code : .password, fields: [
-            ("client_id", clientId), ("challenge_type", challenge.rawValue), ("username", username),
-        ]) else { return nil }
+    private func initiate(clientId: String, username: String, challenge: NativeChallenge) async throws(BrokerFailure)
+        -> String?
+    {
+        guard
+            let answer = try await post(
+                path: "initiate", kind: challenge == .code ? .code : .password,
+                fields: [
+                    ("client_id", clientId), ("challenge_type", challenge.rawValue), ("username", username),
+                ])
+        else { return nil }
         if answer["challenge_type"]?.string == "redirect" { throw Self.redirect }
         guard let continuation = answer["continuation_token"]?.string else {
             throw BrokerFailure(.serverError, "the provider's initiate answer has no continuation_token")
@@ -69,17 +88,25 @@ extension OIDCProvider {
         return continuation
     }
 
-    private func challenge(clientId: String, continuationToken: String, expecting: NativeChallenge) async throws(BrokerFailure) -> CodeChallenge {
-        guard let step = try await post(path: "challenge", kind: .code, fields: [
-            ("client_id", clientId), ("challenge_type", expecting.rawValue), ("continuation_token", continuationToken),
-        ]) else { throw Self.notOffered }
+    private func challenge(clientId: String, continuationToken: String, expecting: NativeChallenge)
+        async throws(BrokerFailure) -> CodeChallenge
+    {
+        guard
+            let step = try await post(
+                path: "challenge", kind: .code,
+                fields: [
+                    ("client_id", clientId), ("challenge_type", expecting.rawValue),
+                    ("continuation_token", continuationToken),
+                ])
+        else { throw Self.notOffered }
         guard step["challenge_type"]?.string == "oob", let next = step["continuation_token"]?.string else {
             throw Self.unexpectedChallenge(step, wanted: "a one-time code")
         }
         let length = step["code_length"]?.int64 ?? 0
-        return CodeChallenge(continuationToken: next, channel: step["challenge_channel"]?.string ?? "email",
-                             sentTo: step["challenge_target_label"]?.string ?? "",
-                             codeLength: UInt32(clamping: max(0, length)))
+        return CodeChallenge(
+            continuationToken: next, channel: step["challenge_channel"]?.string ?? "email",
+            sentTo: step["challenge_target_label"]?.string ?? "",
+            codeLength: UInt32(clamping: max(0, length)))
     }
 
     /// Posts a form to `{authority}/oauth2/v2.0/<path>` and returns its JSON answer, or nil
@@ -87,10 +114,13 @@ extension OIDCProvider {
     ///
     /// One-time for the retry policy: a continuation token is spent by each step, and a
     /// challenge sends an email (a second one would replace the code the user is reading).
-    private func post(path: String, kind: GrantKind, fields: [(String, String)]) async throws(BrokerFailure) -> JSONValue? {
+    private func post(path: String, kind: GrantKind, fields: [(String, String)]) async throws(BrokerFailure)
+        -> JSONValue?
+    {
         let url = authority + "/oauth2/v2.0/" + path
-        let response = try await send(.postForm(url, fields: fields), kind: kind,
-                                      what: "the native-authentication \(path) request", replay: .oneTime)
+        let response = try await send(
+            .postForm(url, fields: fields), kind: kind,
+            what: "the native-authentication \(path) request", replay: .oneTime)
         if response.status == 404 || response.status == 405 { return nil }
         guard response.status == 200 else { throw Self.oauthError(response).brokerFailure(during: kind, host: host) }
         do {
@@ -100,16 +130,18 @@ extension OIDCProvider {
         }
     }
 
-    static let notOffered = BrokerFailure(.notSupported,
+    static let notOffered = BrokerFailure(
+        .notSupported,
         "the provider offers no native authentication (no {authority}/oauth2/v2.0/initiate); use interactive sign-in")
 
-    static let redirect = BrokerFailure(.interactionRequired,
+    static let redirect = BrokerFailure(
+        .interactionRequired,
         "the provider wants this sign-in to happen in the browser; use interactive sign-in")
 
     static func unexpectedChallenge(_ step: JSONValue, wanted: String) -> BrokerFailure {
         if step["challenge_type"]?.string == "redirect" { return redirect }
-        return BrokerFailure(.notSupported,
+        return BrokerFailure(
+            .notSupported,
             "the provider asked for \(step["challenge_type"]?.string ?? "nothing") where the broker offered \(wanted)")
     }
 }
-

@@ -6,7 +6,10 @@ import Logging
 
 /// Client credentials for a confidential client; public clients (the usual case on a desktop) have none.
 public struct ClientSecret: Sendable {
-    public enum Method: String, Sendable { case basic = "client_secret_basic", post = "client_secret_post" }
+    public enum Method: String, Sendable {
+        case basic = "client_secret_basic"
+        case post = "client_secret_post"
+    }
     public var secret: String
     public var method: Method
     public init(secret: String, method: Method = .basic) {
@@ -36,16 +39,21 @@ public final class OIDCProvider: IdentityProvider {
     let nativeAuthentication = NativeAuthenticationSupport()
     let browser = BrowserLauncher()
 
-    public convenience init(authority: Authority, http: HTTPClient = .shared, clock: any WallClock, logger: Logger,
-                            clientSecrets: [String: ClientSecret] = [:], tenantId: String = "",
-                            retryPolicy: RetryPolicy = .standard) {
-        self.init(authority: authority, requester: ProviderHTTP(http: http, policy: retryPolicy, logger: logger),
-                  clock: clock, logger: logger, clientSecrets: clientSecrets, tenantId: tenantId)
+    public convenience init(
+        authority: Authority, http: HTTPClient = .shared, clock: any WallClock, logger: Logger,
+        clientSecrets: [String: ClientSecret] = [:], tenantId: String = "",
+        retryPolicy: RetryPolicy = .standard
+    ) {
+        self.init(
+            authority: authority, requester: ProviderHTTP(http: http, policy: retryPolicy, logger: logger),
+            clock: clock, logger: logger, clientSecrets: clientSecrets, tenantId: tenantId)
     }
 
     /// A provider whose requests go through `requester` (tests inject a transport, a clock and a sleeper).
-    init(authority: Authority, requester: ProviderHTTP, clock: any WallClock, logger: Logger,
-         clientSecrets: [String: ClientSecret] = [:], tenantId: String = "") {
+    init(
+        authority: Authority, requester: ProviderHTTP, clock: any WallClock, logger: Logger,
+        clientSecrets: [String: ClientSecret] = [:], tenantId: String = ""
+    ) {
         self.authority = authority.url
         self.parsedAuthority = authority
         self.requester = requester
@@ -62,30 +70,39 @@ public final class OIDCProvider: IdentityProvider {
 
     /// The provider's endpoints, fetched on first use and again after a failure.
     public func endpoints() async throws(IdentityError) -> ProviderMetadata {
-        try await requester.withBudget { () async throws(IdentityError) -> ProviderMetadata in try await metadata.get() }
+        try await requester.withBudget { () async throws(IdentityError) -> ProviderMetadata in try await metadata.get()
+        }
     }
 
     // MARK: IdentityProvider
 
     /// Native authentication's password path where the provider offers it (remembered after
     /// the first try), the resource-owner password grant (RFC 6749 4.3) otherwise.
-    public func signInWithPassword(clientId: String, username: String, password: String, scopes: Scopes) async throws -> ProviderTokens {
+    public func signInWithPassword(clientId: String, username: String, password: String, scopes: Scopes) async throws
+        -> ProviderTokens
+    {
         try await requester.withBudget { () async throws(BrokerFailure) -> ProviderTokens in
             try await passwordSignIn(clientId: clientId, username: username, password: password, scopes: scopes)
         }
     }
 
-    private func passwordSignIn(clientId: String, username: String, password: String, scopes: Scopes) async throws(BrokerFailure) -> ProviderTokens {
+    private func passwordSignIn(clientId: String, username: String, password: String, scopes: Scopes)
+        async throws(BrokerFailure) -> ProviderTokens
+    {
         if await nativeAuthentication.mayBeOffered {
-            if let tokens = try await nativePasswordSignIn(clientId: clientId, username: username, password: password, scopes: scopes) {
+            if let tokens = try await nativePasswordSignIn(
+                clientId: clientId, username: username, password: password, scopes: scopes)
+            {
                 return tokens
             }
             await nativeAuthentication.markNotOffered()
             logger.info("the provider offers no native authentication; using the password grant")
         }
-        return try await grant(.password, clientId: clientId, scopes: scopes, fields: [
-            ("grant_type", "password"), ("username", username), ("password", password),
-        ])
+        return try await grant(
+            .password, clientId: clientId, scopes: scopes,
+            fields: [
+                ("grant_type", "password"), ("username", username), ("password", password),
+            ])
     }
 
     /// Password and email code while native authentication may be offered (its endpoints are
@@ -108,9 +125,11 @@ public final class OIDCProvider: IdentityProvider {
     /// clearly did not process it (no connection, 503, 429); see ``RetryPolicy``.
     public func refresh(clientId: String, refreshToken: String, scopes: Scopes) async throws -> ProviderTokens {
         try await requester.withBudget { () async throws(BrokerFailure) -> ProviderTokens in
-            try await grant(.refresh, clientId: clientId, scopes: scopes, fields: [
-                ("grant_type", "refresh_token"), ("refresh_token", refreshToken),
-            ])
+            try await grant(
+                .refresh, clientId: clientId, scopes: scopes,
+                fields: [
+                    ("grant_type", "refresh_token"), ("refresh_token", refreshToken),
+                ])
         }
     }
 
@@ -121,13 +140,18 @@ public final class OIDCProvider: IdentityProvider {
         try await requester.withBudget { () async throws(BrokerFailure) -> EndpointOutcome in
             let endpoints = try await endpoints(for: .other)
             guard let revocation = endpoints.revocationEndpoint else { return .notOffered }
-            let (value, hint) = switch token {
-            case .refreshToken(let value): (value, "refresh_token")
-            case .deviceSecret(let value): (value, "device_secret")
-            }
-            var request = HTTPRequest.postForm(revocation, fields: authenticated(clientId, [
-                ("token", value), ("token_type_hint", hint),
-            ]))
+            let (value, hint) =
+                switch token {
+                case .refreshToken(let value): (value, "refresh_token")
+                case .deviceSecret(let value): (value, "device_secret")
+                }
+            var request = HTTPRequest.postForm(
+                revocation,
+                fields: authenticated(
+                    clientId,
+                    [
+                        ("token", value), ("token_type_hint", hint),
+                    ]))
             addBasicAuthentication(clientId, to: &request)
             let response = try await send(request, kind: .other, what: "the token revocation", replay: .idempotent)
             // RFC 7009 2.2: 200 whether or not the token was valid; anything else is an error.
@@ -145,8 +169,10 @@ public final class OIDCProvider: IdentityProvider {
     /// Every grant spends something once (a refresh token, a code, a continuation token), so
     /// what is needed to check the answer (the signing keys) is fetched first: a provider whose
     /// JWKS cannot be had fails the call before the grant is spent, not after.
-    func grant(_ kind: GrantKind, clientId: String, scopes: Scopes, nonce: String? = nil,
-               fields: [(String, String)]) async throws(BrokerFailure) -> ProviderTokens {
+    func grant(
+        _ kind: GrantKind, clientId: String, scopes: Scopes, nonce: String? = nil,
+        fields: [(String, String)]
+    ) async throws(BrokerFailure) -> ProviderTokens {
         let endpoints = try await endpoints(for: kind)
         if endpoints.jwksURI != nil {
             do {
@@ -155,21 +181,28 @@ public final class OIDCProvider: IdentityProvider {
                 throw error.brokerFailure(during: kind, host: host)
             }
         }
-        var request = HTTPRequest.postForm(endpoints.tokenEndpoint, fields: authenticated(clientId, fields + [
-            ("scope", Self.scopeParameter(scopes, kind: kind, endpoints: endpoints)),
-        ]))
+        var request = HTTPRequest.postForm(
+            endpoints.tokenEndpoint,
+            fields: authenticated(
+                clientId,
+                fields + [
+                    ("scope", Self.scopeParameter(scopes, kind: kind, endpoints: endpoints))
+                ]))
         addBasicAuthentication(clientId, to: &request)
         let response = try await send(request, kind: kind, what: kind.request, replay: .oneTime)
         guard response.status == 200 else { throw Self.oauthError(response).brokerFailure(during: kind, host: host) }
         do {
-            return try await tokens(from: response, clientId: clientId, scopes: scopes, nonce: nonce, endpoints: endpoints)
+            return try await tokens(
+                from: response, clientId: clientId, scopes: scopes, nonce: nonce, endpoints: endpoints)
         } catch {
             throw error.brokerFailure(during: kind, host: host)
         }
     }
 
-    private func tokens(from response: HTTPResponse, clientId: String, scopes: Scopes, nonce: String?,
-                        endpoints: ProviderMetadata) async throws(IdentityError) -> ProviderTokens {
+    private func tokens(
+        from response: HTTPResponse, clientId: String, scopes: Scopes, nonce: String?,
+        endpoints: ProviderMetadata
+    ) async throws(IdentityError) -> ProviderTokens {
         let body = try JSONParsing.object(response.body, what: "the token response")
         guard let accessToken = body["access_token"]?.string, !accessToken.isEmpty else {
             throw IdentityError.badResponse("the token response has no access_token")
@@ -179,7 +212,8 @@ public final class OIDCProvider: IdentityProvider {
         }
         // RFC 8693 2.2.1: an exchange says what it issued; the broker asks for access tokens only.
         if let issued = body["issued_token_type"], issued.string != Self.tokenTypeAccessToken {
-            throw IdentityError.badResponse("the token exchange issued something other than an access token (issued_token_type)")
+            throw IdentityError.badResponse(
+                "the token exchange issued something other than an access token (issued_token_type)")
         }
         // RFC 6749 5.1: seconds of life. Anything beyond a year is treated as a year, so no
         // answer can overflow the expiry or keep a token cached for ever.
@@ -204,12 +238,15 @@ public final class OIDCProvider: IdentityProvider {
             family: refreshToken == nil ? nil : Self.family(in: body))
     }
 
-    private func userinfo(accessToken: String, endpoints: ProviderMetadata) async throws(IdentityError) -> IdentityClaims {
+    private func userinfo(accessToken: String, endpoints: ProviderMetadata) async throws(IdentityError)
+        -> IdentityClaims
+    {
         guard let url = endpoints.userinfoEndpoint else {
             throw IdentityError.badResponse("the provider returned no ID token and offers no userinfo endpoint")
         }
-        let response = try await requester.send(.get(url, headers: [HTTPHeader("Authorization", "Bearer \(accessToken)")]),
-                                                what: "the userinfo request", replay: .idempotent)
+        let response = try await requester.send(
+            .get(url, headers: [HTTPHeader("Authorization", "Bearer \(accessToken)")]),
+            what: "the userinfo request", replay: .idempotent)
         guard response.status == 200 else { throw IdentityError.badResponse("userinfo answered \(response.status)") }
         return IdentityClaims(claims: try JSONParsing.object(response.body, what: "the userinfo answer"))
     }
@@ -222,7 +259,9 @@ public final class OIDCProvider: IdentityProvider {
     }
 
     /// Sends `request` with the retry policy; a failure becomes the broker error for a `kind` of grant.
-    func send(_ request: HTTPRequest, kind: GrantKind, what: String, replay: Replay) async throws(BrokerFailure) -> HTTPResponse {
+    func send(_ request: HTTPRequest, kind: GrantKind, what: String, replay: Replay) async throws(BrokerFailure)
+        -> HTTPResponse
+    {
         do {
             return try await requester.send(request, what: what, replay: replay)
         } catch {
@@ -249,16 +288,19 @@ public final class OIDCProvider: IdentityProvider {
 
     static func oauthError(_ response: HTTPResponse) -> IdentityError {
         guard let body = try? JSONParsing.object(response.body, what: "the error response"),
-              let error = body["error"]?.string
+            let error = body["error"]?.string
         else {
-            if response.status >= 500 { return .oauth(status: response.status, error: "server_error", description: "", codes: [], suberror: nil) }
+            if response.status >= 500 {
+                return .oauth(status: response.status, error: "server_error", description: "", codes: [], suberror: nil)
+            }
             return .badResponse("HTTP \(response.status) without an OAuth error")
         }
         let codes = body["error_codes"]?.array?.compactMap { $0.int64.map(Int.init) } ?? []
         // Keep only the first line: some providers append trace ids and timestamps.
         let description = (body["error_description"]?.string ?? "").split(separator: "\n").first.map(String.init) ?? ""
-        return .oauth(status: response.status, error: error, description: String(description.prefix(300)),
-                      codes: codes, suberror: body["suberror"]?.string)
+        return .oauth(
+            status: response.status, error: error, description: String(description.prefix(300)),
+            codes: codes, suberror: body["suberror"]?.string)
     }
 }
 
@@ -284,11 +326,13 @@ actor SigningKeysCache {
     func validator(for metadata: ProviderMetadata) throws(IdentityError) -> IDTokenValidator {
         if let validator, validator.issuer == metadata.issuer { return validator }
         guard let jwksURI = metadata.jwksURI else {
-            throw IdentityError.badResponse("the provider returns ID tokens but its discovery document names no jwks_uri to check them with")
+            throw IdentityError.badResponse(
+                "the provider returns ID tokens but its discovery document names no jwks_uri to check them with")
         }
-        let made = IDTokenValidator(issuer: metadata.issuer,
-                                    jwks: JWKSCache(uri: jwksURI, requester: requester, clock: clock, logger: logger),
-                                    clock: clock)
+        let made = IDTokenValidator(
+            issuer: metadata.issuer,
+            jwks: JWKSCache(uri: jwksURI, requester: requester, clock: clock, logger: logger),
+            clock: clock)
         validator = made
         return made
     }
@@ -330,8 +374,9 @@ actor MetadataCache {
     }
 
     private func fetch() async throws(IdentityError) -> ProviderMetadata {
-        let response = try await requester.send(.get(authority.discoveryURL, headers: [HTTPHeader("Accept", "application/json")]),
-                                                what: "the discovery document", replay: .idempotent)
+        let response = try await requester.send(
+            .get(authority.discoveryURL, headers: [HTTPHeader("Accept", "application/json")]),
+            what: "the discovery document", replay: .idempotent)
         guard response.status == 200 else {
             throw IdentityError.badResponse("\(authority.discoveryURL) answered HTTP \(response.status)")
         }

@@ -17,9 +17,12 @@ struct ProviderHTTP: Sendable {
     let random: @Sendable () -> Double
     let logger: Logger?
 
-    init(transport: @escaping Transport, policy: RetryPolicy = .standard, clock: any MonotonicClock = SystemMonotonicClock(),
-         sleep: @escaping Sleeper = { try await Task.sleep(for: $0) },
-         random: @escaping @Sendable () -> Double = { Double.random(in: 0...1) }, logger: Logger? = nil) {
+    init(
+        transport: @escaping Transport, policy: RetryPolicy = .standard,
+        clock: any MonotonicClock = SystemMonotonicClock(),
+        sleep: @escaping Sleeper = { try await Task.sleep(for: $0) },
+        random: @escaping @Sendable () -> Double = { Double.random(in: 0...1) }, logger: Logger? = nil
+    ) {
         self.transport = transport
         self.policy = policy
         self.clock = clock
@@ -29,8 +32,10 @@ struct ProviderHTTP: Sendable {
     }
 
     init(http: HTTPClient, policy: RetryPolicy = .standard, logger: Logger? = nil) {
-        self.init(transport: { (request: HTTPRequest) async throws(HTTPError) -> HTTPResponse in try await http.send(request) },
-                  policy: policy, logger: logger)
+        self.init(
+            transport: { (request: HTTPRequest) async throws(HTTPError) -> HTTPResponse in try await http.send(request)
+            },
+            policy: policy, logger: logger)
     }
 
     // MARK: Budget
@@ -75,7 +80,8 @@ struct ProviderHTTP: Sendable {
             guard left > .zero else {
                 throw IdentityError.unavailable(
                     "the identity provider at \(host) did not finish \(what) within the broker's "
-                    + "\(Self.seconds(policy.budget)) limit for one call\(Self.tries(attempt - 1)); try again later")
+                        + "\(Self.seconds(policy.budget)) limit for one call\(Self.tries(attempt - 1)); try again later"
+                )
             }
             var attemptRequest = request
             attemptRequest.timeout = min(request.timeout, policy.requestTimeout, left)
@@ -103,16 +109,20 @@ struct ProviderHTTP: Sendable {
                 failure = AttemptFailure(error)
                 decision = decide(failure, attempt: attempt, replay: replay)
                 if case .giveUp(let reason) = decision {
-                    throw Self.transportError(error, host: host, what: what, attempts: attempt, reason: reason,
-                                              budget: budgetLimited ? policy.budget : nil, request: attemptRequest,
-                                              elapsed: clock.now() - attemptStarted)
+                    throw Self.transportError(
+                        error, host: host, what: what, attempts: attempt, reason: reason,
+                        budget: budgetLimited ? policy.budget : nil, request: attemptRequest,
+                        elapsed: clock.now() - attemptStarted)
                 }
             }
             guard case .retry(let delay) = decision else { continue }
-            logger?.notice("identity provider request failed; retrying", metadata: [
-                "request": "\(what)", "host": "\(host)", "attempt": "\(attempt)", "failure": "\(Self.describe(failure))",
-                "retryIn": "\(Self.milliseconds(delay)) ms",
-            ])
+            logger?.notice(
+                "identity provider request failed; retrying",
+                metadata: [
+                    "request": "\(what)", "host": "\(host)", "attempt": "\(attempt)",
+                    "failure": "\(Self.describe(failure))",
+                    "retryIn": "\(Self.milliseconds(delay)) ms",
+                ])
             do {
                 try await sleep(delay)
             } catch {
@@ -128,29 +138,35 @@ struct ProviderHTTP: Sendable {
 
     // MARK: Messages
 
-    static func statusError(_ response: HTTPResponse, host: String, what: String, attempts: Int,
-                            reason: GiveUpReason) -> IdentityError {
+    static func statusError(
+        _ response: HTTPResponse, host: String, what: String, attempts: Int,
+        reason: GiveUpReason
+    ) -> IdentityError {
         let status = response.status
         var answered = "answered \(what) with HTTP \(status)"
         if let error = OAuthErrorBody(response.body) { answered += " (\(error.summary))" }
         answered += tries(attempts)
         switch reason {
         case .retryAfterTooLong(let wait):
-            return .unavailable("the identity provider at \(host) \(answered) and asks to wait \(seconds(wait)); try again after that")
+            return .unavailable(
+                "the identity provider at \(host) \(answered) and asks to wait \(seconds(wait)); try again after that")
         case .mayHaveBeenProcessed:
             // A 5xx to a one-time request: say why it was not sent again.
-            let text = "the identity provider at \(host) \(answered); it was not sent again, as the provider may have used it"
+            let text =
+                "the identity provider at \(host) \(answered); it was not sent again, as the provider may have used it"
             if (502...504).contains(status) { return .unavailable(text + "; try again later") }
             return .serverFailure(text + "; try again later, and tell the provider's administrator if it persists")
         default:
             switch status {
             case 429:
-                return .unavailable("the identity provider at \(host) \(answered): it is limiting requests; try again later")
+                return .unavailable(
+                    "the identity provider at \(host) \(answered): it is limiting requests; try again later")
             case 502, 503, 504:
                 return .unavailable("the identity provider at \(host) \(answered): it is unavailable; try again later")
             default:
-                return .serverFailure("the identity provider at \(host) \(answered): it failed; try again later, "
-                                      + "and tell the provider's administrator if it persists")
+                return .serverFailure(
+                    "the identity provider at \(host) \(answered): it failed; try again later, "
+                        + "and tell the provider's administrator if it persists")
             }
         }
     }
@@ -158,8 +174,10 @@ struct ProviderHTTP: Sendable {
     /// - Parameters:
     ///   - request: the attempt as sent, with the timeouts it had.
     ///   - elapsed: how long the attempt took, by the sender's clock.
-    static func transportError(_ error: HTTPError, host: String, what: String, attempts: Int, reason: GiveUpReason,
-                               budget: Duration?, request: HTTPRequest, elapsed: Duration) -> IdentityError {
+    static func transportError(
+        _ error: HTTPError, host: String, what: String, attempts: Int, reason: GiveUpReason,
+        budget: Duration?, request: HTTPRequest, elapsed: Duration
+    ) -> IdentityError {
         switch error {
         case .cancelled:
             return .cancelled
@@ -170,29 +188,41 @@ struct ProviderHTTP: Sendable {
             // them apart on a reused connection.
             let connecting = reported != request.timeout && elapsed < request.connectTimeout + .milliseconds(500)
             if connecting && request.connectTimeout < request.timeout {
-                return .unavailable("the identity provider at \(host) could not be connected to within "
-                                    + "\(seconds(request.connectTimeout)) for \(what)\(tries(attempts)); check the network and try again later")
+                return .unavailable(
+                    "the identity provider at \(host) could not be connected to within "
+                        + "\(seconds(request.connectTimeout)) for \(what)\(tries(attempts)); check the network and "
+                        + "try again later"
+                )
             }
             let after = request.timeout
             if let budget {
-                return .unavailable("the identity provider at \(host) did not answer \(what) within \(seconds(after)), "
-                                    + "the rest of the broker's \(seconds(budget)) limit for one call\(tries(attempts)); try again later")
+                return .unavailable(
+                    "the identity provider at \(host) did not answer \(what) within \(seconds(after)), "
+                        + "the rest of the broker's \(seconds(budget)) limit for one call\(tries(attempts)); try "
+                        + "again later"
+                )
             }
-            return .unavailable("the identity provider at \(host) did not answer \(what) within \(seconds(after))"
-                                + "\(tries(attempts)); try again later")
+            return .unavailable(
+                "the identity provider at \(host) did not answer \(what) within \(seconds(after))"
+                    + "\(tries(attempts)); try again later")
         case .couldNotConnect:
             // The client's own text (request, libcurl's reason) goes to the log with each retry.
-            return .unavailable("the identity provider at \(host) could not be reached for \(what) (no connection could be made"
-                                + (attempts > 1 ? ", \(attempts) tries" : "") + "); check the network and try again later")
+            return .unavailable(
+                "the identity provider at \(host) could not be reached for \(what) (no connection could be made"
+                    + (attempts > 1 ? ", \(attempts) tries" : "") + "); check the network and try again later")
         case .couldNotResolve:
-            return .unavailable("the identity provider's host \(host) could not be found for \(what)\(tries(attempts)); "
-                                + "check the network and DNS, and try again later")
+            return .unavailable(
+                "the identity provider's host \(host) could not be found for \(what)\(tries(attempts)); "
+                    + "check the network and DNS, and try again later")
         case .tls:
-            return .unavailable("the secure connection to the identity provider at \(host) failed for \(what) (\(error))")
+            return .unavailable(
+                "the secure connection to the identity provider at \(host) failed for \(what) (\(error))")
         case .transport:
-            let note = reason == .mayHaveBeenProcessed ? "; it was not sent again, as the provider may have used it" : ""
-            return .unavailable("the connection to the identity provider at \(host) broke during \(what)\(tries(attempts))"
-                                + " (\(error))\(note); try again later")
+            let note =
+                reason == .mayHaveBeenProcessed ? "; it was not sent again, as the provider may have used it" : ""
+            return .unavailable(
+                "the connection to the identity provider at \(host) broke during \(what)\(tries(attempts))"
+                    + " (\(error))\(note); try again later")
         case .invalidURL, .invalidRequest, .unsupportedScheme:
             return .badResponse("the broker could not send \(what) to \(host): \(error)")
         }
@@ -245,8 +275,8 @@ struct OAuthErrorBody {
 
     init?(_ body: [UInt8]) {
         guard !body.isEmpty, body.count <= 64 * 1024,
-              let object = try? JSONParsing.object(body, what: "the error"), let error = object["error"]?.string,
-              error.utf8.count <= 64, error.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F })
+            let object = try? JSONParsing.object(body, what: "the error"), let error = object["error"]?.string,
+            error.utf8.count <= 64, error.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F })
         else { return nil }
         self.error = error
         let text = object["error_description"]?.string ?? ""

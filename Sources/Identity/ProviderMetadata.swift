@@ -35,7 +35,8 @@ public struct ProviderMetadata: Sendable, Equatable {
         var normalizedIssuer = issuer
         while normalizedIssuer.hasSuffix("/") { normalizedIssuer.removeLast() }
         guard normalizedIssuer == authority.url else {
-            throw IdentityError.badResponse("the discovery document's issuer \(issuer) is not the authority \(authority.url)")
+            throw IdentityError.badResponse(
+                "the discovery document's issuer \(issuer) is not the authority \(authority.url)")
         }
         guard let token = document["token_endpoint"]?.string else {
             throw IdentityError.badResponse("the discovery document has no token_endpoint")

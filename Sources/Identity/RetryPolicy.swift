@@ -81,11 +81,13 @@ public struct RetryPolicy: Sendable, Equatable {
     /// Another try is started only if at least this much of the budget is left after the wait.
     public var minimumAttemptTime: Duration
 
-    public init(maxAttempts: Int = 3, initialBackoff: Duration = .milliseconds(500), maxBackoff: Duration = .seconds(4),
-                maxRetryAfter: Duration = .seconds(10), budget: Duration = .seconds(30),
-                requestTimeout: Duration = HTTPRequest.defaultTimeout,
-                connectTimeout: Duration = HTTPRequest.defaultConnectTimeout,
-                minimumAttemptTime: Duration = .seconds(1)) {
+    public init(
+        maxAttempts: Int = 3, initialBackoff: Duration = .milliseconds(500), maxBackoff: Duration = .seconds(4),
+        maxRetryAfter: Duration = .seconds(10), budget: Duration = .seconds(30),
+        requestTimeout: Duration = HTTPRequest.defaultTimeout,
+        connectTimeout: Duration = HTTPRequest.defaultConnectTimeout,
+        minimumAttemptTime: Duration = .seconds(1)
+    ) {
         self.maxAttempts = max(1, maxAttempts)
         self.initialBackoff = max(.zero, initialBackoff)
         self.maxBackoff = max(.zero, maxBackoff)
@@ -127,8 +129,10 @@ public struct RetryPolicy: Sendable, Equatable {
     /// - Parameters:
     ///   - remaining: what is left of the call's budget now.
     ///   - unit: a random draw in `[0, 1]` for the jitter.
-    public func decide(after failure: AttemptFailure, attempt: Int, replay: Replay, remaining: Duration,
-                       unit: Double) -> RetryDecision {
+    public func decide(
+        after failure: AttemptFailure, attempt: Int, replay: Replay, remaining: Duration,
+        unit: Double
+    ) -> RetryDecision {
         let retryAfter: Duration?
         switch failure {
         case .final:
@@ -163,7 +167,7 @@ public struct RetryPolicy: Sendable, Equatable {
         guard let value else { return nil }
         let trimmed = value.trimmingSpaces
         guard !trimmed.isEmpty, trimmed.utf8.count <= 9, trimmed.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }),
-              let seconds = Int64(trimmed)
+            let seconds = Int64(trimmed)
         else { return nil }
         return .seconds(seconds)
     }

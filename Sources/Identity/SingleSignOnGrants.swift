@@ -41,46 +41,59 @@ extension OIDCProvider {
 
     /// Native SSO section 4.2: the ID token as subject, the device secret as actor, the
     /// provider's issuer as audience.
-    public func exchangeDeviceSecret(clientId: String, deviceSecret: DeviceSecret, scopes: Scopes) async throws -> ProviderTokens {
+    public func exchangeDeviceSecret(clientId: String, deviceSecret: DeviceSecret, scopes: Scopes) async throws
+        -> ProviderTokens
+    {
         try await requester.withBudget { () async throws(BrokerFailure) -> ProviderTokens in
             let endpoints = try await endpoints(for: .deviceSecretExchange)
-            return try await grant(.deviceSecretExchange, clientId: clientId, scopes: scopes, fields: [
-                ("grant_type", ProviderMetadata.tokenExchangeGrant), ("audience", endpoints.issuer),
-                ("subject_token", deviceSecret.idToken), ("subject_token_type", Self.tokenTypeIDToken),
-                ("actor_token", deviceSecret.secret), ("actor_token_type", Self.tokenTypeDeviceSecret),
-            ])
+            return try await grant(
+                .deviceSecretExchange, clientId: clientId, scopes: scopes,
+                fields: [
+                    ("grant_type", ProviderMetadata.tokenExchangeGrant), ("audience", endpoints.issuer),
+                    ("subject_token", deviceSecret.idToken), ("subject_token_type", Self.tokenTypeIDToken),
+                    ("actor_token", deviceSecret.secret), ("actor_token_type", Self.tokenTypeDeviceSecret),
+                ])
         }
     }
 
     /// A refresh grant for `clientId` with a refresh token another client of its family holds.
-    public func redeemFamilyRefreshToken(clientId: String, refreshToken: String, scopes: Scopes) async throws -> ProviderTokens {
+    public func redeemFamilyRefreshToken(clientId: String, refreshToken: String, scopes: Scopes) async throws
+        -> ProviderTokens
+    {
         try await requester.withBudget { () async throws(BrokerFailure) -> ProviderTokens in
-            try await grant(.familyRefresh, clientId: clientId, scopes: scopes, fields: [
-                ("grant_type", "refresh_token"), ("refresh_token", refreshToken),
-            ])
+            try await grant(
+                .familyRefresh, clientId: clientId, scopes: scopes,
+                fields: [
+                    ("grant_type", "refresh_token"), ("refresh_token", refreshToken),
+                ])
         }
     }
 
     /// RFC 8693 section 2.1, asking for an access token (with the ID and refresh tokens the
     /// scopes ask for, where the provider issues them).
     public func exchangeToken(clientId: String, subject: SubjectToken, scopes: Scopes) async throws -> ProviderTokens {
-        let (token, type) = switch subject {
-        case .accessToken(let value): (value, Self.tokenTypeAccessToken)
-        case .refreshToken(let value): (value, Self.tokenTypeRefreshToken)
-        }
+        let (token, type) =
+            switch subject {
+            case .accessToken(let value): (value, Self.tokenTypeAccessToken)
+            case .refreshToken(let value): (value, Self.tokenTypeRefreshToken)
+            }
         return try await requester.withBudget { () async throws(BrokerFailure) -> ProviderTokens in
-            try await grant(.tokenExchange, clientId: clientId, scopes: scopes, fields: [
-                ("grant_type", ProviderMetadata.tokenExchangeGrant),
-                ("subject_token", token), ("subject_token_type", type),
-                ("requested_token_type", Self.tokenTypeAccessToken),
-            ])
+            try await grant(
+                .tokenExchange, clientId: clientId, scopes: scopes,
+                fields: [
+                    ("grant_type", ProviderMetadata.tokenExchangeGrant),
+                    ("subject_token", token), ("subject_token_type", type),
+                    ("requested_token_type", Self.tokenTypeAccessToken),
+                ])
         }
     }
 
     /// The `scope` parameter of a request: a person's sign-in also asks for Native SSO's device
     /// secret where the provider offers it (it needs `openid`, which every request carries).
     static func scopeParameter(_ scopes: Scopes, kind: GrantKind, endpoints: ProviderMetadata) -> String {
-        guard kind.isSignIn, endpoints.nativeSSOSupported, scopes.values.contains("openid") else { return scopes.joined }
+        guard kind.isSignIn, endpoints.nativeSSOSupported, scopes.values.contains("openid") else {
+            return scopes.joined
+        }
         return scopes.joined + " " + deviceSSOScope
     }
 
@@ -90,13 +103,15 @@ extension OIDCProvider {
     func deviceSecret(in body: JSONValue, boundTo claims: IdentityClaims, clientId: String) -> String? {
         guard let secret = body["device_secret"]?.string, !secret.isEmpty else { return nil }
         guard body["id_token"]?.string != nil, let dsHash = claims.claims["ds_hash"]?.string else {
-            logger.warning("the provider issued a device secret without an ID token whose ds_hash binds it; single sign-on will not use it",
-                           metadata: ["clientId": "\(clientId)"])
+            logger.warning(
+                "the provider issued a device secret without an ID token whose ds_hash binds it; unused",
+                metadata: ["clientId": "\(clientId)"])
             return nil
         }
         guard dsHash == Self.deviceSecretHash(secret) else {
-            logger.warning("the ID token's ds_hash does not match the device secret; single sign-on will not use it",
-                           metadata: ["clientId": "\(clientId)"])
+            logger.warning(
+                "the ID token's ds_hash does not match the device secret; single sign-on will not use it",
+                metadata: ["clientId": "\(clientId)"])
             return nil
         }
         return secret
@@ -112,7 +127,8 @@ extension OIDCProvider {
     static func family(in body: JSONValue) -> String? {
         switch body["foci"] {
         case .string(let value)? where !value.isEmpty: return value
-        case .number(let value)? where value.isFinite && value == value.rounded() && abs(value) < 1e9: return String(Int(value))
+        case .number(let value)? where value.isFinite && value == value.rounded() && abs(value) < 1e9:
+            return String(Int(value))
         default: return nil
         }
     }

@@ -58,7 +58,9 @@ actor AuthorizationStore {
     }
 
     func pendingRequest(_ id: String) -> PendingRequest? {
-        guard let request = pending[id], Date().timeIntervalSince(request.createdAt) < Self.pendingLifetime else { return nil }
+        guard let request = pending[id], Date().timeIntervalSince(request.createdAt) < Self.pendingLifetime else {
+            return nil
+        }
         return request
     }
 

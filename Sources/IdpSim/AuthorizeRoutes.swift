@@ -40,12 +40,18 @@ struct AuthorizeRoutes: Sendable {
             return Self.page(status: .badRequest, title: "Sign-in error", body: "<p>Unknown or missing client_id.</p>")
         }
         guard let redirectUri = query.nonEmpty("redirect_uri"), Self.isAllowedRedirect(redirectUri, for: client) else {
-            return Self.page(status: .badRequest, title: "Sign-in error",
-                             body: "<p>redirect_uri must be a registered loopback URI (http://127.0.0.1:PORT/... or http://localhost:PORT/...).</p>")
+            return Self.page(
+                status: .badRequest, title: "Sign-in error",
+                body:
+                    "<p>redirect_uri must be a registered loopback URI (http://127.0.0.1:PORT/... or "
+                    + "http://localhost:PORT/...).</p>"
+            )
         }
         let state = query["state"]
         func fail(_ error: String, _ description: String) -> Response {
-            Self.redirect(to: redirectUri, with: [("error", error), ("error_description", description)] + (state.map { [("state", $0)] } ?? []))
+            Self.redirect(
+                to: redirectUri,
+                with: [("error", error), ("error_description", description)] + (state.map { [("state", $0)] } ?? []))
         }
         guard query["response_type"] == "code" else {
             return fail("unsupported_response_type", "Only response_type=code is supported.")
@@ -61,14 +67,17 @@ struct AuthorizeRoutes: Sendable {
             return fail("invalid_request", "Unsupported prompt value.")
         }
         let pendingRequest = AuthorizationStore.PendingRequest(
-            clientId: client.clientId, redirectUri: redirectUri, scopes: TokenIssuer.scopes(from: query["scope"]), state: state,
+            clientId: client.clientId, redirectUri: redirectUri, scopes: TokenIssuer.scopes(from: query["scope"]),
+            state: state,
             nonce: query["nonce"], codeChallenge: challenge, loginHint: query["login_hint"], createdAt: Date())
 
         let session = await currentSession(request)
         if let session = session?.session, prompt != "login", prompt != "select_account" {
             let hintMatches = pendingRequest.loginHint.map { $0.lowercased() == session.username.lowercased() } ?? true
             if hintMatches || prompt == "none" {
-                guard hintMatches else { return fail("login_required", "The signed-in user does not match login_hint.") }
+                guard hintMatches else {
+                    return fail("login_required", "The signed-in user does not match login_hint.")
+                }
                 return await complete(pendingRequest, session: session)
             }
         }
@@ -81,31 +90,43 @@ struct AuthorizeRoutes: Sendable {
 
     private func submit(_ request: Request) async throws -> Response {
         let form = try await request.formParameters()
-        guard let flowId = form.nonEmpty("flow"), let pending = await provider.authorization.pendingRequest(flowId) else {
-            return Self.page(status: .badRequest, title: "Sign-in error", body: "<p>This sign-in page has expired. Start again from the application.</p>")
+        guard let flowId = form.nonEmpty("flow"), let pending = await provider.authorization.pendingRequest(flowId)
+        else {
+            return Self.page(
+                status: .badRequest, title: "Sign-in error",
+                body: "<p>This sign-in page has expired. Start again from the application.</p>")
         }
         let username = form["username"] ?? ""
         guard let user = provider.users.user(named: username), user.supportsPassword, let expected = user.password,
-              ClientAuthenticator.constantTimeEqual(expected, form["password"] ?? "") else {
+            ClientAuthenticator.constantTimeEqual(expected, form["password"] ?? "")
+        else {
             provider.logger.info("sign-in form: invalid credentials", metadata: ["user": "\(username)"])
             return signInForm(flowId: flowId, username: username, error: "Your account or password is incorrect.")
         }
         await provider.authorization.removePending(flowId)
         let (sessionId, session) = await provider.authorization.createSession(username: user.username)
         var response = await complete(pending, session: session)
-        response.setCookie(Cookie(name: Self.sessionCookie, value: sessionId, path: provider.endpoints.authorityPath,
-                                  httpOnly: true, sameSite: .lax))
+        response.setCookie(
+            Cookie(
+                name: Self.sessionCookie, value: sessionId, path: provider.endpoints.authorityPath,
+                httpOnly: true, sameSite: .lax))
         return response
     }
 
-    private func complete(_ request: AuthorizationStore.PendingRequest, session: AuthorizationStore.Session) async -> Response {
+    private func complete(_ request: AuthorizationStore.PendingRequest, session: AuthorizationStore.Session) async
+        -> Response
+    {
         let code = await provider.authorization.issueCode(for: request, session: session)
-        provider.logger.info("authorization code issued", metadata: ["client": "\(request.clientId)", "user": "\(session.username)"])
-        return Self.redirect(to: request.redirectUri, with: [("code", code)] + (request.state.map { [("state", $0)] } ?? []))
+        provider.logger.info(
+            "authorization code issued", metadata: ["client": "\(request.clientId)", "user": "\(session.username)"])
+        return Self.redirect(
+            to: request.redirectUri, with: [("code", code)] + (request.state.map { [("state", $0)] } ?? []))
     }
 
     private func currentSession(_ request: Request) async -> (id: String, session: AuthorizationStore.Session)? {
-        guard let id = request.cookies[Self.sessionCookie]?.value, let session = await provider.authorization.session(id) else { return nil }
+        guard let id = request.cookies[Self.sessionCookie]?.value,
+            let session = await provider.authorization.session(id)
+        else { return nil }
         return (id, session)
     }
 
@@ -124,7 +145,7 @@ struct AuthorizeRoutes: Sendable {
         case .valid(let found):
             grant = found
         case .unknown:
-            throw OAuthError.invalidGrant("The provided authorization code is invalid.", code: 9002313)
+            throw OAuthError.invalidGrant("The provided authorization code is invalid.", code: 9_002_313)
         case .alreadyUsed:
             throw OAuthError.invalidGrant("The provided authorization code was already redeemed.", code: 54005)
         case .expired:
@@ -134,10 +155,13 @@ struct AuthorizeRoutes: Sendable {
             throw OAuthError.invalidGrant("The authorization code was issued to a different client.", code: 70000)
         }
         guard parameters["redirect_uri"] == grant.redirectUri else {
-            throw OAuthError.invalidGrant("The redirect_uri does not match the one used in the authorization request.", code: 50148)
+            throw OAuthError.invalidGrant(
+                "The redirect_uri does not match the one used in the authorization request.", code: 50148)
         }
         guard Self.s256(verifier) == grant.codeChallenge else {
-            throw OAuthError.invalidGrant("The code_verifier does not match the code_challenge supplied in the authorization request.", code: 501481)
+            throw OAuthError.invalidGrant(
+                "The code_verifier does not match the code_challenge supplied in the authorization request.",
+                code: 501481)
         }
         guard let user = provider.users.user(named: grant.username) else {
             throw OAuthError.invalidGrant("The user account no longer exists.", code: 50034)
@@ -162,9 +186,12 @@ struct AuthorizeRoutes: Sendable {
         if let target = parameters.nonEmpty("post_logout_redirect_uri"), Self.isLoopback(target) {
             response = Self.redirect(to: target, with: parameters.nonEmpty("state").map { [("state", $0)] } ?? [])
         } else {
-            response = Self.page(status: .ok, title: "Signed out", body: "<p>You have signed out. You can close this window.</p>")
+            response = Self.page(
+                status: .ok, title: "Signed out", body: "<p>You have signed out. You can close this window.</p>")
         }
-        response.setCookie(Cookie(name: Self.sessionCookie, value: "", maxAge: 0, path: provider.endpoints.authorityPath, httpOnly: true))
+        response.setCookie(
+            Cookie(
+                name: Self.sessionCookie, value: "", maxAge: 0, path: provider.endpoints.authorityPath, httpOnly: true))
         provider.logger.info("browser session ended", metadata: ["hadSession": "\(session != nil)"])
         return response
     }
@@ -172,11 +199,13 @@ struct AuthorizeRoutes: Sendable {
     // MARK: - helpers
 
     static func isLoopback(_ uri: String) -> Bool {
-        guard let components = URLComponents(string: uri), components.scheme == "http", let host = components.host else { return false }
+        guard let components = URLComponents(string: uri), components.scheme == "http", let host = components.host
+        else { return false }
         return ["127.0.0.1", "localhost", "::1", "[::1]"].contains(host.lowercased()) && components.fragment == nil
     }
 
-    /// RFC 8252 §7.3: any port on a loopback host (127.0.0.1, localhost, ::1); the path must match a registered URI if the client has any.
+    /// RFC 8252 §7.3: any port on a loopback host (127.0.0.1, localhost, ::1); the path must match a registered URI if
+    /// the client has any.
     static func isAllowedRedirect(_ uri: String, for client: ClientRegistration) -> Bool {
         guard isLoopback(uri), let components = URLComponents(string: uri) else { return false }
         if client.redirectUris.isEmpty { return true }
@@ -218,8 +247,9 @@ struct AuthorizeRoutes: Sendable {
             \(body)
             </body></html>
             """
-        return Response(status: status, headers: [.contentType: "text/html; charset=utf-8", .cacheControl: "no-store"],
-                        body: .init(byteBuffer: ByteBuffer(string: html)))
+        return Response(
+            status: status, headers: [.contentType: "text/html; charset=utf-8", .cacheControl: "no-store"],
+            body: .init(byteBuffer: ByteBuffer(string: html)))
     }
 
     static func escape(_ text: String) -> String {

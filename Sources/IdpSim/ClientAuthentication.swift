@@ -14,8 +14,10 @@ struct ClientAuthenticator: Sendable {
         if let header = request.headers[.authorization], header.lowercased().hasPrefix("basic ") {
             let encoded = header.dropFirst(6).trimmingCharacters(in: .whitespaces)
             guard let data = Data(base64Encoded: encoded), let decoded = String(data: data, encoding: .utf8),
-                  let colon = decoded.firstIndex(of: ":") else {
-                throw OAuthError.invalidClient("Malformed HTTP Basic client credentials.", code: 7000215, usedBasic: true)
+                let colon = decoded.firstIndex(of: ":")
+            else {
+                throw OAuthError.invalidClient(
+                    "Malformed HTTP Basic client credentials.", code: 7_000_215, usedBasic: true)
             }
             // RFC 6749 §2.3.1: both parts are form-urlencoded before being joined.
             basicId = FormEncoding.decode(decoded[..<colon])
@@ -29,11 +31,13 @@ struct ClientAuthenticator: Sendable {
             throw OAuthError.invalidRequest("client_id does not match the HTTP Basic credentials.", code: 900144)
         }
         guard let clientId = basicId ?? parameters.nonEmpty("client_id") else {
-            throw OAuthError.invalidRequest("The request body must contain the following parameter: 'client_id'.", code: 900144)
+            throw OAuthError.invalidRequest(
+                "The request body must contain the following parameter: 'client_id'.", code: 900144)
         }
         guard let client = users.client(clientId) else {
             throw OAuthError.invalidClient(
-                "Application with identifier '\(clientId)' was not found in the directory.", code: 700016, usedBasic: usedBasic)
+                "Application with identifier '\(clientId)' was not found in the directory.", code: 700016,
+                usedBasic: usedBasic)
         }
         let presented = basicSecret ?? parameters["client_secret"]
         switch (client.clientSecret, presented) {
@@ -41,20 +45,23 @@ struct ClientAuthenticator: Sendable {
             return client
         case (nil, .some):
             throw OAuthError.invalidClient(
-                "Client is public so neither 'client_assertion' nor 'client_secret' should be presented.", code: 700025, usedBasic: usedBasic)
+                "Client is public so neither 'client_assertion' nor 'client_secret' should be presented.", code: 700025,
+                usedBasic: usedBasic)
         case (.some, nil):
             throw OAuthError.invalidClient(
-                "The request body must contain the following parameter: 'client_assertion' or 'client_secret'.", code: 7000218, usedBasic: usedBasic)
+                "The request body must contain the following parameter: 'client_assertion' or 'client_secret'.",
+                code: 7_000_218, usedBasic: usedBasic)
         case (.some(let expected), .some(let given)):
             guard Self.constantTimeEqual(expected, given) else {
-                throw OAuthError.invalidClient("Invalid client secret provided.", code: 7000215, usedBasic: usedBasic)
+                throw OAuthError.invalidClient("Invalid client secret provided.", code: 7_000_215, usedBasic: usedBasic)
             }
             return client
         }
     }
 
     static func constantTimeEqual(_ a: String, _ b: String) -> Bool {
-        let x = Array(a.utf8), y = Array(b.utf8)
+        let x = Array(a.utf8)
+        let y = Array(b.utf8)
         guard x.count == y.count else { return false }
         return zip(x, y).reduce(UInt8(0)) { $0 | ($1.0 ^ $1.1) } == 0
     }

@@ -34,7 +34,8 @@ actor DeviceSecretStore {
     func issue(username: String, clientId: String) -> (secret: String, sid: String) {
         let secret = RandomToken.make(bytes: 48)
         let sid = UUID().uuidString.lowercased()
-        bySecret[secret] = Session(username: username, sid: sid, clientId: clientId, expiresAt: Date().addingTimeInterval(lifetime))
+        bySecret[secret] = Session(
+            username: username, sid: sid, clientId: clientId, expiresAt: Date().addingTimeInterval(lifetime))
         return (secret, sid)
     }
 
@@ -60,7 +61,8 @@ actor DeviceSecretStore {
     /// Revokes every device secret of `username`; returns how many were live.
     func revokeAll(username: String) -> Int {
         var count = 0
-        for (secret, session) in bySecret where session.username.lowercased() == username.lowercased() && !session.revoked {
+        for (secret, session) in bySecret
+        where session.username.lowercased() == username.lowercased() && !session.revoked {
             bySecret[secret]?.revoked = true
             count += 1
         }

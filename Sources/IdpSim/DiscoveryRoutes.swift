@@ -21,7 +21,8 @@ struct DiscoveryRoutes: Sendable {
                 let other = try await SigningKeys.generate()
                 return JSONBody.response(encoding: other.jwks, headers: [.cacheControl: "max-age=60"])
             }
-            return FaultResponses.after(fault, JSONBody.response(encoding: provider.keys.jwks, headers: [.cacheControl: "max-age=60"]))
+            return FaultResponses.after(
+                fault, JSONBody.response(encoding: provider.keys.jwks, headers: [.cacheControl: "max-age=60"]))
         }
     }
 
@@ -41,7 +42,10 @@ struct DiscoveryRoutes: Sendable {
             "subject_types_supported": ["pairwise"],
             "id_token_signing_alg_values_supported": [SigningKeys.algorithm],
             "scopes_supported": ["openid", "profile", "email", "offline_access", "User.Read"],
-            "claims_supported": ["iss", "aud", "exp", "iat", "nbf", "sub", "oid", "tid", "preferred_username", "name", "email", "nonce", "auth_time", "ver"],
+            "claims_supported": [
+                "iss", "aud", "exp", "iat", "nbf", "sub", "oid", "tid", "preferred_username", "name", "email", "nonce",
+                "auth_time", "ver",
+            ],
             "code_challenge_methods_supported": ["S256"],
             "token_endpoint_auth_methods_supported": ["none", "client_secret_basic", "client_secret_post"],
             "revocation_endpoint_auth_methods_supported": ["none", "client_secret_basic", "client_secret_post"],
@@ -60,7 +64,9 @@ struct DiscoveryRoutes: Sendable {
             document["scopes_supported"] = ["openid", "profile", "email", "offline_access", "User.Read", "device_sso"]
         }
         if TokenExchange.offered(by: provider) {
-            document["grant_types_supported"] = ["authorization_code", "refresh_token", "password", TokenExchange.grantType]
+            document["grant_types_supported"] = [
+                "authorization_code", "refresh_token", "password", TokenExchange.grantType,
+            ]
         }
         return document
     }

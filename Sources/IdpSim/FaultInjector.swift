@@ -110,40 +110,49 @@ actor FaultInjector {
 enum FaultResponses {
     /// Takes the fault for `endpoint` (logging it, for tests to synchronise on) and returns the
     /// answer that replaces the normal one, or nil to answer normally (perhaps after a delay).
-    static func before(_ endpoint: FaultInjector.Endpoint, provider: Provider) async -> (FaultInjector.Setting, Response?) {
+    static func before(_ endpoint: FaultInjector.Endpoint, provider: Provider) async -> (
+        FaultInjector.Setting, Response?
+    ) {
         let fault = await provider.faults.take(endpoint)
         guard fault.mode != .none else { return (fault, nil) }
-        provider.logger.notice("fault applied", metadata: ["endpoint": "\(endpoint.rawValue)", "mode": "\(fault.mode.rawValue)"])
+        provider.logger.notice(
+            "fault applied", metadata: ["endpoint": "\(endpoint.rawValue)", "mode": "\(fault.mode.rawValue)"])
         return (fault, await replacement(for: fault))
     }
 
     /// The normal answer, or a 504 when the fault loses it.
     static func after(_ fault: FaultInjector.Setting, _ response: Response) -> Response {
         guard fault.mode == .lostAnswer else { return response }
-        return Response(status: .gatewayTimeout, headers: [.contentType: "text/plain"],
-                        body: .init(byteBuffer: ByteBuffer(string: "Gateway Timeout")))
+        return Response(
+            status: .gatewayTimeout, headers: [.contentType: "text/plain"],
+            body: .init(byteBuffer: ByteBuffer(string: "Gateway Timeout")))
     }
 
     private static func replacement(for fault: FaultInjector.Setting) async -> Response? {
         switch fault.mode {
-        case .none, .lostAnswer, .jwksWithoutKey, .idTokenWrongKey, .idTokenWrongAudience, .idTokenWrongIssuer, .idTokenExpired:
+        case .none, .lostAnswer, .jwksWithoutKey, .idTokenWrongKey, .idTokenWrongAudience, .idTokenWrongIssuer,
+            .idTokenExpired:
             return nil
         case .slow:
             // The provider's own slowness, which is what is being simulated.
             try? await Task.sleep(for: .milliseconds(fault.delayMs ?? 2000))
             return nil
         case .unavailable:
-            return Response(status: .serviceUnavailable, headers: headers("text/plain", retryAfter: fault.retryAfter),
-                            body: .init(byteBuffer: ByteBuffer(string: "Service Unavailable")))
+            return Response(
+                status: .serviceUnavailable, headers: headers("text/plain", retryAfter: fault.retryAfter),
+                body: .init(byteBuffer: ByteBuffer(string: "Service Unavailable")))
         case .error500:
             return Response(status: .internalServerError, headers: headers(nil, retryAfter: fault.retryAfter))
         case .garbage:
-            return Response(status: .ok, headers: [.contentType: "application/json"],
-                            body: .init(byteBuffer: ByteBuffer(string: "<html>this is not JSON")))
+            return Response(
+                status: .ok, headers: [.contentType: "application/json"],
+                body: .init(byteBuffer: ByteBuffer(string: "<html>this is not JSON")))
         case .truncated:
-            let cut = #"{"token_type":"Bearer","expires_in":3600,"issuer":"http://127.0.0.1","access_token":"eyJ0eXAiOiJKV1QiLCJhbGciOiJFUzI1NiJ9.eyJpc3MiOiJodHRwOi8v"#
-            return Response(status: .ok, headers: [.contentType: "application/json; charset=utf-8"],
-                            body: .init(byteBuffer: ByteBuffer(string: cut)))
+            let cut =
+                #"{"token_type":"Bearer","expires_in":3600,"issuer":"http://127.0.0.1","access_token":"eyJ0eXAiOiJKV1QiLCJhbGciOiJFUzI1NiJ9.eyJpc3MiOiJodHRwOi8v"#
+            return Response(
+                status: .ok, headers: [.contentType: "application/json; charset=utf-8"],
+                body: .init(byteBuffer: ByteBuffer(string: cut)))
         case .huge:
             return hugeResponse(size: max(64, fault.sizeBytes ?? 8 << 20))
         }

@@ -35,7 +35,8 @@ enum FormEncoding {
     }
 }
 
-/// An OAuth 2.0 / Entra style error body: `{error, error_description, error_codes, timestamp, trace_id, correlation_id}`.
+/// An OAuth 2.0 / Entra style error body: `{error, error_description, error_codes, timestamp, trace_id,
+/// correlation_id}`.
 struct OAuthError: Error, Sendable {
     var status: HTTPResponse.Status
     var error: String
@@ -49,7 +50,8 @@ struct OAuthError: Error, Sendable {
     }
 
     static func invalidGrant(_ description: String, code: Int, suberror: String? = nil) -> OAuthError {
-        OAuthError(status: .badRequest, error: "invalid_grant", description: description, codes: [code], suberror: suberror)
+        OAuthError(
+            status: .badRequest, error: "invalid_grant", description: description, codes: [code], suberror: suberror)
     }
 
     /// RFC 6749 §5.2: 401, and a `WWW-Authenticate` challenge when the client tried HTTP Basic.
@@ -67,7 +69,8 @@ struct OAuthError: Error, Sendable {
         let prefix = codes.first.map { "AADSTS\($0): " } ?? ""
         var body: [String: Any] = [
             "error": error,
-            "error_description": "\(prefix)\(description) Trace ID: \(traceId) Correlation ID: \(correlationId) Timestamp: \(timestamp)",
+            "error_description":
+                "\(prefix)\(description) Trace ID: \(traceId) Correlation ID: \(correlationId) Timestamp: \(timestamp)",
             "timestamp": timestamp,
             "trace_id": traceId,
             "correlation_id": correlationId,
@@ -83,11 +86,15 @@ struct OAuthError: Error, Sendable {
 /// Building JSON responses.
 enum JSONBody {
     static func response(_ object: Any, status: HTTPResponse.Status = .ok, headers: HTTPFields = [:]) -> Response {
-        let data = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes])) ?? Data("{}".utf8)
+        let data =
+            (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes]))
+            ?? Data("{}".utf8)
         return response(data: data, status: status, headers: headers)
     }
 
-    static func response(encoding value: some Encodable, status: HTTPResponse.Status = .ok, headers: HTTPFields = [:]) -> Response {
+    static func response(encoding value: some Encodable, status: HTTPResponse.Status = .ok, headers: HTTPFields = [:])
+        -> Response
+    {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
         let data = (try? encoder.encode(value)) ?? Data("{}".utf8)

@@ -32,8 +32,12 @@ struct IdpSimCommand: AsyncParsableCommand {
     @Option(help: "Lifetime of one-time codes and authorization codes in seconds.")
     var codeLifetime: Int = 600
 
-    @Option(name: .customLong("without"),
-            help: "Leave out an optional part, as a plainer provider would: \(OptionalFeature.allCases.map(\.rawValue).joined(separator: ", ")). Repeatable.")
+    @Option(
+        name: .customLong("without"),
+        help: ArgumentHelp(
+            "Leave out an optional part, as a plainer provider would: "
+                + "\(OptionalFeature.allCases.map(\.rawValue).joined(separator: ", ")). Repeatable.")
+    )
     var without: [OptionalFeature] = []
 
     @Option(help: "trace, debug, info, notice, warning, error or critical.")
@@ -67,10 +71,12 @@ struct IdpSimCommand: AsyncParsableCommand {
             throw ExitCode(2)
         }
 
-        let settings = ProviderSettings(accessTokenLifetime: accessTokenLifetime, refreshTokenLifetime: refreshTokenLifetime,
-                                        codeLifetime: codeLifetime, without: Set(without))
-        let provider = try await Provider(users: directory, settings: settings,
-                                          authorityPath: issuerPath ?? "/\(directory.tenantId)/v2.0", logger: logger)
+        let settings = ProviderSettings(
+            accessTokenLifetime: accessTokenLifetime, refreshTokenLifetime: refreshTokenLifetime,
+            codeLifetime: codeLifetime, without: Set(without))
+        let provider = try await Provider(
+            users: directory, settings: settings,
+            authorityPath: issuerPath ?? "/\(directory.tenantId)/v2.0", logger: logger)
         let endpoints = provider.endpoints
         let host = self.host
         let app = Application(

@@ -25,13 +25,16 @@ struct NativeAuthRoutes: Sendable {
             throw OAuthError.invalidRequest("The request body must contain the following parameter: 'username'.")
         }
         guard let user = provider.users.user(named: username) else {
-            throw OAuthError(status: .badRequest, error: "user_not_found",
-                             description: "The user account \(username) does not exist in the \(provider.users.tenantId) directory.", codes: [50034])
+            throw OAuthError(
+                status: .badRequest, error: "user_not_found",
+                description: "The user account \(username) does not exist in the \(provider.users.tenantId) directory.",
+                codes: [50034])
         }
         guard choose(for: user, among: types) != nil else {
             return JSONBody.response(["challenge_type": "redirect"])
         }
-        let token = await provider.nativeAuth.start(username: user.username, clientId: client.clientId, challengeTypes: types)
+        let token = await provider.nativeAuth.start(
+            username: user.username, clientId: client.clientId, challengeTypes: types)
         return JSONBody.response(["continuation_token": token])
     }
 
@@ -44,11 +47,14 @@ struct NativeAuthRoutes: Sendable {
         }
         switch method {
         case .password:
-            guard let next = await provider.nativeAuth.setChallenge(.password, flowId: flow.id) else { throw Self.expiredFlow() }
+            guard let next = await provider.nativeAuth.setChallenge(.password, flowId: flow.id) else {
+                throw Self.expiredFlow()
+            }
             return JSONBody.response(["challenge_type": "password", "continuation_token": next])
         case .oob:
             let code = RandomToken.digits(NativeAuthStore.codeLength)
-            guard let next = await provider.nativeAuth.setChallenge(.oob(code: code, sentAt: Date()), flowId: flow.id) else {
+            guard let next = await provider.nativeAuth.setChallenge(.oob(code: code, sentAt: Date()), flowId: flow.id)
+            else {
                 throw Self.expiredFlow()
             }
             await provider.outbox.send(code: code, to: user.username)
@@ -79,7 +85,9 @@ struct NativeAuthRoutes: Sendable {
         case .wrongCode:
             throw OAuthError.invalidGrant("The code is incorrect.", code: 50181, suberror: "invalid_oob_value")
         case .expired:
-            throw OAuthError(status: .badRequest, error: "expired_token", description: "The one-time code has expired.", codes: [552003])
+            throw OAuthError(
+                status: .badRequest, error: "expired_token", description: "The one-time code has expired.",
+                codes: [552003])
         case .notChallenged:
             throw OAuthError.invalidGrant("No one-time code was sent in this sign-in.", code: 55200)
         }
@@ -96,18 +104,26 @@ struct NativeAuthRoutes: Sendable {
             throw OAuthError.invalidRequest("The request body must contain the following parameter: 'password'.")
         }
         guard let user = provider.users.user(named: flow.username), let expected = user.password,
-              ClientAuthenticator.constantTimeEqual(expected, password) else {
-            throw OAuthError.invalidGrant("Error validating credentials due to invalid username or password.", code: 50126)
+            ClientAuthenticator.constantTimeEqual(expected, password)
+        else {
+            throw OAuthError.invalidGrant(
+                "Error validating credentials due to invalid username or password.", code: 50126)
         }
         return try await finish(flow, parameters: parameters, client: client)
     }
 
-    private func finish(_ flow: NativeAuthStore.Flow, parameters: [String: String], client: ClientRegistration) async throws -> SignIn {
+    private func finish(_ flow: NativeAuthStore.Flow, parameters: [String: String], client: ClientRegistration)
+        async throws -> SignIn
+    {
         guard let user = provider.users.user(named: flow.username) else {
-            throw OAuthError(status: .badRequest, error: "user_not_found", description: "The user account no longer exists.", codes: [50034])
+            throw OAuthError(
+                status: .badRequest, error: "user_not_found", description: "The user account no longer exists.",
+                codes: [50034])
         }
         await provider.nativeAuth.finish(flowId: flow.id)
-        return SignIn(user: user, client: client, scopes: TokenIssuer.scopes(from: parameters["scope"]), nonce: nil, authTime: Date())
+        return SignIn(
+            user: user, client: client, scopes: TokenIssuer.scopes(from: parameters["scope"]), nonce: nil,
+            authTime: Date())
     }
 
     private enum Method { case password, oob, none }
@@ -124,8 +140,10 @@ struct NativeAuthRoutes: Sendable {
             throw OAuthError.invalidRequest("The request body must contain the following parameter: 'client_id'.")
         }
         guard let client = provider.users.client(clientId) else {
-            throw OAuthError(status: .badRequest, error: "unauthorized_client",
-                             description: "Application with identifier '\(clientId)' was not found in the directory.", codes: [700016])
+            throw OAuthError(
+                status: .badRequest, error: "unauthorized_client",
+                description: "Application with identifier '\(clientId)' was not found in the directory.",
+                codes: [700016])
         }
         return client
     }
@@ -139,16 +157,23 @@ struct NativeAuthRoutes: Sendable {
         return types
     }
 
-    private func liveFlow(_ parameters: [String: String], client: ClientRegistration) async throws -> NativeAuthStore.Flow {
+    private func liveFlow(_ parameters: [String: String], client: ClientRegistration) async throws
+        -> NativeAuthStore.Flow
+    {
         guard let token = parameters.nonEmpty("continuation_token") else {
-            throw OAuthError.invalidRequest("The request body must contain the following parameter: 'continuation_token'.")
+            throw OAuthError.invalidRequest(
+                "The request body must contain the following parameter: 'continuation_token'.")
         }
-        guard let flow = await provider.nativeAuth.flow(for: token, clientId: client.clientId) else { throw Self.expiredFlow() }
+        guard let flow = await provider.nativeAuth.flow(for: token, clientId: client.clientId) else {
+            throw Self.expiredFlow()
+        }
         return flow
     }
 
     private static func expiredFlow() -> OAuthError {
-        OAuthError(status: .badRequest, error: "expired_token", description: "The continuation token is invalid or has expired.", codes: [552003])
+        OAuthError(
+            status: .badRequest, error: "expired_token",
+            description: "The continuation token is invalid or has expired.", codes: [552003])
     }
 
     /// "alice@contoso.com" -> "a***@c***.com": enough for the user to recognise the address.
@@ -157,7 +182,9 @@ struct NativeAuthRoutes: Sendable {
         guard parts.count == 2, let localFirst = parts[0].first else { return "***" }
         let domain = parts[1]
         let labels = domain.split(separator: ".")
-        guard let domainFirst = domain.first, labels.count >= 2, let tld = labels.last else { return "\(localFirst)***@***" }
+        guard let domainFirst = domain.first, labels.count >= 2, let tld = labels.last else {
+            return "\(localFirst)***@***"
+        }
         return "\(localFirst)***@\(domainFirst)***.\(tld)"
     }
 }

@@ -42,7 +42,9 @@ actor NativeAuthStore {
 
     /// Starts a flow and returns its first continuation token.
     func start(username: String, clientId: String, challengeTypes: [String]) -> String {
-        let flow = Flow(id: UUID().uuidString, username: username, clientId: clientId, challengeTypes: challengeTypes, startedAt: Date())
+        let flow = Flow(
+            id: UUID().uuidString, username: username, clientId: clientId, challengeTypes: challengeTypes,
+            startedAt: Date())
         flows[flow.id] = flow
         return newToken(for: flow.id)
     }
@@ -66,7 +68,9 @@ actor NativeAuthStore {
     }
 
     func checkCode(_ code: String, flowId: String) -> OOBCheck {
-        guard let flow = flows[flowId], case .oob(let expected, let sentAt) = flow.challenge else { return .notChallenged }
+        guard let flow = flows[flowId], case .oob(let expected, let sentAt) = flow.challenge else {
+            return .notChallenged
+        }
         guard Date().timeIntervalSince(sentAt) < codeLifetime else { return .expired }
         guard ClientAuthenticator.constantTimeEqual(expected, code) else { return .wrongCode }
         return .valid(flow)

@@ -53,9 +53,10 @@ struct Provider: Sendable {
         self.endpoints = Endpoints(authorityPath: authorityPath)
         self.keys = try await SigningKeys.generate()
         self.refreshTokens = RefreshTokenStore(lifetime: TimeInterval(settings.refreshTokenLifetime))
-        self.issuer = TokenIssuer(keys: keys, endpoints: endpoints, tenantId: users.tenantId,
-                                  accessTokenLifetime: settings.accessTokenLifetime, refreshTokens: refreshTokens,
-                                  familyTokens: !settings.without.contains(.familyTokens))
+        self.issuer = TokenIssuer(
+            keys: keys, endpoints: endpoints, tenantId: users.tenantId,
+            accessTokenLifetime: settings.accessTokenLifetime, refreshTokens: refreshTokens,
+            familyTokens: !settings.without.contains(.familyTokens))
         self.nativeAuth = NativeAuthStore(codeLifetime: TimeInterval(settings.codeLifetime))
         self.authorization = AuthorizationStore(codeLifetime: TimeInterval(settings.codeLifetime))
         self.deviceSecrets = DeviceSecretStore(lifetime: TimeInterval(settings.refreshTokenLifetime))
@@ -81,7 +82,9 @@ struct Provider: Sendable {
 struct ErrorMiddleware: RouterMiddleware {
     typealias Context = BasicRequestContext
 
-    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws
+        -> Response
+    {
         do {
             return try await next(request, context)
         } catch let error as OAuthError {

@@ -42,8 +42,9 @@ actor RefreshTokenStore {
     /// Issues a token; `family` is nil for a fresh sign-in and the parent's family on rotation.
     func issue(username: String, clientId: String, scopes: [String], authTime: Date, family: String? = nil) -> String {
         let token = RandomToken.make(bytes: 48)
-        let grant = Grant(username: username, clientId: clientId, scopes: scopes, family: family ?? UUID().uuidString,
-                          expiresAt: Date().addingTimeInterval(lifetime), authTime: authTime)
+        let grant = Grant(
+            username: username, clientId: clientId, scopes: scopes, family: family ?? UUID().uuidString,
+            expiresAt: Date().addingTimeInterval(lifetime), authTime: authTime)
         entries[token] = Entry(grant: grant)
         return token
     }
@@ -70,7 +71,7 @@ actor RefreshTokenStore {
     /// is revoked, rotated or not.
     func inspect(_ token: String) -> Grant? {
         guard let entry = entries[token], !revokedFamilies.contains(entry.grant.family),
-              entry.grant.expiresAt > Date()
+            entry.grant.expiresAt > Date()
         else { return nil }
         return entry.grant
     }
@@ -85,7 +86,8 @@ actor RefreshTokenStore {
 
     /// Revokes every family of a user (an administrator's "revoke sessions"); returns how many.
     func revokeAll(username: String) -> Int {
-        let families = Set(entries.values.filter { $0.grant.username.lowercased() == username.lowercased() }.map(\.grant.family))
+        let families = Set(
+            entries.values.filter { $0.grant.username.lowercased() == username.lowercased() }.map(\.grant.family))
         let fresh = families.subtracting(revokedFamilies)
         revokedFamilies.formUnion(families)
         return fresh.count

@@ -23,7 +23,9 @@ struct ResourceRoutes: Sendable {
             let (fault, replacement) = await FaultResponses.before(.userinfo, provider: provider)
             if let replacement { return replacement }
             let (claims, user) = try await authorize(request, requiredScope: "openid")
-            var body: [String: Any] = ["sub": claims.sub, "name": user.displayName, "preferred_username": user.username, "oid": claims.oid]
+            var body: [String: Any] = [
+                "sub": claims.sub, "name": user.displayName, "preferred_username": user.username, "oid": claims.oid,
+            ]
             if let email = user.email { body["email"] = email }
             return FaultResponses.after(fault, JSONBody.response(body))
         }
@@ -41,11 +43,13 @@ struct ResourceRoutes: Sendable {
             throw Self.challenge(error: "invalid_token", description: "The access token is invalid or expired.")
         }
         guard claims.iss == provider.endpoints.issuer, claims.aud == TokenIssuer.apiAudience else {
-            throw Self.challenge(error: "invalid_token", description: "The access token was not issued for this resource.")
+            throw Self.challenge(
+                error: "invalid_token", description: "The access token was not issued for this resource.")
         }
         guard claims.scopes.contains(requiredScope) else {
-            throw Self.challenge(error: "insufficient_scope", description: "The access token lacks the \(requiredScope) scope.",
-                                 status: .forbidden, scope: requiredScope)
+            throw Self.challenge(
+                error: "insufficient_scope", description: "The access token lacks the \(requiredScope) scope.",
+                status: .forbidden, scope: requiredScope)
         }
         guard let user = provider.users.user(objectId: claims.oid) else {
             throw Self.challenge(error: "invalid_token", description: "The user of this token no longer exists.")
@@ -53,7 +57,9 @@ struct ResourceRoutes: Sendable {
         return (claims, user)
     }
 
-    static func challenge(error: String?, description: String, status: HTTPResponse.Status = .unauthorized, scope: String? = nil) -> OAuthError {
+    static func challenge(
+        error: String?, description: String, status: HTTPResponse.Status = .unauthorized, scope: String? = nil
+    ) -> OAuthError {
         var value = "Bearer realm=\"idp-sim\""
         if let error { value += ", error=\"\(error)\", error_description=\"\(description)\"" }
         if let scope { value += ", scope=\"\(scope)\"" }

@@ -24,7 +24,8 @@ struct RevocationRoutes: Sendable {
             if await !provider.deviceSecrets.revoke(token) {
                 await provider.refreshTokens.revoke(token, clientId: clientId)
             }
-            provider.logger.info("revocation request handled", metadata: ["hint": "\(parameters["token_type_hint"] ?? "none")"])
+            provider.logger.info(
+                "revocation request handled", metadata: ["hint": "\(parameters["token_type_hint"] ?? "none")"])
             // §2.2: 200 whether or not the token was known.
             return FaultResponses.after(fault, Response(status: .ok, headers: [.cacheControl: "no-store"]))
         }

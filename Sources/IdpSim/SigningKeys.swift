@@ -34,7 +34,8 @@ struct SigningKeys: Sendable {
         }
         let collection = JWTKeyCollection()
         await collection.add(ecdsa: key, kid: JWKIdentifier(string: kid))
-        let jwk = JWKSDocument.Key(kty: "EC", use: "sig", alg: algorithm, kid: kid, crv: "P-256", x: parameters.x, y: parameters.y)
+        let jwk = JWKSDocument.Key(
+            kty: "EC", use: "sig", alg: algorithm, kid: kid, crv: "P-256", x: parameters.x, y: parameters.y)
         return SigningKeys(kid: kid, collection: collection, jwks: JWKSDocument(keys: [jwk]))
     }
 

@@ -23,15 +23,20 @@ struct TestRoutes: Sendable {
             }
             let revoked = await provider.refreshTokens.revokeAll(username: username)
             let secrets = await provider.deviceSecrets.revokeAll(username: username)
-            provider.logger.info("admin revocation", metadata: ["user": "\(username)", "families": "\(revoked)", "deviceSecrets": "\(secrets)"])
-            return JSONBody.response(["username": username, "revokedFamilies": revoked, "revokedDeviceSecrets": secrets])
+            provider.logger.info(
+                "admin revocation",
+                metadata: ["user": "\(username)", "families": "\(revoked)", "deviceSecrets": "\(secrets)"])
+            return JSONBody.response([
+                "username": username, "revokedFamilies": revoked, "revokedDeviceSecrets": secrets,
+            ])
         }
         router.post("/test/revoke-device-secrets") { request, _ in
             guard let username = request.queryParameters.nonEmpty("username") else {
                 throw OAuthError.invalidRequest("username query parameter is required")
             }
             let secrets = await provider.deviceSecrets.revokeAll(username: username)
-            provider.logger.info("admin revocation of device secrets", metadata: ["user": "\(username)", "deviceSecrets": "\(secrets)"])
+            provider.logger.info(
+                "admin revocation of device secrets", metadata: ["user": "\(username)", "deviceSecrets": "\(secrets)"])
             return JSONBody.response(["username": username, "revokedDeviceSecrets": secrets])
         }
         router.get("/test/faults") { request, _ in
@@ -43,15 +48,21 @@ struct TestRoutes: Sendable {
         }
         router.post("/test/faults") { request, _ in
             let body = try await request.body.collect(upTo: 1 << 16)
-            guard let setting = try? JSONDecoder().decode(FaultInjector.Setting.self, from: Data(body.readableBytesView)) else {
-                throw OAuthError.invalidRequest("expected {\"mode\": \"\(Self.modes)\", \"endpoint\"?: \"\(Self.endpoints)\", "
-                                                + "\"retryAfter\"?, \"delayMs\"?, \"count\"?, \"sizeBytes\"?}")
+            guard
+                let setting = try? JSONDecoder().decode(FaultInjector.Setting.self, from: Data(body.readableBytesView))
+            else {
+                throw OAuthError.invalidRequest(
+                    "expected {\"mode\": \"\(Self.modes)\", \"endpoint\"?: \"\(Self.endpoints)\", "
+                        + "\"retryAfter\"?, \"delayMs\"?, \"count\"?, \"sizeBytes\"?}")
             }
             guard setting.mode.applies(to: setting.target) else {
-                throw OAuthError.invalidRequest("the mode \(setting.mode.rawValue) does not apply to the \(setting.target.rawValue) endpoint")
+                throw OAuthError.invalidRequest(
+                    "the mode \(setting.mode.rawValue) does not apply to the \(setting.target.rawValue) endpoint")
             }
             await provider.faults.set(setting)
-            provider.logger.notice("fault mode set", metadata: ["mode": "\(setting.mode.rawValue)", "endpoint": "\(setting.target.rawValue)"])
+            provider.logger.notice(
+                "fault mode set",
+                metadata: ["mode": "\(setting.mode.rawValue)", "endpoint": "\(setting.target.rawValue)"])
             return JSONBody.response(encoding: setting)
         }
         router.get("/test/outbox") { _, _ in

@@ -5,6 +5,8 @@ import JWTKit
 ///
 /// `aud` is always ``TokenIssuer/apiAudience`` (the simulated Graph API, "https://graph.local"),
 /// not the client: access tokens are for the resource server, the ID token is for the client.
+// Field names are the JSON's own (snake_case), so that Codable needs no key table.
+// swift-format-ignore: AlwaysUseLowerCamelCase
 struct AccessTokenClaims: JWTPayload, Equatable {
     var iss: String
     var aud: String
@@ -31,6 +33,8 @@ struct AccessTokenClaims: JWTPayload, Equatable {
 }
 
 /// Claims of an OpenID Connect ID token (OIDC Core §2).
+// Field names are the JSON's own (snake_case), so that Codable needs no key table.
+// swift-format-ignore: AlwaysUseLowerCamelCase
 struct IDTokenClaims: JWTPayload, Equatable {
     var iss: String
     var aud: String

@@ -30,14 +30,19 @@ struct TokenExchange: Sendable {
             throw OAuthError.invalidRequest("The request body must contain the following parameter: 'subject_token'.")
         }
         guard let subjectType = parameters.nonEmpty("subject_token_type") else {
-            throw OAuthError.invalidRequest("The request body must contain the following parameter: 'subject_token_type'.")
+            throw OAuthError.invalidRequest(
+                "The request body must contain the following parameter: 'subject_token_type'.")
         }
         if let requested = parameters.nonEmpty("requested_token_type"), requested != Self.accessTokenType {
-            throw OAuthError.invalidRequest("Only access tokens can be requested (requested_token_type \(Self.accessTokenType)).")
+            throw OAuthError.invalidRequest(
+                "Only access tokens can be requested (requested_token_type \(Self.accessTokenType)).")
         }
-        if let audience = parameters.nonEmpty("audience"), audience != provider.endpoints.issuer, audience != TokenIssuer.apiAudience {
-            throw OAuthError(status: .badRequest, error: "invalid_target",
-                             description: "The audience '\(audience)' is not a service of this provider.", codes: [500011])
+        if let audience = parameters.nonEmpty("audience"), audience != provider.endpoints.issuer,
+            audience != TokenIssuer.apiAudience
+        {
+            throw OAuthError(
+                status: .badRequest, error: "invalid_target",
+                description: "The audience '\(audience)' is not a service of this provider.", codes: [500011])
         }
         let actorType = parameters.nonEmpty("actor_token_type")
         if actorType == nil, parameters.nonEmpty("actor_token") != nil {
@@ -51,8 +56,10 @@ struct TokenExchange: Sendable {
             return try await nativeSSO(subject: subject, subjectType: subjectType, parameters, client: client)
         case nil:
             guard provider.offers(.tokenExchange) else {
-                throw OAuthError(status: .badRequest, error: "unsupported_grant_type",
-                                 description: "Token exchange is offered for Native SSO only (with a device secret).", codes: [70003])
+                throw OAuthError(
+                    status: .badRequest, error: "unsupported_grant_type",
+                    description: "Token exchange is offered for Native SSO only (with a device secret).", codes: [70003]
+                )
             }
             return try await exchange(subject: subject, subjectType: subjectType, parameters, client: client)
         case let other?:
@@ -64,6 +71,8 @@ struct TokenExchange: Sendable {
 
     /// The ID token as Native SSO presents it: signed by this provider, its expiry not checked
     /// (the device session's life decides, section 4.3).
+    // Field names are the JSON's own (snake_case), so that Codable needs no key table.
+    // swift-format-ignore: AlwaysUseLowerCamelCase
     private struct SessionIDToken: JWTPayload {
         var iss: String
         var oid: String
@@ -75,8 +84,10 @@ struct TokenExchange: Sendable {
     /// Native SSO 4.3's checks, in order: the device secret, the ID token, their binding
     /// (`ds_hash`), the session (`sid`), the client's permission; each failure is `invalid_grant`
     /// but the last (`unauthorized_client`).
-    private func nativeSSO(subject: String, subjectType: String, _ parameters: [String: String],
-                           client: ClientRegistration) async throws -> SignIn {
+    private func nativeSSO(
+        subject: String, subjectType: String, _ parameters: [String: String],
+        client: ClientRegistration
+    ) async throws -> SignIn {
         guard subjectType == Self.idTokenType else {
             throw OAuthError.invalidRequest("Native SSO's subject_token_type is \(Self.idTokenType).")
         }
@@ -86,7 +97,7 @@ struct TokenExchange: Sendable {
         let session: DeviceSecretStore.Session
         switch await provider.deviceSecrets.lookup(secret) {
         case .live(let found): session = found
-        case .unknown: throw OAuthError.invalidGrant("The device secret is not valid.", code: 9002313)
+        case .unknown: throw OAuthError.invalidGrant("The device secret is not valid.", code: 9_002_313)
         case .expired: throw OAuthError.invalidGrant("The device secret has expired.", code: 700082)
         case .revoked: throw OAuthError.invalidGrant("The device secret has been revoked.", code: 50173)
         }
@@ -105,20 +116,25 @@ struct TokenExchange: Sendable {
         guard let sid = idToken.sid, sid == session.sid, await provider.deviceSecrets.isLive(sid: sid) else {
             throw OAuthError.invalidGrant("The session of the ID token has ended.", code: 50173)
         }
-        guard let user = provider.users.user(objectId: idToken.oid), user.username.lowercased() == session.username.lowercased() else {
+        guard let user = provider.users.user(objectId: idToken.oid),
+            user.username.lowercased() == session.username.lowercased()
+        else {
             throw OAuthError.invalidGrant("The user of the ID token no longer exists.", code: 50034)
         }
         try permitSingleSignOn(client)
         await provider.stats.countExchange("native-sso")
-        return SignIn(user: user, client: client, scopes: TokenIssuer.scopes(from: parameters["scope"]), nonce: nil,
-                      authTime: Date(), deviceSession: DeviceSession(secret: secret, sid: sid, handOutSecret: false),
-                      isExchange: true)
+        return SignIn(
+            user: user, client: client, scopes: TokenIssuer.scopes(from: parameters["scope"]), nonce: nil,
+            authTime: Date(), deviceSession: DeviceSession(secret: secret, sid: sid, handOutSecret: false),
+            isExchange: true)
     }
 
     // MARK: RFC 8693
 
-    private func exchange(subject: String, subjectType: String, _ parameters: [String: String],
-                          client: ClientRegistration) async throws -> SignIn {
+    private func exchange(
+        subject: String, subjectType: String, _ parameters: [String: String],
+        client: ClientRegistration
+    ) async throws -> SignIn {
         let user: UserAccount?
         switch subjectType {
         case Self.accessTokenType:
@@ -126,7 +142,8 @@ struct TokenExchange: Sendable {
             do {
                 claims = try await provider.keys.verify(subject, as: AccessTokenClaims.self)
             } catch {
-                throw OAuthError.invalidGrant("The subject token is not a valid access token of this provider, or it has expired.", code: 50027)
+                throw OAuthError.invalidGrant(
+                    "The subject token is not a valid access token of this provider, or it has expired.", code: 50027)
             }
             guard claims.iss == provider.endpoints.issuer, claims.aud == TokenIssuer.apiAudience else {
                 throw OAuthError.invalidGrant("The subject token was not issued by this provider.", code: 50027)
@@ -134,24 +151,29 @@ struct TokenExchange: Sendable {
             user = provider.users.user(objectId: claims.oid)
         case Self.refreshTokenType:
             guard let grant = await provider.refreshTokens.inspect(subject) else {
-                throw OAuthError.invalidGrant("The subject token is not a valid refresh token.", code: 9002313)
+                throw OAuthError.invalidGrant("The subject token is not a valid refresh token.", code: 9_002_313)
             }
             user = provider.users.user(named: grant.username)
         default:
-            throw OAuthError.invalidRequest("The subject_token_type '\(subjectType)' is not supported; use an access or refresh token.")
+            throw OAuthError.invalidRequest(
+                "The subject_token_type '\(subjectType)' is not supported; use an access or refresh token.")
         }
-        guard let user else { throw OAuthError.invalidGrant("The user of the subject token no longer exists.", code: 50034) }
+        guard let user else {
+            throw OAuthError.invalidGrant("The user of the subject token no longer exists.", code: 50034)
+        }
         try permitSingleSignOn(client)
         await provider.stats.countExchange("token-exchange")
-        return SignIn(user: user, client: client, scopes: TokenIssuer.scopes(from: parameters["scope"]), nonce: nil,
-                      authTime: Date(), isExchange: true)
+        return SignIn(
+            user: user, client: client, scopes: TokenIssuer.scopes(from: parameters["scope"]), nonce: nil,
+            authTime: Date(), isExchange: true)
     }
 
     /// The administrator's switch per application (`singleSignOn: false` in the users file).
     func permitSingleSignOn(_ client: ClientRegistration) throws {
         guard client.singleSignOn else {
-            throw OAuthError(status: .badRequest, error: "unauthorized_client",
-                             description: "The application '\(client.clientId)' may not use single sign-on.", codes: [700016])
+            throw OAuthError(
+                status: .badRequest, error: "unauthorized_client",
+                description: "The application '\(client.clientId)' may not use single sign-on.", codes: [700016])
         }
     }
 }

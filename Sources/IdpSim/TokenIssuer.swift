@@ -2,6 +2,8 @@ import Crypto
 import Foundation
 
 /// The success body of the token endpoint (RFC 6749 §5.1 plus `id_token` from OIDC Core §3.1.3.3).
+// Field names are the JSON's own (snake_case), so that Codable needs no key table.
+// swift-format-ignore: AlwaysUseLowerCamelCase
 struct TokenResponse: Codable, Sendable {
     var token_type = "Bearer"
     var access_token: String
@@ -67,17 +69,23 @@ struct TokenIssuer: Sendable {
         let clientId = signIn.client.clientId
         let subject = Self.pairwiseSubject(objectId: user.objectId, clientId: clientId)
         let access = AccessTokenClaims(
-            iss: endpoints.issuer, aud: Self.apiAudience, exp: .init(value: expiry), iat: .init(value: now), nbf: .init(value: now),
+            iss: endpoints.issuer, aud: Self.apiAudience, exp: .init(value: expiry), iat: .init(value: now),
+            nbf: .init(value: now),
             sub: subject, oid: user.objectId, tid: tenantId, preferred_username: user.username, name: user.displayName,
-            scp: signIn.scopes.joined(separator: " "), azp: clientId, appid: clientId, ver: "2.0", uti: RandomToken.make(bytes: 12))
+            scp: signIn.scopes.joined(separator: " "), azp: clientId, appid: clientId, ver: "2.0",
+            uti: RandomToken.make(bytes: 12))
         var response = TokenResponse(
-            access_token: try await keys.sign(access), expires_in: accessTokenLifetime, ext_expires_in: accessTokenLifetime,
+            access_token: try await keys.sign(access), expires_in: accessTokenLifetime,
+            ext_expires_in: accessTokenLifetime,
             scope: signIn.scopes.joined(separator: " "))
         if signIn.scopes.contains("openid") {
             var id = IDTokenClaims(
-                iss: endpoints.issuer, aud: clientId, exp: .init(value: expiry), iat: .init(value: now), nbf: .init(value: now),
-                sub: subject, oid: user.objectId, tid: tenantId, preferred_username: user.username, name: user.displayName,
-                email: user.email, nonce: signIn.nonce, auth_time: Int(signIn.authTime.timeIntervalSince1970), ver: "2.0",
+                iss: endpoints.issuer, aud: clientId, exp: .init(value: expiry), iat: .init(value: now),
+                nbf: .init(value: now),
+                sub: subject, oid: user.objectId, tid: tenantId, preferred_username: user.username,
+                name: user.displayName,
+                email: user.email, nonce: signIn.nonce, auth_time: Int(signIn.authTime.timeIntervalSince1970),
+                ver: "2.0",
                 sid: signIn.deviceSession?.sid, ds_hash: signIn.deviceSession.map { Self.deviceSecretHash($0.secret) })
             switch forgery {
             case .wrongAudience?: id.aud = "00000000-0000-0000-0000-00000000f0e1"
@@ -93,7 +101,8 @@ struct TokenIssuer: Sendable {
         // Like Entra, a refresh token is only issued when the client asked for offline_access.
         if signIn.scopes.contains("offline_access") {
             response.refresh_token = await refreshTokens.issue(
-                username: user.username, clientId: clientId, scopes: signIn.scopes, authTime: signIn.authTime, family: signIn.refreshFamily)
+                username: user.username, clientId: clientId, scopes: signIn.scopes, authTime: signIn.authTime,
+                family: signIn.refreshFamily)
             if familyTokens { response.foci = signIn.client.family }
         }
         if let session = signIn.deviceSession, session.handOutSecret { response.device_secret = session.secret }

@@ -41,17 +41,22 @@ struct TokenRoutes: Sendable {
         case "":
             throw OAuthError.invalidRequest("The request body must contain the following parameter: 'grant_type'.")
         default:
-            throw OAuthError(status: .badRequest, error: "unsupported_grant_type",
-                             description: "The provided value for the input parameter 'grant_type' is not valid.", codes: [70003])
+            throw OAuthError(
+                status: .badRequest, error: "unsupported_grant_type",
+                description: "The provided value for the input parameter 'grant_type' is not valid.", codes: [70003])
         }
         // Native SSO §3.1: a person's sign-in granted `device_sso` (with `openid`) starts a device session.
         if ["password", "authorization_code", "oob"].contains(grantType), provider.offers(.nativeSSO),
-           signIn.scopes.contains("openid"), signIn.scopes.contains("device_sso") {
-            let (secret, sid) = await provider.deviceSecrets.issue(username: signIn.user.username, clientId: client.clientId)
+            signIn.scopes.contains("openid"), signIn.scopes.contains("device_sso")
+        {
+            let (secret, sid) = await provider.deviceSecrets.issue(
+                username: signIn.user.username, clientId: client.clientId)
             signIn.deviceSession = DeviceSession(secret: secret, sid: sid, handOutSecret: true)
         }
         let tokens = try await provider.issuer.issue(signIn, forging: fault.mode.forgery)
-        provider.logger.info("issued tokens", metadata: ["grant": "\(grantType)", "client": "\(client.clientId)", "user": "\(signIn.user.username)"])
+        provider.logger.info(
+            "issued tokens",
+            metadata: ["grant": "\(grantType)", "client": "\(client.clientId)", "user": "\(signIn.user.username)"])
         return FaultResponses.after(fault, JSONBody.response(encoding: tokens, headers: .noStore))
     }
 
@@ -64,13 +69,18 @@ struct TokenRoutes: Sendable {
             throw OAuthError.invalidRequest("The request body must contain the following parameter: 'password'.")
         }
         guard let user = provider.users.user(named: username) else {
-            throw OAuthError.invalidGrant("The user account \(username) does not exist in the \(provider.users.tenantId) directory.", code: 50034)
+            throw OAuthError.invalidGrant(
+                "The user account \(username) does not exist in the \(provider.users.tenantId) directory.", code: 50034)
         }
         guard user.supportsPassword, let expected = user.password,
-              ClientAuthenticator.constantTimeEqual(expected, password) else {
-            throw OAuthError.invalidGrant("Error validating credentials due to invalid username or password.", code: 50126)
+            ClientAuthenticator.constantTimeEqual(expected, password)
+        else {
+            throw OAuthError.invalidGrant(
+                "Error validating credentials due to invalid username or password.", code: 50126)
         }
-        return SignIn(user: user, client: client, scopes: TokenIssuer.scopes(from: parameters["scope"]), nonce: parameters["nonce"], authTime: Date())
+        return SignIn(
+            user: user, client: client, scopes: TokenIssuer.scopes(from: parameters["scope"]),
+            nonce: parameters["nonce"], authTime: Date())
     }
 
     /// Refresh with rotation (RFC 6749 §6); a narrower `scope` is allowed, a wider one is not.
@@ -83,14 +93,16 @@ struct TokenRoutes: Sendable {
         case .valid(let found):
             grant = found
         case .unknown:
-            throw OAuthError.invalidGrant("The provided value for the refresh token is not valid.", code: 9002313)
+            throw OAuthError.invalidGrant("The provided value for the refresh token is not valid.", code: 9_002_313)
         case .expired:
             throw OAuthError.invalidGrant("The refresh token has expired due to inactivity.", code: 700082)
         case .revoked:
             throw OAuthError.invalidGrant("The refresh token has been revoked.", code: 50173)
         case .reused:
-            provider.logger.warning("refresh token reuse detected; family revoked", metadata: ["client": "\(client.clientId)"])
-            throw OAuthError.invalidGrant("The refresh token was already used; all tokens of this grant are revoked.", code: 50173)
+            provider.logger.warning(
+                "refresh token reuse detected; family revoked", metadata: ["client": "\(client.clientId)"])
+            throw OAuthError.invalidGrant(
+                "The refresh token was already used; all tokens of this grant are revoked.", code: 50173)
         case .wrongClient(let issued):
             return try await familyGrant(issued, parameters, client: client)
         }
@@ -101,21 +113,26 @@ struct TokenRoutes: Sendable {
         if let requested = parameters.nonEmpty("scope") {
             let asked = TokenIssuer.scopes(from: requested)
             if let extra = asked.first(where: { !grant.scopes.contains($0) }) {
-                throw OAuthError(status: .badRequest, error: "invalid_scope",
-                                 description: "The scope '\(extra)' was not part of the original grant.", codes: [70011])
+                throw OAuthError(
+                    status: .badRequest, error: "invalid_scope",
+                    description: "The scope '\(extra)' was not part of the original grant.", codes: [70011])
             }
             scopes = asked
         }
-        return SignIn(user: user, client: client, scopes: scopes, nonce: nil, authTime: grant.authTime, refreshFamily: grant.family)
+        return SignIn(
+            user: user, client: client, scopes: scopes, nonce: nil, authTime: grant.authTime,
+            refreshFamily: grant.family)
     }
 
     /// A refresh token of another client, redeemed as a family refresh token: both clients are in
     /// one family (and family tokens are on). Like Entra, the presented token is not consumed;
     /// the new one joins its revocation family, so revoking that ends them all.
-    private func familyGrant(_ issued: RefreshTokenStore.Grant, _ parameters: [String: String],
-                             client: ClientRegistration) async throws -> SignIn {
+    private func familyGrant(
+        _ issued: RefreshTokenStore.Grant, _ parameters: [String: String],
+        client: ClientRegistration
+    ) async throws -> SignIn {
         guard provider.offers(.familyTokens), let family = client.family,
-              provider.users.client(issued.clientId)?.family == family
+            provider.users.client(issued.clientId)?.family == family
         else {
             throw OAuthError.invalidGrant("The refresh token was issued to a different client.", code: 70000)
         }
@@ -124,7 +141,8 @@ struct TokenRoutes: Sendable {
             throw OAuthError.invalidGrant("The user account no longer exists.", code: 50034)
         }
         await provider.stats.countExchange("family-refresh")
-        return SignIn(user: user, client: client, scopes: TokenIssuer.scopes(from: parameters["scope"]), nonce: nil,
-                      authTime: issued.authTime, refreshFamily: issued.family)
+        return SignIn(
+            user: user, client: client, scopes: TokenIssuer.scopes(from: parameters["scope"]), nonce: nil,
+            authTime: issued.authTime, refreshFamily: issued.family)
     }
 }

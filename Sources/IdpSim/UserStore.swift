@@ -40,7 +40,8 @@ struct UserStore: Sendable {
     init(tenantId: String, users: [UserAccount], clients: [ClientRegistration]) {
         self.tenantId = tenantId
         // Usernames are UPNs / emails: match them case-insensitively like Entra does.
-        self.usersByName = Dictionary(users.map { ($0.username.lowercased(), $0) }, uniquingKeysWith: { first, _ in first })
+        self.usersByName = Dictionary(
+            users.map { ($0.username.lowercased(), $0) }, uniquingKeysWith: { first, _ in first })
         self.clientsById = Dictionary(clients.map { ($0.clientId, $0) }, uniquingKeysWith: { first, _ in first })
     }
 
@@ -122,32 +123,41 @@ extension UserStore {
             }
             let methods = Set(user.authMethods ?? (user.password == nil ? ["emailOtp"] : ["password"]))
             if let unknown = methods.subtracting(knownAuthMethods).first {
-                throw UsersFileError(description: "invalid users file \(source): user \(user.username) has unknown authMethod \(unknown)")
+                throw UsersFileError(
+                    description: "invalid users file \(source): user \(user.username) has unknown authMethod \(unknown)"
+                )
             }
             if methods.contains("password"), user.password == nil {
-                throw UsersFileError(description: "invalid users file \(source): user \(user.username) has authMethod password but no password")
+                throw UsersFileError(
+                    description:
+                        "invalid users file \(source): user \(user.username) has authMethod password but no password")
             }
-            users.append(UserAccount(
-                username: user.username,
-                password: user.password,
-                displayName: user.displayName,
-                email: user.email,
-                objectId: user.id ?? derivedObjectId(username: user.username),
-                authMethods: methods
-            ))
+            users.append(
+                UserAccount(
+                    username: user.username,
+                    password: user.password,
+                    displayName: user.displayName,
+                    email: user.email,
+                    objectId: user.id ?? derivedObjectId(username: user.username),
+                    authMethods: methods
+                ))
         }
         var clientIds = Set<String>()
         var clients: [ClientRegistration] = []
         for client in file.clients {
             guard !client.clientId.isEmpty, clientIds.insert(client.clientId).inserted else {
-                throw UsersFileError(description: "invalid users file \(source): empty or duplicate clientId \(client.clientId)")
+                throw UsersFileError(
+                    description: "invalid users file \(source): empty or duplicate clientId \(client.clientId)")
             }
             if let family = client.family, family.isEmpty {
-                throw UsersFileError(description: "invalid users file \(source): client \(client.clientId) has an empty family")
+                throw UsersFileError(
+                    description: "invalid users file \(source): client \(client.clientId) has an empty family")
             }
-            clients.append(ClientRegistration(clientId: client.clientId, clientSecret: client.clientSecret,
-                                              redirectUris: client.redirectUris ?? [], family: client.family,
-                                              singleSignOn: client.singleSignOn ?? true))
+            clients.append(
+                ClientRegistration(
+                    clientId: client.clientId, clientSecret: client.clientSecret,
+                    redirectUris: client.redirectUris ?? [], family: client.family,
+                    singleSignOn: client.singleSignOn ?? true))
         }
         return UserStore(tenantId: tenant, users: users, clients: clients)
     }
@@ -157,8 +167,11 @@ extension UserStore {
         var bytes = Array(Insecure.SHA1.hash(data: Data("idp-sim:user:\(username.lowercased())".utf8)).prefix(16))
         bytes[6] = (bytes[6] & 0x0F) | 0x50
         bytes[8] = (bytes[8] & 0x3F) | 0x80
-        let uuid = UUID(uuid: (bytes[0], bytes[1], bytes[2], bytes[3], bytes[4], bytes[5], bytes[6], bytes[7],
-                               bytes[8], bytes[9], bytes[10], bytes[11], bytes[12], bytes[13], bytes[14], bytes[15]))
+        let uuid = UUID(
+            uuid: (
+                bytes[0], bytes[1], bytes[2], bytes[3], bytes[4], bytes[5], bytes[6], bytes[7],
+                bytes[8], bytes[9], bytes[10], bytes[11], bytes[12], bytes[13], bytes[14], bytes[15]
+            ))
         return uuid.uuidString.lowercased()
     }
 

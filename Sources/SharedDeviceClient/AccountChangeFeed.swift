@@ -32,12 +32,14 @@ struct AccountChangeFeed: Sendable {
     func subscribe() async throws(BrokerError) -> Subscription {
         let connection = try link.connection()
         do {
-            let changes = try await connection.signals(matching: DBusMatchRule(
-                sender: BrokerNames.busName, path: BrokerNames.objectPath,
-                interface: BrokerNames.interface, member: BrokerNames.accountChangedSignal))
-            let owners = try await connection.signals(matching: DBusMatchRule(
-                sender: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
-                member: "NameOwnerChanged", arg0: BrokerNames.busName))
+            let changes = try await connection.signals(
+                matching: DBusMatchRule(
+                    sender: BrokerNames.busName, path: BrokerNames.objectPath,
+                    interface: BrokerNames.interface, member: BrokerNames.accountChangedSignal))
+            let owners = try await connection.signals(
+                matching: DBusMatchRule(
+                    sender: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
+                    member: "NameOwnerChanged", arg0: BrokerNames.busName))
             return Subscription(changes: changes, owners: owners)
         } catch {
             throw BusLink.brokerError(error)
@@ -46,7 +48,8 @@ struct AccountChangeFeed: Sendable {
 
     /// A stream that starts with `first` (already subscribed) and goes on until cancelled.
     func stream(startingWith first: Subscription?) -> AsyncThrowingStream<AccountChange, any Error> {
-        let (stream, continuation) = AsyncThrowingStream<AccountChange, any Error>.makeStream(bufferingPolicy: .unbounded)
+        let (stream, continuation) = AsyncThrowingStream<AccountChange, any Error>.makeStream(
+            bufferingPolicy: .unbounded)
         let task = Task {
             await run(first: first, continuation: continuation)
             continuation.finish()
@@ -55,9 +58,11 @@ struct AccountChangeFeed: Sendable {
         return stream
     }
 
-    private func run(first: Subscription?, continuation: AsyncThrowingStream<AccountChange, any Error>.Continuation) async {
+    private func run(first: Subscription?, continuation: AsyncThrowingStream<AccountChange, any Error>.Continuation)
+        async
+    {
         var subscription = first
-        var lastKnown: Account?? = nil   // nil: not known yet
+        var lastKnown: Account?? = nil  // nil: not known yet
         var backoff = Self.firstBackoff
         var resynchronize = false
         while !Task.isCancelled && !link.isClosed {
@@ -96,8 +101,10 @@ struct AccountChangeFeed: Sendable {
     }
 
     /// Reports the broker's current state once.
-    private func report(previous lastKnown: inout Account??,
-                        continuation: AsyncThrowingStream<AccountChange, any Error>.Continuation) async {
+    private func report(
+        previous lastKnown: inout Account??,
+        continuation: AsyncThrowingStream<AccountChange, any Error>.Continuation
+    ) async {
         guard let current = try? await currentAccountProperty() else { return }
         continuation.yield(AccountChange(current: current, previous: lastKnown ?? nil, reason: .brokerRestarted))
         lastKnown = .some(current)
@@ -106,8 +113,10 @@ struct AccountChangeFeed: Sendable {
     /// The broker's `CurrentAccount` property.
     func currentAccountProperty() async throws(BrokerError) -> Account? {
         let reply = try await link.call(
-            destination: BrokerNames.busName, path: BrokerNames.objectPath, interface: "org.freedesktop.DBus.Properties",
-            member: "Get", arguments: [.string(BrokerNames.interface), .string("CurrentAccount")], timeout: queryTimeout)
+            destination: BrokerNames.busName, path: BrokerNames.objectPath,
+            interface: "org.freedesktop.DBus.Properties",
+            member: "Get", arguments: [.string(BrokerNames.interface), .string("CurrentAccount")], timeout: queryTimeout
+        )
         return try ReplyDecoding.account(reply.first)
     }
 

@@ -11,8 +11,10 @@ public struct BrokerClientConfiguration: Sendable {
     public var interactiveTimeout: Duration
 
     /// The defaults: the session bus, 10 s for queries, 60 s for tokens, 10 min for interaction.
-    public init(busAddress: String? = nil, queryTimeout: Duration = .seconds(10),
-                tokenTimeout: Duration = .seconds(60), interactiveTimeout: Duration = .seconds(600)) {
+    public init(
+        busAddress: String? = nil, queryTimeout: Duration = .seconds(10),
+        tokenTimeout: Duration = .seconds(60), interactiveTimeout: Duration = .seconds(600)
+    ) {
         self.busAddress = busAddress
         self.queryTimeout = queryTimeout
         self.tokenTimeout = tokenTimeout

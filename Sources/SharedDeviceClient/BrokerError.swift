@@ -80,11 +80,11 @@ public enum BrokerError: Error, Sendable, Equatable, CustomStringConvertible {
         }
         switch error.name {
         case "org.freedesktop.DBus.Error.ServiceUnknown", "org.freedesktop.DBus.Error.NameHasNoOwner",
-             "org.freedesktop.DBus.Error.Disconnected", "org.freedesktop.DBus.Error.FileNotFound",
-             "org.freedesktop.DBus.Error.NoServer", "org.freedesktop.DBus.Error.SpawnFailed":
+            "org.freedesktop.DBus.Error.Disconnected", "org.freedesktop.DBus.Error.FileNotFound",
+            "org.freedesktop.DBus.Error.NoServer", "org.freedesktop.DBus.Error.SpawnFailed":
             self = .brokerUnavailable("the broker is not running on this bus (\(error.message))")
         case "org.freedesktop.DBus.Error.NoReply", "org.freedesktop.DBus.Error.Timeout",
-             "org.freedesktop.DBus.Error.TimedOut":
+            "org.freedesktop.DBus.Error.TimedOut":
             self = .timedOut("the broker did not answer in time (\(error.message))")
         default:
             self = .dbus(name: error.name, message: error.message)
@@ -130,10 +130,10 @@ public enum BrokerError: Error, Sendable, Equatable, CustomStringConvertible {
     public var message: String {
         switch self {
         case .invalidArgument(let m), .unknownClient(let m), .userNotFound(let m), .invalidUsername(let m),
-             .invalidPassword(let m), .accountAlreadySignedIn(let m), .noAccount(let m), .interactionRequired(let m),
-             .serverUnavailable(let m), .serverError(let m), .notSupported(let m), .accessDenied(let m),
-             .limitsExceeded(let m), .invalidCode(let m), .codeExpired(let m), .flowNotFound(let m), .cancelled(let m),
-             .storageFailed(let m), .brokerUnavailable(let m), .timedOut(let m), .dbus(_, let m):
+            .invalidPassword(let m), .accountAlreadySignedIn(let m), .noAccount(let m), .interactionRequired(let m),
+            .serverUnavailable(let m), .serverError(let m), .notSupported(let m), .accessDenied(let m),
+            .limitsExceeded(let m), .invalidCode(let m), .codeExpired(let m), .flowNotFound(let m), .cancelled(let m),
+            .storageFailed(let m), .brokerUnavailable(let m), .timedOut(let m), .dbus(_, let m):
             return m
         }
     }

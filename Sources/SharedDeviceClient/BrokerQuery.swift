@@ -31,7 +31,9 @@ extension BrokerQuery<(current: Account?, previous: Account?)> {
     /// `GetCurrentAccount(clientId)`: (current, previous).
     static func currentAccount(clientId: String) -> Self {
         Self(call: .getCurrentAccount(clientId: clientId)) { reply throws(BrokerError) in
-            guard reply.count == 2 else { throw ReplyDecoding.malformed("GetCurrentAccount did not return two accounts") }
+            guard reply.count == 2 else {
+                throw ReplyDecoding.malformed("GetCurrentAccount did not return two accounts")
+            }
             return (try ReplyDecoding.account(reply[0]), try ReplyDecoding.account(reply[1]))
         }
     }
@@ -41,7 +43,9 @@ extension BrokerQuery<[Account]> {
     /// `GetAccounts(clientId)`.
     static func accounts(clientId: String) -> Self {
         Self(call: .getAccounts(clientId: clientId)) { reply throws(BrokerError) in
-            guard let list = reply.first?.vardictArray else { throw ReplyDecoding.malformed("GetAccounts did not return aa{sv}") }
+            guard let list = reply.first?.vardictArray else {
+                throw ReplyDecoding.malformed("GetAccounts did not return aa{sv}")
+            }
             var accounts: [Account] = []
             for dict in list {
                 if let account = try ReplyDecoding.account(.vardict(dict)) { accounts.append(account) }

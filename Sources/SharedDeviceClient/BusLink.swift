@@ -40,7 +40,9 @@ final class BusLink: Sendable {
         }
         let fresh: DBusConnection
         do {
-            fresh = try address.map { try DBusConnection(address: $0, logger: logger) } ?? DBusConnection.sessionBus(logger: logger)
+            fresh =
+                try address.map { try DBusConnection(address: $0, logger: logger) }
+                ?? DBusConnection.sessionBus(logger: logger)
         } catch {
             throw Self.cannotConnect(error)
         }
@@ -84,7 +86,9 @@ final class BusLink: Sendable {
 
     /// Asks `query` on a connection of its own, opened to `address` (nil: the session bus) and
     /// closed with the answer, waiting on the calling thread: no connection thread, no task.
-    static func askOnce<Answer>(_ query: BrokerQuery<Answer>, address: String?, timeout: Duration) throws(BrokerError) -> Answer {
+    static func askOnce<Answer>(_ query: BrokerQuery<Answer>, address: String?, timeout: Duration) throws(BrokerError)
+        -> Answer
+    {
         let connection: DBusBlockingConnection
         do {
             connection = try DBusBlockingConnection(address: address ?? DBusConnection.sessionBusAddress())
@@ -93,9 +97,10 @@ final class BusLink: Sendable {
         }
         let reply: [DBusValue]
         do {
-            reply = try connection.call(destination: BrokerNames.busName, path: BrokerNames.objectPath,
-                                        interface: BrokerNames.interface, member: query.call.method.rawValue,
-                                        arguments: query.call.arguments, timeout: timeout)
+            reply = try connection.call(
+                destination: BrokerNames.busName, path: BrokerNames.objectPath,
+                interface: BrokerNames.interface, member: query.call.method.rawValue,
+                arguments: query.call.arguments, timeout: timeout)
         } catch {
             throw brokerError(error)
         }
@@ -104,17 +109,21 @@ final class BusLink: Sendable {
 
     /// Calls a method of the broker's interface.
     func call(_ call: Broker1Call, timeout: Duration) async throws(BrokerError) -> [DBusValue] {
-        try await self.call(destination: BrokerNames.busName, path: BrokerNames.objectPath, interface: BrokerNames.interface,
-                            member: call.method.rawValue, arguments: call.arguments, timeout: timeout)
+        try await self.call(
+            destination: BrokerNames.busName, path: BrokerNames.objectPath, interface: BrokerNames.interface,
+            member: call.method.rawValue, arguments: call.arguments, timeout: timeout)
     }
 
     /// Calls any method, mapping errors. Task cancellation throws ``BrokerError/cancelled(_:)``.
-    func call(destination: String, path: String, interface: String, member: String, arguments: [DBusValue],
-              timeout: Duration) async throws(BrokerError) -> [DBusValue] {
+    func call(
+        destination: String, path: String, interface: String, member: String, arguments: [DBusValue],
+        timeout: Duration
+    ) async throws(BrokerError) -> [DBusValue] {
         let connection = try connection()
         do {
-            return try await connection.call(destination: destination, path: path, interface: interface, member: member,
-                                             arguments: arguments, timeout: timeout)
+            return try await connection.call(
+                destination: destination, path: path, interface: interface, member: member,
+                arguments: arguments, timeout: timeout)
         } catch {
             throw Self.brokerError(error)
         }

@@ -1,7 +1,8 @@
+import BrokerAPI
+
 #if canImport(Glibc)
 import Glibc
 #endif
-import BrokerAPI
 
 /// A signed-in person: the contract's own value (see `BrokerAPI`). Carries no secret.
 public typealias Account = BrokerAPI.Account

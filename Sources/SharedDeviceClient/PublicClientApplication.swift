@@ -19,7 +19,9 @@ public final class PublicClientApplication: Sendable {
 
     /// Connects to the bus (the session bus, or `configuration.busAddress`). The broker itself is
     /// reached on the first call. Throws ``BrokerError/brokerUnavailable(_:)`` when there is no bus.
-    public init(clientId: String, configuration: BrokerClientConfiguration = BrokerClientConfiguration()) throws(BrokerError) {
+    public init(clientId: String, configuration: BrokerClientConfiguration = BrokerClientConfiguration())
+        throws(BrokerError)
+    {
         self.clientId = clientId
         self.configuration = configuration
         link = try BusLink(address: configuration.busAddress)
@@ -60,9 +62,11 @@ public final class PublicClientApplication: Sendable {
     /// an unknown user ``BrokerError/userNotFound(_:)``, someone else on a shared device
     /// ``BrokerError/accountAlreadySignedIn(_:)``.
     public func signIn(username: String, password: String, scopes: [String]) async throws(BrokerError) -> TokenResult {
-        try ReplyDecoding.tokenResult(try await link.call(
-            .signInWithPassword(clientId: clientId, username: username, password: password, scopes: scopes),
-            timeout: configuration.tokenTimeout).first)
+        try ReplyDecoding.tokenResult(
+            try await link.call(
+                .signInWithPassword(clientId: clientId, username: username, password: password, scopes: scopes),
+                timeout: configuration.tokenTimeout
+            ).first)
     }
 
     /// Starts an email one-time-code sign-in (MSAL native authentication's `signIn(username:)`):
@@ -74,8 +78,9 @@ public final class PublicClientApplication: Sendable {
         guard reply.count == 2, let flowId = reply[0].string else {
             throw ReplyDecoding.malformed("StartSignIn did not return (flowId, challenge)")
         }
-        return SignInCodeRequiredState(flowId: flowId, challenge: try ReplyDecoding.challenge(reply[1]), link: link,
-                                       configuration: configuration)
+        return SignInCodeRequiredState(
+            flowId: flowId, challenge: try ReplyDecoding.challenge(reply[1]), link: link,
+            configuration: configuration)
     }
 
     /// Signs in in the system browser (MSAL: `acquireToken(with: MSALInteractiveTokenParameters)`).
@@ -88,13 +93,16 @@ public final class PublicClientApplication: Sendable {
         ]
         if let hint = parameters.loginHint { options[OptionKey.loginHint] = .string(hint) }
         do {
-            return try ReplyDecoding.tokenResult(try await link.call(
-                .acquireTokenInteractive(clientId: clientId, scopes: parameters.scopes, options: options),
-                timeout: configuration.interactiveTimeout).first)
+            return try ReplyDecoding.tokenResult(
+                try await link.call(
+                    .acquireTokenInteractive(clientId: clientId, scopes: parameters.scopes, options: options),
+                    timeout: configuration.interactiveTimeout
+                ).first)
         } catch {
             if Task.isCancelled {
                 // This task is cancelled, so tell the broker from one that is not.
-                let link = self.link, timeout = configuration.queryTimeout
+                let link = self.link
+                let timeout = configuration.queryTimeout
                 await Task { _ = try? await link.call(.cancelSignIn(flowId: flowId), timeout: timeout) }.value
             }
             throw error
@@ -107,10 +115,13 @@ public final class PublicClientApplication: Sendable {
     /// refresh token. Throws ``BrokerError/interactionRequired(_:)`` when neither works: then
     /// call ``acquireToken(_:)`` (or sign in again).
     public func acquireTokenSilent(_ parameters: SilentTokenParameters) async throws(BrokerError) -> TokenResult {
-        try ReplyDecoding.tokenResult(try await link.call(
-            .acquireTokenSilent(clientId: clientId, scopes: parameters.scopes, accountId: parameters.account?.identifier ?? "",
-                                options: [OptionKey.forceRefresh: .bool(parameters.forceRefresh)]),
-            timeout: configuration.tokenTimeout).first)
+        try ReplyDecoding.tokenResult(
+            try await link.call(
+                .acquireTokenSilent(
+                    clientId: clientId, scopes: parameters.scopes, accountId: parameters.account?.identifier ?? "",
+                    options: [OptionKey.forceRefresh: .bool(parameters.forceRefresh)]),
+                timeout: configuration.tokenTimeout
+            ).first)
     }
 
     /// Signs out (MSAL: `signout(with:signoutParameters:)`). In shared mode this signs the whole
@@ -118,11 +129,16 @@ public final class PublicClientApplication: Sendable {
     /// The result says what the provider could not do (revoke tokens, end the browser session);
     /// the account is signed out either way.
     @discardableResult
-    public func signOut(account: Account?, parameters: SignoutParameters = SignoutParameters()) async throws(BrokerError) -> SignOutResult {
-        ReplyDecoding.signOutResult(try await link.call(
-            .signOut(clientId: clientId, accountId: account?.identifier ?? "",
-                     options: [OptionKey.signoutFromBrowser: .bool(parameters.signoutFromBrowser)]),
-            timeout: configuration.tokenTimeout).first)
+    public func signOut(account: Account?, parameters: SignoutParameters = SignoutParameters())
+        async throws(BrokerError) -> SignOutResult
+    {
+        ReplyDecoding.signOutResult(
+            try await link.call(
+                .signOut(
+                    clientId: clientId, accountId: account?.identifier ?? "",
+                    options: [OptionKey.signoutFromBrowser: .bool(parameters.signoutFromBrowser)]),
+                timeout: configuration.tokenTimeout
+            ).first)
     }
 
     // MARK: Changes
@@ -149,9 +165,10 @@ public final class PublicClientApplication: Sendable {
     private static func newFlowId() -> String {
         var generator = SystemRandomNumberGenerator()
         let words = [generator.next(), generator.next()] as [UInt64]
-        return "flow-" + words.map { word in
-            let hex = String(word, radix: 16)
-            return String(repeating: "0", count: 16 - hex.count) + hex
-        }.joined()
+        return "flow-"
+            + words.map { word in
+                let hex = String(word, radix: 16)
+                return String(repeating: "0", count: 16 - hex.count) + hex
+            }.joined()
     }
 }

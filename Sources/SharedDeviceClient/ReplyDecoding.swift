@@ -7,27 +7,30 @@ enum ReplyDecoding {
     static func account(_ value: DBusValue?) throws(BrokerError) -> Account? {
         guard let dict = value?.vardict else { throw malformed("an account is not a{sv}") }
         if dict.isEmpty { return nil }
-        guard let username = dict[AccountKey.username]?.string, let identifier = dict[AccountKey.identifier]?.string else {
+        guard let username = dict[AccountKey.username]?.string, let identifier = dict[AccountKey.identifier]?.string
+        else {
             throw malformed("an account has no username or identifier")
         }
-        return Account(username: username, identifier: identifier,
-                       tenantId: dict[AccountKey.tenantId]?.string ?? "",
-                       environment: dict[AccountKey.environment]?.string ?? "",
-                       name: dict[AccountKey.name]?.string ?? "")
+        return Account(
+            username: username, identifier: identifier,
+            tenantId: dict[AccountKey.tenantId]?.string ?? "",
+            environment: dict[AccountKey.environment]?.string ?? "",
+            name: dict[AccountKey.name]?.string ?? "")
     }
 
     /// A reply without a result (a broker older than the result) reads as "nothing to report".
     static func signOutResult(_ value: DBusValue?) -> SignOutResult {
         let dict = value?.vardict ?? [:]
-        return SignOutResult(tokensRevoked: dict[SignOutResultKey.tokensRevoked]?.bool ?? true,
-                             browserSessionEnded: dict[SignOutResultKey.browserSessionEnded]?.bool ?? false,
-                             notes: dict[SignOutResultKey.notes]?.stringArray ?? [])
+        return SignOutResult(
+            tokensRevoked: dict[SignOutResultKey.tokensRevoked]?.bool ?? true,
+            browserSessionEnded: dict[SignOutResultKey.browserSessionEnded]?.bool ?? false,
+            notes: dict[SignOutResultKey.notes]?.stringArray ?? [])
     }
 
     static func tokenResult(_ value: DBusValue?) throws(BrokerError) -> TokenResult {
         guard let dict = value?.vardict, let accessToken = dict[TokenResultKey.accessToken]?.string,
-              let expiresOn = dict[TokenResultKey.expiresOn]?.int64,
-              let account = try account(dict[TokenResultKey.account])
+            let expiresOn = dict[TokenResultKey.expiresOn]?.int64,
+            let account = try account(dict[TokenResultKey.account])
         else { throw malformed("a token result lacks accessToken, expiresOn or account") }
         let idToken = dict[TokenResultKey.idToken]?.string ?? ""
         return TokenResult(
@@ -40,7 +43,7 @@ enum ReplyDecoding {
 
     static func deviceInformation(_ value: DBusValue?) throws(BrokerError) -> DeviceInformation {
         guard let dict = value?.vardict,
-              let mode = dict[DeviceInformationKey.deviceMode]?.string.flatMap(DeviceMode.init(rawValue:))
+            let mode = dict[DeviceInformationKey.deviceMode]?.string.flatMap(DeviceMode.init(rawValue:))
         else { throw malformed("the device information lacks a known deviceMode") }
         return DeviceInformation(
             deviceMode: mode, brokerVersion: dict[DeviceInformationKey.brokerVersion]?.string ?? "",
@@ -49,7 +52,8 @@ enum ReplyDecoding {
             authority: dict[DeviceInformationKey.authority]?.string ?? "",
             extraDeviceInformation: dict[DeviceInformationKey.extraDeviceInformation]?.stringDict ?? [:],
             // A mechanism a newer broker names and this library does not know is left out.
-            singleSignOn: dict[DeviceInformationKey.singleSignOn]?.stringArray?.compactMap(SingleSignOnMechanism.init(rawValue:)))
+            singleSignOn: dict[DeviceInformationKey.singleSignOn]?.stringArray?.compactMap(
+                SingleSignOnMechanism.init(rawValue:)))
     }
 
     static func signInOptions(_ value: DBusValue?) throws(BrokerError) -> SignInOptions {
@@ -59,7 +63,8 @@ enum ReplyDecoding {
         // A flow or mechanism a newer broker names and this library does not know is left out.
         return SignInOptions(
             flows: flows.compactMap(SignInFlow.init(rawValue:)),
-            singleSignOn: dict[SignInOptionsKey.singleSignOn]?.stringArray?.compactMap(SingleSignOnMechanism.init(rawValue:)) ?? [])
+            singleSignOn: dict[SignInOptionsKey.singleSignOn]?.stringArray?.compactMap(
+                SingleSignOnMechanism.init(rawValue:)) ?? [])
     }
 
     static func accountChange(_ arguments: [DBusValue]) throws(BrokerError) -> AccountChange {
@@ -75,11 +80,16 @@ enum ReplyDecoding {
         guard let dict = value?.vardict, let sentTo = dict[ChallengeKey.sentTo]?.string else {
             throw malformed("a code challenge lacks sentTo")
         }
-        let length = dict[ChallengeKey.codeLength]?.uint32 ?? dict[ChallengeKey.codeLength]?.int32.map { UInt32(clamping: $0) } ?? 0
-        return CodeChallenge(channel: dict[ChallengeKey.channel]?.string ?? "email", sentTo: sentTo, codeLength: Int(length))
+        let length =
+            dict[ChallengeKey.codeLength]?.uint32 ?? dict[ChallengeKey.codeLength]?.int32.map { UInt32(clamping: $0) }
+            ?? 0
+        return CodeChallenge(
+            channel: dict[ChallengeKey.channel]?.string ?? "email", sentTo: sentTo, codeLength: Int(length))
     }
 
     static func malformed(_ what: String) -> BrokerError {
-        .dbus(name: "org.freedesktop.DBus.Error.InvalidSignature", message: "the broker's reply is not what the contract says: \(what)")
+        .dbus(
+            name: "org.freedesktop.DBus.Error.InvalidSignature",
+            message: "the broker's reply is not what the contract says: \(what)")
     }
 }

@@ -40,8 +40,10 @@ public final class SignInCodeRequiredState: Sendable {
     /// the state stays usable: ask again. An expired one throws ``BrokerError/codeExpired(_:)``:
     /// call ``resendCode()``.
     public func submitCode(_ code: String) async throws(BrokerError) -> TokenResult {
-        try ReplyDecoding.tokenResult(try await link.call(
-            .submitCode(flowId: flowId, code: code), timeout: configuration.tokenTimeout).first)
+        try ReplyDecoding.tokenResult(
+            try await link.call(
+                .submitCode(flowId: flowId, code: code), timeout: configuration.tokenTimeout
+            ).first)
     }
 
     /// Asks the provider to send a new code; ``challenge`` then describes it.

@@ -21,5 +21,8 @@ struct Brokerctl: ParsableCommand {
               brokerctl me --client-id mail-app
               brokerctl sign-out --client-id calendar-app
             """,
-        subcommands: [DeviceInfo.self, SignInOptionsCommand.self, CurrentAccount.self, SignIn.self, Token.self, Me.self, Accounts.self, SignOut.self, Watch.self])
+        subcommands: [
+            DeviceInfo.self, SignInOptionsCommand.self, CurrentAccount.self, SignIn.self, Token.self, Me.self,
+            Accounts.self, SignOut.self, Watch.self,
+        ])
 }

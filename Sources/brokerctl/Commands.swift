@@ -17,9 +17,11 @@ struct DeviceInfo: ParsableCommand {
             // The device is not an app's: any clientId will do, it is not sent.
             let info = try common.queries(clientId: "brokerctl").deviceInformation()
             if common.json { return Output.json(info) }
-            var rows = [("Device mode", info.deviceMode.rawValue), ("Broker version", info.brokerVersion),
-                        ("Device id", info.deviceId), ("Tenant", info.tenantId.isEmpty ? "(not set)" : info.tenantId),
-                        ("Authority", info.authority), ("Single sign-on", Self.describe(info.singleSignOn))]
+            var rows = [
+                ("Device mode", info.deviceMode.rawValue), ("Broker version", info.brokerVersion),
+                ("Device id", info.deviceId), ("Tenant", info.tenantId.isEmpty ? "(not set)" : info.tenantId),
+                ("Authority", info.authority), ("Single sign-on", Self.describe(info.singleSignOn)),
+            ]
             rows += info.extraDeviceInformation.sorted { $0.key < $1.key }.map { ($0.key, $0.value) }
             Output.fields(rows)
         }
@@ -35,7 +37,10 @@ struct DeviceInfo: ParsableCommand {
 struct SignInOptionsCommand: AsyncCommand {
     static let configuration = CommandConfiguration(
         commandName: "sign-in-options", abstract: "Show which sign-in flows work with the device's identity provider.",
-        discussion: "The flows an app can offer (password, email-code, browser) and how other apps then get tokens of their own. Reads the provider's discovery document when the broker has not yet.")
+        discussion:
+            "The flows an app can offer (password, email-code, browser) and how other apps then get tokens of their "
+            + "own. Reads the provider's discovery document when the broker has not yet."
+    )
     @OptionGroup var client: ClientOptions
     @OptionGroup var common: CommonOptions
 
@@ -44,7 +49,10 @@ struct SignInOptionsCommand: AsyncCommand {
             let options = try await common.application(clientId: client.clientId).signInOptions()
             if common.json { return Output.json(options) }
             Output.fields([
-                ("Sign-in flows", options.flows.isEmpty ? "none" : options.flows.map(\.rawValue).joined(separator: ", ")),
+                (
+                    "Sign-in flows",
+                    options.flows.isEmpty ? "none" : options.flows.map(\.rawValue).joined(separator: ", ")
+                ),
                 ("Single sign-on", DeviceInfo.describe(options.singleSignOn)),
             ])
         }
@@ -55,7 +63,10 @@ struct CurrentAccount: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "current-account",
         abstract: "Show who is signed in, and who this app saw signed in on its previous call.",
-        discussion: "Like MSAL's getCurrentAccount: after a sign-out elsewhere, the app's next call shows current none and previous the user, once.")
+        discussion:
+            "Like MSAL's getCurrentAccount: after a sign-out elsewhere, the app's next call shows current none and "
+            + "previous the user, once."
+    )
     @OptionGroup var client: ClientOptions
     @OptionGroup var common: CommonOptions
 
@@ -63,7 +74,9 @@ struct CurrentAccount: ParsableCommand {
         try reportingErrors {
             let (current, previous) = try common.queries(clientId: client.clientId).currentAccount()
             if common.json { return Output.json(CurrentAccountOutput(current: current, previous: previous)) }
-            Output.fields([("Current account", Output.account(current)), ("Previous account", Output.account(previous))])
+            Output.fields([
+                ("Current account", Output.account(current)), ("Previous account", Output.account(previous)),
+            ])
             if current == nil, let previous {
                 print("Account \(previous.username) has been signed out.")
             }
@@ -73,7 +86,8 @@ struct CurrentAccount: ParsableCommand {
 
 struct SignIn: AsyncCommand {
     static let configuration = CommandConfiguration(
-        commandName: "sign-in", abstract: "Sign a user in for an app: with an emailed code, a password, or in the browser.",
+        commandName: "sign-in",
+        abstract: "Sign a user in for an app: with an emailed code, a password, or in the browser.",
         discussion: """
             With --username alone, the provider emails a one-time code and brokerctl asks for it \
             (type "resend" for a new code). Scripts give codes on standard input with --code-stdin, \
@@ -86,24 +100,40 @@ struct SignIn: AsyncCommand {
             In shared mode, signing in as someone else while an account is signed in fails with AccountAlreadySignedIn.
             """)
     @OptionGroup var client: ClientOptions
-    @Option(help: "The user's sign-in name (with --interactive, a hint the sign-in page fills in).") var username: String?
+    @Option(help: "The user's sign-in name (with --interactive, a hint the sign-in page fills in).") var username:
+        String?
     @Flag(help: "Read the password from the first line of standard input.") var passwordStdin = false
-    @Flag(help: "Read the emailed code from standard input, one attempt per line, without prompting.") var codeStdin = false
-    @Flag(help: "Sign in in the system browser (authorization code with PKCE and a loopback redirect).") var interactive = false
-    @Option(help: "With --interactive: \(InteractiveTokenParameters.PromptType.allCases.map(\.rawValue).joined(separator: ", ")).")
+    @Flag(help: "Read the emailed code from standard input, one attempt per line, without prompting.") var codeStdin =
+        false
+    @Flag(help: "Sign in in the system browser (authorization code with PKCE and a loopback redirect).")
+    var interactive = false
+    @Option(
+        help: ArgumentHelp(
+            "With --interactive: "
+                + "\(InteractiveTokenParameters.PromptType.allCases.map(\.rawValue).joined(separator: ", ")).")
+    )
     var prompt: InteractiveTokenParameters.PromptType = .selectAccount
-    @Option(name: .customLong("scope"), help: "A scope to ask for; repeat for more (openid profile offline_access are always added).")
+    @Option(
+        name: .customLong("scope"),
+        help: "A scope to ask for; repeat for more (openid profile offline_access are always added).")
     var scopes: [String] = []
     @OptionGroup var common: CommonOptions
 
     func validate() throws {
         if interactive {
-            if passwordStdin || codeStdin { throw ValidationError("--interactive signs in in the browser; it takes neither --password-stdin nor --code-stdin") }
+            if passwordStdin || codeStdin {
+                throw ValidationError(
+                    "--interactive signs in in the browser; it takes neither --password-stdin nor --code-stdin")
+            }
             return
         }
         if prompt != .selectAccount { throw ValidationError("--prompt goes with --interactive") }
-        guard username != nil else { throw ValidationError("give --username (or --interactive to sign in in the browser)") }
-        if passwordStdin && codeStdin { throw ValidationError("give either --password-stdin or --code-stdin, not both") }
+        guard username != nil else {
+            throw ValidationError("give --username (or --interactive to sign in in the browser)")
+        }
+        if passwordStdin && codeStdin {
+            throw ValidationError("give either --password-stdin or --code-stdin, not both")
+        }
     }
 
     func runAsync() async throws {
@@ -112,7 +142,8 @@ struct SignIn: AsyncCommand {
             let result: TokenResult
             if interactive {
                 if !common.json { Output.note("Opening the sign-in page in the browser; finish signing in there.") }
-                result = try await app.acquireToken(InteractiveTokenParameters(scopes: scopes, promptType: prompt, loginHint: username))
+                result = try await app.acquireToken(
+                    InteractiveTokenParameters(scopes: scopes, promptType: prompt, loginHint: username))
             } else if let username, passwordStdin {
                 guard let password = readLine(strippingNewline: true), !password.isEmpty else {
                     Output.error("no password on standard input")
@@ -125,8 +156,10 @@ struct SignIn: AsyncCommand {
                 throw ValidationError("give --username")
             }
             if common.json { return Output.json(result) }
-            Output.fields([("Signed in", Output.account(result.account)), ("Scopes", result.scopes.joined(separator: " ")),
-                           ("Token expires", Output.expiry(result.expiresOn))])
+            Output.fields([
+                ("Signed in", Output.account(result.account)), ("Scopes", result.scopes.joined(separator: " ")),
+                ("Token expires", Output.expiry(result.expiresOn)),
+            ])
         }
     }
 
@@ -166,14 +199,17 @@ extension SignIn {
 
 struct Me: AsyncCommand {
     static let configuration = CommandConfiguration(
-        commandName: "me", abstract: "Call the Graph-like profile API (GET /v1.0/me) with a silently acquired token and print the profile.",
+        commandName: "me",
+        abstract:
+            "Call the Graph-like profile API (GET /v1.0/me) with a silently acquired token and print the profile.",
         discussion: """
             The tutorial's "Call Graph". The token is asked for with the User.Read scope; the API is \
             Microsoft Graph for Microsoft authorities and the authority's own host otherwise (idp-sim \
             serves /v1.0/me there). Fails with InteractionRequired when nobody is signed in.
             """)
     @OptionGroup var client: ClientOptions
-    @Option(name: .customLong("graph"), help: "The API's base URL (default: from the broker's authority).") var graphBase: String?
+    @Option(name: .customLong("graph"), help: "The API's base URL (default: from the broker's authority).")
+    var graphBase: String?
     @OptionGroup var common: CommonOptions
 
     func runAsync() async throws {
@@ -194,16 +230,22 @@ struct Me: AsyncCommand {
                 throw ExitCode(1)
             }
             if common.json { return Output.json(profile) }
-            Output.fields([("Display name", profile.displayName ?? ""), ("User principal name", profile.userPrincipalName ?? ""),
-                           ("Mail", profile.mail ?? ""), ("Id", profile.id ?? "")])
+            Output.fields([
+                ("Display name", profile.displayName ?? ""), ("User principal name", profile.userPrincipalName ?? ""),
+                ("Mail", profile.mail ?? ""), ("Id", profile.id ?? ""),
+            ])
         }
     }
 }
 
 struct Token: AsyncCommand {
     static let configuration = CommandConfiguration(
-        commandName: "token", abstract: "Get an access token for the signed-in account without interaction, and print it.",
-        discussion: "From the broker's cache while it has more than 5 minutes left, else with the refresh token. Fails with InteractionRequired when neither works.")
+        commandName: "token",
+        abstract: "Get an access token for the signed-in account without interaction, and print it.",
+        discussion:
+            "From the broker's cache while it has more than 5 minutes left, else with the refresh token. Fails with "
+            + "InteractionRequired when neither works."
+    )
     @OptionGroup var client: ClientOptions
     @Option(name: .customLong("scope"), help: "A scope to ask for; repeat for more.") var scopes: [String] = []
     @Flag(help: "Skip the cache and use the refresh token.") var forceRefresh = false
@@ -214,14 +256,17 @@ struct Token: AsyncCommand {
             let result = try await common.application(clientId: client.clientId)
                 .acquireTokenSilent(SilentTokenParameters(scopes: scopes, forceRefresh: forceRefresh))
             if common.json { return Output.json(result) }
-            Output.fields([("Account", Output.account(result.account)), ("Scopes", result.scopes.joined(separator: " ")),
-                           ("Expires", Output.expiry(result.expiresOn)), ("Access token", result.accessToken)])
+            Output.fields([
+                ("Account", Output.account(result.account)), ("Scopes", result.scopes.joined(separator: " ")),
+                ("Expires", Output.expiry(result.expiresOn)), ("Access token", result.accessToken),
+            ])
         }
     }
 }
 
 struct Accounts: ParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "accounts", abstract: "List the accounts an app can use.")
+    static let configuration = CommandConfiguration(
+        commandName: "accounts", abstract: "List the accounts an app can use.")
     @OptionGroup var client: ClientOptions
     @OptionGroup var common: CommonOptions
 
@@ -268,9 +313,13 @@ struct Watch: AsyncCommand {
             Output.flush()
             for try await change in changes {
                 if common.json {
-                    Output.jsonLine(WatchLine(reason: change.reason.rawValue, current: change.current, previous: change.previous))
+                    Output.jsonLine(
+                        WatchLine(reason: change.reason.rawValue, current: change.current, previous: change.previous))
                 } else {
-                    print("\(change.reason.rawValue): current \(Output.account(change.current)), previous \(Output.account(change.previous))")
+                    print(
+                        "\(change.reason.rawValue): current \(Output.account(change.current)), previous "
+                            + "\(Output.account(change.previous))"
+                    )
                 }
                 Output.flush()
             }

@@ -1,3 +1,6 @@
+// reportingErrors has a sync and an async overload, chosen by the caller's `await` as for any such pair.
+// swift-format-ignore-file: AmbiguousTrailingClosureOverload
+
 import ArgumentParser
 import Dispatch
 import SharedDeviceClient

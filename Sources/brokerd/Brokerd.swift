@@ -26,27 +26,35 @@ struct Brokerd: AsyncParsableCommand {
     @Option(help: "The OpenID Connect authority (issuer) URL. HTTPS, or http://127.0.0.1 for a local provider.")
     var authority: String?
 
-    @Option(help: "Where the state lives (default: $XDG_STATE_HOME/shared-device-broker or ~/.local/state/shared-device-broker).")
+    @Option(
+        help: ArgumentHelp(
+            "Where the state lives (default: $XDG_STATE_HOME/shared-device-broker or "
+                + "~/.local/state/shared-device-broker).")
+    )
     var stateDir: String?
 
     @Option(help: "A JSON configuration file (device mode, authority, tenant, allowed clients). Flags win over it.")
     var config: String?
 
-    @Option(help: ArgumentHelp(
-        "An administrator's configuration to use when \(DaemonConfigurationFile.administratorPath) does not exist (it must belong to root).",
-        discussion: "The administrator's file wins over --config and over the flags: its device mode is the device's."))
+    @Option(
+        help: ArgumentHelp(
+            "An administrator's configuration to use when \(DaemonConfigurationFile.administratorPath) does not exist "
+                + "(it must belong to root).",
+            discussion:
+                "The administrator's file wins over --config and over the flags: its device mode is the device's."))
     var adminConfig: String?
 
     @Option(help: "The bus address to serve on, instead of DBUS_SESSION_BUS_ADDRESS.")
     var address: String?
 
-    @Option(help: ArgumentHelp(
-        "Where tokens are kept between runs: secret-service (the default), plaintext-file or memory.",
-        discussion: """
-            secret-service: the desktop's Secret Service (org.freedesktop.secrets); without one on the bus brokerd \
-            refuses to start. plaintext-file: in state.json (0600), readable by any program running as you. memory: \
-            never written; after a restart apps must sign in again. The last two log a warning at start.
-            """))
+    @Option(
+        help: ArgumentHelp(
+            "Where tokens are kept between runs: secret-service (the default), plaintext-file or memory.",
+            discussion: """
+                secret-service: the desktop's Secret Service (org.freedesktop.secrets); without one on the bus brokerd \
+                refuses to start. plaintext-file: in state.json (0600), readable by any program running as you. memory: \
+                never written; after a restart apps must sign in again. The last two log a warning at start.
+                """))
     var tokenStorage: TokenStorage?
 
     @Option(help: "Seconds a person has to finish an interactive sign-in in the browser.")
@@ -64,20 +72,23 @@ struct Brokerd: AsyncParsableCommand {
         }
         let logger = Logger(label: "brokerd")
         do {
-            let user = try config.map { path throws(DaemonError) in try DaemonConfigurationFile.load(path: path) }
+            let user =
+                try config.map { path throws(DaemonError) in try DaemonConfigurationFile.load(path: path) }
                 ?? DaemonConfigurationFile()
             let administrator = try DaemonConfigurationFile.loadAdministrator(fallback: adminConfig)
             var file = user.overridden(by: administrator)
             if let fixed = administrator?.deviceMode, let asked = deviceMode, asked != fixed {
-                logger.warning("the administrator's configuration sets the device mode; --device-mode is ignored",
-                               metadata: ["administrator": "\(fixed.rawValue)", "asked": "\(asked.rawValue)"])
+                logger.warning(
+                    "the administrator's configuration sets the device mode; --device-mode is ignored",
+                    metadata: ["administrator": "\(fixed.rawValue)", "asked": "\(asked.rawValue)"])
             }
             if administrator?.authority != nil, authority != nil {
                 logger.warning("the administrator's configuration sets the authority; --authority is ignored")
             }
             if let fixed = administrator?.tokenStorage, let asked = tokenStorage, asked != fixed {
-                logger.warning("the administrator's configuration sets the token storage; --token-storage is ignored",
-                               metadata: ["administrator": "\(fixed.rawValue)", "asked": "\(asked.rawValue)"])
+                logger.warning(
+                    "the administrator's configuration sets the token storage; --token-storage is ignored",
+                    metadata: ["administrator": "\(fixed.rawValue)", "asked": "\(asked.rawValue)"])
             }
             file.tokenStorage = administrator?.tokenStorage ?? tokenStorage ?? file.tokenStorage
             guard let authority = administrator?.authority ?? authority ?? file.authority else {
@@ -98,6 +109,6 @@ struct Brokerd: AsyncParsableCommand {
 
 extension DeviceMode: ExpressibleByArgument {}
 extension TokenStorage: ExpressibleByArgument {}
+// --log-level reads straight into swift-log's level; neither package will declare this conformance.
+// swift-format-ignore: AvoidRetroactiveConformances
 extension Logger.Level: @retroactive ExpressibleByArgument {}
-
-

@@ -57,15 +57,19 @@ struct AccountTests {
         _ = try await h.signIn(client: "calendar")
         try await h.broker.signOut(clientId: "notes", accountId: "")
         let alice = ScriptedProvider.account("alice@contoso.example")
-        #expect(h.changes.changes == [
-            DeviceAccountChange(current: alice, previous: nil, reason: .signedIn),
-            DeviceAccountChange(current: nil, previous: alice, reason: .signedOut),
-        ])
+        #expect(
+            h.changes.changes == [
+                DeviceAccountChange(current: alice, previous: nil, reason: .signedIn),
+                DeviceAccountChange(current: nil, previous: alice, reason: .signedOut),
+            ])
         #expect(h.provider.revoked.count == 2)
         let state = h.broker.snapshot
         #expect(state.current == nil)
         #expect(state.clients.values.allSatisfy { $0.refreshToken == nil && $0.accessTokens.isEmpty })
-        let code = await failureCode { _ = try await h.broker.acquireTokenSilent(clientId: "mail", scopes: ["User.Read"], accountId: "", forceRefresh: false) }
+        let code = await failureCode {
+            _ = try await h.broker.acquireTokenSilent(
+                clientId: "mail", scopes: ["User.Read"], accountId: "", forceRefresh: false)
+        }
         #expect(code == .noAccount)
     }
 
@@ -85,8 +89,12 @@ struct AccountTests {
         _ = try await h.signIn("bob@contoso.example", client: "calendar")
         // Each app's own account first; then those another app signed in with, which single
         // sign-on could give it tokens for.
-        #expect(try h.broker.accounts(clientId: "mail").map(\.username) == ["alice@contoso.example", "bob@contoso.example"])
-        #expect(try h.broker.accounts(clientId: "calendar").map(\.username) == ["bob@contoso.example", "alice@contoso.example"])
+        #expect(
+            try h.broker.accounts(clientId: "mail").map(\.username) == ["alice@contoso.example", "bob@contoso.example"])
+        #expect(
+            try h.broker.accounts(clientId: "calendar").map(\.username) == [
+                "bob@contoso.example", "alice@contoso.example",
+            ])
         try await h.broker.signOut(clientId: "mail", accountId: "")
         #expect(h.broker.snapshot.clients["mail"]?.account == nil)
         #expect(try h.broker.accounts(clientId: "mail").map(\.username) == ["bob@contoso.example"])
@@ -112,12 +120,15 @@ struct AccountTests {
         #expect(await failureCode { _ = try await h.broker.currentAccount(clientId: "a b") } == .invalidArgument)
         #expect(await failureCode { _ = try await h.broker.currentAccount(clientId: "other") } == .unknownClient)
         #expect(await failureCode { _ = try await h.signIn("", client: "mail") } == .invalidUsername)
-        #expect(await failureCode {
-            _ = try await h.broker.signInWithPassword(clientId: "mail", username: "alice@contoso.example", password: "", scopes: [])
-        } == .invalidArgument)
-        #expect(await failureCode {
-            _ = try await h.signIn(client: "mail", scopes: (0..<65).map { "s\($0)" })
-        } == .invalidArgument)
+        #expect(
+            await failureCode {
+                _ = try await h.broker.signInWithPassword(
+                    clientId: "mail", username: "alice@contoso.example", password: "", scopes: [])
+            } == .invalidArgument)
+        #expect(
+            await failureCode {
+                _ = try await h.signIn(client: "mail", scopes: (0..<65).map { "s\($0)" })
+            } == .invalidArgument)
         #expect(await failureCode { _ = try await h.signIn("carol@contoso.example", client: "mail") } == .userNotFound)
         #expect(h.store.saves == 0)
         #expect(h.changes.changes.isEmpty)
@@ -125,8 +136,10 @@ struct AccountTests {
 
     /// Names that look like another on screen: a zero-width space, a right-to-left override, a
     /// byte order mark, a no-break space, a line separator, a tab.
-    @Test(arguments: ["alice\u{200B}@contoso.example", "\u{202E}elpmaxe.osotnoc@ecila", "\u{FEFF}alice@contoso.example",
-                      "alice\u{00A0}@contoso.example", "alice\u{2028}@contoso.example", "alice\t@contoso.example"])
+    @Test(arguments: [
+        "alice\u{200B}@contoso.example", "\u{202E}elpmaxe.osotnoc@ecila", "\u{FEFF}alice@contoso.example",
+        "alice\u{00A0}@contoso.example", "alice\u{2028}@contoso.example", "alice\t@contoso.example",
+    ])
     func usernamesWithInvisibleCharactersAreRefused(username: String) async throws {
         let h = Harness()
         var message = ""
@@ -149,11 +162,13 @@ struct TokenTests {
     @Test func cachedTokenIsReturnedUntilTheMargin() async throws {
         let h = Harness()
         let first = try await h.signIn()
-        let cached = try await h.broker.acquireTokenSilent(clientId: "mail", scopes: ["User.Read"], accountId: "", forceRefresh: false)
+        let cached = try await h.broker.acquireTokenSilent(
+            clientId: "mail", scopes: ["User.Read"], accountId: "", forceRefresh: false)
         #expect(cached.accessToken == first.accessToken)
         #expect(h.provider.refreshCalls == 0)
         h.clock.advance(3600 - 299)
-        let refreshed = try await h.broker.acquireTokenSilent(clientId: "mail", scopes: ["User.Read"], accountId: first.account.identifier, forceRefresh: false)
+        let refreshed = try await h.broker.acquireTokenSilent(
+            clientId: "mail", scopes: ["User.Read"], accountId: first.account.identifier, forceRefresh: false)
         #expect(refreshed.accessToken != first.accessToken)
         #expect(h.provider.refreshCalls == 1)
         // The rotated refresh token is the one kept.
@@ -164,7 +179,8 @@ struct TokenTests {
     @Test func forceRefreshSkipsTheCache() async throws {
         let h = Harness()
         let first = try await h.signIn()
-        let again = try await h.broker.acquireTokenSilent(clientId: "mail", scopes: ["user.read"], accountId: "", forceRefresh: true)
+        let again = try await h.broker.acquireTokenSilent(
+            clientId: "mail", scopes: ["user.read"], accountId: "", forceRefresh: true)
         #expect(again.accessToken != first.accessToken)
         #expect(h.provider.refreshCalls == 1)
     }
@@ -173,7 +189,10 @@ struct TokenTests {
         let h = Harness()
         _ = try await h.signIn()
         h.provider.rejectRefresh = true
-        let code = await failureCode { _ = try await h.broker.acquireTokenSilent(clientId: "mail", scopes: ["User.Read"], accountId: "", forceRefresh: true) }
+        let code = await failureCode {
+            _ = try await h.broker.acquireTokenSilent(
+                clientId: "mail", scopes: ["User.Read"], accountId: "", forceRefresh: true)
+        }
         #expect(code == .interactionRequired)
         // The refresh token is gone, the account stays signed in.
         #expect(h.broker.snapshot.clients["mail"]?.refreshToken == nil)
@@ -183,7 +202,10 @@ struct TokenTests {
     @Test func tokensAreNeverHandedToAnotherClientId() async throws {
         let h = Harness()
         _ = try await h.signIn(client: "mail")
-        let code = await failureCode { _ = try await h.broker.acquireTokenSilent(clientId: "calendar", scopes: ["User.Read"], accountId: "", forceRefresh: false) }
+        let code = await failureCode {
+            _ = try await h.broker.acquireTokenSilent(
+                clientId: "calendar", scopes: ["User.Read"], accountId: "", forceRefresh: false)
+        }
         #expect(code == .interactionRequired)
     }
 
@@ -193,8 +215,10 @@ struct TokenTests {
         h.clock.advance(3600)
         let (gate, open) = AsyncStream<Void>.makeStream()
         h.provider.refreshGate = gate
-        async let a = h.broker.acquireTokenSilent(clientId: "mail", scopes: ["User.Read"], accountId: "", forceRefresh: false)
-        async let b = h.broker.acquireTokenSilent(clientId: "mail", scopes: ["User.Read", "openid"], accountId: "", forceRefresh: false)
+        async let a = h.broker.acquireTokenSilent(
+            clientId: "mail", scopes: ["User.Read"], accountId: "", forceRefresh: false)
+        async let b = h.broker.acquireTokenSilent(
+            clientId: "mail", scopes: ["User.Read", "openid"], accountId: "", forceRefresh: false)
         while h.provider.refreshCalls == 0 { await Task.yield() }
         open.yield()
         open.finish()
@@ -208,7 +232,10 @@ struct TokenTests {
         _ = try await h.signIn()
         let (gate, open) = AsyncStream<Void>.makeStream()
         h.provider.refreshGate = gate
-        let refreshed = Task { try await h.broker.acquireTokenSilent(clientId: "mail", scopes: ["User.Read"], accountId: "", forceRefresh: true) }
+        let refreshed = Task {
+            try await h.broker.acquireTokenSilent(
+                clientId: "mail", scopes: ["User.Read"], accountId: "", forceRefresh: true)
+        }
         while h.provider.refreshCalls == 0 { await Task.yield() }
         try await h.broker.signOut(clientId: "calendar", accountId: "")
         open.yield()
@@ -219,8 +246,9 @@ struct TokenTests {
     }
 
     @Test func scopesAreNormalized() {
-        #expect(Scopes(["User.Read", "OpenID", "user.read", "User.Read"]).values
-            == ["User.Read", "offline_access", "openid", "profile", "user.read"])
+        #expect(
+            Scopes(["User.Read", "OpenID", "user.read", "User.Read"]).values
+                == ["User.Read", "offline_access", "openid", "profile", "user.read"])
         #expect(Scopes([]).joined == "offline_access openid profile")
         #expect(Scopes(["b", "a"]) == Scopes(["a", "b", "PROFILE"]))
     }
@@ -254,7 +282,8 @@ struct ReadsAndOrderTests {
     @Test func aCachedTokenIsReadWithoutTheActorUntilTheMargin() async throws {
         let h = Harness()
         let first = try await h.signIn()
-        let cached = try h.broker.cachedTokenIfFresh(clientId: "mail", scopes: ["User.Read"], accountId: first.account.identifier)
+        let cached = try h.broker.cachedTokenIfFresh(
+            clientId: "mail", scopes: ["User.Read"], accountId: first.account.identifier)
         #expect(cached?.accessToken == first.accessToken)
         #expect(cached?.correlationId != first.correlationId)
         #expect(try h.broker.cachedTokenIfFresh(clientId: "mail", scopes: ["Mail.Read"], accountId: "") == nil)
@@ -271,7 +300,9 @@ struct ReadsAndOrderTests {
         _ = try await h.signIn()
         var seen = Set<String>()
         for _ in 0..<1000 {
-            let id = try #require(try h.broker.cachedTokenIfFresh(clientId: "mail", scopes: ["User.Read"], accountId: "")).correlationId
+            let id = try #require(
+                try h.broker.cachedTokenIfFresh(clientId: "mail", scopes: ["User.Read"], accountId: "")
+            ).correlationId
             let bytes = Array(id.utf8)
             #expect(bytes.count == 36 && bytes[14] == UInt8(ascii: "4") && "89ab".utf8.contains(bytes[19]))
             seen.insert(id)

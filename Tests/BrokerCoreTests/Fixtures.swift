@@ -23,11 +23,14 @@ final class ScriptedProvider: IdentityProvider, @unchecked Sendable {
 
     static func account(_ username: String) -> Account {
         let oid = username.hasPrefix("alice") ? "oid-alice" : "oid-bob"
-        return Account(username: username, identifier: "\(oid).tenant", tenantId: "tenant",
-                       environment: "127.0.0.1:1", name: username.hasPrefix("alice") ? "Alice" : "Bob")
+        return Account(
+            username: username, identifier: "\(oid).tenant", tenantId: "tenant",
+            environment: "127.0.0.1:1", name: username.hasPrefix("alice") ? "Alice" : "Bob")
     }
 
-    func signInWithPassword(clientId: String, username: String, password: String, scopes: Scopes) async throws -> ProviderTokens {
+    func signInWithPassword(clientId: String, username: String, password: String, scopes: Scopes) async throws
+        -> ProviderTokens
+    {
         guard let expected = users[username] else { throw BrokerFailure(.userNotFound, "no such user") }
         guard expected == password else { throw BrokerFailure(.invalidPassword, "wrong password") }
         return tokens(for: username, clientId: clientId, scopes: scopes)
@@ -42,9 +45,10 @@ final class ScriptedProvider: IdentityProvider, @unchecked Sendable {
     }
 
     func revoke(clientId: String, token: RevocableToken) async throws -> EndpointOutcome {
-        let value = switch token {
-        case .refreshToken(let value), .deviceSecret(let value): value
-        }
+        let value =
+            switch token {
+            case .refreshToken(let value), .deviceSecret(let value): value
+            }
         lock.withLock { _ in _revoked.append(value) }
         return .done
     }
@@ -55,12 +59,16 @@ final class ScriptedProvider: IdentityProvider, @unchecked Sendable {
     func resendCode(clientId: String, continuationToken: String) async throws -> CodeChallenge {
         throw BrokerFailure(.notSupported, "not scripted")
     }
-    func submitCode(clientId: String, continuationToken: String, code: String, scopes: Scopes) async throws -> ProviderTokens {
+    func submitCode(clientId: String, continuationToken: String, code: String, scopes: Scopes) async throws
+        -> ProviderTokens
+    {
         throw BrokerFailure(.notSupported, "not scripted")
     }
     private var _interactiveRequests: [InteractiveRequest] = []
     var interactiveRequests: [InteractiveRequest] { lock.withLock { _ in _interactiveRequests } }
-    func signInInteractively(clientId: String, scopes: Scopes, request: InteractiveRequest) async throws -> ProviderTokens {
+    func signInInteractively(clientId: String, scopes: Scopes, request: InteractiveRequest) async throws
+        -> ProviderTokens
+    {
         lock.withLock { _ in _interactiveRequests.append(request) }
         throw BrokerFailure(.notSupported, "not scripted")
     }
@@ -79,7 +87,9 @@ final class ScriptedProvider: IdentityProvider, @unchecked Sendable {
     /// Makes the provider offer `mechanism` as a real one would: in discovery, or in its token responses.
     func offer(_ mechanism: SingleSignOnMechanism) {
         switch mechanism {
-        case .nativeSSO: singleSignOn.insert(.nativeSSO); deviceSecrets = true
+        case .nativeSSO:
+            singleSignOn.insert(.nativeSSO)
+            deviceSecrets = true
         case .familyRefreshToken: family = "1"
         case .tokenExchange: singleSignOn.insert(.tokenExchange)
         }
@@ -101,23 +111,31 @@ final class ScriptedProvider: IdentityProvider, @unchecked Sendable {
         lock.withLock { _ in discovered = true }
         return singleSignOn
     }
-    var singleSignOnSupportIfKnown: Set<SingleSignOnMechanism>? { lock.withLock { _ in discovered ? singleSignOn : nil } }
+    var singleSignOnSupportIfKnown: Set<SingleSignOnMechanism>? {
+        lock.withLock { _ in discovered ? singleSignOn : nil }
+    }
 
-    func exchangeDeviceSecret(clientId: String, deviceSecret: DeviceSecret, scopes: Scopes) async throws -> ProviderTokens {
+    func exchangeDeviceSecret(clientId: String, deviceSecret: DeviceSecret, scopes: Scopes) async throws
+        -> ProviderTokens
+    {
         try await exchange(.nativeSSO, clientId: clientId, credential: deviceSecret.secret, scopes: scopes)
     }
-    func redeemFamilyRefreshToken(clientId: String, refreshToken: String, scopes: Scopes) async throws -> ProviderTokens {
+    func redeemFamilyRefreshToken(clientId: String, refreshToken: String, scopes: Scopes) async throws -> ProviderTokens
+    {
         try await exchange(.familyRefreshToken, clientId: clientId, credential: refreshToken, scopes: scopes)
     }
     func exchangeToken(clientId: String, subject: SubjectToken, scopes: Scopes) async throws -> ProviderTokens {
-        let value = switch subject {
-        case .accessToken(let value), .refreshToken(let value): value
-        }
+        let value =
+            switch subject {
+            case .accessToken(let value), .refreshToken(let value): value
+            }
         return try await exchange(.tokenExchange, clientId: clientId, credential: value, scopes: scopes)
     }
 
     /// Credentials name their user: "ds-N|<username>", "rt-N|<username>|<client>", access tokens "at-N|<username>".
-    private func exchange(_ mechanism: SingleSignOnMechanism, clientId: String, credential: String, scopes: Scopes) async throws -> ProviderTokens {
+    private func exchange(_ mechanism: SingleSignOnMechanism, clientId: String, credential: String, scopes: Scopes)
+        async throws -> ProviderTokens
+    {
         lock.withLock { _ in _exchanges.append("\(mechanism.rawValue):\(clientId)") }
         if refusedClients.contains(clientId) || revoked.contains(credential) {
             throw BrokerFailure(.interactionRequired, "refused")
@@ -128,11 +146,15 @@ final class ScriptedProvider: IdentityProvider, @unchecked Sendable {
     }
 
     private func tokens(for username: String, clientId: String, scopes: Scopes) -> ProviderTokens {
-        let n = lock.withLock { _ in rotation += 1; return rotation }
-        return ProviderTokens(accessToken: "at-\(n)|\(username)", expiresOn: clock.now() + 3600,
-                              refreshToken: "rt-\(n)|\(username)|\(clientId)", idToken: "id-\(n)",
-                              grantedScopes: scopes, account: Self.account(username),
-                              deviceSecret: deviceSecrets ? "ds-\(n)|\(username)" : nil, family: family)
+        let n = lock.withLock { _ in
+            rotation += 1
+            return rotation
+        }
+        return ProviderTokens(
+            accessToken: "at-\(n)|\(username)", expiresOn: clock.now() + 3600,
+            refreshToken: "rt-\(n)|\(username)|\(clientId)", idToken: "id-\(n)",
+            grantedScopes: scopes, account: Self.account(username),
+            deviceSecret: deviceSecrets ? "ds-\(n)|\(username)" : nil, family: family)
     }
 }
 
@@ -156,7 +178,11 @@ final class MemoryStore: StateStore, @unchecked Sendable {
     func save(_ state: BrokerState) throws {
         struct DiskFull: Error {}
         if failWrites { throw DiskFull() }
-        lock.withLock { _ in _saved = state; _saves += 1; _timeline.append("save") }
+        lock.withLock { _ in
+            _saved = state
+            _saves += 1
+            _timeline.append("save")
+        }
     }
     func sync() throws { note("sync") }
     func note(_ event: String) { lock.withLock { _ in _timeline.append(event) } }
@@ -186,14 +212,21 @@ struct Harness {
         let changes = self.changes
         let store = self.store
         broker = Broker(
-            configuration: BrokerConfiguration(deviceMode: mode, brokerVersion: "test", tenantId: "tenant",
-                                               knownClientIds: knownClients),
+            configuration: BrokerConfiguration(
+                deviceMode: mode, brokerVersion: "test", tenantId: "tenant",
+                knownClientIds: knownClients),
             provider: provider, store: store, clock: clock,
             initialState: state ?? BrokerState(deviceId: "device-1"),
-            logger: Logger(label: "test"), onAccountChange: { store.note("announce"); changes.record($0) })
+            logger: Logger(label: "test"),
+            onAccountChange: {
+                store.note("announce")
+                changes.record($0)
+            })
     }
 
-    func signIn(_ user: String = "alice@contoso.example", client: String = "mail", scopes: [String] = ["User.Read"]) async throws -> AppTokens {
+    func signIn(_ user: String = "alice@contoso.example", client: String = "mail", scopes: [String] = ["User.Read"])
+        async throws -> AppTokens
+    {
         let password = user.hasPrefix("alice") ? "alice-pw" : "bob-pw"
         return try await broker.signInWithPassword(clientId: client, username: user, password: password, scopes: scopes)
     }

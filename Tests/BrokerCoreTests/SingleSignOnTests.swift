@@ -14,8 +14,9 @@ struct SingleSignOnTests {
         let h = Harness()
         h.provider.offer(mechanism)
         _ = try await h.signIn(client: "mail")
-        let token = try await h.broker.acquireTokenSilent(clientId: "calendar", scopes: ["Calendars.Read"], accountId: "",
-                                                          forceRefresh: false)
+        let token = try await h.broker.acquireTokenSilent(
+            clientId: "calendar", scopes: ["Calendars.Read"], accountId: "",
+            forceRefresh: false)
         #expect(token.account == alice)
         #expect(h.provider.exchanges == [expected])
         // Issued to calendar: its own refresh token, never mail's.
@@ -23,8 +24,10 @@ struct SingleSignOnTests {
         #expect(calendar.refreshToken?.hasSuffix("|calendar") == true)
         #expect(calendar.account == alice)
         // Cached from now on, and refreshed with its own refresh token.
-        _ = try await h.broker.acquireTokenSilent(clientId: "calendar", scopes: ["Calendars.Read"], accountId: "", forceRefresh: false)
-        _ = try await h.broker.acquireTokenSilent(clientId: "calendar", scopes: ["Calendars.Read"], accountId: "", forceRefresh: true)
+        _ = try await h.broker.acquireTokenSilent(
+            clientId: "calendar", scopes: ["Calendars.Read"], accountId: "", forceRefresh: false)
+        _ = try await h.broker.acquireTokenSilent(
+            clientId: "calendar", scopes: ["Calendars.Read"], accountId: "", forceRefresh: true)
         #expect(h.provider.exchanges == [expected])
         #expect(h.provider.refreshCalls == 1)
     }
@@ -42,7 +45,10 @@ struct SingleSignOnTests {
         let h = Harness()
         _ = try await h.signIn(client: "mail")
         let saves = h.store.saves
-        let failure = await failure { _ = try await h.broker.acquireTokenSilent(clientId: "calendar", scopes: [], accountId: "", forceRefresh: false) }
+        let failure = await failure {
+            _ = try await h.broker.acquireTokenSilent(
+                clientId: "calendar", scopes: [], accountId: "", forceRefresh: false)
+        }
         #expect(failure?.code == .interactionRequired)
         #expect(failure?.message.contains("offers no single sign-on between apps") == true)
         #expect(h.provider.exchanges.isEmpty)
@@ -56,7 +62,10 @@ struct SingleSignOnTests {
         h.provider.refusedClients = ["calendar"]
         _ = try await h.signIn(client: "mail")
         let before = h.broker.snapshot
-        let failure = await failure { _ = try await h.broker.acquireTokenSilent(clientId: "calendar", scopes: [], accountId: "", forceRefresh: false) }
+        let failure = await failure {
+            _ = try await h.broker.acquireTokenSilent(
+                clientId: "calendar", scopes: [], accountId: "", forceRefresh: false)
+        }
         #expect(failure?.code == .interactionRequired)
         #expect(failure?.message.contains("refused single sign-on") == true)
         #expect(h.provider.exchanges == ["native-sso:calendar", "family-refresh-token:calendar"])
@@ -71,11 +80,15 @@ struct SingleSignOnTests {
         try await h.broker.signOut(clientId: "notes", accountId: "")
         #expect(h.provider.revoked.contains(secret))
         #expect(h.broker.snapshot.singleSignOn.isEmpty)
-        let code = await failureCode { _ = try await h.broker.acquireTokenSilent(clientId: "calendar", scopes: [], accountId: "", forceRefresh: false) }
+        let code = await failureCode {
+            _ = try await h.broker.acquireTokenSilent(
+                clientId: "calendar", scopes: [], accountId: "", forceRefresh: false)
+        }
         #expect(code == .noAccount)
         // The next user's sign-in is the one other apps get tokens of.
         _ = try await h.signIn("bob@contoso.example", client: "notes")
-        let token = try await h.broker.acquireTokenSilent(clientId: "calendar", scopes: [], accountId: "", forceRefresh: false)
+        let token = try await h.broker.acquireTokenSilent(
+            clientId: "calendar", scopes: [], accountId: "", forceRefresh: false)
         #expect(token.account.username == "bob@contoso.example")
         #expect(h.broker.snapshot.clients["calendar"]?.refreshToken?.contains("bob@") == true)
     }
@@ -101,7 +114,8 @@ struct SingleSignOnTests {
             for app in apps {
                 for _ in 0..<3 {
                     group.addTask {
-                        _ = try await h.broker.acquireTokenSilent(clientId: app, scopes: ["User.Read"], accountId: "", forceRefresh: false)
+                        _ = try await h.broker.acquireTokenSilent(
+                            clientId: app, scopes: ["User.Read"], accountId: "", forceRefresh: false)
                     }
                 }
             }
@@ -116,7 +130,9 @@ struct SingleSignOnTests {
         _ = try await h.signIn(client: "mail")
         let (gate, open) = AsyncStream<Void>.makeStream()
         h.provider.exchangeGate = gate
-        let pending = Task { try await h.broker.acquireTokenSilent(clientId: "calendar", scopes: [], accountId: "", forceRefresh: false) }
+        let pending = Task {
+            try await h.broker.acquireTokenSilent(clientId: "calendar", scopes: [], accountId: "", forceRefresh: false)
+        }
         while h.provider.exchanges.isEmpty { await Task.yield() }
         try await h.broker.signOut(clientId: "mail", accountId: "")
         open.yield()
@@ -130,15 +146,17 @@ struct SingleSignOnTests {
         h.provider.offer(.tokenExchange)
         _ = try await h.signIn(client: "mail")
         #expect(try h.broker.accounts(clientId: "calendar") == [alice])
-        let token = try await h.broker.acquireTokenSilent(clientId: "calendar", scopes: [], accountId: alice.identifier,
-                                                          forceRefresh: false)
+        let token = try await h.broker.acquireTokenSilent(
+            clientId: "calendar", scopes: [], accountId: alice.identifier,
+            forceRefresh: false)
         #expect(token.account == alice)
         #expect(h.provider.exchanges == ["token-exchange:calendar"])
         // The app that signed in signs out: single sign-on from its sign-in ends, other apps keep theirs.
         try await h.broker.signOut(clientId: "mail", accountId: "")
         #expect(h.broker.snapshot.singleSignOn.isEmpty)
         #expect(try h.broker.accounts(clientId: "notes").isEmpty)
-        _ = try await h.broker.acquireTokenSilent(clientId: "calendar", scopes: [], accountId: alice.identifier, forceRefresh: true)
+        _ = try await h.broker.acquireTokenSilent(
+            clientId: "calendar", scopes: [], accountId: alice.identifier, forceRefresh: true)
     }
 
     @Test func aRestartKeepsTheGrant() async throws {
@@ -149,7 +167,8 @@ struct SingleSignOnTests {
         #expect(saved.singleSignOn[alice.identifier]?.deviceSecret?.secret.hasSuffix("|alice@contoso.example") == true)
         let restarted = Harness(state: saved)
         restarted.provider.offer(.nativeSSO)
-        _ = try await restarted.broker.acquireTokenSilent(clientId: "calendar", scopes: [], accountId: "", forceRefresh: false)
+        _ = try await restarted.broker.acquireTokenSilent(
+            clientId: "calendar", scopes: [], accountId: "", forceRefresh: false)
         #expect(restarted.provider.exchanges == ["native-sso:calendar"])
     }
 
@@ -157,8 +176,9 @@ struct SingleSignOnTests {
         let h = Harness()
         _ = try await h.signIn(client: "mail")
         _ = await failureCode {
-            _ = try await h.broker.acquireTokenInteractive(clientId: "calendar", scopes: [], prompt: .selectAccount, loginHint: nil,
-                                                           flowId: "", owner: ":1.1")
+            _ = try await h.broker.acquireTokenInteractive(
+                clientId: "calendar", scopes: [], prompt: .selectAccount, loginHint: nil,
+                flowId: "", owner: ":1.1")
         }
         #expect(h.provider.interactiveRequests.map(\.loginHint) == ["alice@contoso.example"])
         #expect(h.provider.interactiveRequests.map(\.prompt) == [nil])

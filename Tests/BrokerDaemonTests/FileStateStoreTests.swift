@@ -1,4 +1,3 @@
-@testable import BrokerDaemon
 import BrokerCore
 import Foundation
 import Locking
@@ -6,12 +5,15 @@ import Logging
 import Synchronization
 import Testing
 
+@testable import BrokerDaemon
+
 /// The state file when the file system fails: each system call the store makes is made to fail
 /// (a full disk, a dying device) through ``SystemCalls``, on a real directory, without a bus.
 @Suite("State file: failing writes, renames and flushes change nothing they should not")
 struct FileStateStoreTests {
-    static let alice = Account(username: "alice@contoso.example", identifier: "oid-a.t", tenantId: "t",
-                               environment: "login.example", name: "Alice")
+    static let alice = Account(
+        username: "alice@contoso.example", identifier: "oid-a.t", tenantId: "t",
+        environment: "login.example", name: "Alice")
 
     /// A fresh state directory, removed when the test ends.
     final class Directory: @unchecked Sendable {
@@ -23,16 +25,18 @@ struct FileStateStoreTests {
     }
 
     static func state(current: Account?, refreshToken: String = "rt-1") -> BrokerState {
-        BrokerState(deviceId: "d-1", current: current,
-                    clients: ["mail": ClientRecord(lastSeen: current, account: current, refreshToken: refreshToken)])
+        BrokerState(
+            deviceId: "d-1", current: current,
+            clients: ["mail": ClientRecord(lastSeen: current, account: current, refreshToken: refreshToken)])
     }
 
     @Test(arguments: [(SystemCalls.Call.write, ENOSPC), (.rename, EIO), (.open, EMFILE)])
     func aFailedSaveLeavesTheFileAsItWas(call: SystemCalls.Call, code: Int32) throws {
         let directory = Directory()
         let failing = Atomic(false)
-        let store = try FileStateStore(directory: directory.path,
-                                       system: SystemCalls.system.failing(call, with: code) { failing.load(ordering: .relaxed) })
+        let store = try FileStateStore(
+            directory: directory.path,
+            system: SystemCalls.system.failing(call, with: code) { failing.load(ordering: .relaxed) })
         try store.save(Self.state(current: Self.alice))
         try store.sync()
         let before = directory.bytes()
@@ -53,8 +57,9 @@ struct FileStateStoreTests {
     @Test func aFailedFlushIsReportedAndTheNextSaveFlushesAgain() throws {
         let directory = Directory()
         let failing = Atomic(false)
-        let store = try FileStateStore(directory: directory.path,
-                                       system: SystemCalls.system.failing(.fsync, with: EIO) { failing.load(ordering: .relaxed) })
+        let store = try FileStateStore(
+            directory: directory.path,
+            system: SystemCalls.system.failing(.fsync, with: EIO) { failing.load(ordering: .relaxed) })
         failing.store(true, ordering: .relaxed)
         try store.save(Self.state(current: Self.alice))
         #expect(throws: StoreError.self) { try store.sync() }
@@ -81,15 +86,17 @@ struct FileStateStoreTests {
     @Test func theBrokerRefusesAChangeItCannotWrite() async throws {
         let directory = Directory()
         let failing = Atomic(false)
-        let store = try FileStateStore(directory: directory.path,
-                                       system: SystemCalls.system.failing(.rename, with: ENOSPC) { failing.load(ordering: .relaxed) })
+        let store = try FileStateStore(
+            directory: directory.path,
+            system: SystemCalls.system.failing(.rename, with: ENOSPC) { failing.load(ordering: .relaxed) })
         let initial = Self.state(current: Self.alice)
         try store.save(initial)
         try store.sync()
         let announced = Atomic(0)
-        let broker = Broker(configuration: BrokerConfiguration(deviceMode: .shared, brokerVersion: "test"),
-                            provider: UnreachableProvider(), store: store, clock: FixedClock(), initialState: initial,
-                            logger: Logger(label: "test"), onAccountChange: { _ in announced.add(1, ordering: .relaxed) })
+        let broker = Broker(
+            configuration: BrokerConfiguration(deviceMode: .shared, brokerVersion: "test"),
+            provider: UnreachableProvider(), store: store, clock: FixedClock(), initialState: initial,
+            logger: Logger(label: "test"), onAccountChange: { _ in announced.add(1, ordering: .relaxed) })
         let before = directory.bytes()
 
         failing.store(true, ordering: .relaxed)
@@ -119,20 +126,31 @@ extension FileStateStore {
 struct UnreachableProvider: IdentityProvider {
     var authority: String { "https://login.example/t/v2.0" }
     private var down: BrokerFailure { BrokerFailure(.serverUnavailable, "unreachable") }
-    func signInWithPassword(clientId: String, username: String, password: String, scopes: Scopes) async throws -> ProviderTokens { throw down }
+    func signInWithPassword(clientId: String, username: String, password: String, scopes: Scopes) async throws
+        -> ProviderTokens
+    { throw down }
     func refresh(clientId: String, refreshToken: String, scopes: Scopes) async throws -> ProviderTokens { throw down }
     func revoke(clientId: String, token: RevocableToken) async throws -> EndpointOutcome { throw down }
     func startCodeSignIn(clientId: String, username: String) async throws -> CodeChallenge { throw down }
     func resendCode(clientId: String, continuationToken: String) async throws -> CodeChallenge { throw down }
-    func submitCode(clientId: String, continuationToken: String, code: String, scopes: Scopes) async throws -> ProviderTokens { throw down }
-    func signInInteractively(clientId: String, scopes: Scopes, request: InteractiveRequest) async throws -> ProviderTokens { throw down }
+    func submitCode(clientId: String, continuationToken: String, code: String, scopes: Scopes) async throws
+        -> ProviderTokens
+    { throw down }
+    func signInInteractively(clientId: String, scopes: Scopes, request: InteractiveRequest) async throws
+        -> ProviderTokens
+    { throw down }
     func endBrowserSession(clientId: String, idTokenHint: String?) async throws -> EndpointOutcome { throw down }
     func signInFlows() async throws -> [SignInFlow] { throw down }
     func singleSignOnSupport() async throws -> Set<SingleSignOnMechanism> { throw down }
     var singleSignOnSupportIfKnown: Set<SingleSignOnMechanism>? { nil }
-    func exchangeDeviceSecret(clientId: String, deviceSecret: DeviceSecret, scopes: Scopes) async throws -> ProviderTokens { throw down }
-    func redeemFamilyRefreshToken(clientId: String, refreshToken: String, scopes: Scopes) async throws -> ProviderTokens { throw down }
-    func exchangeToken(clientId: String, subject: SubjectToken, scopes: Scopes) async throws -> ProviderTokens { throw down }
+    func exchangeDeviceSecret(clientId: String, deviceSecret: DeviceSecret, scopes: Scopes) async throws
+        -> ProviderTokens
+    { throw down }
+    func redeemFamilyRefreshToken(clientId: String, refreshToken: String, scopes: Scopes) async throws -> ProviderTokens
+    { throw down }
+    func exchangeToken(clientId: String, subject: SubjectToken, scopes: Scopes) async throws -> ProviderTokens {
+        throw down
+    }
 }
 
 struct FixedClock: WallClock {

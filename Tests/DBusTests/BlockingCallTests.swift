@@ -22,16 +22,20 @@ struct BlockingCallTests {
             let replies = try await withThrowingTaskGroup(of: [String].self) { group in
                 for _ in 0..<tasks {
                     group.addTask {
-                        try client.callBlocking(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
-                                                interface: "org.freedesktop.DBus", member: "ListNames",
-                                                timeout: .seconds(5)).first?.stringArray ?? []
+                        try client.callBlocking(
+                            destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
+                            interface: "org.freedesktop.DBus", member: "ListNames",
+                            timeout: .seconds(5)
+                        ).first?.stringArray ?? []
                     }
                 }
                 return try await group.reduce(into: [[String]]()) { $0.append($1) }
             }
             #expect(replies.count == tasks)
             #expect(replies.allSatisfy { $0.contains(client.uniqueName) })
-            #expect(ContinuousClock.now - started < .seconds(5), "the calls waited for their timeout: the wait needed the pool")
+            #expect(
+                ContinuousClock.now - started < .seconds(5),
+                "the calls waited for their timeout: the wait needed the pool")
         }
     }
 
@@ -39,20 +43,25 @@ struct BlockingCallTests {
         try await withBus { bus in
             let server = try bus.connect()
             let client = try bus.connect()
-            defer { server.close(); client.close() }
+            defer {
+                server.close()
+                client.close()
+            }
             server.export(TestObject(), at: testPath)
             // The exported object answers from a Task on the pool: wait off it, so the test does
             // not depend on the pool's size.
             let sum = try await offThePool {
-                try client.callBlocking(destination: server.uniqueName, path: testPath, interface: iface, member: "Add",
-                                        arguments: [.int32(40), .int32(2)], timeout: .seconds(5))
+                try client.callBlocking(
+                    destination: server.uniqueName, path: testPath, interface: iface, member: "Add",
+                    arguments: [.int32(40), .int32(2)], timeout: .seconds(5))
             }
             #expect(sum == [.int32(42)])
             let failure = try await offThePool { () -> DBusError? in
                 do {
-                    _ = try client.callBlocking(destination: server.uniqueName, path: testPath, interface: iface, member: "Fail",
-                                                arguments: [.string("com.example.Error.Custom"), .string("it broke")],
-                                                timeout: .seconds(5))
+                    _ = try client.callBlocking(
+                        destination: server.uniqueName, path: testPath, interface: iface, member: "Fail",
+                        arguments: [.string("com.example.Error.Custom"), .string("it broke")],
+                        timeout: .seconds(5))
                     return nil
                 } catch let error as DBusError { return error }
             }
@@ -64,13 +73,17 @@ struct BlockingCallTests {
         try await withBus { bus in
             let server = try bus.connect()
             let client = try bus.connect()
-            defer { server.close(); client.close() }
+            defer {
+                server.close()
+                client.close()
+            }
             server.export(TestObject(), at: testPath)
             let started = ContinuousClock.now
             let error = try await offThePool { () -> DBusError? in
                 do {
-                    _ = try client.callBlocking(destination: server.uniqueName, path: testPath, interface: iface, member: "Slow",
-                                                arguments: [.uint32(5_000)], timeout: .milliseconds(200))
+                    _ = try client.callBlocking(
+                        destination: server.uniqueName, path: testPath, interface: iface, member: "Slow",
+                        arguments: [.uint32(5_000)], timeout: .milliseconds(200))
                     return nil
                 } catch let error as DBusError { return error }
             }
@@ -79,8 +92,9 @@ struct BlockingCallTests {
             #expect(elapsed >= .milliseconds(200) && elapsed < .seconds(3), "\(elapsed)")
             // The connection is still usable afterwards.
             let sum = try await offThePool {
-                try client.callBlocking(destination: server.uniqueName, path: testPath, interface: iface, member: "Add",
-                                        arguments: [.int32(1), .int32(2)], timeout: .seconds(5))
+                try client.callBlocking(
+                    destination: server.uniqueName, path: testPath, interface: iface, member: "Add",
+                    arguments: [.int32(1), .int32(2)], timeout: .seconds(5))
             }
             #expect(sum == [.int32(3)])
         }
@@ -92,8 +106,9 @@ struct BlockingCallTests {
             client.close()
             await client.waitUntilDisconnected()
             await expectDBusError("org.freedesktop.DBus.Error.Disconnected") {
-                _ = try client.callBlocking(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
-                                            interface: "org.freedesktop.DBus", member: "GetId", timeout: .seconds(5))
+                _ = try client.callBlocking(
+                    destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
+                    interface: "org.freedesktop.DBus", member: "GetId", timeout: .seconds(5))
             }
         }
     }
@@ -104,13 +119,17 @@ struct BlockingCallTests {
         try await withBus { bus in
             let server = try bus.connect()
             let client = try bus.connect()
-            defer { server.close(); client.close() }
+            defer {
+                server.close()
+                client.close()
+            }
             let object = SelfCallingObject(connection: server)
             server.export(object, at: testPath)
-            let reply = try await client.call(destination: server.uniqueName, path: testPath,
-                                              interface: "org.freedesktop.DBus.Properties", member: "Get",
-                                              arguments: [.string(SelfCallingObject.interfaceName), .string("Outcome")],
-                                              timeout: .seconds(5))
+            let reply = try await client.call(
+                destination: server.uniqueName, path: testPath,
+                interface: "org.freedesktop.DBus.Properties", member: "Get",
+                arguments: [.string(SelfCallingObject.interfaceName), .string("Outcome")],
+                timeout: .seconds(5))
             let outcome = reply.first?.string ?? ""
             #expect(outcome.hasPrefix("org.freedesktop.DBus.Error.Failed"), "\(outcome)")
         }
@@ -133,8 +152,9 @@ private final class SelfCallingObject: DBusObject, @unchecked Sendable {
     func propertyValues(interface: String) -> [String: DBusValue] {
         let outcome: String
         do {
-            _ = try connection?.callBlocking(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
-                                             interface: "org.freedesktop.DBus", member: "GetId", timeout: .seconds(2))
+            _ = try connection?.callBlocking(
+                destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
+                interface: "org.freedesktop.DBus", member: "GetId", timeout: .seconds(2))
             outcome = "replied"
         } catch {
             outcome = "\(error)"

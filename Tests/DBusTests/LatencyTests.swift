@@ -8,18 +8,23 @@ struct LatencyTests {
         try await withBus { bus in
             let server = try bus.connect()
             let client = try bus.connect()
-            defer { server.close(); client.close() }
+            defer {
+                server.close()
+                client.close()
+            }
             server.export(TestObject(), at: "/bench")
             let dest = server.uniqueName
             for _ in 0..<50 {
-                _ = try await client.call(destination: dest, path: "/bench", interface: TestObject.interfaceName,
-                                          member: "Add", arguments: [.int32(1), .int32(2)])
+                _ = try await client.call(
+                    destination: dest, path: "/bench", interface: TestObject.interfaceName,
+                    member: "Add", arguments: [.int32(1), .int32(2)])
             }
             let count = 2000
             let start = ContinuousClock.now
             for i in 0..<count {
-                let r = try await client.call(destination: dest, path: "/bench", interface: TestObject.interfaceName,
-                                              member: "Add", arguments: [.int32(Int32(i)), .int32(1)])
+                let r = try await client.call(
+                    destination: dest, path: "/bench", interface: TestObject.interfaceName,
+                    member: "Add", arguments: [.int32(Int32(i)), .int32(1)])
                 #expect(r == [.int32(Int32(i) + 1)])
             }
             let elapsed = ContinuousClock.now - start

@@ -1,16 +1,26 @@
-@testable import DBus
 import Testing
+
+@testable import DBus
 
 /// The signature checks answer common shapes without libdbus; they must agree with it everywhere.
 @Suite("Signatures")
 struct SignatureTests {
-    @Test("the shortcut for common shapes agrees with libdbus",
-          arguments: ["", "s", "v", "ss", "as", "a{sv}", "a{sv}a{sv}", "a{ss}", "a{vs}", "a{sv", "{sv}", "aa", "a",
-                      "(s)", "a(sv)", "aas", "a{s(i)}", "x", "h", "z", "a{", "a{s}", "s\u{0}s", String(repeating: "s", count: 255),
-                      String(repeating: "s", count: 256), String(repeating: "a{sv}", count: 51), "a{sv}s" + String(repeating: "s", count: 250)])
+    @Test(
+        "the shortcut for common shapes agrees with libdbus",
+        arguments: [
+            "", "s", "v", "ss", "as", "a{sv}", "a{sv}a{sv}", "a{ss}", "a{vs}", "a{sv", "{sv}", "aa", "a",
+            "(s)", "a(sv)", "aas", "a{s(i)}", "x", "h", "z", "a{", "a{s}", "s\u{0}s",
+            String(repeating: "s", count: 255),
+            String(repeating: "s", count: 256), String(repeating: "a{sv}", count: 51),
+            "a{sv}s" + String(repeating: "s", count: 250),
+        ])
     func agreesWithLibdbus(signature: String) {
-        #expect(DBusSignature.isValid(signature) == DBusSignature.libdbusAccepts(signature), "\(signature.debugDescription)")
-        #expect(DBusSignature.isSingleCompleteType(signature) == DBusSignature.libdbusAcceptsSingle(signature), "\(signature.debugDescription)")
+        #expect(
+            DBusSignature.isValid(signature) == DBusSignature.libdbusAccepts(signature), "\(signature.debugDescription)"
+        )
+        #expect(
+            DBusSignature.isSingleCompleteType(signature) == DBusSignature.libdbusAcceptsSingle(signature),
+            "\(signature.debugDescription)")
     }
 
     @Test("the shortcut agrees with libdbus on every signature of up to 4 characters from s v i y x a { } ( ) g")
@@ -27,7 +37,8 @@ struct SignatureTests {
             let signature = String(decoding: bytes, as: UTF8.self)
             if DBusSignature.simpleTypeCount(signature) != nil { shortcutsTaken += 1 }
             guard DBusSignature.isValid(signature) == DBusSignature.libdbusAccepts(signature),
-                  DBusSignature.isSingleCompleteType(signature) == DBusSignature.libdbusAcceptsSingle(signature) else {
+                DBusSignature.isSingleCompleteType(signature) == DBusSignature.libdbusAcceptsSingle(signature)
+            else {
                 Issue.record("disagreement on \(signature.debugDescription)")
                 return
             }

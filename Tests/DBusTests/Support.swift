@@ -23,8 +23,10 @@ func runTool(_ path: String, _ arguments: [String], timeout: Duration = .seconds
 }
 
 /// A command's result and how long it took to end.
-func runTimed(_ path: String, _ arguments: [String],
-              timeout: Duration = .seconds(15)) async throws -> (result: CommandResult, elapsed: Duration) {
+func runTimed(
+    _ path: String, _ arguments: [String],
+    timeout: Duration = .seconds(15)
+) async throws -> (result: CommandResult, elapsed: Duration) {
     let start = ContinuousClock.now
     let result = try await runCommand(path, arguments, timeout: timeout)
     return (result, ContinuousClock.now - start)
@@ -32,8 +34,10 @@ func runTimed(_ path: String, _ arguments: [String],
 
 /// Expects `body` to throw a DBusError named `name`; returns it.
 @discardableResult
-func expectDBusError(_ name: String, _ body: () async throws -> Void,
-                     sourceLocation: SourceLocation = #_sourceLocation) async -> DBusError? {
+func expectDBusError(
+    _ name: String, _ body: () async throws -> Void,
+    sourceLocation: SourceLocation = #_sourceLocation
+) async -> DBusError? {
     do {
         try await body()
         Issue.record("expected \(name), got success", sourceLocation: sourceLocation)
@@ -61,7 +65,8 @@ final class TestObject: DBusObject, @unchecked Sendable {
 
     var interfaces: [DBusInterfaceDescription] {
         var methods = echoSignatures.enumerated().map { index, sig in
-            DBusInterfaceDescription.Method(name: "Echo\(index)", inArguments: [.init("value", sig)], outArguments: [.init("value", sig)])
+            DBusInterfaceDescription.Method(
+                name: "Echo\(index)", inArguments: [.init("value", sig)], outArguments: [.init("value", sig)])
         }
         methods += [
             .init(name: "Add", inArguments: [.init("a", "i"), .init("b", "i")], outArguments: [.init("sum", "i")]),
@@ -75,13 +80,15 @@ final class TestObject: DBusObject, @unchecked Sendable {
             .init(name: "Prepared", outArguments: [.init("greeting", "a{sv}"), .init("count", "u")]),
             .init(name: "WrongPrepared", outArguments: [.init("value", "s")]),
         ]
-        return [DBusInterfaceDescription(
-            name: Self.interfaceName, methods: methods,
-            signals: [.init(name: "Ping", arguments: [.init("text", "s")])],
-            properties: [
-                .init(name: "Name", signature: "s", access: .read),
-                .init(name: "Count", signature: "u", access: .readwrite, emitsChangedSignal: .true),
-            ])]
+        return [
+            DBusInterfaceDescription(
+                name: Self.interfaceName, methods: methods,
+                signals: [.init(name: "Ping", arguments: [.init("text", "s")])],
+                properties: [
+                    .init(name: "Name", signature: "s", access: .read),
+                    .init(name: "Count", signature: "u", access: .readwrite, emitsChangedSignal: .true),
+                ])
+        ]
     }
 
     struct Generic: Error {}
@@ -89,7 +96,9 @@ final class TestObject: DBusObject, @unchecked Sendable {
     func handleMethodCall(_ call: DBusMethodCall) async throws -> [DBusValue] {
         switch call.member {
         case "Add":
-            guard let a = call.arguments[0].int32, let b = call.arguments[1].int32 else { throw DBusError.invalidArgs("ii") }
+            guard let a = call.arguments[0].int32, let b = call.arguments[1].int32 else {
+                throw DBusError.invalidArgs("ii")
+            }
             return [.int32(a &+ b)]
         case "Fail":
             throw DBusError(name: call.arguments[0].string ?? "", message: call.arguments[1].string ?? "")
@@ -127,7 +136,9 @@ final class TestObject: DBusObject, @unchecked Sendable {
     }
 
     /// One reply marshalled once and sent to every caller of `Prepared`.
-    static let prepared = try? DBusPreparedReply([.vardict(inOrder: ["hello": .string("world"), "n": .int32(7)]), .uint32(42)])
+    static let prepared = try? DBusPreparedReply([
+        .vardict(inOrder: ["hello": .string("world"), "n": .int32(7)]), .uint32(42),
+    ])
 
     func propertyValues(interface: String) -> [String: DBusValue] {
         lock.withLock { _ in ["Name": .string("test object"), "Count": .uint32(count)] }

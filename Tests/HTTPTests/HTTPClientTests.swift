@@ -1,9 +1,12 @@
 import Testing
+
 @testable import HTTP
 
 /// Runs `body` against a fresh loopback server, stopped afterwards.
-func withServer<T>(_ handler: @escaping @Sendable (ReceivedRequest) -> Reply = { .echo($0) },
-                   _ body: (LoopbackServer) async throws -> T) async throws -> T {
+func withServer<T>(
+    _ handler: @escaping @Sendable (ReceivedRequest) -> Reply = { .echo($0) },
+    _ body: (LoopbackServer) async throws -> T
+) async throws -> T {
     let server = try LoopbackServer(handler)
     defer { server.stop() }
     return try await body(server)
@@ -25,15 +28,18 @@ struct HTTPClientTests {
 
     @Test func getReturnsStatusHeadersAndBody() async throws {
         try await withServer({ request in
-            .respond(status: 200, headers: [
-                ("Content-Type", "text/plain; charset=utf-8"),
-                ("X-Custom-Thing", "  Abc  "),
-                ("Set-Cookie", "a=1"),
-                ("Set-Cookie", "b=2"),
-                ("X-Empty", ""),
-            ], body: Array("hello \(request.target)".utf8))
+            .respond(
+                status: 200,
+                headers: [
+                    ("Content-Type", "text/plain; charset=utf-8"),
+                    ("X-Custom-Thing", "  Abc  "),
+                    ("Set-Cookie", "a=1"),
+                    ("Set-Cookie", "b=2"),
+                    ("X-Empty", ""),
+                ], body: Array("hello \(request.target)".utf8))
         }) { server in
-            let response = try await client.send(.get("\(server.base)/hello?x=1&y=%20", headers: [HTTPHeader("Accept", "text/plain")]))
+            let response = try await client.send(
+                .get("\(server.base)/hello?x=1&y=%20", headers: [HTTPHeader("Accept", "text/plain")]))
             #expect(response.status == 200)
             #expect(response.isSuccess)
             #expect(response.bodyText == "hello /hello?x=1&y=%20")
@@ -58,17 +64,21 @@ struct HTTPClientTests {
 
     @Test func postFormSendsPercentEncodedBody() async throws {
         try await withServer { server in
-            let request = HTTPRequest.postForm("\(server.base)/token?tenant=a", fields: [
-                ("grant_type", "authorization_code"),
-                ("code", "a b&c=d/é~+*"),
-                ("redirect_uri", "http://localhost:8080/cb?x=y"),
-            ], headers: [HTTPHeader("Authorization", "Basic Y2xpZW50OnNlY3JldA==")])
+            let request = HTTPRequest.postForm(
+                "\(server.base)/token?tenant=a",
+                fields: [
+                    ("grant_type", "authorization_code"),
+                    ("code", "a b&c=d/é~+*"),
+                    ("redirect_uri", "http://localhost:8080/cb?x=y"),
+                ], headers: [HTTPHeader("Authorization", "Basic Y2xpZW50OnNlY3JldA==")])
             let response = try await client.send(request)
             #expect(response.status == 200)
             #expect(response.header("x-echo-method") == "POST")
             #expect(response.header("x-echo-target") == "/token?tenant=a")
             #expect(response.header("x-echo-content-type") == "application/x-www-form-urlencoded")
-            let expected = "grant_type=authorization_code&code=a%20b%26c%3Dd%2F%C3%A9~%2B%2A&redirect_uri=http%3A%2F%2Flocalhost%3A8080%2Fcb%3Fx%3Dy"
+            let expected =
+                "grant_type=authorization_code&code=a%20b%26c%3Dd%2F%C3%A9~%2B%2A"
+                + "&redirect_uri=http%3A%2F%2Flocalhost%3A8080%2Fcb%3Fx%3Dy"
             #expect(response.bodyText == expected)
 
             let seen = try #require(server.received.first)
@@ -82,7 +92,10 @@ struct HTTPClientTests {
 
     @Test func otherMethodsAndRawBodies() async throws {
         try await withServer { server in
-            let put = try await client.send(HTTPRequest(method: "PUT", url: "\(server.base)/p", headers: [HTTPHeader("Content-Type", "application/json")], body: Array("{\"a\":1}".utf8)))
+            let put = try await client.send(
+                HTTPRequest(
+                    method: "PUT", url: "\(server.base)/p", headers: [HTTPHeader("Content-Type", "application/json")],
+                    body: Array("{\"a\":1}".utf8)))
             #expect(put.header("x-echo-method") == "PUT")
             #expect(put.header("x-echo-content-type") == "application/json")
             #expect(put.bodyText == "{\"a\":1}")
@@ -109,7 +122,8 @@ struct HTTPClientTests {
     }
 
     @Test func redirectsAreNotFollowed() async throws {
-        try await withServer({ _ in .respond(status: 302, headers: [("Location", "http://127.0.0.1:1/elsewhere")]) }) { server in
+        try await withServer({ _ in .respond(status: 302, headers: [("Location", "http://127.0.0.1:1/elsewhere")]) }) {
+            server in
             let response = try await client.send(.get("\(server.base)/r"))
             #expect(response.status == 302)
             #expect(response.header("location") == "http://127.0.0.1:1/elsewhere")
@@ -207,7 +221,9 @@ struct HTTPClientTests {
 
     @Test func fiftyConcurrentRequests() async throws {
         try await withServer({ request in
-            .respond(status: 200, headers: [("X-Target", request.target)], body: Array("body-\(request.target)".utf8), delay: .milliseconds(50))
+            .respond(
+                status: 200, headers: [("X-Target", request.target)], body: Array("body-\(request.target)".utf8),
+                delay: .milliseconds(50))
         }) { server in
             let results = try await withThrowingTaskGroup(of: (Int, HTTPResponse).self) { group in
                 for index in 0..<50 {
@@ -335,7 +351,8 @@ struct HTTPClientTests {
     @Test func headerInjectionIsRejected() async throws {
         try await withServer { server in
             let bad = [
-                HTTPRequest.get("\(server.base)/", headers: [HTTPHeader("Authorization", "Bearer s3cr3t\r\nX-Evil: 1")]),
+                HTTPRequest.get(
+                    "\(server.base)/", headers: [HTTPHeader("Authorization", "Bearer s3cr3t\r\nX-Evil: 1")]),
                 HTTPRequest.get("\(server.base)/", headers: [HTTPHeader("Bad Name", "v")]),
                 HTTPRequest(method: "GET /x HTTP/1.1\r\n", url: "\(server.base)/"),
             ]
@@ -374,7 +391,9 @@ struct HTTPClientTests {
         var errors: [HTTPError] = []
         let refused = "http://user:s3cr3t-pass@127.0.0.1:\(closedPort())"
         errors += [await sendError(client, request(refused))].compactMap { $0 }
-        errors += [await sendError(client, request("http://user:s3cr3t-pass@nonexistent-host.invalid"))].compactMap { $0 }
+        errors += [await sendError(client, request("http://user:s3cr3t-pass@nonexistent-host.invalid"))].compactMap {
+            $0
+        }
         errors += [await sendError(client, request("ftp://user:s3cr3t-pass@127.0.0.1"))].compactMap { $0 }
         try await withServer({ request in
             request.target.hasPrefix("/token") && request.header("x-mode") == "slow"
@@ -388,7 +407,8 @@ struct HTTPClientTests {
             var small = request(base)
             small.maxResponseBytes = 10
             errors += [await sendError(client, small)].compactMap { $0 }
-            errors += [await sendError(client, request("https://user:s3cr3t-pass@127.0.0.1:\(server.port)"))].compactMap { $0 }
+            errors += [await sendError(client, request("https://user:s3cr3t-pass@127.0.0.1:\(server.port)"))].compactMap
+            { $0 }
         }
         #expect(errors.count == 6)
         for error in errors {
@@ -414,7 +434,9 @@ struct HTTPClientTests {
                 let response = try await own.send(.get("\(server.base)/ua"))
                 #expect(response.status == 200)
             }
-            #expect(server.received.map { $0.header("user-agent") } == Array(repeating: "test-agent/1.0X-Evil: 1", count: 3))
+            #expect(
+                server.received.map { $0.header("user-agent") } == Array(repeating: "test-agent/1.0X-Evil: 1", count: 3)
+            )
             #expect(server.received.allSatisfy { $0.header("x-evil") == nil })
         }
     }
@@ -424,7 +446,9 @@ struct HTTPClientTests {
 struct EncodingTests {
     @Test func percentEncodingKeepsOnlyUnreserved() {
         #expect(HTTPRequest.percentEncode("AZaz09-._~") == "AZaz09-._~")
-        #expect(HTTPRequest.percentEncode(" !\"#$%&'()*+,/:;=?@[]") == "%20%21%22%23%24%25%26%27%28%29%2A%2B%2C%2F%3A%3B%3D%3F%40%5B%5D")
+        #expect(
+            HTTPRequest.percentEncode(" !\"#$%&'()*+,/:;=?@[]")
+                == "%20%21%22%23%24%25%26%27%28%29%2A%2B%2C%2F%3A%3B%3D%3F%40%5B%5D")
         #expect(HTTPRequest.percentEncode("é€") == "%C3%A9%E2%82%AC")
         #expect(HTTPRequest.percentEncode("") == "")
     }
@@ -432,7 +456,9 @@ struct EncodingTests {
     @Test func formEncodingJoinsInOrder() {
         #expect(HTTPRequest.formURLEncoded([("b", "2"), ("a", "1 1"), ("empty", "")]) == "b=2&a=1%201&empty=")
         #expect(HTTPRequest.formURLEncoded([]) == "")
-        let request = HTTPRequest.postForm("http://h/", fields: [("a", "b")], headers: [HTTPHeader("content-type", "application/x-www-form-urlencoded; charset=utf-8")])
+        let request = HTTPRequest.postForm(
+            "http://h/", fields: [("a", "b")],
+            headers: [HTTPHeader("content-type", "application/x-www-form-urlencoded; charset=utf-8")])
         #expect(request.headers.count == 1)
         #expect(request.method == "POST")
         #expect(request.body == Array("a=b".utf8))

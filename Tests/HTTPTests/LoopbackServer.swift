@@ -3,8 +3,9 @@
 // test's handler says: a scripted response (optionally delayed), a close-delimited stream of
 // bytes, or a close without answering.
 
-@testable import HTTP
 import Locking
+
+@testable import HTTP
 
 #if canImport(Glibc)
 import Glibc
@@ -38,11 +39,13 @@ enum Reply: Sendable {
 
     /// Echoes the request: method, target and content type in headers, the body as the body.
     static func echo(_ request: ReceivedRequest) -> Reply {
-        .respond(status: 200, headers: [
-            ("X-Echo-Method", request.method),
-            ("X-Echo-Target", request.target),
-            ("X-Echo-Content-Type", request.header("content-type") ?? ""),
-        ], body: request.body)
+        .respond(
+            status: 200,
+            headers: [
+                ("X-Echo-Method", request.method),
+                ("X-Echo-Target", request.target),
+                ("X-Echo-Content-Type", request.header("content-type") ?? ""),
+            ], body: request.body)
     }
 }
 
@@ -94,7 +97,9 @@ final class LoopbackServer: Sendable {
         address.sin_port = 0
         address.sin_addr.s_addr = inet_addr("127.0.0.1")
         let bound = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+            }
         }
         guard bound == 0, listen(fd, 128) == 0 else {
             close(fd)
@@ -116,7 +121,9 @@ final class LoopbackServer: Sendable {
     func wait(within limit: Duration, until condition: @escaping @Sendable (Observed) -> Bool) async -> Bool {
         await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
             let id: UInt64? = state.withLock { state in
-                if condition(Observed(received: state.received, clientsGoneDuringDelay: state.clientsGoneDuringDelay)) { return nil }
+                if condition(Observed(received: state.received, clientsGoneDuringDelay: state.clientsGoneDuringDelay)) {
+                    return nil
+                }
                 state.nextWaiter += 1
                 state.waiters[state.nextWaiter] = Waiter(condition: condition, continuation: continuation)
                 return state.nextWaiter
@@ -188,7 +195,12 @@ final class LoopbackServer: Sendable {
         case .close:
             return
         case .stream(let total):
-            guard writeAll(fd, Array("HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nConnection: close\r\n\r\n".utf8)) else { return }
+            guard
+                writeAll(
+                    fd,
+                    Array("HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nConnection: close\r\n\r\n".utf8)
+                )
+            else { return }
             let chunk = [UInt8](repeating: UInt8(ascii: "x"), count: 16 * 1024)
             var sent = 0
             while sent < total {
@@ -266,7 +278,8 @@ final class LoopbackServer: Sendable {
 
     private static func find(_ needle: [UInt8], in haystack: [UInt8]) -> Int? {
         guard haystack.count >= needle.count else { return nil }
-        for start in 0...(haystack.count - needle.count) where haystack[start..<(start + needle.count)].elementsEqual(needle) {
+        for start in 0...(haystack.count - needle.count)
+        where haystack[start..<(start + needle.count)].elementsEqual(needle) {
             return start
         }
         return nil
@@ -275,7 +288,9 @@ final class LoopbackServer: Sendable {
     private func writeAll(_ fd: Int32, _ bytes: [UInt8]) -> Bool {
         var offset = 0
         while offset < bytes.count {
-            let n = bytes.withUnsafeBytes { send(fd, $0.baseAddress! + offset, bytes.count - offset, Int32(MSG_NOSIGNAL)) }
+            let n = bytes.withUnsafeBytes {
+                send(fd, $0.baseAddress! + offset, bytes.count - offset, Int32(MSG_NOSIGNAL))
+            }
             if n <= 0 { return false }
             offset += n
         }
@@ -317,11 +332,13 @@ private func spawn(_ body: @escaping @Sendable () -> Void) {
     }
     var thread = pthread_t()
     let box = Unmanaged.passRetained(Box(body)).toOpaque()
-    let rc = pthread_create(&thread, nil, { raw in
-        guard let raw else { return nil }
-        Unmanaged<Box>.fromOpaque(raw).takeRetainedValue().body()
-        return nil
-    }, box)
+    let rc = pthread_create(
+        &thread, nil,
+        { raw in
+            guard let raw else { return nil }
+            Unmanaged<Box>.fromOpaque(raw).takeRetainedValue().body()
+            return nil
+        }, box)
     precondition(rc == 0, "pthread_create failed")
     pthread_detach(thread)
 }

@@ -4,6 +4,7 @@ import CryptoExtras
 import Foundation
 import Locking
 import Testing
+
 @testable import Identity
 
 /// A clock the test sets.
@@ -102,7 +103,8 @@ struct TestSigner: Sendable {
     func sign(_ input: [UInt8]) -> [UInt8] {
         switch key {
         case .ec(let privateKey):
-            return (try? privateKey.signature(for: SHA256.hash(data: input)).rawRepresentation).map { [UInt8]($0) } ?? []
+            return (try? privateKey.signature(for: SHA256.hash(data: input)).rawRepresentation).map { [UInt8]($0) }
+                ?? []
         case .rsa(let privateKey):
             return (try? privateKey.signature(for: SHA256.hash(data: input), padding: .insecurePKCS1v1_5))
                 .map { $0.withUnsafeBytes { [UInt8]($0) } } ?? []
@@ -134,8 +136,9 @@ struct Fixture {
 
     init(serving body: String, refetchInterval: Int64 = 60) {
         endpoint = FakeJWKSEndpoint(body)
-        cache = JWKSCache(uri: "https://login.example.test/keys", clock: clock,
-                          minimumRefetchInterval: refetchInterval, fetch: endpoint.fetch)
+        cache = JWKSCache(
+            uri: "https://login.example.test/keys", clock: clock,
+            minimumRefetchInterval: refetchInterval, fetch: endpoint.fetch)
         validator = IDTokenValidator(issuer: Self.issuer, jwks: cache, clock: clock)
     }
 
@@ -151,7 +154,9 @@ struct Fixture {
         return claims
     }
 
-    func validate(_ token: String, nonce: String? = "nonce-xyz", clientId: String = Fixture.clientId) async throws(IdentityError) -> IdentityClaims {
+    func validate(_ token: String, nonce: String? = "nonce-xyz", clientId: String = Fixture.clientId)
+        async throws(IdentityError) -> IdentityClaims
+    {
         try await validator.validate(token, clientId: clientId, expectedNonce: nonce)
     }
 }

@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import Testing
+
 @testable import Identity
 
 @Suite struct IDTokenValidatorTests {
@@ -31,7 +32,8 @@ import Testing
 
     @Test func tokenWithoutKidUsesTheOnlyKey() async throws {
         let signer = TestSigner.ec(kid: nil)
-        let fixture = Fixture(serving: jwks([TestSigner.ec(kid: "ec-1").jwk.replacingOccurrences(of: "\"kid\":\"ec-1\",", with: "")]))
+        let fixture = Fixture(
+            serving: jwks([TestSigner.ec(kid: "ec-1").jwk.replacingOccurrences(of: "\"kid\":\"ec-1\",", with: "")]))
         // The set's only key is another one: the signature must fail, not the lookup.
         let error = await identityError { _ = try await fixture.validate(signer.token(fixture.claims())) }
         #expect(error == .invalidIDToken("its signature does not verify with the provider's key"))
@@ -84,12 +86,15 @@ import Testing
         let parts = token.split(separator: ".").map(String.init)
         let input = Array((parts[0] + "." + parts[1]).utf8)
         guard case .ec(let key) = signer.key,
-              let der = try? key.signature(for: SHA256.hash(data: input)).derRepresentation else {
+            let der = try? key.signature(for: SHA256.hash(data: input)).derRepresentation
+        else {
             Issue.record("could not sign")
             return
         }
         for signature in [b64url(der), String(parts[2].dropLast(4)), ""] {
-            let error = await identityError { _ = try await fixture.validate(parts[0] + "." + parts[1] + "." + signature) }
+            let error = await identityError {
+                _ = try await fixture.validate(parts[0] + "." + parts[1] + "." + signature)
+            }
             #expect(error?.isInvalidIDToken == true)
         }
     }
@@ -100,17 +105,23 @@ import Testing
         let claims = b64url(Array(json(fixture.claims()).utf8))
 
         let none = b64url(Array(json(["alg": "none", "kid": "k"]).utf8)) + "." + claims + "."
-        #expect(await identityError { _ = try await fixture.validate(none) } == .invalidIDToken("it is not signed (alg none)"))
+        #expect(
+            await identityError { _ = try await fixture.validate(none) }
+                == .invalidIDToken("it is not signed (alg none)"))
 
         // HS256 keyed with the public key's bytes: the classic algorithm-confusion forgery.
         let hsHeader = b64url(Array(json(["alg": "HS256", "kid": "k"]).utf8))
-        let mac = HMAC<SHA256>.authenticationCode(for: Array((hsHeader + "." + claims).utf8),
-                                                  using: SymmetricKey(data: Array(signer.jwk.utf8)))
+        let mac = HMAC<SHA256>.authenticationCode(
+            for: Array((hsHeader + "." + claims).utf8),
+            using: SymmetricKey(data: Array(signer.jwk.utf8)))
         let hs = hsHeader + "." + claims + "." + b64url(Array(mac))
-        #expect(await identityError { _ = try await fixture.validate(hs) }
-            == .invalidIDToken("it is signed with HS256; the broker accepts ES256 and RS256 only"))
+        #expect(
+            await identityError { _ = try await fixture.validate(hs) }
+                == .invalidIDToken("it is signed with HS256; the broker accepts ES256 and RS256 only"))
 
-        for header in [["alg": "PS256", "kid": "k"], ["alg": "es256", "kid": "k"], ["kid": "k"], ["alg": "ES256", "kid": 7]] as [[String: Any]] {
+        for header in [
+            ["alg": "PS256", "kid": "k"], ["alg": "es256", "kid": "k"], ["kid": "k"], ["alg": "ES256", "kid": 7],
+        ] as [[String: Any]] {
             let token = b64url(Array(json(header).utf8)) + "." + claims + "." + b64url([1, 2, 3])
             let error = await identityError { _ = try await fixture.validate(token) }
             #expect(error?.isInvalidIDToken == true)
@@ -145,8 +156,8 @@ import Testing
         let notJSON = b64url(Array("not json".utf8))
         let cases = [
             "", "abc", parts[0] + "." + parts[1], good + ".extra",
-            parts[0] + "=." + parts[1] + "." + parts[2],            // padding
-            parts[0] + "." + parts[1] + "+" + "." + parts[2],         // standard base64 alphabet
+            parts[0] + "=." + parts[1] + "." + parts[2],  // padding
+            parts[0] + "." + parts[1] + "+" + "." + parts[2],  // standard base64 alphabet
             notJSON + "." + parts[1] + "." + parts[2],
             b64url(Array("[1,2]".utf8)) + "." + parts[1] + "." + parts[2],
         ]
@@ -158,8 +169,9 @@ import Testing
         let header = parts[0]
         let input = header + "." + notJSON
         let signedGarbage = input + "." + b64url(signer.sign(Array(input.utf8)))
-        #expect(await identityError { _ = try await fixture.validate(signedGarbage) }
-            == .invalidIDToken("its payload is not a JSON object"))
+        #expect(
+            await identityError { _ = try await fixture.validate(signedGarbage) }
+                == .invalidIDToken("its payload is not a JSON object"))
     }
 
     // MARK: Claims
@@ -167,8 +179,12 @@ import Testing
     @Test func wrongIssuerIsRejected() async {
         let signer = TestSigner.ec(kid: "k")
         let fixture = Fixture(serving: jwks([signer.jwk]))
-        for issuer: Any? in ["https://evil.example.test/tenant-1/v2.0", Fixture.issuer + "/", Fixture.issuer.uppercased(), nil, 42] {
-            let error = await identityError { _ = try await fixture.validate(signer.token(fixture.claims(["iss": issuer]))) }
+        for issuer: Any? in [
+            "https://evil.example.test/tenant-1/v2.0", Fixture.issuer + "/", Fixture.issuer.uppercased(), nil, 42,
+        ] {
+            let error = await identityError {
+                _ = try await fixture.validate(signer.token(fixture.claims(["iss": issuer])))
+            }
             #expect(error?.isInvalidIDToken == true)
         }
     }
@@ -178,14 +194,19 @@ import Testing
         let fixture = Fixture(serving: jwks([signer.jwk]))
         let rejected: [Any?] = ["other-client", ["other-client", "third"], [], nil, 5, [Fixture.clientId, 5]]
         for aud in rejected {
-            let error = await identityError { _ = try await fixture.validate(signer.token(fixture.claims(["aud": aud]))) }
+            let error = await identityError {
+                _ = try await fixture.validate(signer.token(fixture.claims(["aud": aud])))
+            }
             #expect(error?.isInvalidIDToken == true)
         }
         _ = try await fixture.validate(signer.token(fixture.claims(["aud": [Fixture.clientId]])))
         _ = try await fixture.validate(signer.token(fixture.claims(["aud": ["api://other", Fixture.clientId]])))
-        _ = try await fixture.validate(signer.token(fixture.claims(["aud": ["api://other", Fixture.clientId], "azp": Fixture.clientId])))
+        _ = try await fixture.validate(
+            signer.token(fixture.claims(["aud": ["api://other", Fixture.clientId], "azp": Fixture.clientId])))
         // The client id is matched exactly.
-        let error = await identityError { _ = try await fixture.validate(signer.token(fixture.claims()), clientId: "CLIENT-ABC") }
+        let error = await identityError {
+            _ = try await fixture.validate(signer.token(fixture.claims()), clientId: "CLIENT-ABC")
+        }
         #expect(error?.isInvalidIDToken == true)
     }
 
@@ -193,7 +214,8 @@ import Testing
         let signer = TestSigner.ec(kid: "k")
         let fixture = Fixture(serving: jwks([signer.jwk]))
         let error = await identityError {
-            _ = try await fixture.validate(signer.token(fixture.claims(["aud": ["api://other", Fixture.clientId], "azp": "api://other"])))
+            _ = try await fixture.validate(
+                signer.token(fixture.claims(["aud": ["api://other", Fixture.clientId], "azp": "api://other"])))
         }
         #expect(error?.isInvalidIDToken == true)
         // A single audience: azp is not checked (OIDC Core errata 2).
@@ -206,17 +228,22 @@ import Testing
         let now = fixture.clock.now()
         // Expired 10 minutes ago: beyond the 5-minute skew.
         let expired = await identityError {
-            _ = try await fixture.validate(signer.token(fixture.claims(["iat": now - 4200, "nbf": now - 4200, "exp": now - 600])))
+            _ = try await fixture.validate(
+                signer.token(fixture.claims(["iat": now - 4200, "nbf": now - 4200, "exp": now - 600])))
         }
         #expect(expired?.isInvalidIDToken == true)
         // Exactly at the edge of the skew is expired too.
-        let edge = await identityError { _ = try await fixture.validate(signer.token(fixture.claims(["exp": now - 300]))) }
+        let edge = await identityError {
+            _ = try await fixture.validate(signer.token(fixture.claims(["exp": now - 300])))
+        }
         #expect(edge?.isInvalidIDToken == true)
         // Expired 2 minutes ago: within the skew.
         _ = try await fixture.validate(signer.token(fixture.claims(["iat": now - 3720, "exp": now - 120])))
         // exp missing, a string, absurd.
         for exp: Any? in [nil, "\(now + 3600)", 1e300, true] {
-            let error = await identityError { _ = try await fixture.validate(signer.token(fixture.claims(["exp": exp]))) }
+            let error = await identityError {
+                _ = try await fixture.validate(signer.token(fixture.claims(["exp": exp])))
+            }
             #expect(error?.isInvalidIDToken == true)
         }
     }
@@ -226,9 +253,9 @@ import Testing
         let fixture = Fixture(serving: jwks([signer.jwk]))
         let now = fixture.clock.now()
         let rejected: [[String: Any?]] = [
-            ["iat": now + 3600, "exp": now + 7200],   // issued an hour from now
-            ["nbf": now + 600],                        // not valid for 10 minutes
-            ["iat": nil],                              // iat is required
+            ["iat": now + 3600, "exp": now + 7200],  // issued an hour from now
+            ["nbf": now + 600],  // not valid for 10 minutes
+            ["iat": nil],  // iat is required
             ["nbf": "soon"],
         ]
         for changes in rejected {
@@ -242,23 +269,32 @@ import Testing
     @Test func customSkewIsHonoured() async throws {
         let signer = TestSigner.ec(kid: "k")
         let fixture = Fixture(serving: jwks([signer.jwk]))
-        let strict = IDTokenValidator(issuer: Fixture.issuer, jwks: fixture.cache, clock: fixture.clock, allowedClockSkew: 0)
+        let strict = IDTokenValidator(
+            issuer: Fixture.issuer, jwks: fixture.cache, clock: fixture.clock, allowedClockSkew: 0)
         let now = fixture.clock.now()
         let error = await identityError {
-            _ = try await strict.validate(signer.token(fixture.claims(["exp": now - 1])), clientId: Fixture.clientId, expectedNonce: nil)
+            _ = try await strict.validate(
+                signer.token(fixture.claims(["exp": now - 1])), clientId: Fixture.clientId, expectedNonce: nil)
         }
         #expect(error?.isInvalidIDToken == true)
-        _ = try await strict.validate(signer.token(fixture.claims(["exp": now + 1])), clientId: Fixture.clientId, expectedNonce: nil)
+        _ = try await strict.validate(
+            signer.token(fixture.claims(["exp": now + 1])), clientId: Fixture.clientId, expectedNonce: nil)
     }
 
     @Test func nonceMustMatchWhenOneWasSent() async throws {
         let signer = TestSigner.ec(kid: "k")
         let fixture = Fixture(serving: jwks([signer.jwk]))
-        let missing = await identityError { _ = try await fixture.validate(signer.token(fixture.claims(["nonce": nil]))) }
+        let missing = await identityError {
+            _ = try await fixture.validate(signer.token(fixture.claims(["nonce": nil])))
+        }
         #expect(missing == .invalidIDToken("it carries no nonce, but the sign-in sent one"))
-        let wrong = await identityError { _ = try await fixture.validate(signer.token(fixture.claims(["nonce": "replayed"]))) }
+        let wrong = await identityError {
+            _ = try await fixture.validate(signer.token(fixture.claims(["nonce": "replayed"])))
+        }
         #expect(wrong == .invalidIDToken("its nonce is not the one the sign-in sent"))
-        let notString = await identityError { _ = try await fixture.validate(signer.token(fixture.claims(["nonce": 1]))) }
+        let notString = await identityError {
+            _ = try await fixture.validate(signer.token(fixture.claims(["nonce": 1])))
+        }
         #expect(notString?.isInvalidIDToken == true)
         _ = try await fixture.validate(signer.token(fixture.claims()))
         // No nonce sent (password, refresh): whatever the token carries is fine.
@@ -270,7 +306,9 @@ import Testing
         let signer = TestSigner.ec(kid: "k")
         let fixture = Fixture(serving: jwks([signer.jwk]))
         for sub: Any? in [nil, "", 17] {
-            let error = await identityError { _ = try await fixture.validate(signer.token(fixture.claims(["sub": sub]))) }
+            let error = await identityError {
+                _ = try await fixture.validate(signer.token(fixture.claims(["sub": sub])))
+            }
             #expect(error?.isInvalidIDToken == true)
         }
     }

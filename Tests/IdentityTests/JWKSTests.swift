@@ -1,6 +1,7 @@
 import Foundation
 import HTTP
 import Testing
+
 @testable import Identity
 
 @Suite struct JWKSTests {
@@ -21,9 +22,12 @@ import Testing
             #"{"kty":"RSA","kid":"no-e","n":"AQAB"}"#,
             #"{"kty":7,"kid":"kty-number"}"#,
             // Usable material, but flagged for something else.
-            good.jwk.replacingOccurrences(of: #""use":"sig""#, with: #""use":"enc""#).replacingOccurrences(of: #""kid":"good""#, with: #""kid":"enc""#),
-            good.jwk.replacingOccurrences(of: #""alg":"ES256""#, with: #""alg":"ES384""#).replacingOccurrences(of: #""kid":"good""#, with: #""kid":"es384""#),
-            rsa.jwk.replacingOccurrences(of: #""alg":"RS256""#, with: #""alg":"PS256""#).replacingOccurrences(of: #""kid":"rsa""#, with: #""kid":"ps256""#),
+            good.jwk.replacingOccurrences(of: #""use":"sig""#, with: #""use":"enc""#).replacingOccurrences(
+                of: #""kid":"good""#, with: #""kid":"enc""#),
+            good.jwk.replacingOccurrences(of: #""alg":"ES256""#, with: #""alg":"ES384""#).replacingOccurrences(
+                of: #""kid":"good""#, with: #""kid":"es384""#),
+            rsa.jwk.replacingOccurrences(of: #""alg":"RS256""#, with: #""alg":"PS256""#).replacingOccurrences(
+                of: #""kid":"rsa""#, with: #""kid":"ps256""#),
             good.jwk.replacingOccurrences(of: #""kid":"good""#, with: #""kid":5"#),
             good.jwk.replacingOccurrences(of: #""kid":"good""#, with: #""kid":"ops","key_ops":["encrypt"]"#),
             // The two usable ones.

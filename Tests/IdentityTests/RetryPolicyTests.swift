@@ -1,6 +1,7 @@
 import HTTP
 import Locking
 import Testing
+
 @testable import Identity
 
 /// The retry policy's arithmetic and decisions: no network, no clock, no sleeping.
@@ -57,13 +58,18 @@ import Testing
 
     // MARK: Decisions
 
-    private func decide(_ failure: AttemptFailure, attempt: Int = 1, _ replay: Replay,
-                        remaining: Duration = .seconds(30), unit: Double = 1) -> RetryDecision {
+    private func decide(
+        _ failure: AttemptFailure, attempt: Int = 1, _ replay: Replay,
+        remaining: Duration = .seconds(30), unit: Double = 1
+    ) -> RetryDecision {
         policy.decide(after: failure, attempt: attempt, replay: replay, remaining: remaining, unit: unit)
     }
 
     @Test func aConnectionThatWasNeverMadeIsRetriedEvenForOneTimeRequests() {
-        for error in [HTTPError.couldNotConnect("POST http://127.0.0.1:1/token: Connection refused"), .couldNotResolve(host: "idp.example")] {
+        for error in [
+            HTTPError.couldNotConnect("POST http://127.0.0.1:1/token: Connection refused"),
+            .couldNotResolve(host: "idp.example"),
+        ] {
             #expect(decide(.notSent(error), .oneTime) == .retry(after: .milliseconds(500)))
             #expect(decide(.notSent(error), .idempotent) == .retry(after: .milliseconds(500)))
         }
@@ -75,17 +81,21 @@ import Testing
         #expect(decide(broken, .idempotent) == .retry(after: .milliseconds(500)))
         for status in [500, 502, 504, 599] {
             #expect(decide(.status(status, retryAfter: nil), .oneTime) == .giveUp(.mayHaveBeenProcessed), "\(status)")
-            #expect(decide(.status(status, retryAfter: nil), .idempotent) == .retry(after: .milliseconds(500)), "\(status)")
+            #expect(
+                decide(.status(status, retryAfter: nil), .idempotent) == .retry(after: .milliseconds(500)), "\(status)")
         }
         // 503 and 429 say the provider did not handle the request: safe for a refresh too.
         for status in [503, 429] {
-            #expect(decide(.status(status, retryAfter: nil), .oneTime) == .retry(after: .milliseconds(500)), "\(status)")
+            #expect(
+                decide(.status(status, retryAfter: nil), .oneTime) == .retry(after: .milliseconds(500)), "\(status)")
         }
     }
 
     @Test func timeoutsOversizedAnswersTLSAndCancellationAreNeverRetried() {
-        for error in [HTTPError.timedOut(.seconds(15)), .responseTooLarge(limit: 1 << 20), .tls("bad certificate"), .cancelled,
-                      .invalidURL("x")] {
+        for error in [
+            HTTPError.timedOut(.seconds(15)), .responseTooLarge(limit: 1 << 20), .tls("bad certificate"), .cancelled,
+            .invalidURL("x"),
+        ] {
             #expect(AttemptFailure(error) == .final(error))
             #expect(decide(.final(error), .idempotent) == .giveUp(.notRetryable))
         }
@@ -98,7 +108,8 @@ import Testing
         #expect(decide(unavailable, attempt: 2, .oneTime) == .retry(after: .seconds(1)))
         #expect(decide(unavailable, attempt: 3, .oneTime) == .giveUp(.attemptsExhausted))
         let once = RetryPolicy(maxAttempts: 1)
-        #expect(once.decide(after: unavailable, attempt: 1, replay: .idempotent, remaining: .seconds(30), unit: 0)
+        #expect(
+            once.decide(after: unavailable, attempt: 1, replay: .idempotent, remaining: .seconds(30), unit: 0)
                 == .giveUp(.attemptsExhausted))
     }
 
@@ -109,7 +120,9 @@ import Testing
         #expect(decide(.status(503, retryAfter: .zero), .oneTime, unit: 0) == .retry(after: .milliseconds(250)))
         // Longer than the cap: the call ends now, saying how long the provider wants.
         #expect(decide(.status(503, retryAfter: .seconds(11)), .oneTime) == .giveUp(.retryAfterTooLong(.seconds(11))))
-        #expect(decide(.status(503, retryAfter: .seconds(3600)), .idempotent) == .giveUp(.retryAfterTooLong(.seconds(3600))))
+        #expect(
+            decide(.status(503, retryAfter: .seconds(3600)), .idempotent) == .giveUp(.retryAfterTooLong(.seconds(3600)))
+        )
         // A Retry-After on a status that is not retried does not make it retried.
         #expect(decide(.status(500, retryAfter: .seconds(1)), .oneTime) == .giveUp(.mayHaveBeenProcessed))
     }
@@ -118,7 +131,8 @@ import Testing
         let unavailable = AttemptFailure.status(503, retryAfter: .seconds(5))
         #expect(decide(unavailable, .oneTime, remaining: .seconds(6)) == .retry(after: .seconds(5)))
         #expect(decide(unavailable, .oneTime, remaining: .milliseconds(5999)) == .giveUp(.budgetExhausted))
-        #expect(decide(.status(503, retryAfter: nil), .oneTime, remaining: .milliseconds(1200), unit: 1)
+        #expect(
+            decide(.status(503, retryAfter: nil), .oneTime, remaining: .milliseconds(1200), unit: 1)
                 == .giveUp(.budgetExhausted))
     }
 }
@@ -132,13 +146,22 @@ final class FakeTime: MonotonicClock, @unchecked Sendable {
     func advance(_ by: Duration) { state.withLock { $0.now += by } }
     var sleeps: [Duration] { state.withLock { $0.sleeps } }
     var sleeper: ProviderHTTP.Sleeper {
-        { delay in self.state.withLock { $0.now += delay; $0.sleeps.append(delay) } }
+        { delay in
+            self.state.withLock {
+                $0.now += delay
+                $0.sleeps.append(delay)
+            }
+        }
     }
 }
 
 /// A scripted provider: answers each request with the next scripted outcome (the last one repeats).
 final class ScriptedTransport: @unchecked Sendable {
-    enum Step { case answer(Int, headers: [HTTPHeader] = [], body: String = ""), fail(HTTPError), take(Duration, then: HTTPError) }
+    enum Step {
+        case answer(Int, headers: [HTTPHeader] = [], body: String = "")
+        case fail(HTTPError)
+        case take(Duration, then: HTTPError)
+    }
     private let state: Locked<(steps: [Step], requests: [HTTPRequest])>
     private let time: FakeTime
 
@@ -174,15 +197,20 @@ final class ScriptedTransport: @unchecked Sendable {
     let time = FakeTime()
     let refused = HTTPError.couldNotConnect("POST http://127.0.0.1:9/token: Connection refused")
 
-    private func sender(_ transport: ScriptedTransport, policy: RetryPolicy = .standard, unit: Double = 1) -> ProviderHTTP {
+    private func sender(_ transport: ScriptedTransport, policy: RetryPolicy = .standard, unit: Double = 1)
+        -> ProviderHTTP
+    {
         ProviderHTTP(transport: transport.transport, policy: policy, clock: time, sleep: time.sleeper, random: { unit })
     }
 
-    private func send(_ sender: ProviderHTTP, _ replay: Replay = .oneTime) async -> Result<HTTPResponse, IdentityError> {
+    private func send(_ sender: ProviderHTTP, _ replay: Replay = .oneTime) async -> Result<HTTPResponse, IdentityError>
+    {
         await sender.withBudget { () async -> Result<HTTPResponse, IdentityError> in
             do throws(IdentityError) {
-                return .success(try await sender.send(.postForm("http://127.0.0.1:9/token", fields: [("grant_type", "refresh_token")]),
-                                                      what: "the token refresh", replay: replay))
+                return .success(
+                    try await sender.send(
+                        .postForm("http://127.0.0.1:9/token", fields: [("grant_type", "refresh_token")]),
+                        what: "the token refresh", replay: replay))
             } catch {
                 return .failure(error)
             }
@@ -199,15 +227,24 @@ final class ScriptedTransport: @unchecked Sendable {
         let result = await send(sender(transport))
         #expect(transport.requests.count == 3)
         #expect(time.sleeps == [.milliseconds(500), .seconds(1)])
-        guard case .failure(.unavailable(let text)) = result else { Issue.record("\(result)"); return }
-        #expect(text == "the identity provider at 127.0.0.1:9 could not be reached for the token refresh (no connection could be made, "
+        guard case .failure(.unavailable(let text)) = result else {
+            Issue.record("\(result)")
+            return
+        }
+        #expect(
+            text
+                == "the identity provider at 127.0.0.1:9 could not be reached for the token refresh (no connection "
+                + "could be made, "
                 + "3 tries); check the network and try again later", "\(text)")
         #expect(text.hasSuffix("try again later"))
-        #expect(IdentityError.unavailable(text).brokerFailure(during: .refresh, host: "127.0.0.1:9").code == .serverUnavailable)
+        #expect(
+            IdentityError.unavailable(text).brokerFailure(during: .refresh, host: "127.0.0.1:9").code
+                == .serverUnavailable)
     }
 
     @Test func aTransient503IsRecoveredAndRetryAfterIsWaitedFor() async {
-        let transport = ScriptedTransport([.answer(503, headers: [HTTPHeader("retry-after", "2")]), .answer(200, body: "{}")], time: time)
+        let transport = ScriptedTransport(
+            [.answer(503, headers: [HTTPHeader("retry-after", "2")]), .answer(200, body: "{}")], time: time)
         let result = await send(sender(transport, unit: 0))
         #expect(transport.requests.count == 2)
         #expect(time.sleeps == [.seconds(2)])
@@ -219,7 +256,9 @@ final class ScriptedTransport: @unchecked Sendable {
         let result = await send(sender(transport))
         #expect(transport.requests.count == 1)
         #expect(time.sleeps.isEmpty)
-        #expect(message(result).contains("answered the token refresh with HTTP 503 and asks to wait 120 s"), "\(message(result))")
+        #expect(
+            message(result).contains("answered the token refresh with HTTP 503 and asks to wait 120 s"),
+            "\(message(result))")
     }
 
     @Test func aOneTimeRequestAnswered500IsNotSentAgain() async {
@@ -227,7 +266,10 @@ final class ScriptedTransport: @unchecked Sendable {
         let transport = ScriptedTransport([.answer(500, body: body)], time: time)
         let result = await send(sender(transport))
         #expect(transport.requests.count == 1)
-        guard case .failure(.serverFailure(let text)) = result else { Issue.record("\(result)"); return }
+        guard case .failure(.serverFailure(let text)) = result else {
+            Issue.record("\(result)")
+            return
+        }
         #expect(text.contains("answered the token refresh with HTTP 500 (server_error: AADSTS90000: boom)"), "\(text)")
         #expect(text.contains("it was not sent again, as the provider may have used it"))
         #expect(!text.contains("Trace ID"))
@@ -237,7 +279,10 @@ final class ScriptedTransport: @unchecked Sendable {
         let transport = ScriptedTransport([.answer(500)], time: time)
         let result = await send(sender(transport), .idempotent)
         #expect(transport.requests.count == 3)
-        guard case .failure(.serverFailure(let text)) = result else { Issue.record("\(result)"); return }
+        guard case .failure(.serverFailure(let text)) = result else {
+            Issue.record("\(result)")
+            return
+        }
         #expect(text.contains("HTTP 500 (3 tries): it failed"), "\(text)")
         #expect(IdentityError.serverFailure(text).brokerFailure(during: .other).code == .serverError)
     }
@@ -246,7 +291,8 @@ final class ScriptedTransport: @unchecked Sendable {
         let transport = ScriptedTransport([.fail(.transport(code: 52, message: "Empty reply from server"))], time: time)
         let result = await send(sender(transport))
         #expect(transport.requests.count == 1)
-        #expect(message(result).contains("it was not sent again, as the provider may have used it"), "\(message(result))")
+        #expect(
+            message(result).contains("it was not sent again, as the provider may have used it"), "\(message(result))")
     }
 
     @Test func aSlowProviderIsReportedWithItsTimeoutAndNotRetried() async {
@@ -254,24 +300,33 @@ final class ScriptedTransport: @unchecked Sendable {
         let result = await send(sender(transport), .idempotent)
         #expect(transport.requests.count == 1)
         #expect(time.now() == .seconds(15))
-        #expect(message(result) == "the identity provider at 127.0.0.1:9 did not answer the token refresh within 15 s; try again later")
+        #expect(
+            message(result)
+                == "the identity provider at 127.0.0.1:9 did not answer the token refresh within 15 s; try again later")
     }
 
     @Test func whichTimeoutFiredIsToldFromTheTimeTheAttemptTook() async {
         // A connect timeout: 5 s passed, and the client says 5 s.
         let connect = ScriptedTransport([.take(.seconds(5), then: .timedOut(.seconds(5)))], time: time)
-        #expect(message(await send(sender(connect), .idempotent))
-                == "the identity provider at 127.0.0.1:9 could not be connected to within 5 s for the token refresh; check the network and try again later")
+        #expect(
+            message(await send(sender(connect), .idempotent))
+                == "the identity provider at 127.0.0.1:9 could not be connected to within 5 s for the token refresh; "
+                + "check the network and try again later"
+        )
         // 15 s passed on a reused connection, and the client says 5 s (it saw no connect): the total timeout.
         let reused = ScriptedTransport([.take(.seconds(15), then: .timedOut(.seconds(5)))], time: time)
-        #expect(message(await send(sender(reused), .idempotent))
+        #expect(
+            message(await send(sender(reused), .idempotent))
                 == "the identity provider at 127.0.0.1:9 did not answer the token refresh within 15 s; try again later")
     }
 
     @Test func anOversizedAnswerIsABadResponse() async {
         let transport = ScriptedTransport([.fail(.responseTooLarge(limit: 1 << 20))], time: time)
         let result = await send(sender(transport), .idempotent)
-        guard case .failure(.badResponse(let why)) = result else { Issue.record("\(result)"); return }
+        guard case .failure(.badResponse(let why)) = result else {
+            Issue.record("\(result)")
+            return
+        }
         #expect(why == "the answer to the token refresh is larger than 1 MiB; the broker refused it")
     }
 
@@ -284,7 +339,8 @@ final class ScriptedTransport: @unchecked Sendable {
             for _ in 0..<3 {
                 time.advance(.seconds(7))  // other work of the same call
                 do throws(IdentityError) {
-                    _ = try await sender.send(.get("http://127.0.0.1:9/keys"), what: "the signing keys (JWKS)", replay: .idempotent)
+                    _ = try await sender.send(
+                        .get("http://127.0.0.1:9/keys"), what: "the signing keys (JWKS)", replay: .idempotent)
                 } catch {
                     messages.append(error.description)
                 }
@@ -295,9 +351,13 @@ final class ScriptedTransport: @unchecked Sendable {
         #expect(transport.requests.map(\.timeout) == [.seconds(15), .seconds(1)])
         #expect(results.count == 3)
         #expect(time.now() == .seconds(7 + 15 + 7 + 1 + 7))
-        #expect(results[1].contains("did not answer the signing keys (JWKS) within 1 s, the rest of the broker's 30 s limit for one call"),
-                "\(results[1])")
-        #expect(results[2].contains("did not finish the signing keys (JWKS) within the broker's 30 s limit for one call"), "\(results[2])")
+        #expect(
+            results[1].contains(
+                "did not answer the signing keys (JWKS) within 1 s, the rest of the broker's 30 s limit for one call"),
+            "\(results[1])")
+        #expect(
+            results[2].contains("did not finish the signing keys (JWKS) within the broker's 30 s limit for one call"),
+            "\(results[2])")
     }
 
     @Test func connectTimeoutNeverExceedsTheRequestTimeout() async {
@@ -325,11 +385,15 @@ final class ScriptedTransport: @unchecked Sendable {
 
     @Test func cancellingTheCallerDuringTheBackoffEndsTheCall() async {
         let transport = ScriptedTransport([.fail(refused)], time: time)
-        let sender = ProviderHTTP(transport: transport.transport, policy: .standard, clock: time,
-                                  sleep: { _ in throw CancellationError() }, random: { 0 })
+        let sender = ProviderHTTP(
+            transport: transport.transport, policy: .standard, clock: time,
+            sleep: { _ in throw CancellationError() }, random: { 0 })
         let result = await send(sender)
         #expect(transport.requests.count == 1)
-        guard case .failure(.cancelled) = result else { Issue.record("\(result)"); return }
+        guard case .failure(.cancelled) = result else {
+            Issue.record("\(result)")
+            return
+        }
         #expect(IdentityError.cancelled.brokerFailure(during: .refresh).code == .cancelled)
     }
 }

@@ -1,9 +1,10 @@
 import Crypto
 import Foundation
+import Testing
+
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
-import Testing
 
 /// A minimal "browser": keeps the session cookie and follows nothing automatically.
 final class Browser: @unchecked Sendable {
@@ -22,7 +23,9 @@ final class Browser: @unchecked Sendable {
     }
 
     private func remember(_ result: HTTPResult) {
-        guard let setCookie = result.header("Set-Cookie"), let pair = setCookie.split(separator: ";").first else { return }
+        guard let setCookie = result.header("Set-Cookie"), let pair = setCookie.split(separator: ";").first else {
+            return
+        }
         cookie = setCookie.contains("Max-Age=0") ? nil : String(pair)
     }
 }
@@ -34,15 +37,21 @@ struct AuthorizeTests {
     static func pkce() -> (verifier: String, challenge: String) {
         let verifier = (0..<4).map { _ in UUID().uuidString }.joined().replacingOccurrences(of: "-", with: "")
         let challenge = Data(SHA256.hash(data: Data(verifier.utf8))).base64EncodedString()
-            .replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: "=", with: "")
+            .replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_").replacingOccurrences(
+                of: "=", with: "")
         return (verifier, challenge)
     }
 
-    static func authorizeURL(_ server: IdpSimServer, challenge: String, prompt: String? = nil, redirect: String = redirect,
-                             extra: [(String, String)] = []) -> String {
-        var parameters = [("response_type", "code"), ("client_id", "broker-app"), ("redirect_uri", redirect),
-                          ("scope", "openid profile offline_access User.Read"), ("state", "st-1"), ("nonce", "nonce-1"),
-                          ("code_challenge", challenge), ("code_challenge_method", "S256")] + extra
+    static func authorizeURL(
+        _ server: IdpSimServer, challenge: String, prompt: String? = nil, redirect: String = redirect,
+        extra: [(String, String)] = []
+    ) -> String {
+        var parameters =
+            [
+                ("response_type", "code"), ("client_id", "broker-app"), ("redirect_uri", redirect),
+                ("scope", "openid profile offline_access User.Read"), ("state", "st-1"), ("nonce", "nonce-1"),
+                ("code_challenge", challenge), ("code_challenge_method", "S256"),
+            ] + extra
         if let prompt { parameters.append(("prompt", prompt)) }
         return server.authority + "/oauth2/v2.0/authorize?" + HTTP.formEncode(parameters)
     }
@@ -59,9 +68,15 @@ struct AuthorizeTests {
         return (try #require(attribute(after: "action=\"")), try #require(attribute(after: "name=\"flow\" value=\"")))
     }
 
-    static func redeem(_ server: IdpSimServer, code: String, verifier: String, redirect: String = redirect) async throws -> HTTPResult {
-        try await HTTP.postForm(server.tokenURL, [("grant_type", "authorization_code"), ("client_id", "broker-app"), ("code", code),
-                                                  ("redirect_uri", redirect), ("code_verifier", verifier)])
+    static func redeem(_ server: IdpSimServer, code: String, verifier: String, redirect: String = redirect) async throws
+        -> HTTPResult
+    {
+        try await HTTP.postForm(
+            server.tokenURL,
+            [
+                ("grant_type", "authorization_code"), ("client_id", "broker-app"), ("code", code),
+                ("redirect_uri", redirect), ("code_verifier", verifier),
+            ])
     }
 
     @Test func formSignInSilentReauthPkceAndLogout() async throws {
@@ -74,11 +89,13 @@ struct AuthorizeTests {
         #expect(page.header("Content-Type")?.hasPrefix("text/html") == true)
         let (action, flow) = try Self.form(page)
 
-        let bad = try await browser.post(action, [("username", "alice@contoso.test"), ("password", "wrong"), ("flow", flow)])
+        let bad = try await browser.post(
+            action, [("username", "alice@contoso.test"), ("password", "wrong"), ("flow", flow)])
         #expect(bad.status == 200)
         #expect(bad.text.contains("incorrect"))
 
-        let signedIn = try await browser.post(action, [("username", "alice@contoso.test"), ("password", "Passw0rd!"), ("flow", flow)])
+        let signedIn = try await browser.post(
+            action, [("username", "alice@contoso.test"), ("password", "Passw0rd!"), ("flow", flow)])
         #expect(signedIn.status == 302)
         let location = try #require(signedIn.header("Location"))
         #expect(location.hasPrefix(Self.redirect))
@@ -97,7 +114,8 @@ struct AuthorizeTests {
         let silent = try await browser.get(Self.authorizeURL(server, challenge: challenge2))
         #expect(silent.status == 302)
         let code2 = try #require(HTTP.query(of: silent.header("Location") ?? "")["code"])
-        let wrongRedirect = try await Self.redeem(server, code: code2, verifier: verifier2, redirect: "http://127.0.0.1:49153/callback")
+        let wrongRedirect = try await Self.redeem(
+            server, code: code2, verifier: verifier2, redirect: "http://127.0.0.1:49153/callback")
         #expect(wrongRedirect.string("error") == "invalid_grant")
 
         let (verifier3, challenge3) = Self.pkce()
@@ -115,8 +133,12 @@ struct AuthorizeTests {
         #expect(forced.status == 200)
 
         // Logout ends the session; prompt=none then reports login_required.
-        let logout = try await browser.get(server.authority + "/oauth2/v2.0/logout?" + HTTP.formEncode([
-            ("id_token_hint", tokens.string("id_token") ?? ""), ("post_logout_redirect_uri", "http://localhost:49152/signed-out"), ("state", "bye")]))
+        let logout = try await browser.get(
+            server.authority + "/oauth2/v2.0/logout?"
+                + HTTP.formEncode([
+                    ("id_token_hint", tokens.string("id_token") ?? ""),
+                    ("post_logout_redirect_uri", "http://localhost:49152/signed-out"), ("state", "bye"),
+                ]))
         #expect(logout.status == 302)
         #expect(logout.header("Location") == "http://localhost:49152/signed-out?state=bye")
         #expect(browser.cookie == nil)
@@ -138,23 +160,33 @@ struct AuthorizeTests {
             #expect(result.header("Location") == nil)
         }
         // localhost with any port is fine (RFC 8252 §7.3).
-        #expect(try await HTTP.get(Self.authorizeURL(server, challenge: challenge, redirect: "http://localhost:1234/callback")).status == 200)
+        #expect(
+            try await HTTP.get(
+                Self.authorizeURL(server, challenge: challenge, redirect: "http://localhost:1234/callback")
+            ).status == 200)
 
         // Missing PKCE is reported to the client by redirect.
-        let noPKCE = server.authority + "/oauth2/v2.0/authorize?" + HTTP.formEncode([
-            ("response_type", "code"), ("client_id", "broker-app"), ("redirect_uri", Self.redirect), ("state", "s")])
+        let noPKCE =
+            server.authority + "/oauth2/v2.0/authorize?"
+            + HTTP.formEncode([
+                ("response_type", "code"), ("client_id", "broker-app"), ("redirect_uri", Self.redirect), ("state", "s"),
+            ])
         let result = try await HTTP.get(noPKCE)
         #expect(result.status == 302)
         #expect(HTTP.query(of: result.header("Location") ?? "")["error"] == "invalid_request")
 
-        let plainURL = server.authority + "/oauth2/v2.0/authorize?" + HTTP.formEncode([
-            ("response_type", "code"), ("client_id", "broker-app"), ("redirect_uri", Self.redirect), ("state", "s"),
-            ("code_challenge", challenge), ("code_challenge_method", "plain")])
+        let plainURL =
+            server.authority + "/oauth2/v2.0/authorize?"
+            + HTTP.formEncode([
+                ("response_type", "code"), ("client_id", "broker-app"), ("redirect_uri", Self.redirect), ("state", "s"),
+                ("code_challenge", challenge), ("code_challenge_method", "plain"),
+            ])
         let plain = try await HTTP.get(plainURL)
         #expect(plain.status == 302)
         #expect(HTTP.query(of: plain.header("Location") ?? "")["error"] == "invalid_request")
 
-        let unknownClient = try await HTTP.get(server.authority + "/oauth2/v2.0/authorize?client_id=nope&redirect_uri=" + Self.redirect)
+        let unknownClient = try await HTTP.get(
+            server.authority + "/oauth2/v2.0/authorize?client_id=nope&redirect_uri=" + Self.redirect)
         #expect(unknownClient.status == 400)
     }
 }

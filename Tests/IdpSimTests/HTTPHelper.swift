@@ -1,4 +1,5 @@
 import Foundation
+
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
@@ -20,8 +21,10 @@ struct HTTPResult: @unchecked Sendable {
 
 /// Blocks automatic redirects so the tests see the provider's 302s and their `Location`.
 final class NoRedirects: NSObject, URLSessionTaskDelegate, Sendable {
-    func urlSession(_ session: URLSession, task: URLSessionTask, willPerformHTTPRedirection response: HTTPURLResponse,
-                    newRequest request: URLRequest, completionHandler: @escaping @Sendable (URLRequest?) -> Void) {
+    func urlSession(
+        _ session: URLSession, task: URLSessionTask, willPerformHTTPRedirection response: HTTPURLResponse,
+        newRequest request: URLRequest, completionHandler: @escaping @Sendable (URLRequest?) -> Void
+    ) {
         completionHandler(nil)
     }
 }
@@ -40,7 +43,9 @@ enum HTTP {
         try await send("GET", url, headers: headers, body: nil)
     }
 
-    static func postForm(_ url: String, _ parameters: [(String, String)], headers: [String: String] = [:]) async throws -> HTTPResult {
+    static func postForm(_ url: String, _ parameters: [(String, String)], headers: [String: String] = [:]) async throws
+        -> HTTPResult
+    {
         var headers = headers
         headers["Content-Type"] = "application/x-www-form-urlencoded"
         return try await send("POST", url, headers: headers, body: Data(formEncode(parameters).utf8))
@@ -50,7 +55,8 @@ enum HTTP {
         try await send("POST", url, headers: ["Content-Type": "application/json"], body: Data(json.utf8))
     }
 
-    static func send(_ method: String, _ url: String, headers: [String: String], body: Data?) async throws -> HTTPResult {
+    static func send(_ method: String, _ url: String, headers: [String: String], body: Data?) async throws -> HTTPResult
+    {
         guard let target = URL(string: url) else { throw TestFailure("bad URL \(url)") }
         var request = URLRequest(url: target)
         request.httpMethod = method

@@ -1,9 +1,10 @@
 import Foundation
+import TestSupport
+import Testing
+
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
-import TestSupport
-import Testing
 
 /// A running `idp-sim` child process, started from the built binary with its own users file and port.
 final class IdpSimServer: Sendable {
@@ -39,12 +40,15 @@ final class IdpSimServer: Sendable {
 
     /// Writes a users file, starts the binary and waits (at most 30 s) for `listening on …`, on a
     /// thread of its own so that parallel tests do not starve the cooperative thread pool.
-    static func start(users: String = IdpSimServer.defaultUsers, arguments: [String] = []) async throws -> IdpSimServer {
-        let tenant = (try? JSONSerialization.jsonObject(with: Data(users.utf8)) as? [String: Any])?["tenantId"] as? String ?? ""
+    static func start(users: String = IdpSimServer.defaultUsers, arguments: [String] = []) async throws -> IdpSimServer
+    {
+        let tenant =
+            (try? JSONSerialization.jsonObject(with: Data(users.utf8)) as? [String: Any])?["tenantId"] as? String ?? ""
         return try await offThePool {
             let directory = try TemporaryDirectory()
-            let server = try IdpSim(in: directory, users: users, tenant: tenant,
-                                    extraArguments: ["--log-level", "warning"] + arguments)
+            let server = try IdpSim(
+                in: directory, users: users, tenant: tenant,
+                extraArguments: ["--log-level", "warning"] + arguments)
             return IdpSimServer(server: server, directory: directory, tenantId: tenant)
         }
     }

@@ -1,24 +1,34 @@
 import Crypto
 import Foundation
+import Testing
+
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
-import Testing
 
 /// Native authentication helpers (Entra's initiate → challenge → token sequence).
 extension IdpSimServer {
-    func initiate(_ username: String, types: String = "oob password redirect", clientId: String = "broker-app") async throws -> HTTPResult {
-        try await HTTP.postForm(authority + "/oauth2/v2.0/initiate", [("client_id", clientId), ("challenge_type", types), ("username", username)])
+    func initiate(_ username: String, types: String = "oob password redirect", clientId: String = "broker-app")
+        async throws -> HTTPResult
+    {
+        try await HTTP.postForm(
+            authority + "/oauth2/v2.0/initiate",
+            [("client_id", clientId), ("challenge_type", types), ("username", username)])
     }
 
     func challenge(_ continuation: String, types: String = "oob password redirect") async throws -> HTTPResult {
-        try await HTTP.postForm(authority + "/oauth2/v2.0/challenge",
-                                [("client_id", "broker-app"), ("challenge_type", types), ("continuation_token", continuation)])
+        try await HTTP.postForm(
+            authority + "/oauth2/v2.0/challenge",
+            [("client_id", "broker-app"), ("challenge_type", types), ("continuation_token", continuation)])
     }
 
     func oob(_ code: String, _ continuation: String) async throws -> HTTPResult {
-        try await HTTP.postForm(tokenURL, [("grant_type", "oob"), ("client_id", "broker-app"), ("oob", code),
-                                           ("continuation_token", continuation), ("scope", "openid offline_access User.Read")])
+        try await HTTP.postForm(
+            tokenURL,
+            [
+                ("grant_type", "oob"), ("client_id", "broker-app"), ("oob", code),
+                ("continuation_token", continuation), ("scope", "openid offline_access User.Read"),
+            ])
     }
 
     func outbox() async throws -> [[String: Any]] {
@@ -113,8 +123,12 @@ struct NativeAuthTests {
         #expect(challenge.string("challenge_type") == "password")
         let continuation = try #require(challenge.string("continuation_token"))
         func password(_ value: String) async throws -> HTTPResult {
-            try await HTTP.postForm(server.tokenURL, [("grant_type", "password"), ("client_id", "broker-app"), ("password", value),
-                                                      ("continuation_token", continuation), ("scope", "openid offline_access")])
+            try await HTTP.postForm(
+                server.tokenURL,
+                [
+                    ("grant_type", "password"), ("client_id", "broker-app"), ("password", value),
+                    ("continuation_token", continuation), ("scope", "openid offline_access"),
+                ])
         }
         let wrong = try await password("nope")
         #expect(wrong.string("error") == "invalid_grant")
@@ -122,15 +136,20 @@ struct NativeAuthTests {
         #expect(right.status == 200)
 
         // Carol can also use an email code when the client does not offer password.
-        let otpStart = try #require(try await server.initiate("carol@contoso.test", types: "oob redirect").string("continuation_token"))
+        let otpStart = try #require(
+            try await server.initiate("carol@contoso.test", types: "oob redirect").string("continuation_token"))
         #expect(try await server.challenge(otpStart, types: "oob redirect").string("challenge_type") == "oob")
 
         // Unknown user, unsatisfiable challenge types, missing redirect, unknown client, bogus continuation token.
         let unknown = try await server.initiate("nobody@contoso.test")
         #expect(unknown.status == 400)
         #expect(unknown.string("error") == "user_not_found")
-        #expect(try await server.initiate("bob@contoso.test", types: "password redirect").string("challenge_type") == "redirect")
-        #expect(try await server.initiate("alice@contoso.test", types: "oob redirect").string("challenge_type") == "redirect")
+        #expect(
+            try await server.initiate("bob@contoso.test", types: "password redirect").string("challenge_type")
+                == "redirect")
+        #expect(
+            try await server.initiate("alice@contoso.test", types: "oob redirect").string("challenge_type")
+                == "redirect")
         #expect(try await server.initiate("bob@contoso.test", types: "oob").string("error") == "invalid_request")
         #expect(try await server.initiate("bob@contoso.test", clientId: "nope").status == 400)
         #expect(try await server.challenge("bogus").status == 400)

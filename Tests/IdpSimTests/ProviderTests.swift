@@ -1,10 +1,11 @@
 import Foundation
-#if canImport(FoundationNetworking)
-import FoundationNetworking
-#endif
 import JWTKit
 import TestSupport
 import Testing
+
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
 
 @Suite("idp-sim: discovery, grants, refresh, revocation, resources, faults and the users file")
 struct ProviderTests {
@@ -21,8 +22,14 @@ struct ProviderTests {
         #expect(json["end_session_endpoint"] as? String == server.authority + "/oauth2/v2.0/logout")
         #expect(json["userinfo_endpoint"] as? String == server.authority + "/oidc/userinfo")
         #expect(json["code_challenge_methods_supported"] as? [String] == ["S256"])
-        #expect(Set(json["grant_types_supported"] as? [String] ?? []).isSuperset(of: ["password", "refresh_token", "authorization_code"]))
-        #expect(Set(json["token_endpoint_auth_methods_supported"] as? [String] ?? []) == ["none", "client_secret_basic", "client_secret_post"])
+        #expect(
+            Set(json["grant_types_supported"] as? [String] ?? []).isSuperset(of: [
+                "password", "refresh_token", "authorization_code",
+            ]))
+        #expect(
+            Set(json["token_endpoint_auth_methods_supported"] as? [String] ?? []) == [
+                "none", "client_secret_basic", "client_secret_post",
+            ])
         #expect((json["id_token_signing_alg_values_supported"] as? [String])?.isEmpty == false)
         #expect((json["scopes_supported"] as? [String])?.contains("openid") == true)
         #expect((json["response_types_supported"] as? [String])?.contains("code") == true)
@@ -102,7 +109,10 @@ struct ProviderTests {
         // The oid is stable: given in the file, or derived from the username.
         let again = jwtPayload(try #require(try await passwordGrant(server).string("id_token")))
         #expect(again["oid"] as? String == id["oid"] as? String)
-        let carol = jwtPayload(try #require(try await passwordGrant(server, username: "carol@contoso.test", password: "Carol#1").string("id_token")))
+        let carol = jwtPayload(
+            try #require(
+                try await passwordGrant(server, username: "carol@contoso.test", password: "Carol#1").string("id_token"))
+        )
         #expect(carol["oid"] as? String == "00000000-0000-0000-0000-0000000000c0")
     }
 
@@ -122,7 +132,8 @@ struct ProviderTests {
         #expect(unknownClient.status == 401)
         #expect(unknownClient.string("error") == "invalid_client")
 
-        let unsupported = try await HTTP.postForm(server.tokenURL, [("grant_type", "client_credentials"), ("client_id", "broker-app")])
+        let unsupported = try await HTTP.postForm(
+            server.tokenURL, [("grant_type", "client_credentials"), ("client_id", "broker-app")])
         #expect(unsupported.status == 400)
         #expect(unsupported.string("error") == "unsupported_grant_type")
 
@@ -142,15 +153,21 @@ struct ProviderTests {
         let post = try await passwordGrant(server, clientId: "conf-app", extra: [("client_secret", "s3cret")])
         #expect(post.status == 200)
 
-        let basic = try await HTTP.postForm(server.tokenURL, [("grant_type", "password"), ("username", "alice@contoso.test"), ("password", "Passw0rd!")],
-                                            headers: ["Authorization": "Basic " + Data("conf-app:s3cret".utf8).base64EncodedString()])
+        let basic = try await HTTP.postForm(
+            server.tokenURL,
+            [("grant_type", "password"), ("username", "alice@contoso.test"), ("password", "Passw0rd!")],
+            headers: ["Authorization": "Basic " + Data("conf-app:s3cret".utf8).base64EncodedString()])
         #expect(basic.status == 200)
         #expect(jwtPayload(basic.string("access_token") ?? "")["azp"] as? String == "conf-app")
 
         // curl here: URLSession on Linux stalls on a 401 that carries `WWW-Authenticate: Basic`.
-        let answer = try await runCommand("/usr/bin/curl", [
-            "-s", "-i", "-u", "conf-app:nope", "-d", "grant_type=password&username=alice%40contoso.test&password=x",
-            server.tokenURL]).stdout
+        let answer = try await runCommand(
+            "/usr/bin/curl",
+            [
+                "-s", "-i", "-u", "conf-app:nope", "-d", "grant_type=password&username=alice%40contoso.test&password=x",
+                server.tokenURL,
+            ]
+        ).stdout
         #expect(answer.hasPrefix("HTTP/1.1 401"))
         #expect(answer.lowercased().contains("www-authenticate: basic"))
         #expect(answer.contains("invalid_client"))
@@ -176,34 +193,49 @@ struct ProviderTests {
 
         // Another client cannot redeem someone else's refresh token.
         let fresh = try #require(try await passwordGrant(server).string("refresh_token"))
-        let stolen = try await HTTP.postForm(server.tokenURL, [("grant_type", "refresh_token"), ("client_id", "conf-app"),
-                                                               ("client_secret", "s3cret"), ("refresh_token", fresh)])
+        let stolen = try await HTTP.postForm(
+            server.tokenURL,
+            [
+                ("grant_type", "refresh_token"), ("client_id", "conf-app"),
+                ("client_secret", "s3cret"), ("refresh_token", fresh),
+            ])
         #expect(stolen.string("error") == "invalid_grant")
         #expect(try await refreshGrant(server, fresh).status == 200)
     }
 
     @Test func refreshMayNarrowButNotWidenScopes() async throws {
         let server = try await IdpSimServer.start()
-        let token = try #require(try await passwordGrant(server, scope: "openid offline_access User.Read").string("refresh_token"))
-        let narrowed = try await HTTP.postForm(server.tokenURL, [("grant_type", "refresh_token"), ("client_id", "broker-app"),
-                                                                 ("refresh_token", token), ("scope", "offline_access User.Read")])
+        let token = try #require(
+            try await passwordGrant(server, scope: "openid offline_access User.Read").string("refresh_token"))
+        let narrowed = try await HTTP.postForm(
+            server.tokenURL,
+            [
+                ("grant_type", "refresh_token"), ("client_id", "broker-app"),
+                ("refresh_token", token), ("scope", "offline_access User.Read"),
+            ])
         #expect(narrowed.status == 200)
         #expect(narrowed.string("scope") == "offline_access User.Read")
         #expect(narrowed.string("id_token") == nil)
-        let widened = try await HTTP.postForm(server.tokenURL, [("grant_type", "refresh_token"), ("client_id", "broker-app"),
-                                                                ("refresh_token", narrowed.string("refresh_token") ?? ""), ("scope", "Mail.Read offline_access")])
+        let widened = try await HTTP.postForm(
+            server.tokenURL,
+            [
+                ("grant_type", "refresh_token"), ("client_id", "broker-app"),
+                ("refresh_token", narrowed.string("refresh_token") ?? ""), ("scope", "Mail.Read offline_access"),
+            ])
         #expect(widened.string("error") == "invalid_scope")
     }
 
     @Test func revocationEndpoint() async throws {
         let server = try await IdpSimServer.start()
         let token = try #require(try await passwordGrant(server).string("refresh_token"))
-        let revoke = try await HTTP.postForm(server.authority + "/oauth2/v2.0/revoke",
-                                             [("token", token), ("token_type_hint", "refresh_token"), ("client_id", "broker-app")])
+        let revoke = try await HTTP.postForm(
+            server.authority + "/oauth2/v2.0/revoke",
+            [("token", token), ("token_type_hint", "refresh_token"), ("client_id", "broker-app")])
         #expect(revoke.status == 200)
         #expect(try await refreshGrant(server, token).string("error") == "invalid_grant")
         // Unknown tokens are not an error (RFC 7009 §2.2).
-        let unknown = try await HTTP.postForm(server.authority + "/oauth2/v2.0/revoke", [("token", "nonsense"), ("client_id", "broker-app")])
+        let unknown = try await HTTP.postForm(
+            server.authority + "/oauth2/v2.0/revoke", [("token", "nonsense"), ("client_id", "broker-app")])
         #expect(unknown.status == 200)
     }
 
@@ -211,8 +243,11 @@ struct ProviderTests {
         let server = try await IdpSimServer.start()
         let a = try #require(try await passwordGrant(server).string("refresh_token"))
         let b = try #require(try await passwordGrant(server).string("refresh_token"))
-        let carol = try #require(try await passwordGrant(server, username: "carol@contoso.test", password: "Carol#1").string("refresh_token"))
-        let result = try await HTTP.send("POST", server.baseURL + "/test/revoke-all?username=alice%40contoso.test", headers: [:], body: nil)
+        let carol = try #require(
+            try await passwordGrant(server, username: "carol@contoso.test", password: "Carol#1").string("refresh_token")
+        )
+        let result = try await HTTP.send(
+            "POST", server.baseURL + "/test/revoke-all?username=alice%40contoso.test", headers: [:], body: nil)
         #expect(result.status == 200)
         #expect(result.json["revokedFamilies"] as? Int == 2)
         #expect(try await refreshGrant(server, a).string("error") == "invalid_grant")
@@ -244,7 +279,8 @@ struct ProviderTests {
         #expect(denied.status == 403)
         #expect(denied.header("WWW-Authenticate")?.contains("insufficient_scope") == true)
 
-        let userinfo = try await HTTP.get(server.authority + "/oidc/userinfo", headers: ["Authorization": "Bearer \(access)"])
+        let userinfo = try await HTTP.get(
+            server.authority + "/oidc/userinfo", headers: ["Authorization": "Bearer \(access)"])
         #expect(userinfo.status == 200)
         #expect(userinfo.string("preferred_username") == "alice@contoso.test")
         #expect(userinfo.string("email") == "alice@contoso.test")
@@ -274,12 +310,13 @@ struct ProviderTests {
         let token = try #require(try await passwordGrant(server).string("refresh_token"))
         _ = try await passwordGrant(server, password: "wrong")
         _ = try await refreshGrant(server, token)
-        _ = try await HTTP.postForm(server.authority + "/oauth2/v2.0/revoke", [("token", token), ("client_id", "broker-app")])
+        _ = try await HTTP.postForm(
+            server.authority + "/oauth2/v2.0/revoke", [("token", token), ("client_id", "broker-app")])
         _ = try await HTTP.get(server.authority + "/.well-known/openid-configuration")
         let stats = try await HTTP.get(server.baseURL + "/test/stats").json
-        let token_ = stats["token"] as? [String: Int]
-        #expect(token_?["password"] == 2)
-        #expect(token_?["refresh_token"] == 1)
+        let tokenCounts = stats["token"] as? [String: Int]
+        #expect(tokenCounts?["password"] == 2)
+        #expect(tokenCounts?["refresh_token"] == 1)
         #expect(stats["revoke"] as? Int == 1)
         #expect(stats["discovery"] as? Int == 1)
 
@@ -326,7 +363,10 @@ struct ProviderTests {
             ("missing", nil),
             ("not json", "{ this is not json"),
             ("missing key", #"{"tenantId": "t", "users": [{"username": "a", "password": "p"}], "clients": []}"#),
-            ("duplicate", #"{"tenantId": "t", "users": [{"username": "a", "password": "p", "displayName": "A"}, {"username": "A", "password": "p", "displayName": "A"}], "clients": []}"#),
+            (
+                "duplicate",
+                #"{"tenantId": "t", "users": [{"username": "a", "password": "p", "displayName": "A"}, {"username": "A", "password": "p", "displayName": "A"}], "clients": []}"#
+            ),
         ]
         for (index, (name, content)) in cases.enumerated() {
             let file = directory.path + "/users-\(index).json"

@@ -1,11 +1,14 @@
 import Foundation
-#if canImport(FoundationNetworking)
-import FoundationNetworking
-#endif
 import JWTKit
 import Testing
 
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
 /// The ID token fields the tests verify with JWTKit against the published JWKS.
+// Field names are the JSON's own (snake_case), so that Codable needs no key table.
+// swift-format-ignore: AlwaysUseLowerCamelCase
 struct VerifiedIDToken: JWTPayload {
     var iss: IssuerClaim
     var aud: AudienceClaim
@@ -21,13 +24,20 @@ struct VerifiedIDToken: JWTPayload {
     }
 }
 
-func passwordGrant(_ server: IdpSimServer, username: String = "alice@contoso.test", password: String = "Passw0rd!",
-                   clientId: String = "broker-app", scope: String = "openid profile offline_access User.Read",
-                   extra: [(String, String)] = []) async throws -> HTTPResult {
-    try await HTTP.postForm(server.tokenURL, [("grant_type", "password"), ("client_id", clientId), ("username", username),
-                                              ("password", password), ("scope", scope)] + extra)
+func passwordGrant(
+    _ server: IdpSimServer, username: String = "alice@contoso.test", password: String = "Passw0rd!",
+    clientId: String = "broker-app", scope: String = "openid profile offline_access User.Read",
+    extra: [(String, String)] = []
+) async throws -> HTTPResult {
+    try await HTTP.postForm(
+        server.tokenURL,
+        [
+            ("grant_type", "password"), ("client_id", clientId), ("username", username),
+            ("password", password), ("scope", scope),
+        ] + extra)
 }
 
 func refreshGrant(_ server: IdpSimServer, _ token: String, clientId: String = "broker-app") async throws -> HTTPResult {
-    try await HTTP.postForm(server.tokenURL, [("grant_type", "refresh_token"), ("client_id", clientId), ("refresh_token", token)])
+    try await HTTP.postForm(
+        server.tokenURL, [("grant_type", "refresh_token"), ("client_id", clientId), ("refresh_token", token)])
 }

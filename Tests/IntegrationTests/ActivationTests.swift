@@ -10,14 +10,16 @@ import Testing
 struct ActivationTests {
     /// An activation file whose Exec= runs the built brokerd with the test's provider and state
     /// directory, and no --address: brokerd must find the bus on its own.
-    private func writeServiceFile(in directory: TemporaryDirectory, authority: String, stateDirectory: String) throws -> String {
+    private func writeServiceFile(in directory: TemporaryDirectory, authority: String, stateDirectory: String) throws
+        -> String
+    {
         let services = directory.path + "/services"
         try FileManager.default.createDirectory(atPath: services, withIntermediateDirectories: true)
         try """
-            [D-BUS Service]
-            Name=\(BrokerNames.busName)
-            Exec=\(Binaries.path("brokerd")) --authority \(authority) --state-dir \(stateDirectory) --token-storage plaintext-file --log-level debug
-            """.write(toFile: services + "/\(BrokerNames.busName).service", atomically: true, encoding: .utf8)
+        [D-BUS Service]
+        Name=\(BrokerNames.busName)
+        Exec=\(Binaries.path("brokerd")) --authority \(authority) --state-dir \(stateDirectory) --token-storage plaintext-file --log-level debug
+        """.write(toFile: services + "/\(BrokerNames.busName).service", atomically: true, encoding: .utf8)
         return services
     }
 
@@ -37,34 +39,49 @@ struct ActivationTests {
         let took = ContinuousClock.now - started
         #expect(info.status == 0, "\(info.stderr)\n\(bus.daemon.allOutput)")
         #expect(try info.json()["authority"] as? String == idp.authority)
-        print("activation (\(sessionType ? "<type>session</type>" : "DBUS_STARTER_ADDRESS only")): the first call was answered after \(String(format: "%.0f", took.seconds * 1000)) ms")
+        print(
+            "activation (\(sessionType ? "<type>session</type>" : "DBUS_STARTER_ADDRESS only")): the first call was "
+                + "answered after \(String(format: "%.0f", took.seconds * 1000)) ms"
+        )
         // The bus's log says it started the service, and brokerd (whose output is the bus's) got ready.
         try bus.daemon.waitForLine(timeout: .seconds(5)) { $0.hasPrefix("brokerd ready:") }
-        #expect(bus.daemon.stderrText.contains("Successfully activated service '\(BrokerNames.busName)'"), "\(bus.daemon.stderrText)")
+        #expect(
+            bus.daemon.stderrText.contains("Successfully activated service '\(BrokerNames.busName)'"),
+            "\(bus.daemon.stderrText)")
         #expect(FileManager.default.fileExists(atPath: stateDirectory))
 
         // The same broker answers the next calls, and it does its work.
         let pid = try bus.ownerPID(of: BrokerNames.busName)
-        let signIn = try runBrokerctl(["sign-in", "--client-id", "mail-app", "--username", TestUsers.alice.username,
-                                       "--password-stdin", "--json"], address: bus.address, stdin: TestUsers.alice.password + "\n")
+        let signIn = try runBrokerctl(
+            [
+                "sign-in", "--client-id", "mail-app", "--username", TestUsers.alice.username,
+                "--password-stdin", "--json",
+            ], address: bus.address, stdin: TestUsers.alice.password + "\n")
         #expect(signIn.status == 0, "\(signIn.stderr)")
         #expect(try bus.ownerPID(of: BrokerNames.busName) == pid)
 
         // SIGTERM: it releases the name; the next call starts a new one, on the same state.
         try await bus.waitForRelease(of: BrokerNames.busName, timeout: .seconds(15)) {
-            guard kill(pid, SIGTERM) == 0 else { throw ProcessFailure("kill \(pid): \(String(cString: strerror(errno)))") }
+            guard kill(pid, SIGTERM) == 0 else {
+                throw ProcessFailure("kill \(pid): \(String(cString: strerror(errno)))")
+            }
         }
-        let seen = try runBrokerctl(["current-account", "--client-id", "mail-app", "--json"], address: bus.address, timeout: .seconds(30))
+        let seen = try runBrokerctl(
+            ["current-account", "--client-id", "mail-app", "--json"], address: bus.address, timeout: .seconds(30))
         #expect(seen.status == 0, "\(seen.stderr)")
         #expect((try seen.json()["current"] as? [String: Any])?["username"] as? String == TestUsers.alice.username)
         let second = try bus.ownerPID(of: BrokerNames.busName)
         #expect(second != pid)
         try await bus.waitForRelease(of: BrokerNames.busName, timeout: .seconds(15)) {
-            guard kill(second, SIGTERM) == 0 else { throw ProcessFailure("kill \(second): \(String(cString: strerror(errno)))") }
+            guard kill(second, SIGTERM) == 0 else {
+                throw ProcessFailure("kill \(second): \(String(cString: strerror(errno)))")
+            }
         }
     }
 
-    @Test("make install-data: the activation file and the user unit, where `make install` puts them, naming PREFIX/bin/brokerd")
+    @Test(
+        "make install-data: the activation file and the user unit, where `make install` puts them, naming PREFIX/bin/brokerd"
+    )
     func installedFiles() throws {
         let directory = try TemporaryDirectory()
         let stage = directory.path + "/stage"
@@ -80,21 +97,30 @@ struct ActivationTests {
         }
         let serviceText = try String(contentsOfFile: service, encoding: .utf8)
         let serviceLines = serviceText.split(separator: "\n").map(String.init).filter { !$0.hasPrefix("#") }
-        #expect(serviceLines == ["[D-BUS Service]", "Name=io.shareddevice.Broker1", "Exec=/usr/bin/brokerd",
-                                 "SystemdService=shared-device-broker.service"])
+        #expect(
+            serviceLines == [
+                "[D-BUS Service]", "Name=io.shareddevice.Broker1", "Exec=/usr/bin/brokerd",
+                "SystemdService=shared-device-broker.service",
+            ])
         let unitText = try String(contentsOfFile: unit, encoding: .utf8)
-        let settings = unitText.split(separator: "\n").map(String.init).filter { !$0.hasPrefix("#") && $0.contains("=") }
-        for expected in ["Type=dbus", "BusName=io.shareddevice.Broker1", "ExecStart=/usr/bin/brokerd", "Restart=on-failure",
-                         "StartLimitIntervalSec=60", "StartLimitBurst=5", "NoNewPrivileges=yes", "LockPersonality=yes",
-                         "SystemCallArchitectures=native", "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6"] {
+        let settings = unitText.split(separator: "\n").map(String.init).filter {
+            !$0.hasPrefix("#") && $0.contains("=")
+        }
+        for expected in [
+            "Type=dbus", "BusName=io.shareddevice.Broker1", "ExecStart=/usr/bin/brokerd", "Restart=on-failure",
+            "StartLimitIntervalSec=60", "StartLimitBurst=5", "NoNewPrivileges=yes", "LockPersonality=yes",
+            "SystemCallArchitectures=native", "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6",
+        ] {
             #expect(settings.contains(expected), "\(expected) missing from \(unit)")
         }
         #expect(!serviceText.contains("@PREFIX@") && !unitText.contains("@PREFIX@"))
-        #expect(try Data(contentsOf: URL(fileURLWithPath: interface))
+        #expect(
+            try Data(contentsOf: URL(fileURLWithPath: interface))
                 == Data(contentsOf: URL(fileURLWithPath: Repository.root + "/dbus/io.shareddevice.Broker1.xml")))
     }
 
-    @Test("the installed activation file works: with PREFIX in a temporary directory, the bus starts PREFIX/bin/brokerd")
+    @Test(
+        "the installed activation file works: with PREFIX in a temporary directory, the bus starts PREFIX/bin/brokerd")
     func installedActivationFileStartsTheBroker() async throws {
         let directory = try TemporaryDirectory()
         let prefix = directory.path + "/prefix"
@@ -107,9 +133,9 @@ struct ActivationTests {
         try FileManager.default.createDirectory(atPath: prefix + "/bin", withIntermediateDirectories: true)
         let wrapper = prefix + "/bin/brokerd"
         try """
-            #!/bin/sh
-            exec '\(Binaries.path("brokerd"))' --authority '\(idp.authority)' --state-dir '\(stateDirectory)' --token-storage plaintext-file "$@"
-            """.write(toFile: wrapper, atomically: true, encoding: .utf8)
+        #!/bin/sh
+        exec '\(Binaries.path("brokerd"))' --authority '\(idp.authority)' --state-dir '\(stateDirectory)' --token-storage plaintext-file "$@"
+        """.write(toFile: wrapper, atomically: true, encoding: .utf8)
         #expect(chmod(wrapper, 0o755) == 0)
 
         let unit = prefix + "/lib/systemd/user/shared-device-broker.service"
@@ -118,21 +144,25 @@ struct ActivationTests {
             let runtime = directory.path + "/runtime"
             try FileManager.default.createDirectory(atPath: runtime, withIntermediateDirectories: true)
             chmod(runtime, 0o700)
-            let verify = try ChildProcess("systemd-analyze", executable: "/usr/bin/systemd-analyze",
-                                          arguments: ["verify", "--user", unit], environment: ["XDG_RUNTIME_DIR": runtime])
+            let verify = try ChildProcess(
+                "systemd-analyze", executable: "/usr/bin/systemd-analyze",
+                arguments: ["verify", "--user", unit], environment: ["XDG_RUNTIME_DIR": runtime])
             #expect(try verify.waitForExit(timeout: .seconds(30)) == 0, "\(verify.allOutput)")
             #expect(verify.stderrText.isEmpty, "systemd-analyze verify: \(verify.stderrText)")
         } else {
             print("skipped: systemd-analyze is not installed, the unit's syntax is not checked")
         }
 
-        let bus = try ActivatingBus(in: directory, serviceDirectory: prefix + "/share/dbus-1/services", sessionType: true)
+        let bus = try ActivatingBus(
+            in: directory, serviceDirectory: prefix + "/share/dbus-1/services", sessionType: true)
         let info = try runBrokerctl(["device-info", "--json"], address: bus.address, timeout: .seconds(30))
         #expect(info.status == 0, "\(info.stderr)\n\(bus.daemon.allOutput)")
         #expect(try info.json()["authority"] as? String == idp.authority)
         let pid = try bus.ownerPID(of: BrokerNames.busName)
         try await bus.waitForRelease(of: BrokerNames.busName, timeout: .seconds(15)) {
-            guard kill(pid, SIGTERM) == 0 else { throw ProcessFailure("kill \(pid): \(String(cString: strerror(errno)))") }
+            guard kill(pid, SIGTERM) == 0 else {
+                throw ProcessFailure("kill \(pid): \(String(cString: strerror(errno)))")
+            }
         }
     }
 }

@@ -21,13 +21,18 @@ struct BusFuzzTests {
     /// The bound on every call's reply.
     static let callTimeout: Duration = .seconds(10)
 
-    @Test("10,000 random and malformed calls: each answered in time, each bad one refused, nothing changed, brokerd alive")
+    @Test(
+        "10,000 random and malformed calls: each answered in time, each bad one refused, nothing changed, brokerd alive"
+    )
     func randomCalls() async throws {
         let environment = ProcessInfo.processInfo.environment
         let seed = environment["BUS_FUZZ_SEED"].flatMap { UInt64($0) } ?? UInt64.random(in: 1...UInt64(UInt32.max))
         let count = environment["BUS_FUZZ_CALLS"].flatMap { Int($0) } ?? 10_000
         let only = environment["BUS_FUZZ_ONLY"].map { $0.split(separator: ",").compactMap { Int($0) } }
-        print("bus fuzz: seed \(seed), \(only.map { "calls \($0)" } ?? "\(count) calls") (BUS_FUZZ_SEED=\(seed) repeats this run)")
+        print(
+            "bus fuzz: seed \(seed), \(only.map { "calls \($0)" } ?? "\(count) calls") (BUS_FUZZ_SEED=\(seed) repeats "
+                + "this run)"
+        )
 
         let run = try await FuzzedBroker.start()
         defer { run.close() }
@@ -36,12 +41,15 @@ struct BusFuzzTests {
         let started = ContinuousClock.now
 
         let indices = only ?? Array(0..<count)
-        var position = 0, checks = 0
+        var position = 0
+        var checks = 0
         var stateProblems: [String] = []
         while position < indices.count {
             let batch = Array(indices[position..<min(position + Self.batch, indices.count)])
             position += batch.count
-            for (call, outcome, latency) in await run.perform(batch.map(generator.call), inFlight: Self.inFlight, timeout: Self.callTimeout) {
+            for (call, outcome, latency) in await run.perform(
+                batch.map(generator.call), inFlight: Self.inFlight, timeout: Self.callTimeout)
+            {
                 figures.record(call, outcome, latency)
                 if only != nil { print("bus fuzz: \(call.description)\n    -> \(outcome)") }
             }
@@ -54,9 +62,14 @@ struct BusFuzzTests {
         }
         let elapsed = ContinuousClock.now - started
         print(figures.report(seed: seed, elapsed: elapsed))
-        print("bus fuzz: \(checks) checks of the broker's state, every \(Self.batch) calls: \(stateProblems.isEmpty ? "unchanged" : "CHANGED")")
+        print(
+            "bus fuzz: \(checks) checks of the broker's state, every \(Self.batch) calls: "
+                + "\(stateProblems.isEmpty ? "unchanged" : "CHANGED")"
+        )
         for problem in stateProblems { Issue.record("\(problem)\n(BUS_FUZZ_SEED=\(seed) repeats this run)") }
-        for problem in figures.problems.prefix(30) { Issue.record("\(problem)\n(BUS_FUZZ_SEED=\(seed) repeats this run)") }
+        for problem in figures.problems.prefix(30) {
+            Issue.record("\(problem)\n(BUS_FUZZ_SEED=\(seed) repeats this run)")
+        }
         #expect(figures.problems.isEmpty, "\(figures.problems.count) calls got a wrong answer; seed \(seed)")
         #expect(figures.calls == indices.count, "only \(figures.calls) of \(indices.count) calls ran")
         #expect(figures.slowest.0 < Self.callTimeout)
@@ -70,7 +83,8 @@ struct BusFuzzTests {
         let bob = TestUsers.bob
         func s(_ text: String) -> DBusValue { .string(text) }
         func repeated(_ piece: String, bytes: Int) -> String {
-            String(repeating: piece, count: bytes / piece.utf8.count) + String(repeating: "x", count: bytes % piece.utf8.count)
+            String(repeating: piece, count: bytes / piece.utf8.count)
+                + String(repeating: "x", count: bytes % piece.utf8.count)
         }
         let noOptions = DBusValue.vardict([:])
         let cases: [(String, [DBusValue], String)] = [
@@ -78,25 +92,69 @@ struct BusFuzzTests {
             (Broker1Method.getCurrentAccount.rawValue, [s(repeated("a", bytes: 256))], "UnknownClient"),
             (Broker1Method.getCurrentAccount.rawValue, [s(repeated("a", bytes: 257))], "InvalidArgument"),
             // username: 4096 bytes passes (then the empty password is refused), 4097 does not; bytes, not characters.
-            (Broker1Method.signInWithPassword.rawValue, [s("mail-app"), s(repeated("u", bytes: 4096)), s(""), .strings([])], "InvalidArgument"),
-            (Broker1Method.signInWithPassword.rawValue, [s("mail-app"), s(repeated("u", bytes: 4097)), s(""), .strings([])], "InvalidUsername"),
-            (Broker1Method.signInWithPassword.rawValue, [s("mail-app"), s(repeated("é", bytes: 4096)), s(""), .strings([])], "InvalidArgument"),
-            (Broker1Method.signInWithPassword.rawValue, [s("mail-app"), s(repeated("é", bytes: 4098)), s(""), .strings([])], "InvalidUsername"),
+            (
+                Broker1Method.signInWithPassword.rawValue,
+                [s("mail-app"), s(repeated("u", bytes: 4096)), s(""), .strings([])], "InvalidArgument"
+            ),
+            (
+                Broker1Method.signInWithPassword.rawValue,
+                [s("mail-app"), s(repeated("u", bytes: 4097)), s(""), .strings([])], "InvalidUsername"
+            ),
+            (
+                Broker1Method.signInWithPassword.rawValue,
+                [s("mail-app"), s(repeated("é", bytes: 4096)), s(""), .strings([])], "InvalidArgument"
+            ),
+            (
+                Broker1Method.signInWithPassword.rawValue,
+                [s("mail-app"), s(repeated("é", bytes: 4098)), s(""), .strings([])], "InvalidUsername"
+            ),
             // password: 4096 bytes passes (bob is then refused: alice holds the device), 4097 does not.
-            (Broker1Method.signInWithPassword.rawValue, [s("mail-app"), s(bob.username), s(repeated("p", bytes: 4096)), .strings([])], "AccountAlreadySignedIn"),
-            (Broker1Method.signInWithPassword.rawValue, [s("mail-app"), s(bob.username), s(repeated("p", bytes: 4097)), .strings([])], "InvalidArgument"),
-            (Broker1Method.signInWithPassword.rawValue, [s("mail-app"), s(bob.username), s(repeated("ü", bytes: 4098)), .strings([])], "InvalidArgument"),
+            (
+                Broker1Method.signInWithPassword.rawValue,
+                [s("mail-app"), s(bob.username), s(repeated("p", bytes: 4096)), .strings([])], "AccountAlreadySignedIn"
+            ),
+            (
+                Broker1Method.signInWithPassword.rawValue,
+                [s("mail-app"), s(bob.username), s(repeated("p", bytes: 4097)), .strings([])], "InvalidArgument"
+            ),
+            (
+                Broker1Method.signInWithPassword.rawValue,
+                [s("mail-app"), s(bob.username), s(repeated("ü", bytes: 4098)), .strings([])], "InvalidArgument"
+            ),
             // scopes: 64 of 256 bytes pass, a 65th or a 257-byte one does not.
-            (Broker1Method.signInWithPassword.rawValue, [s("mail-app"), s(bob.username), s("pw"), .strings((0..<64).map { repeated("s\($0)-", bytes: 256) })], "AccountAlreadySignedIn"),
-            (Broker1Method.signInWithPassword.rawValue, [s("mail-app"), s(bob.username), s("pw"), .strings((0..<65).map { "s\($0)" })], "InvalidArgument"),
-            (Broker1Method.signInWithPassword.rawValue, [s("mail-app"), s(bob.username), s("pw"), .strings(["User.Read", repeated("s", bytes: 257)])], "InvalidArgument"),
+            (
+                Broker1Method.signInWithPassword.rawValue,
+                [s("mail-app"), s(bob.username), s("pw"), .strings((0..<64).map { repeated("s\($0)-", bytes: 256) })],
+                "AccountAlreadySignedIn"
+            ),
+            (
+                Broker1Method.signInWithPassword.rawValue,
+                [s("mail-app"), s(bob.username), s("pw"), .strings((0..<65).map { "s\($0)" })], "InvalidArgument"
+            ),
+            (
+                Broker1Method.signInWithPassword.rawValue,
+                [s("mail-app"), s(bob.username), s("pw"), .strings(["User.Read", repeated("s", bytes: 257)])],
+                "InvalidArgument"
+            ),
             // accountId: 256 bytes is well-formed (and not signed in), 257 is not.
-            (Broker1Method.acquireTokenSilent.rawValue, [s("mail-app"), .strings([]), s(repeated("i", bytes: 256)), noOptions], "NoAccount"),
-            (Broker1Method.acquireTokenSilent.rawValue, [s("mail-app"), .strings([]), s(repeated("i", bytes: 257)), noOptions], "InvalidArgument"),
+            (
+                Broker1Method.acquireTokenSilent.rawValue,
+                [s("mail-app"), .strings([]), s(repeated("i", bytes: 256)), noOptions], "NoAccount"
+            ),
+            (
+                Broker1Method.acquireTokenSilent.rawValue,
+                [s("mail-app"), .strings([]), s(repeated("i", bytes: 257)), noOptions], "InvalidArgument"
+            ),
             (Broker1Method.signOut.rawValue, [s("mail-app"), s(repeated("i", bytes: 256)), noOptions], "NoAccount"),
-            (Broker1Method.signOut.rawValue, [s("mail-app"), s(repeated("i", bytes: 257)), noOptions], "InvalidArgument"),
+            (
+                Broker1Method.signOut.rawValue, [s("mail-app"), s(repeated("i", bytes: 257)), noOptions],
+                "InvalidArgument"
+            ),
             // flowId: 256 bytes is well-formed (and unknown), 257 is not; a code is 1 to 64 letters or digits.
-            (Broker1Method.submitCode.rawValue, [s(repeated("f", bytes: 256)), s(repeated("1", bytes: 64))], "FlowNotFound"),
+            (
+                Broker1Method.submitCode.rawValue, [s(repeated("f", bytes: 256)), s(repeated("1", bytes: 64))],
+                "FlowNotFound"
+            ),
             (Broker1Method.submitCode.rawValue, [s(repeated("f", bytes: 257)), s("12345678")], "InvalidArgument"),
             (Broker1Method.submitCode.rawValue, [s("flow"), s(repeated("1", bytes: 65))], "InvalidCode"),
             (Broker1Method.resendCode.rawValue, [s(repeated("f", bytes: 256))], "FlowNotFound"),
@@ -123,17 +181,28 @@ struct BusFuzzTests {
         let run = try await FuzzedBroker.start()
         defer { run.close() }
         let invalid: [[UInt8]] = [
-            [0xC3, 0x28], [0xA0, 0xA1], [0xE2, 0x28, 0xA1], [0xF0, 0x90, 0x28, 0xBC], [0xC0, 0xAF],  // bad continuations, overlong
-            [0xED, 0xA0, 0x80], [0xF4, 0x90, 0x80, 0x80], [0xFF], [0xFE, 0xFF], [0x6D, 0x61, 0x69, 0x6C, 0x80],  // surrogate, > U+10FFFF, bytes never in UTF-8
+            // Bad continuations, overlong.
+            [0xC3, 0x28], [0xA0, 0xA1], [0xE2, 0x28, 0xA1], [0xF0, 0x90, 0x28, 0xBC], [0xC0, 0xAF],
+            // A surrogate, beyond U+10FFFF, bytes never in UTF-8.
+            [0xED, 0xA0, 0x80], [0xF4, 0x90, 0x80, 0x80], [0xFF], [0xFE, 0xFF], [0x6D, 0x61, 0x69, 0x6C, 0x80],
         ]
         for bytes in invalid {
-            let outcome = try await offThePool { try RawBusClient.call(address: run.environment.bus.address, member: Broker1Method.getCurrentAccount.rawValue, stringBytes: bytes) }
+            let outcome = try await offThePool {
+                try RawBusClient.call(
+                    address: run.environment.bus.address, member: Broker1Method.getCurrentAccount.rawValue,
+                    stringBytes: bytes)
+            }
             #expect(outcome == .droppedByBus, "\(bytes.map { String($0, radix: 16) }): \(outcome)")
         }
         let noncharacters: [[UInt8]] = [[0xEF, 0xBF, 0xBE], [0xEF, 0xB7, 0x90], [0xF4, 0x8F, 0xBF, 0xBF]]
         for bytes in noncharacters {
-            let outcome = try await offThePool { try RawBusClient.call(address: run.environment.bus.address, member: Broker1Method.getCurrentAccount.rawValue, stringBytes: bytes) }
-            #expect(outcome == .error(Fuzz.broker("InvalidArgument")), "\(bytes.map { String($0, radix: 16) }): \(outcome)")
+            let outcome = try await offThePool {
+                try RawBusClient.call(
+                    address: run.environment.bus.address, member: Broker1Method.getCurrentAccount.rawValue,
+                    stringBytes: bytes)
+            }
+            #expect(
+                outcome == .error(Fuzz.broker("InvalidArgument")), "\(bytes.map { String($0, radix: 16) }): \(outcome)")
         }
         let problems = await run.checkUnchanged()
         #expect(problems.isEmpty, "\(problems)")
@@ -165,8 +234,11 @@ final class FuzzedBroker: @unchecked Sendable {
     var brokerd: ChildProcess { environment.brokerd.process }
     static let clients = TestUsers.clients
 
-    private init(environment: BrokerEnvironment, connection: DBusConnection, context: FuzzContext, configDirectory: TemporaryDirectory,
-                 stateFile: [UInt8], token: String, providerStats: Data, outboxCount: Int, signals: AsyncStream<DBusSignal>) {
+    private init(
+        environment: BrokerEnvironment, connection: DBusConnection, context: FuzzContext,
+        configDirectory: TemporaryDirectory,
+        stateFile: [UInt8], token: String, providerStats: Data, outboxCount: Int, signals: AsyncStream<DBusSignal>
+    ) {
         self.environment = environment
         self.connection = connection
         self.context = context
@@ -185,7 +257,9 @@ final class FuzzedBroker: @unchecked Sendable {
     /// are unknown), signs alice in with mail-app, lets every app see her once, and takes the snapshot.
     static func start() async throws -> FuzzedBroker {
         let configDirectory = try TemporaryDirectory()
-        let config = try configDirectory.write("broker.json", """
+        let config = try configDirectory.write(
+            "broker.json",
+            """
             {"clients": [\(clients.map { "{\"clientId\": \"\($0)\"}" }.joined(separator: ", "))]}
             """)
         let environment = try await offThePool { try BrokerEnvironment(brokerArguments: ["--config", config]) }
@@ -193,25 +267,33 @@ final class FuzzedBroker: @unchecked Sendable {
         guard signIn.status == 0 else { throw ProcessFailure("signing alice in failed: \(signIn.stderr)") }
         let connection = try await offThePool { try DBusConnection(address: environment.bus.address) }
 
-        func call(_ interface: String, _ member: String, _ arguments: [DBusValue] = [], path: String = Fuzz.path) async throws -> [DBusValue] {
-            try await connection.call(destination: Fuzz.service, path: path, interface: interface, member: member,
-                                      arguments: arguments, timeout: .seconds(10))
+        func call(_ interface: String, _ member: String, _ arguments: [DBusValue] = [], path: String = Fuzz.path)
+            async throws -> [DBusValue]
+        {
+            try await connection.call(
+                destination: Fuzz.service, path: path, interface: interface, member: member,
+                arguments: arguments, timeout: .seconds(10))
         }
         // Every app sees alice once, so that from now on GetCurrentAccount changes nothing.
         for client in clients {
             _ = try await call(Fuzz.interface, Broker1Method.getCurrentAccount.rawValue, [.string(client)])
         }
         let current = try await call(Fuzz.interface, Broker1Method.getCurrentAccount.rawValue, [.string("mail-app")])
-        guard current.count == 2, current[0] == current[1], let alice = current[0].vardict, let accountId = alice["identifier"]?.string,
-              alice["username"]?.string == TestUsers.alice.username
+        guard current.count == 2, current[0] == current[1], let alice = current[0].vardict,
+            let accountId = alice["identifier"]?.string,
+            alice["username"]?.string == TestUsers.alice.username
         else { throw ProcessFailure("GetCurrentAccount after sign-in answered \(current)") }
         for client in clients {
             let seen = try await call(Fuzz.interface, Broker1Method.getCurrentAccount.rawValue, [.string(client)])
             guard seen == current else { throw ProcessFailure("\(client) sees \(seen), mail-app \(current)") }
         }
         let silent: [DBusValue] = [.string("mail-app"), .strings(["User.Read"]), .string(""), .vardict([:])]
-        let token = try await call(Fuzz.interface, Broker1Method.acquireTokenSilent.rawValue, silent).first?.vardict?["accessToken"]?.string ?? ""
-        guard !token.isEmpty, try await call(Fuzz.interface, Broker1Method.acquireTokenSilent.rawValue, silent).first?.vardict?["accessToken"]?.string == token
+        let token =
+            try await call(Fuzz.interface, Broker1Method.acquireTokenSilent.rawValue, silent).first?.vardict?[
+                "accessToken"]?.string ?? ""
+        guard !token.isEmpty,
+            try await call(Fuzz.interface, Broker1Method.acquireTokenSilent.rawValue, silent).first?.vardict?[
+                "accessToken"]?.string == token
         else { throw ProcessFailure("no stable silent token for mail-app") }
 
         var introspection: [String: Result<[DBusValue], DBusError>] = [:]
@@ -224,18 +306,22 @@ final class FuzzedBroker: @unchecked Sendable {
         }
         let context = FuzzContext(
             knownClients: clients, accountId: accountId,
-            usernames: [TestUsers.alice.username, TestUsers.bob.username, TestUsers.carol.username, "nobody@contoso.example"],
+            usernames: [
+                TestUsers.alice.username, TestUsers.bob.username, TestUsers.carol.username, "nobody@contoso.example",
+            ],
             password: TestUsers.alice.password, currentAccount: current,
             accounts: try await call(Fuzz.interface, Broker1Method.getAccounts.rawValue, [.string("mail-app")]),
             deviceInformation: try await call(Fuzz.interface, Broker1Method.getDeviceInformation.rawValue),
-            signInOptions: try await call(Fuzz.interface, Broker1Method.getSignInOptions.rawValue, [.string("mail-app")]),
+            signInOptions: try await call(
+                Fuzz.interface, Broker1Method.getSignInOptions.rawValue, [.string("mail-app")]),
             allProperties: try await call(Fuzz.properties, "GetAll", [.string(Fuzz.interface)]),
             introspection: introspection)
         let signals = try await connection.signals(matching: DBusMatchRule(sender: Fuzz.service))
-        return FuzzedBroker(environment: environment, connection: connection, context: context, configDirectory: configDirectory,
-                            stateFile: try Self.readStateFile(environment), token: token,
-                            providerStats: try await Self.providerStats(environment), outboxCount: try await environment.outbox().count,
-                            signals: signals)
+        return FuzzedBroker(
+            environment: environment, connection: connection, context: context, configDirectory: configDirectory,
+            stateFile: try Self.readStateFile(environment), token: token,
+            providerStats: try await Self.providerStats(environment), outboxCount: try await environment.outbox().count,
+            signals: signals)
     }
 
     func close() {
@@ -245,14 +331,17 @@ final class FuzzedBroker: @unchecked Sendable {
 
     /// One call to the broker's object, bounded.
     func call(_ member: String, _ arguments: [DBusValue]) async -> Result<[DBusValue], DBusError> {
-        let call = FuzzCall(index: 0, kind: "", path: Fuzz.path, interface: Fuzz.interface, member: member, arguments: arguments,
-                            expectation: .answers(nil))
+        let call = FuzzCall(
+            index: 0, kind: "", path: Fuzz.path, interface: Fuzz.interface, member: member, arguments: arguments,
+            expectation: .answers(nil))
         return await perform(call, timeout: .seconds(10)).1
     }
 
     /// Sends `calls` with at most `inFlight` of them waiting for their reply at a time; returns
     /// each with its outcome and the time its reply took.
-    func perform(_ calls: [FuzzCall], inFlight: Int, timeout: Duration) async -> [(FuzzCall, Result<[DBusValue], DBusError>, Duration)] {
+    func perform(_ calls: [FuzzCall], inFlight: Int, timeout: Duration) async -> [(
+        FuzzCall, Result<[DBusValue], DBusError>, Duration
+    )] {
         await withTaskGroup(of: (FuzzCall, Result<[DBusValue], DBusError>, Duration).self) { group in
             var results: [(FuzzCall, Result<[DBusValue], DBusError>, Duration)] = []
             var next = 0
@@ -273,16 +362,21 @@ final class FuzzedBroker: @unchecked Sendable {
         }
     }
 
-    private func perform(_ call: FuzzCall, timeout: Duration) async -> (FuzzCall, Result<[DBusValue], DBusError>, Duration) {
+    private func perform(_ call: FuzzCall, timeout: Duration) async -> (
+        FuzzCall, Result<[DBusValue], DBusError>, Duration
+    ) {
         let start = ContinuousClock.now
         do {
-            let values = try await connection.call(destination: Fuzz.service, path: call.path, interface: call.interface,
-                                                   member: call.member, arguments: call.arguments, timeout: timeout)
+            let values = try await connection.call(
+                destination: Fuzz.service, path: call.path, interface: call.interface,
+                member: call.member, arguments: call.arguments, timeout: timeout)
             return (call, .success(values), ContinuousClock.now - start)
         } catch let error as DBusError {
             return (call, .failure(error), ContinuousClock.now - start)
         } catch {
-            return (call, .failure(DBusError(name: "test.NotADBusError", message: "\(error)")), ContinuousClock.now - start)
+            return (
+                call, .failure(DBusError(name: "test.NotADBusError", message: "\(error)")), ContinuousClock.now - start
+            )
         }
     }
 
@@ -291,10 +385,15 @@ final class FuzzedBroker: @unchecked Sendable {
     func checkUnchanged() async -> [String] {
         var problems: [String] = []
         guard brokerd.isRunning else {
-            return ["brokerd is not running; its last output:\n\(brokerd.stderrLines.suffix(30).joined(separator: "\n"))"]
+            return [
+                "brokerd is not running; its last output:\n\(brokerd.stderrLines.suffix(30).joined(separator: "\n"))"
+            ]
         }
-        if case .failure(let error) = await perform(FuzzCall(index: 0, kind: "", path: Fuzz.path, interface: Fuzz.peer, member: "Ping",
-                                                             arguments: [], expectation: .answers(nil)), timeout: .seconds(5)).1 {
+        if case .failure(let error) = await perform(
+            FuzzCall(
+                index: 0, kind: "", path: Fuzz.path, interface: Fuzz.peer, member: "Ping",
+                arguments: [], expectation: .answers(nil)), timeout: .seconds(5)
+        ).1 {
             problems.append("Ping failed: \(error)")
         }
         do {
@@ -304,18 +403,32 @@ final class FuzzedBroker: @unchecked Sendable {
         }
         for client in context.knownClients {
             let current = await call(Broker1Method.getCurrentAccount.rawValue, [.string(client)])
-            if (try? current.get()) != context.currentAccount { problems.append("GetCurrentAccount(\(client)) is now \(current)") }
+            if (try? current.get()) != context.currentAccount {
+                problems.append("GetCurrentAccount(\(client)) is now \(current)")
+            }
             let accounts = await call(Broker1Method.getAccounts.rawValue, [.string(client)])
-            if (try? accounts.get()) != context.accounts { problems.append("GetAccounts(\(client)) is now \(accounts)") }
+            if (try? accounts.get()) != context.accounts {
+                problems.append("GetAccounts(\(client)) is now \(accounts)")
+            }
         }
-        let silent = await call(Broker1Method.acquireTokenSilent.rawValue, [.string("mail-app"), .strings(["User.Read"]), .string(""), .vardict([:])])
-        if (try? silent.get())?.first?.vardict?["accessToken"]?.string != token { problems.append("the silent token changed: \(silent)") }
-        let properties = await perform(FuzzCall(index: 0, kind: "", path: Fuzz.path, interface: Fuzz.properties, member: "GetAll",
-                                                arguments: [.string(Fuzz.interface)], expectation: .answers(nil)), timeout: .seconds(5)).1
+        let silent = await call(
+            Broker1Method.acquireTokenSilent.rawValue,
+            [.string("mail-app"), .strings(["User.Read"]), .string(""), .vardict([:])])
+        if (try? silent.get())?.first?.vardict?["accessToken"]?.string != token {
+            problems.append("the silent token changed: \(silent)")
+        }
+        let properties = await perform(
+            FuzzCall(
+                index: 0, kind: "", path: Fuzz.path, interface: Fuzz.properties, member: "GetAll",
+                arguments: [.string(Fuzz.interface)], expectation: .answers(nil)), timeout: .seconds(5)
+        ).1
         if (try? properties.get()) != context.allProperties { problems.append("the properties changed: \(properties)") }
         do {
             if try await Self.providerStats(environment) != providerStats {
-                problems.append("brokerd called the provider: idp-sim's counters changed to \(String(decoding: try await Self.providerStats(environment), as: UTF8.self))")
+                problems.append(
+                    "brokerd called the provider: idp-sim's counters changed to "
+                        + "\(String(decoding: try await Self.providerStats(environment), as: UTF8.self))"
+                )
             }
             if try await environment.outbox().count != outboxCount { problems.append("idp-sim sent a one-time code") }
         } catch {
@@ -356,15 +469,20 @@ struct CrashReproductionTests {
         // The format 2 file, turned back into version 1: whole accounts in each client, and an
         // access token expiring at Int64.min.
         let path = environment.stateDirectory + "/state.json"
-        var state = try #require(try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: path))) as? [String: Any])
+        var state = try #require(
+            try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: path))) as? [String: Any])
         let accounts = try #require(state.removeValue(forKey: "accounts") as? [String: Any])
         var clients = try #require(state["clients"] as? [String: [String: Any]])
         for (clientId, var client) in clients {
             for field in ["account", "lastSeen"] {
                 if let key = client[field] as? String { client[field] = accounts[key] }
             }
-            client["accessTokens"] = ["user.read": ["accessToken": "at-stored", "expiresOn": NSNumber(value: Int64.min),
-                                                    "scopes": ["user.read"]]]
+            client["accessTokens"] = [
+                "user.read": [
+                    "accessToken": "at-stored", "expiresOn": NSNumber(value: Int64.min),
+                    "scopes": ["user.read"],
+                ]
+            ]
             clients[clientId] = client
         }
         state["clients"] = clients
@@ -375,7 +493,9 @@ struct CrashReproductionTests {
 
         let connection = try await offThePool { try DBusConnection(address: environment.bus.address) }
         defer { connection.close() }
-        let outcome = await Self.call(connection, Broker1Method.acquireTokenSilent.rawValue, [.string("mail-app"), .strings(["User.Read"]), .string(""), .vardict([:])])
+        let outcome = await Self.call(
+            connection, Broker1Method.acquireTokenSilent.rawValue,
+            [.string("mail-app"), .strings(["User.Read"]), .string(""), .vardict([:])])
         guard case .success(let values) = outcome else {
             Issue.record("the silent request failed: \(outcome)")
             return
@@ -393,21 +513,29 @@ struct CrashReproductionTests {
     /// parsed string, traps on "-9223372036854775808" (abs of Int64.min). A provider, or whoever
     /// answers in its place, stops brokerd with one token response. The control, 3600, shows the
     /// fake provider is otherwise acceptable.
-    @Test("a token response with expires_in at the edges of Int64 must not crash brokerd",
-          arguments: [#""9223372036854775807""#, #""-9223372036854775808""#, "-9223372036854775808", "3600"])
+    @Test(
+        "a token response with expires_in at the edges of Int64 must not crash brokerd",
+        arguments: [#""9223372036854775807""#, #""-9223372036854775808""#, "-9223372036854775808", "3600"])
     func providerExpiresInAtInt64Edges(expiresIn: String) async throws {
         let directory = try TemporaryDirectory()
         let bus = try await offThePool { try PrivateBus() }
-        let provider = try await offThePool { try HostileProvider(in: directory, tokenResponse: """
-            {"access_token": "at-1", "token_type": "Bearer", "expires_in": \(expiresIn), "refresh_token": "rt-1"}
-            """) }
+        let provider = try await offThePool {
+            try HostileProvider(
+                in: directory,
+                tokenResponse: """
+                    {"access_token": "at-1", "token_type": "Bearer", "expires_in": \(expiresIn), "refresh_token": "rt-1"}
+                    """)
+        }
         let brokerd = try await offThePool {
-            try Brokerd(bus: bus, authority: provider.authority, stateDirectory: directory.path + "/state", browser: "/bin/true")
+            try Brokerd(
+                bus: bus, authority: provider.authority, stateDirectory: directory.path + "/state", browser: "/bin/true"
+            )
         }
         let connection = try await offThePool { try DBusConnection(address: bus.address) }
         defer { connection.close() }
-        let outcome = await Self.call(connection, Broker1Method.signInWithPassword.rawValue,
-                                      [.string("mail-app"), .string("eve@example.com"), .string("pw"), .strings(["User.Read"])])
+        let outcome = await Self.call(
+            connection, Broker1Method.signInWithPassword.rawValue,
+            [.string("mail-app"), .string("eve@example.com"), .string("pw"), .strings(["User.Read"])])
         #expect(await Self.answers(connection), "brokerd died: \(Self.crashReport(brokerd.process))")
         switch outcome {
         case .success(let values):
@@ -422,8 +550,9 @@ struct CrashReproductionTests {
     /// backtracer is still writing).
     static func answers(_ connection: DBusConnection) async -> Bool {
         do {
-            _ = try await connection.call(destination: Fuzz.service, path: Fuzz.path, interface: Fuzz.peer, member: "Ping",
-                                          timeout: .seconds(10))
+            _ = try await connection.call(
+                destination: Fuzz.service, path: Fuzz.path, interface: Fuzz.peer, member: "Ping",
+                timeout: .seconds(10))
             return true
         } catch {
             return false
@@ -432,14 +561,20 @@ struct CrashReproductionTests {
 
     /// The lines of a crashed process's output that say where it crashed.
     static func crashReport(_ process: ChildProcess) -> String {
-        let lines = process.stderrLines.filter { $0.contains("Fatal error") || $0.contains("crashed") || $0.contains("Sources/") }
+        let lines = process.stderrLines.filter {
+            $0.contains("Fatal error") || $0.contains("crashed") || $0.contains("Sources/")
+        }
         return lines.prefix(6).joined(separator: "\n")
     }
 
-    static func call(_ connection: DBusConnection, _ member: String, _ arguments: [DBusValue]) async -> Result<[DBusValue], DBusError> {
+    static func call(_ connection: DBusConnection, _ member: String, _ arguments: [DBusValue]) async -> Result<
+        [DBusValue], DBusError
+    > {
         do {
-            return .success(try await connection.call(destination: Fuzz.service, path: Fuzz.path, interface: Fuzz.interface,
-                                                      member: member, arguments: arguments, timeout: .seconds(15)))
+            return .success(
+                try await connection.call(
+                    destination: Fuzz.service, path: Fuzz.path, interface: Fuzz.interface,
+                    member: member, arguments: arguments, timeout: .seconds(15)))
         } catch let error as DBusError {
             return .failure(error)
         } catch {
@@ -457,7 +592,9 @@ final class HostileProvider: @unchecked Sendable {
     let authority: String
 
     init(in directory: TemporaryDirectory, tokenResponse: String) throws {
-        let script = try directory.write("hostile_provider.py", #"""
+        let script = try directory.write(
+            "hostile_provider.py",
+            #"""
             import http.server, json, sys
             TOKEN = sys.argv[1].encode()
             class Handler(http.server.BaseHTTPRequestHandler):
@@ -487,7 +624,8 @@ final class HostileProvider: @unchecked Sendable {
             print("listening on http://127.0.0.1:%d" % server.server_port, flush=True)
             server.serve_forever()
             """#)
-        process = try ChildProcess("hostile provider", executable: "/usr/bin/python3", arguments: [script, tokenResponse])
+        process = try ChildProcess(
+            "hostile provider", executable: "/usr/bin/python3", arguments: [script, tokenResponse])
         let line = try process.waitForLine(timeout: .seconds(20)) { $0.hasPrefix("listening on ") }
         authority = String(line.dropFirst("listening on ".count)).trimmingCharacters(in: .whitespaces) + "/t/v2.0"
     }

@@ -12,13 +12,16 @@ struct CallerPolicyTests {
     @Test("a clientId bound to executables serves those programs only; other clientIds serve anyone")
     func executableBinding() throws {
         let directory = try TemporaryDirectory()
-        let config = try directory.write("brokerd.json", """
+        let config = try directory.write(
+            "brokerd.json",
+            """
             {"clients": [{"clientId": "mail-app", "allowedExecutables": ["\(Binaries.path("brokerctl"))"]},
                          {"clientId": "calendar-app"}]}
             """)
         let env = try BrokerEnvironment(brokerArguments: ["--config", config])
         #expect(try env.signIn(TestUsers.alice, client: "mail-app").status == 0)
-        #expect(try env.brokerctl(["current-account", "--client-id", "mail-app"]).stdout.contains(TestUsers.alice.username))
+        #expect(
+            try env.brokerctl(["current-account", "--client-id", "mail-app"]).stdout.contains(TestUsers.alice.username))
 
         let stranger = try env.gdbusCall(.getCurrentAccount, ["mail-app"])
         #expect(stranger.status != 0)
@@ -33,27 +36,40 @@ struct CallerPolicyTests {
         #expect(other.stdout.contains(TestUsers.alice.username))
     }
 
-    @Test("a caller of another user is refused with AccessDenied, on a bus that lets it connect",
-          .enabled(if: isRoot, "needs root to run a client as another user"))
+    @Test(
+        "a caller of another user is refused with AccessDenied, on a bus that lets it connect",
+        .enabled(if: isRoot, "needs root to run a client as another user"))
     func otherUserRefused() throws {
         // A bus that admits every user (a session bus admits only its own): the broker's own check must hold.
         let env = try BrokerEnvironment(busConfig: PrivateBus.configuration(everyUser: true))
         #expect(try env.signIn(TestUsers.alice, client: "mail-app").status == 0)
-        for method in [[Broker1Method.getCurrentAccount.rawValue, "string:mail-app"], [Broker1Method.getDeviceInformation.rawValue],
-                       [Broker1Method.getAccounts.rawValue, "string:mail-app"]] {
-            let call = try ChildProcess("dbus-send as nobody", executable: "/usr/bin/setpriv", arguments: [
-                "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/dbus-send", "--bus=\(env.bus.address)",
-                "--print-reply", "--reply-timeout=5000", "--dest=io.shareddevice.Broker1", "/io/shareddevice/Broker1",
-                "io.shareddevice.Broker1.\(method[0])"] + method.dropFirst())
+        for method in [
+            [Broker1Method.getCurrentAccount.rawValue, "string:mail-app"],
+            [Broker1Method.getDeviceInformation.rawValue],
+            [Broker1Method.getAccounts.rawValue, "string:mail-app"],
+        ] {
+            let call = try ChildProcess(
+                "dbus-send as nobody", executable: "/usr/bin/setpriv",
+                arguments: [
+                    "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/dbus-send",
+                    "--bus=\(env.bus.address)",
+                    "--print-reply", "--reply-timeout=5000", "--dest=io.shareddevice.Broker1",
+                    "/io/shareddevice/Broker1",
+                    "io.shareddevice.Broker1.\(method[0])",
+                ] + method.dropFirst())
             #expect(try call.waitForExit(timeout: .seconds(10)) != 0, "\(method[0])")
-            #expect(call.stderrText.contains("io.shareddevice.Broker1.Error.AccessDenied"), "\(method[0]): \(call.stderrText)")
+            #expect(
+                call.stderrText.contains("io.shareddevice.Broker1.Error.AccessDenied"),
+                "\(method[0]): \(call.stderrText)")
         }
         // Nothing changed, and the broker's own user is still served.
-        #expect(try env.brokerctl(["current-account", "--client-id", "mail-app"]).stdout.contains(TestUsers.alice.username))
+        #expect(
+            try env.brokerctl(["current-account", "--client-id", "mail-app"]).stdout.contains(TestUsers.alice.username))
     }
 
-    @Test("the administrator's configuration sets the device mode over --config and --device-mode",
-          .enabled(if: isRoot, "needs root to make a root-owned file that is not the real /etc one"))
+    @Test(
+        "the administrator's configuration sets the device mode over --config and --device-mode",
+        .enabled(if: isRoot, "needs root to make a root-owned file that is not the real /etc one"))
     func administratorWins() throws {
         let directory = try TemporaryDirectory()
         let admin = try directory.write("admin.conf", #"{"deviceMode": "default"}"#)
@@ -66,16 +82,25 @@ struct CallerPolicyTests {
 
         // A file someone else could have written is no administrator's: brokerd refuses to start.
         chown(admin, 65534, 65534)
-        let refused = try ChildProcess("brokerd", executable: Binaries.path("brokerd"), arguments: [
-            "--address", env.bus.address, "--authority", env.idp.authority, "--state-dir", directory.path + "/state2",
-            "--admin-config", admin])
+        let refused = try ChildProcess(
+            "brokerd", executable: Binaries.path("brokerd"),
+            arguments: [
+                "--address", env.bus.address, "--authority", env.idp.authority, "--state-dir",
+                directory.path + "/state2",
+                "--admin-config", admin,
+            ])
         #expect(try refused.waitForExit(timeout: .seconds(10)) == 1)
-        #expect(refused.stderrText.contains("must belong to root and be writable by nobody else"), "\(refused.stderrText)")
+        #expect(
+            refused.stderrText.contains("must belong to root and be writable by nobody else"), "\(refused.stderrText)")
         chown(admin, 0, 0)
         chmod(admin, 0o666)
-        let writable = try ChildProcess("brokerd", executable: Binaries.path("brokerd"), arguments: [
-            "--address", env.bus.address, "--authority", env.idp.authority, "--state-dir", directory.path + "/state3",
-            "--admin-config", admin])
+        let writable = try ChildProcess(
+            "brokerd", executable: Binaries.path("brokerd"),
+            arguments: [
+                "--address", env.bus.address, "--authority", env.idp.authority, "--state-dir",
+                directory.path + "/state3",
+                "--admin-config", admin,
+            ])
         #expect(try writable.waitForExit(timeout: .seconds(10)) == 1)
         #expect(writable.stderrText.contains("mode 666"), "\(writable.stderrText)")
     }

@@ -7,12 +7,17 @@ import Testing
 /// The client library (`SharedDeviceClient`) over a real bus, against the real brokerd and idp-sim.
 @Suite("Client library: PublicClientApplication against brokerd", .serialized)
 struct ClientLibraryTests {
-    private func application(_ env: BrokerEnvironment, _ clientId: String = "mail-app") throws -> PublicClientApplication {
-        try PublicClientApplication(clientId: clientId, configuration: BrokerClientConfiguration(busAddress: env.bus.address))
+    private func application(_ env: BrokerEnvironment, _ clientId: String = "mail-app") throws
+        -> PublicClientApplication
+    {
+        try PublicClientApplication(
+            clientId: clientId, configuration: BrokerClientConfiguration(busAddress: env.bus.address))
     }
 
-    private func expectError(_ expected: BrokerErrorCode, _ body: () async throws -> Void,
-                             sourceLocation: SourceLocation = #_sourceLocation) async {
+    private func expectError(
+        _ expected: BrokerErrorCode, _ body: () async throws -> Void,
+        sourceLocation: SourceLocation = #_sourceLocation
+    ) async {
         do {
             try await body()
             Issue.record("expected \(expected.rawValue), got success", sourceLocation: sourceLocation)
@@ -33,7 +38,8 @@ struct ClientLibraryTests {
         let before = try await app.currentAccount()
         #expect(before.current == nil && before.previous == nil)
 
-        let result = try await app.signIn(username: TestUsers.alice.username, password: TestUsers.alice.password, scopes: ["User.Read"])
+        let result = try await app.signIn(
+            username: TestUsers.alice.username, password: TestUsers.alice.password, scopes: ["User.Read"])
         #expect(result.account.username == TestUsers.alice.username)
         #expect(result.authorizationHeader == "Bearer \(result.accessToken)")
 
@@ -41,14 +47,18 @@ struct ClientLibraryTests {
         #expect(seen.current?.username == TestUsers.alice.username)
         #expect(try await app.accounts().map(\.username) == [TestUsers.alice.username])
 
-        let silent = try await app.acquireTokenSilent(SilentTokenParameters(scopes: ["User.Read"], account: seen.current))
+        let silent = try await app.acquireTokenSilent(
+            SilentTokenParameters(scopes: ["User.Read"], account: seen.current))
         #expect(silent.accessToken == result.accessToken)
-        let refreshed = try await app.acquireTokenSilent(SilentTokenParameters(scopes: ["User.Read"], forceRefresh: true))
+        let refreshed = try await app.acquireTokenSilent(
+            SilentTokenParameters(scopes: ["User.Read"], forceRefresh: true))
         #expect(refreshed.account == result.account)
 
         // The token works at the resource, as the tutorial's Graph call uses it.
-        let me = try await HTTPClient.shared.send(.get(env.idp.baseURL + "/v1.0/me",
-                                                       headers: [HTTPHeader("Authorization", silent.authorizationHeader)]))
+        let me = try await HTTPClient.shared.send(
+            .get(
+                env.idp.baseURL + "/v1.0/me",
+                headers: [HTTPHeader("Authorization", silent.authorizationHeader)]))
         #expect(me.status == 200)
 
         try await app.signOut(account: seen.current, parameters: SignoutParameters(signoutFromBrowser: true))
@@ -65,14 +75,18 @@ struct ClientLibraryTests {
 
         await expectError(.noAccount) { try await mail.signOut(account: nil) }
         await expectError(.invalidPassword) {
-            _ = try await mail.signIn(username: TestUsers.alice.username, password: "wrong-Passw0rd!", scopes: ["User.Read"])
+            _ = try await mail.signIn(
+                username: TestUsers.alice.username, password: "wrong-Passw0rd!", scopes: ["User.Read"])
         }
         await expectError(.userNotFound) {
-            _ = try await mail.signIn(username: "nobody@contoso.example", password: "whatever-Passw0rd!", scopes: ["User.Read"])
+            _ = try await mail.signIn(
+                username: "nobody@contoso.example", password: "whatever-Passw0rd!", scopes: ["User.Read"])
         }
-        _ = try await mail.signIn(username: TestUsers.alice.username, password: TestUsers.alice.password, scopes: ["User.Read"])
+        _ = try await mail.signIn(
+            username: TestUsers.alice.username, password: TestUsers.alice.password, scopes: ["User.Read"])
         await expectError(.accountAlreadySignedIn) {
-            _ = try await calendar.signIn(username: TestUsers.bob.username, password: TestUsers.bob.password, scopes: ["User.Read"])
+            _ = try await calendar.signIn(
+                username: TestUsers.bob.username, password: TestUsers.bob.password, scopes: ["User.Read"])
         }
         // Calendar never signed in, and gets a token of its own all the same (single sign-on).
         let calendarToken = try await calendar.acquireTokenSilent(SilentTokenParameters(scopes: ["User.Read"]))
@@ -91,8 +105,10 @@ struct ClientLibraryTests {
 
         // No bus at all.
         #expect(throws: BrokerError.self) {
-            try PublicClientApplication(clientId: "mail-app", configuration: BrokerClientConfiguration(
-                busAddress: "unix:path=\(env.directory.path)/no-such-bus"))
+            try PublicClientApplication(
+                clientId: "mail-app",
+                configuration: BrokerClientConfiguration(
+                    busAddress: "unix:path=\(env.directory.path)/no-such-bus"))
         }
     }
 
@@ -107,7 +123,8 @@ struct ClientLibraryTests {
         #expect(try queries.currentAccount() == (nil, nil))
         #expect(try queries.accounts().isEmpty)
 
-        _ = try await app.signIn(username: TestUsers.alice.username, password: TestUsers.alice.password, scopes: ["User.Read"])
+        _ = try await app.signIn(
+            username: TestUsers.alice.username, password: TestUsers.alice.password, scopes: ["User.Read"])
         let seen = try queries.currentAccount()
         #expect(seen.current?.username == TestUsers.alice.username)
         #expect(try queries.accounts() == [try #require(seen.current)])
@@ -132,8 +149,11 @@ struct ClientLibraryTests {
 
         // No bus at all, or none configured.
         #expect {
-            _ = try OneShotQueries(clientId: "mail-app", configuration: BrokerClientConfiguration(
-                busAddress: "unix:path=\(env.directory.path)/no-such-bus")).deviceInformation()
+            _ = try OneShotQueries(
+                clientId: "mail-app",
+                configuration: BrokerClientConfiguration(
+                    busAddress: "unix:path=\(env.directory.path)/no-such-bus")
+            ).deviceInformation()
         } throws: { error in
             (error as? BrokerError)?.message.hasPrefix("cannot connect to the bus: ") == true
         }
@@ -194,7 +214,9 @@ struct ClientLibraryTests {
         #expect(try await app.deviceInformation().deviceMode == .shared)
     }
 
-    @Test("email one-time code: a wrong code keeps the flow, resend replaces the code, the right one signs in, cancel ends a flow")
+    @Test(
+        "email one-time code: a wrong code keeps the flow, resend replaces the code, the right one signs in, cancel ends a flow"
+    )
     func emailCodeFlow() async throws {
         let env = try BrokerEnvironment()
         let app = try application(env)
@@ -226,8 +248,10 @@ struct ClientLibraryTests {
         let app = try application(env)
         let attempt = Task { () async -> Result<TokenResult, BrokerError> in
             do {
-                return .success(try await app.acquireToken(InteractiveTokenParameters(
-                    scopes: ["User.Read"], promptType: .login, loginHint: TestUsers.alice.username)))
+                return .success(
+                    try await app.acquireToken(
+                        InteractiveTokenParameters(
+                            scopes: ["User.Read"], promptType: .login, loginHint: TestUsers.alice.username)))
             } catch let error as BrokerError {
                 return .failure(error)
             } catch {

@@ -23,11 +23,13 @@ struct ContractTests {
 
     static func interfaceLines(in xml: String) throws -> [String] {
         var text = xml
-        while let start = text.range(of: "<!--"), let end = text.range(of: "-->", range: start.upperBound..<text.endIndex) {
+        while let start = text.range(of: "<!--"),
+            let end = text.range(of: "-->", range: start.upperBound..<text.endIndex)
+        {
             text.removeSubrange(start.lowerBound..<end.upperBound)
         }
         guard let start = text.range(of: "<interface name=\"io.shareddevice.Broker1\">"),
-              let end = text.range(of: "</interface>", range: start.upperBound..<text.endIndex)
+            let end = text.range(of: "</interface>", range: start.upperBound..<text.endIndex)
         else { throw ProcessFailure("no io.shareddevice.Broker1 interface in:\n\(xml)") }
         return text[start.lowerBound..<end.upperBound]
             .split(separator: "\n").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
@@ -36,16 +38,21 @@ struct ContractTests {
     @Test("the live introspection is exactly dbus/io.shareddevice.Broker1.xml")
     func introspectionMatchesTheContract() throws {
         let env = try BrokerEnvironment()
-        let process = try ChildProcess("gdbus introspect", executable: "/usr/bin/gdbus", arguments: [
-            "introspect", "--address", env.bus.address, "--dest", "io.shareddevice.Broker1",
-            "--object-path", "/io/shareddevice/Broker1", "--xml"])
+        let process = try ChildProcess(
+            "gdbus introspect", executable: "/usr/bin/gdbus",
+            arguments: [
+                "introspect", "--address", env.bus.address, "--dest", "io.shareddevice.Broker1",
+                "--object-path", "/io/shareddevice/Broker1", "--xml",
+            ])
         #expect(try process.waitForExit() == 0)
         let contractPath = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
             .appendingPathComponent("../../dbus/io.shareddevice.Broker1.xml").standardized.path
         let contract = try String(contentsOfFile: contractPath, encoding: .utf8)
         #expect(try Self.brokerInterface(in: process.stdoutText) == Self.brokerInterface(in: contract))
         // The standard interfaces are there too.
-        for standard in ["org.freedesktop.DBus.Introspectable", "org.freedesktop.DBus.Properties", "org.freedesktop.DBus.Peer"] {
+        for standard in [
+            "org.freedesktop.DBus.Introspectable", "org.freedesktop.DBus.Properties", "org.freedesktop.DBus.Peer",
+        ] {
             #expect(process.stdoutText.contains("<interface name=\"\(standard)\">"))
         }
     }
@@ -54,9 +61,12 @@ struct ContractTests {
     func properties() throws {
         let env = try BrokerEnvironment()
         func property(_ name: String) throws -> String {
-            let process = try ChildProcess("busctl", executable: "/usr/bin/busctl", arguments: [
-                "--address=\(env.bus.address)", "get-property", "io.shareddevice.Broker1",
-                "/io/shareddevice/Broker1", "io.shareddevice.Broker1", name])
+            let process = try ChildProcess(
+                "busctl", executable: "/usr/bin/busctl",
+                arguments: [
+                    "--address=\(env.bus.address)", "get-property", "io.shareddevice.Broker1",
+                    "/io/shareddevice/Broker1", "io.shareddevice.Broker1", name,
+                ])
             try process.waitForExit()
             return process.stdoutText
         }
@@ -65,9 +75,12 @@ struct ContractTests {
         #expect(try property("CurrentAccount") == "a{sv} 0")
         try env.signIn(TestUsers.alice, client: "mail-app")
         #expect(try property("CurrentAccount").contains(TestUsers.alice.username))
-        let set = try ChildProcess("busctl", executable: "/usr/bin/busctl", arguments: [
-            "--address=\(env.bus.address)", "set-property", "io.shareddevice.Broker1",
-            "/io/shareddevice/Broker1", "io.shareddevice.Broker1", "DeviceMode", "s", "default"])
+        let set = try ChildProcess(
+            "busctl", executable: "/usr/bin/busctl",
+            arguments: [
+                "--address=\(env.bus.address)", "set-property", "io.shareddevice.Broker1",
+                "/io/shareddevice/Broker1", "io.shareddevice.Broker1", "DeviceMode", "s", "default",
+            ])
         #expect(try set.waitForExit() != 0)
         #expect(try property("DeviceMode") == "s \"shared\"")
     }
@@ -82,10 +95,20 @@ struct ContractTests {
             (Broker1Method.getCurrentAccount.rawValue, ["'\(long)'"], "InvalidArgument"),
             (Broker1Method.getCurrentAccount.rawValue, ["'has space'"], "InvalidArgument"),
             (Broker1Method.signInWithPassword.rawValue, ["'mail-app'", "''", "'pw'", "@as []"], "InvalidUsername"),
-            (Broker1Method.signInWithPassword.rawValue, ["'mail-app'", "'\(TestUsers.bob.username)'", "'\(TestUsers.bob.password)'", "@as []"], "AccountAlreadySignedIn"),
+            (
+                Broker1Method.signInWithPassword.rawValue,
+                ["'mail-app'", "'\(TestUsers.bob.username)'", "'\(TestUsers.bob.password)'", "@as []"],
+                "AccountAlreadySignedIn"
+            ),
             (Broker1Method.signInWithPassword.rawValue, ["'mail-app'", "'x@y'", "''", "@as []"], "InvalidArgument"),
-            (Broker1Method.acquireTokenSilent.rawValue, ["'mail-app'", "@as []", "'someone-else'", "@a{sv} {}"], "NoAccount"),
-            (Broker1Method.acquireTokenSilent.rawValue, ["'mail-app'", "@as []", "''", "{'forceRefresh': <'yes'>}"], "InvalidArgument"),
+            (
+                Broker1Method.acquireTokenSilent.rawValue, ["'mail-app'", "@as []", "'someone-else'", "@a{sv} {}"],
+                "NoAccount"
+            ),
+            (
+                Broker1Method.acquireTokenSilent.rawValue, ["'mail-app'", "@as []", "''", "{'forceRefresh': <'yes'>}"],
+                "InvalidArgument"
+            ),
             (Broker1Method.signOut.rawValue, ["'mail-app'", "'someone-else'", "@a{sv} {}"], "NoAccount"),
             ("NoSuchMethod", [], "org.freedesktop.DBus.Error.UnknownMethod"),
         ]
@@ -105,11 +128,16 @@ struct ContractTests {
         ]
         // `--bus=` registers on the bus; dbus-send's `--address=` means `--peer=` (no Hello), which the daemon refuses.
         for (method, arguments) in wrongTypes {
-            let process = try ChildProcess("dbus-send", executable: "/usr/bin/dbus-send", arguments: [
-                "--bus=\(env.bus.address)", "--print-reply", "--dest=io.shareddevice.Broker1",
-                "/io/shareddevice/Broker1", "io.shareddevice.Broker1.\(method)"] + arguments)
+            let process = try ChildProcess(
+                "dbus-send", executable: "/usr/bin/dbus-send",
+                arguments: [
+                    "--bus=\(env.bus.address)", "--print-reply", "--dest=io.shareddevice.Broker1",
+                    "/io/shareddevice/Broker1", "io.shareddevice.Broker1.\(method)",
+                ] + arguments)
             #expect(try process.waitForExit() != 0, "\(method) \(arguments) succeeded")
-            #expect(process.stderrText.contains("org.freedesktop.DBus.Error.InvalidArgs"), "\(method): \(process.stderrText)")
+            #expect(
+                process.stderrText.contains("org.freedesktop.DBus.Error.InvalidArgs"),
+                "\(method): \(process.stderrText)")
         }
         let seen = try env.brokerctl(["current-account", "--client-id", "mail-app", "--json"]).json()
         #expect((seen["current"] as? [String: Any])?["username"] as? String == TestUsers.alice.username)
@@ -130,21 +158,29 @@ struct ContractTests {
     @Test("a second brokerd on the same bus says the name is taken and exits non-zero")
     func nameTaken() throws {
         let env = try BrokerEnvironment()
-        let second = try ChildProcess("brokerd 2", executable: Binaries.path("brokerd"), arguments: [
-            "--address", env.bus.address, "--authority", env.idp.authority,
-            "--state-dir", env.directory.path + "/state2", "--token-storage", "plaintext-file"])
+        let second = try ChildProcess(
+            "brokerd 2", executable: Binaries.path("brokerd"),
+            arguments: [
+                "--address", env.bus.address, "--authority", env.idp.authority,
+                "--state-dir", env.directory.path + "/state2", "--token-storage", "plaintext-file",
+            ])
         #expect(try second.waitForExit(timeout: .seconds(20)) != 0)
         #expect(second.stderrText.contains("already taken"))
     }
 
-    @Test("a second brokerd on another bus with the same state directory refuses to start, naming the first; the first goes on")
+    @Test(
+        "a second brokerd on another bus with the same state directory refuses to start, naming the first; the first goes on"
+    )
     func stateDirectoryTaken() throws {
         let env = try BrokerEnvironment()
         #expect(try env.signIn(TestUsers.alice, client: "mail-app").status == 0)
         let otherBus = try PrivateBus()
-        let second = try ChildProcess("brokerd 2", executable: Binaries.path("brokerd"), arguments: [
-            "--address", otherBus.address, "--authority", env.idp.authority,
-            "--state-dir", env.stateDirectory, "--token-storage", "plaintext-file"])
+        let second = try ChildProcess(
+            "brokerd 2", executable: Binaries.path("brokerd"),
+            arguments: [
+                "--address", otherBus.address, "--authority", env.idp.authority,
+                "--state-dir", env.stateDirectory, "--token-storage", "plaintext-file",
+            ])
         #expect(try second.waitForExit(timeout: .seconds(20)) != 0)
         #expect(second.stderrText.contains("another brokerd (pid \(env.brokerd.process.pid))"), "\(second.stderrText)")
         #expect(second.stderrText.contains("--state-dir"))
@@ -165,9 +201,12 @@ struct ContractTests {
     @Test("a bad authority or an unusable state file gets a clear message")
     func startupErrors() throws {
         let env = try BrokerEnvironment()
-        let insecure = try ChildProcess("brokerd", executable: Binaries.path("brokerd"), arguments: [
-            "--address", env.bus.address, "--authority", "http://login.example.com/tenant/v2.0",
-            "--state-dir", env.directory.path + "/s3"])
+        let insecure = try ChildProcess(
+            "brokerd", executable: Binaries.path("brokerd"),
+            arguments: [
+                "--address", env.bus.address, "--authority", "http://login.example.com/tenant/v2.0",
+                "--state-dir", env.directory.path + "/s3",
+            ])
         #expect(try insecure.waitForExit() != 0)
         #expect(insecure.stderrText.contains("HTTPS"))
 
@@ -175,7 +214,9 @@ struct ContractTests {
         _ = try env.brokerd.stop()
         try "{not json".write(toFile: env.stateDirectory + "/state.json", atomically: false, encoding: .utf8)
         try env.restartBroker()
-        let kept = try FileManager.default.contentsOfDirectory(atPath: env.stateDirectory).filter { $0.contains("broken") }
+        let kept = try FileManager.default.contentsOfDirectory(atPath: env.stateDirectory).filter {
+            $0.contains("broken")
+        }
         #expect(kept.count == 1)
         let seen = try env.brokerctl(["current-account", "--client-id", "mail-app", "--json"]).json()
         #expect(seen["current"] is NSNull)

@@ -11,7 +11,9 @@ struct CrashRecoveryTests {
     /// `CRASH_CYCLES` and `CRASH_SEED` in the environment change the run (a failure prints its seed).
     static let cycles = Int(ProcessInfo.processInfo.environment["CRASH_CYCLES"] ?? "") ?? 200
 
-    @Test("200 cycles of sign-in, refresh, sign-out and query, each with brokerd SIGKILLed at a random moment (200 kills) and restarted on the same state")
+    @Test(
+        "200 cycles of sign-in, refresh, sign-out and query, each with brokerd SIGKILLed at a random moment (200 kills) and restarted on the same state"
+    )
     func killedAtRandomMoments() async throws {
         let seed = UInt64(ProcessInfo.processInfo.environment["CRASH_SEED"] ?? "") ?? UInt64.random(in: 1...UInt64.max)
         let run = try await CrashRun(seed: seed)
@@ -77,8 +79,10 @@ final class CrashRun: @unchecked Sendable {
     private var apps: [String: PublicClientApplication] = [:]
     private var model = Model()
     private var deviceId: String?
-    private let users: [String: User] = [TestUsers.alice.username: (TestUsers.alice.username, TestUsers.alice.password),
-                                         TestUsers.bob.username: (TestUsers.bob.username, TestUsers.bob.password)]
+    private let users: [String: User] = [
+        TestUsers.alice.username: (TestUsers.alice.username, TestUsers.alice.password),
+        TestUsers.bob.username: (TestUsers.bob.username, TestUsers.bob.password),
+    ]
     private let clients = TestUsers.clients
     /// Per kind of operation, the kill window (ms); adjusted so that about half the kills come
     /// before the broker's reply and half after.
@@ -108,8 +112,10 @@ final class CrashRun: @unchecked Sendable {
             try Brokerd(bus: bus, authority: idp.authority, stateDirectory: stateDirectory, browser: "/bin/false")
         }
         for client in clients {
-            apps[client] = try PublicClientApplication(clientId: client, configuration: BrokerClientConfiguration(
-                busAddress: bus.address, queryTimeout: .seconds(10), tokenTimeout: .seconds(15)))
+            apps[client] = try PublicClientApplication(
+                clientId: client,
+                configuration: BrokerClientConfiguration(
+                    busAddress: bus.address, queryTimeout: .seconds(10), tokenTimeout: .seconds(15)))
         }
     }
 
@@ -117,8 +123,9 @@ final class CrashRun: @unchecked Sendable {
         print("crash run: seed \(seed) (CRASH_SEED=\(seed) repeats it), \(cycles) cycles")
         let start = ContinuousClock.now
         // A first sign-in, not interrupted, so that there is a state file with a device id.
-        _ = try await apps["mail-app"]!.signIn(username: TestUsers.alice.username, password: TestUsers.alice.password,
-                                               scopes: ["User.Read"])
+        _ = try await apps["mail-app"]!.signIn(
+            username: TestUsers.alice.username, password: TestUsers.alice.password,
+            scopes: ["User.Read"])
         model.current = TestUsers.alice.username
         deviceId = try StateFileSnapshot.readResolved(in: stateDirectory)?.deviceId
         try #require(deviceId != nil)
@@ -143,8 +150,10 @@ final class CrashRun: @unchecked Sendable {
         let before = try StateFileSnapshot.readResolved(in: stateDirectory)
         try #require(before != nil, "\(context): no state file")
         // What the restarted broker answered was written: the file is the model.
-        try #require(before!.current == model.current && clients.allSatisfy { before!.lastSeen($0) == (model.lastSeen[$0] ?? nil) },
-                     "\(context): the state file is not the model \(model): \(before!)")
+        try #require(
+            before!.current == model.current
+                && clients.allSatisfy { before!.lastSeen($0) == (model.lastSeen[$0] ?? nil) },
+            "\(context): the state file is not the model \(model): \(before!)")
         let operation = choose(before!)
         let viaBrokerctl = Int.random(in: 0..<4, using: &random) == 0
         stats.byKind[operation.kind, default: 0] += 1
@@ -170,26 +179,49 @@ final class CrashRun: @unchecked Sendable {
         window[operation.kind] = min(400, max(1, window[operation.kind]! * (outcome.replied ? 0.9 : 1.1)))
 
         // The file is whole, and it is the state before the change or the state after it.
-        try #require(StateFileSnapshot.brokenFiles(in: stateDirectory).isEmpty, "\(context): \(StateFileSnapshot.brokenFiles(in: stateDirectory))")
-        let after = try #require(try StateFileSnapshot.readResolved(in: stateDirectory), "\(context): the state file is gone")
+        try #require(
+            StateFileSnapshot.brokenFiles(in: stateDirectory).isEmpty,
+            "\(context): \(StateFileSnapshot.brokenFiles(in: stateDirectory))")
+        let after = try #require(
+            try StateFileSnapshot.readResolved(in: stateDirectory), "\(context): the state file is gone")
         try #require(after.deviceId == deviceId, "\(context): the device id changed: \(after)")
         let unchanged = after.canonical() == before!.canonical()
         let changed = isAfter(operation, before: before!, after: after)
-        try #require(unchanged || changed,
-                     "\(context): after \(operation) (\(outcome.replied ? "replied \(outcome.error ?? "success")" : "killed before the reply: \(outcome.detail)")) the state is neither the one before nor the one after.\nbefore: \(before!)\nafter:  \(after)")
+        let ending =
+            outcome.replied ? "replied \(outcome.error ?? "success")" : "killed before the reply: \(outcome.detail)"
+        try #require(
+            unchanged || changed,
+            Comment(
+                rawValue:
+                    "\(context): after \(operation) (\(ending)) the state is neither the one before nor the one after."
+                    + "\nbefore: \(before!)\nafter:  \(after)")
+        )
         try checkInvariants(after, context: context)
         if outcome.replied {
             stats.repliedBeforeKill += 1
             if outcome.error != nil { stats.refusedByBroker += 1 }
             // A reply means the change (if any) was written first.
             if outcome.error == nil {
-                try #require(changed, "\(context): \(operation) replied success but the file is not the state after it.\nbefore: \(before!)\nafter:  \(after)")
+                try #require(
+                    changed,
+                    Comment(
+                        rawValue:
+                            "\(context): \(operation) replied success but the file is not the state after it.\nbefore: "
+                            + "\(before!)\nafter:  \(after)")
+                )
             } else if operation.kind != "refresh" {
-                try #require(unchanged, "\(context): \(operation) was refused (\(outcome.error!)) but the state changed.\nbefore: \(before!)\nafter:  \(after)")
+                try #require(
+                    unchanged,
+                    Comment(
+                        rawValue:
+                            "\(context): \(operation) was refused (\(outcome.error!)) but the state changed.\nbefore: "
+                            + "\(before!)\nafter:  \(after)")
+                )
             }
             if let queried = outcome.queried {
-                try #require(queried.current == model.current && queried.previous == (model.lastSeen[operation.client] ?? nil),
-                             "\(context): \(operation) answered \(queried), the model says \(model)")
+                try #require(
+                    queried.current == model.current && queried.previous == (model.lastSeen[operation.client] ?? nil),
+                    "\(context): \(operation) answered \(queried), the model says \(model)")
             }
         } else if unchanged {
             stats.interruptedBefore += 1
@@ -211,8 +243,14 @@ final class CrashRun: @unchecked Sendable {
             let seen = try await currentAccount(client, viaBrokerctl: client == viaCtl, context: context)
             stats.brokerCheckCalls += 1
             let expectedPrevious = model.lastSeen[client] ?? nil
-            try #require(seen.current == model.current && seen.previous == expectedPrevious,
-                         "\(context): after \(operation) and a restart, \(client) got current \(seen.current ?? "none"), previous \(seen.previous ?? "none"); expected current \(model.current ?? "none"), previous \(expectedPrevious ?? "none")")
+            try #require(
+                seen.current == model.current && seen.previous == expectedPrevious,
+                """
+                \(context): after \(operation) and a restart, \(client) got current \(seen.current ?? "none"), \
+                previous \(seen.previous ?? "none"); expected current \(model.current ?? "none"), \
+                previous \(expectedPrevious ?? "none")
+                """
+            )
             model.lastSeen[client] = seen.current
         }
     }
@@ -225,7 +263,7 @@ final class CrashRun: @unchecked Sendable {
         guard let current = state.current else {
             if roll < 75 { return .signIn(client: client, user: users.keys.sorted().randomElement(using: &random)!) }
             if roll < 90 { return .query(client: client) }
-            return .signOut(client: client)   // NoAccount: nothing changes
+            return .signOut(client: client)  // NoAccount: nothing changes
         }
         let holders = clients.filter { state.refreshToken($0) != nil }
         switch roll {
@@ -271,7 +309,9 @@ final class CrashRun: @unchecked Sendable {
         var stdin: String?
         switch operation {
         case .signIn(let client, let user):
-            arguments = ["sign-in", "--client-id", client, "--username", user, "--password-stdin", "--scope", "User.Read"]
+            arguments = [
+                "sign-in", "--client-id", client, "--username", user, "--password-stdin", "--scope", "User.Read",
+            ]
             stdin = users[user]!.password + "\n"
         case .refresh(let client):
             arguments = ["token", "--client-id", client, "--scope", "User.Read", "--force-refresh"]
@@ -280,8 +320,9 @@ final class CrashRun: @unchecked Sendable {
         case .query(let client):
             arguments = ["current-account", "--client-id", client]
         }
-        return try CommandProcess("brokerctl", executable: Binaries.path("brokerctl"),
-                                  arguments: arguments + ["--json", "--address", bus.address], stdin: stdin)
+        return try CommandProcess(
+            "brokerctl", executable: Binaries.path("brokerctl"),
+            arguments: arguments + ["--json", "--address", bus.address], stdin: stdin)
     }
 
     private static func outcome(of process: CommandProcess) throws -> Outcome {
@@ -325,10 +366,13 @@ final class CrashRun: @unchecked Sendable {
         }
         let log = brokerd.process.stderrText
         try #require(!log.contains("cannot be used"), "\(context): the restarted brokerd did not use its state: \(log)")
-        try #require(StateFileSnapshot.brokenFiles(in: stateDirectory).isEmpty, "\(context): a state file was moved aside")
+        try #require(
+            StateFileSnapshot.brokenFiles(in: stateDirectory).isEmpty, "\(context): a state file was moved aside")
     }
 
-    private func currentAccount(_ client: String, viaBrokerctl: Bool, context: String) async throws -> (current: String?, previous: String?) {
+    private func currentAccount(_ client: String, viaBrokerctl: Bool, context: String) async throws -> (
+        current: String?, previous: String?
+    ) {
         if viaBrokerctl {
             let address = bus.address
             let result = try await offThePool {
@@ -337,7 +381,10 @@ final class CrashRun: @unchecked Sendable {
             try #require(result.status == 0, "\(context): brokerctl current-account failed: \(result.stderr)")
             let json: [String: Any]
             do { json = try result.json() } catch {
-                throw ProcessFailure("\(context): brokerctl current-account printed no JSON: \(error); stdout \(result.stdout.debugDescription), stderr \(result.stderr.debugDescription)")
+                throw ProcessFailure(
+                    "\(context): brokerctl current-account printed no JSON: \(error); stdout "
+                        + "\(result.stdout.debugDescription), stderr \(result.stderr.debugDescription)"
+                )
             }
             return (Self.username(json["current"]), Self.username(json["previous"]))
         }
@@ -357,13 +404,15 @@ final class CrashRun: @unchecked Sendable {
             guard before.current == nil || before.current == user else { return false }
             let fields = [client: StateFileSnapshot.tokenFields]
             return after.current == user && after.account(client) == user && after.refreshToken(client) != nil
-                && after.canonical(withoutCurrent: true, without: fields) == before.canonical(withoutCurrent: true, without: fields)
+                && after.canonical(withoutCurrent: true, without: fields)
+                    == before.canonical(withoutCurrent: true, without: fields)
         case .signOut:
             // Nobody is signed in, no app holds an account or a token, every lastSeen is kept.
             guard before.current != nil else { return false }
             let fields = ["*": StateFileSnapshot.tokenFields]
             return after.current == nil && !clients.contains { after.holdsTokens($0) }
-                && after.canonical(withoutCurrent: true, without: fields) == before.canonical(withoutCurrent: true, without: fields)
+                && after.canonical(withoutCurrent: true, without: fields)
+                    == before.canonical(withoutCurrent: true, without: fields)
         case .refresh(let client):
             // This app's refresh token rotated (or, refused by the provider, it and the access
             // tokens are gone); the account and everything else stay.
@@ -385,10 +434,13 @@ final class CrashRun: @unchecked Sendable {
     private func checkInvariants(_ state: StateFileSnapshot, context: String) throws {
         for client in clients {
             if let current = state.current {
-                try #require(state.account(client) == nil || state.account(client) == current,
-                             "\(context): \(client) holds \(state.account(client)!) while \(current) is signed in: \(state)")
+                try #require(
+                    state.account(client) == nil || state.account(client) == current,
+                    "\(context): \(client) holds \(state.account(client)!) while \(current) is signed in: \(state)")
             } else {
-                try #require(!state.holdsTokens(client), "\(context): \(client) holds tokens while nobody is signed in: \(state)")
+                try #require(
+                    !state.holdsTokens(client), "\(context): \(client) holds tokens while nobody is signed in: \(state)"
+                )
             }
         }
     }
@@ -420,39 +472,69 @@ extension CrashRecoveryTests {
             var testDescription: String { name }
         }
 
-        static let variants: [Variant] = [
-            Variant(name: "corrupt (binary garbage)", bytes: [0x00, 0xFF, 0x7B, 0x22, 0x13, 0x37] + Array("garbage{{".utf8),
+        static let variants: [Variant] =
+            [
+                Variant(
+                    name: "corrupt (binary garbage)",
+                    bytes: [0x00, 0xFF, 0x7B, 0x22, 0x13, 0x37] + Array("garbage{{".utf8),
                     why: "is not valid JSON (15 bytes): it is damaged or was cut short"),
-            Variant(name: "truncated (the first half of a valid file)", bytes: Array(validState.utf8.prefix(validState.utf8.count / 2)),
+                Variant(
+                    name: "truncated (the first half of a valid file)",
+                    bytes: Array(validState.utf8.prefix(validState.utf8.count / 2)),
                     why: "is not valid JSON (\(validState.utf8.count / 2) bytes): it is damaged or was cut short"),
-            Variant(name: "empty (0 bytes)", bytes: [], why: "is empty (0 bytes): it was cut short, or is not the broker's"),
-            Variant(name: "JSON but not a state file", bytes: Array(#"{"hello": "world"}"#.utf8),
+                Variant(
+                    name: "empty (0 bytes)", bytes: [],
+                    why: "is empty (0 bytes): it was cut short, or is not the broker's"),
+                Variant(
+                    name: "JSON but not a state file", bytes: Array(#"{"hello": "world"}"#.utf8),
                     why: "is not a broker state file: it has no format version"),
-            Variant(name: "the right version, a damaged body", bytes: Array(#"{"version": 1, "deviceId": 7, "clients": []}"#.utf8),
+                Variant(
+                    name: "the right version, a damaged body",
+                    bytes: Array(#"{"version": 1, "deviceId": 7, "clients": []}"#.utf8),
                     why: "is damaged:"),
-            Variant(name: "a format version below 1", bytes: Array(#"{"version": 0, "deviceId": "d", "clients": {}}"#.utf8),
+                Variant(
+                    name: "a format version below 1",
+                    bytes: Array(#"{"version": 0, "deviceId": "d", "clients": {}}"#.utf8),
                     why: "is damaged: its format version is 0; versions start at 1"),
-            Variant(name: "version 2 naming an account its table lacks",
-                    bytes: Array(#"{"version": 2, "deviceId": "d", "accounts": {}, "clients": {"mail-app": {"lastSeen": "oid-nobody.t"}}}"#.utf8),
-                    why: #"is damaged: client "mail-app" names account "oid-nobody.t" as its lastSeen, and the accounts table has no such entry"#),
-            Variant(name: "a single sign-on grant with a device secret but not its ID token",
-                    bytes: Array(#"{"version": 2, "deviceId": "d", "clients": {}, "singleSignOn": {"oid-a.t": {"anchor": "mail-app", "deviceSecret": "ds"}}}"#.utf8),
+                Variant(
+                    name: "version 2 naming an account its table lacks",
+                    bytes: Array(
+                        #"{"version": 2, "deviceId": "d", "accounts": {}, "clients": {"mail-app": {"lastSeen": "oid-nobody.t"}}}"#
+                            .utf8),
+                    why:
+                        #"is damaged: client "mail-app" names account "oid-nobody.t" as its lastSeen, and the accounts table has no such entry"#
+                ),
+                Variant(
+                    name: "a single sign-on grant with a device secret but not its ID token",
+                    bytes: Array(
+                        #"{"version": 2, "deviceId": "d", "clients": {}, "singleSignOn": {"oid-a.t": {"anchor": "mail-app", "deviceSecret": "ds"}}}"#
+                            .utf8),
                     why: "is damaged: singleSignOn[oid-a.t] has a device secret without its ID token"),
-            Variant(name: "a single sign-on grant without its anchor",
-                    bytes: Array(#"{"version": 2, "deviceId": "d", "clients": {}, "singleSignOn": {"oid-a.t": {"family": "1"}}}"#.utf8),
+                Variant(
+                    name: "a single sign-on grant without its anchor",
+                    bytes: Array(
+                        #"{"version": 2, "deviceId": "d", "clients": {}, "singleSignOn": {"oid-a.t": {"family": "1"}}}"#
+                            .utf8),
                     why: "is damaged: singleSignOn[oid-a.t] names no anchor"),
-            Variant(name: "mode 0644 (readable by others)", bytes: Array(validState.utf8), mode: 0o644,
+                Variant(
+                    name: "mode 0644 (readable by others)", bytes: Array(validState.utf8), mode: 0o644,
                     why: "has mode 644: others may read its tokens; it must be 0600"),
-            Variant(name: "mode 0620 (group-writable)", bytes: Array(validState.utf8), mode: 0o620,
+                Variant(
+                    name: "mode 0620 (group-writable)", bytes: Array(validState.utf8), mode: 0o620,
                     why: "has mode 620: others may change it; it must be 0600"),
-            Variant(name: "mode 0666 (world-writable)", bytes: Array(validState.utf8), mode: 0o666,
+                Variant(
+                    name: "mode 0666 (world-writable)", bytes: Array(validState.utf8), mode: 0o666,
                     why: "has mode 666: others may change it; it must be 0600"),
-            Variant(name: "a symbolic link to a valid file", bytes: Array(validState.utf8), symlink: true,
+                Variant(
+                    name: "a symbolic link to a valid file", bytes: Array(validState.utf8), symlink: true,
                     why: "is a symbolic link, not the broker's own file"),
-        ] + (getuid() == 0 ? [
-            Variant(name: "another user's file (uid 4242)", bytes: Array(validState.utf8), owner: 4242,
-                    why: "belongs to uid 4242, not to this user (uid 0): someone else wrote it"),
-        ] : [])
+            ]
+            + (getuid() == 0
+                ? [
+                    Variant(
+                        name: "another user's file (uid 4242)", bytes: Array(validState.utf8), owner: 4242,
+                        why: "belongs to uid 4242, not to this user (uid 0): someone else wrote it")
+                ] : [])
 
         @Test("kept aside, logged, and brokerd starts signed out", arguments: variants)
         func keptAside(_ variant: Variant) async throws {
@@ -479,7 +561,9 @@ extension CrashRecoveryTests {
             #expect(log.contains("keptAt=\(aside)"), "\(log)")
             // The copy is the file as it was, byte for byte (for a link: the link itself).
             if variant.symlink {
-                #expect((try? FileManager.default.destinationOfSymbolicLink(atPath: aside)) == env.directory.path + "/elsewhere.json")
+                #expect(
+                    (try? FileManager.default.destinationOfSymbolicLink(atPath: aside)) == env.directory.path
+                        + "/elsewhere.json")
             } else {
                 #expect(try Data(contentsOf: URL(fileURLWithPath: aside)) == Data(variant.bytes))
                 if variant.owner == nil {
@@ -515,7 +599,8 @@ extension CrashRecoveryTests {
             }
             let broken = StateFileSnapshot.brokenFiles(in: env.stateDirectory)
             #expect(broken.count == 2, "\(broken)")
-            let contents = Set(try broken.map { try String(contentsOfFile: env.stateDirectory + "/" + $0, encoding: .utf8) })
+            let contents = Set(
+                try broken.map { try String(contentsOfFile: env.stateDirectory + "/" + $0, encoding: .utf8) })
             #expect(contents == ["first damaged {", "second damaged {"])
         }
 
@@ -533,13 +618,19 @@ extension CrashRecoveryTests {
             } catch {
                 let output = "\(error)"
                 #expect(output.contains("exited (status 1)"), "\(output)")
-                #expect(output.contains("brokerd: \(path) has format 99; this brokerd reads up to 2. Refusing to start rather than lose it; run the newer brokerd, or move the file away."), "\(output)")
+                #expect(
+                    output.contains(
+                        "brokerd: \(path) has format 99; this brokerd reads up to 2. Refusing to start rather than "
+                            + "lose it; run the newer brokerd, or move the file away."
+                    ), "\(output)")
             }
             #expect(try String(contentsOfFile: path, encoding: .utf8) == newer)
             #expect(StateFileSnapshot.brokenFiles(in: env.stateDirectory).isEmpty)
         }
 
-        @Test("a state directory of another user stops the start", .enabled(if: getuid() == 0, "needs root to give the directory to another uid"))
+        @Test(
+            "a state directory of another user stops the start",
+            .enabled(if: getuid() == 0, "needs root to give the directory to another uid"))
         func foreignDirectoryRefused() throws {
             let env = try BrokerEnvironment()
             #expect(try env.brokerd.stop() == 0)
@@ -548,13 +639,22 @@ extension CrashRecoveryTests {
                 try env.restartBroker()
                 Issue.record("brokerd started in a directory of uid 4242")
             } catch {
-                #expect("\(error)".contains("brokerd: cannot use the state directory: \(env.stateDirectory) belongs to uid 4242, not to this user"), "\(error)")
+                #expect(
+                    "\(error)".contains(
+                        "brokerd: cannot use the state directory: \(env.stateDirectory) belongs to uid 4242, not to "
+                            + "this user"
+                    ), "\(error)")
             }
         }
 
-        @Test("another user's file: skipped when not root", .enabled(if: getuid() != 0, "runs as root: the uid 4242 variant of keptAside covers it"))
+        @Test(
+            "another user's file: skipped when not root",
+            .enabled(if: getuid() != 0, "runs as root: the uid 4242 variant of keptAside covers it"))
         func foreignFileNeedsRoot() {
-            print("skipped: giving state.json to another uid needs root; run the tests as root to cover a foreign-owned state file")
+            print(
+                "skipped: giving state.json to another uid needs root; run the tests as root to cover a foreign-owned "
+                    + "state file"
+            )
         }
     }
 }
@@ -579,7 +679,8 @@ extension StateFileSnapshot {
                 for field in ["lastSeen", "account"] {
                     guard let reference = record[field] else { continue }
                     guard let key = reference as? String, let account = table[key] else {
-                        throw ProcessFailure("\(id)'s \(field) names \(reference), which the accounts table lacks: \(self)")
+                        throw ProcessFailure(
+                            "\(id)'s \(field) names \(reference), which the accounts table lacks: \(self)")
                     }
                     record[field] = account
                 }
@@ -600,11 +701,14 @@ extension CrashRecoveryTests {
     @Suite("State file format: version 2, access tokens in memory only, version 1 read", .serialized)
     struct StateFormat {
         static let aliceIdentifier = "oid-alice.\(TestUsers.tenant)"
-        static let alice = #"{"environment":"127.0.0.1","identifier":"oid-alice.\#(TestUsers.tenant)","name":"Alice Example","tenantId":"\#(TestUsers.tenant)","username":"\#(TestUsers.alice.username)"}"#
+        static let alice =
+            #"{"environment":"127.0.0.1","identifier":"oid-alice.\#(TestUsers.tenant)","name":"Alice Example","tenantId":"\#(TestUsers.tenant)","username":"\#(TestUsers.alice.username)"}"#
 
-        @Test("after a sign-in the refresh token is in state.json and the access and ID tokens are not; after a restart the silent call refreshes")
+        @Test(
+            "after a sign-in the refresh token is in state.json and the access and ID tokens are not; after a restart the silent call refreshes"
+        )
         func accessTokensInMemoryOnly() async throws {
-            let env = try BrokerEnvironment()   // --token-storage plaintext-file
+            let env = try BrokerEnvironment()  // --token-storage plaintext-file
             let signedIn = try env.signIn(TestUsers.alice, client: "mail-app").json()
             let accessToken = try #require(signedIn["accessToken"] as? String)
             let idToken = try #require(signedIn["idToken"] as? String)
@@ -615,7 +719,9 @@ extension CrashRecoveryTests {
             // The ID token is there once, as Native SSO's subject with its device secret.
             let sso = (try StateFileSnapshot.read(in: env.stateDirectory))?.object["singleSignOn"] as? [String: Any]
             #expect((sso?[identifier] as? [String: Any])?["idToken"] as? String == idToken)
-            #expect(text.components(separatedBy: idToken).count == 2, "the ID token is in state.json more than once: \(text)")
+            #expect(
+                text.components(separatedBy: idToken).count == 2,
+                "the ID token is in state.json more than once: \(text)")
             #expect(!text.contains("accessTokens"))
             let file = try #require(try StateFileSnapshot.read(in: env.stateDirectory))
             #expect(file.object["version"] as? Int == 2)
@@ -637,7 +743,9 @@ extension CrashRecoveryTests {
             #expect(renewed != accessToken)
             #expect(try await env.tokenRequests("refresh_token") == refreshes + 1)
             let after = try #require(try StateFileSnapshot.read(in: env.stateDirectory))
-            #expect(after.refreshToken("mail-app") != nil && after.refreshToken("mail-app") != refreshToken, "the rotated refresh token is saved")
+            #expect(
+                after.refreshToken("mail-app") != nil && after.refreshToken("mail-app") != refreshToken,
+                "the rotated refresh token is saved")
             #expect(!(try Self.stateText(env)).contains(renewed))
             // And that one is cached again for this run.
             let again = try env.brokerctl(["token", "--client-id", "mail-app", "--scope", "User.Read", "--json"])
@@ -645,14 +753,18 @@ extension CrashRecoveryTests {
             #expect(try await env.tokenRequests("refresh_token") == refreshes + 1)
         }
 
-        @Test("a version 1 file is read (its access tokens dropped and logged without their values) and the next save writes version 2")
+        @Test(
+            "a version 1 file is read (its access tokens dropped and logged without their values) and the next save writes version 2"
+        )
         func version1IsReadAndRewritten() async throws {
             let env = try BrokerEnvironment()
             #expect(try env.signIn(TestUsers.alice, client: "mail-app").status == 0)
             let written = try #require(try StateFileSnapshot.read(in: env.stateDirectory))
             let refreshToken = try #require(written.refreshToken("mail-app"))
-            let account = String(decoding: try JSONSerialization.data(withJSONObject: try #require(written.object["current"]), options: [.sortedKeys]),
-                                 as: UTF8.self)
+            let account = String(
+                decoding: try JSONSerialization.data(
+                    withJSONObject: try #require(written.object["current"]), options: [.sortedKeys]),
+                as: UTF8.self)
             _ = try env.brokerd.stop()
 
             // The file as brokerd wrote it before version 2: whole accounts in every client, and access tokens.
@@ -667,7 +779,9 @@ extension CrashRecoveryTests {
 
             try env.restartBroker()
             let log = env.brokerd.process.stderrText
-            #expect(log.contains("the state file held access tokens (format 1), which are no longer kept at rest"), "\(log)")
+            #expect(
+                log.contains("the state file held access tokens (format 1), which are no longer kept at rest"), "\(log)"
+            )
             #expect(log.contains("accessTokens=1"), "\(log)")
             #expect(!log.contains(legacyToken) && !log.contains(legacyIdToken.split(separator: ".").last ?? ""))
             #expect(!log.contains("cannot be used"), "\(log)")
@@ -678,7 +792,8 @@ extension CrashRecoveryTests {
             let seen = try env.brokerctl(["current-account", "--client-id", "calendar-app", "--json"]).json()
             #expect((seen["current"] as? [String: Any])?["username"] as? String == TestUsers.alice.username)
             #expect((seen["previous"] as? [String: Any])?["username"] as? String == TestUsers.alice.username)
-            #expect(try String(contentsOfFile: path, encoding: .utf8) == version1, "a change-free query rewrote the file")
+            #expect(
+                try String(contentsOfFile: path, encoding: .utf8) == version1, "a change-free query rewrote the file")
 
             // The dropped access token is not handed out: the silent call refreshes, and that save writes version 2.
             let refreshes = try await env.tokenRequests("refresh_token")
@@ -688,7 +803,9 @@ extension CrashRecoveryTests {
             #expect(try await env.tokenRequests("refresh_token") == refreshes + 1)
 
             let text = try Self.stateText(env)
-            #expect(!text.contains(legacyToken) && !text.contains(legacyIdToken) && !text.contains("accessTokens"), "\(text)")
+            #expect(
+                !text.contains(legacyToken) && !text.contains(legacyIdToken) && !text.contains("accessTokens"),
+                "\(text)")
             let raw = try #require(try StateFileSnapshot.read(in: env.stateDirectory))
             #expect(raw.object["version"] as? Int == 2)
             #expect(raw.object["deviceId"] as? String == "22222222-3333-4444-8555-666666666666")
@@ -708,7 +825,9 @@ extension CrashRecoveryTests {
             #expect((later["previous"] as? [String: Any])?["username"] as? String == TestUsers.alice.username)
         }
 
-        @Test("10,000 clientIds of stored state: brokerd starts on them, gives each app its previous account, and writes them back whole")
+        @Test(
+            "10,000 clientIds of stored state: brokerd starts on them, gives each app its previous account, and writes them back whole"
+        )
         func tenThousandClients() async throws {
             let env = try BrokerEnvironment()
             #expect(try env.signIn(TestUsers.alice, client: "mail-app").status == 0)
@@ -716,16 +835,20 @@ extension CrashRecoveryTests {
             let key = try #require((written.object["accounts"] as? [String: Any])?.keys.first)
             _ = try env.brokerd.stop()
 
-            // The benchmark's state (benchmarks/run.py, state_with_clients): each app signed in as alice with a refresh token.
+            // The benchmark's state (benchmarks/run.py, state_with_clients): each app signed in as alice with a refresh
+            // token.
             var object = written.object
             var clients = written.clients
             for index in 0..<10_000 {
                 let clientId = "app-" + String(repeating: "0", count: 5 - String(index).count) + String(index)
-                clients[clientId] = ["lastSeen": key, "account": key, "refreshToken": "rt-\(index)-" + String(repeating: "r", count: 40)]
+                clients[clientId] = [
+                    "lastSeen": key, "account": key, "refreshToken": "rt-\(index)-" + String(repeating: "r", count: 40),
+                ]
             }
             object["clients"] = clients
             let path = env.stateDirectory + "/state.json"
-            try JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]).write(to: URL(fileURLWithPath: path))
+            try JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]).write(
+                to: URL(fileURLWithPath: path))
             #expect(chmod(path, 0o600) == 0)
 
             try env.restartBroker()
@@ -733,8 +856,12 @@ extension CrashRecoveryTests {
             #expect(log.contains("loaded the state file") && log.contains("clients=10001"), "\(log)")
             for clientId in ["app-00000", "app-04242", "app-09999"] {
                 let seen = try env.brokerctl(["current-account", "--client-id", clientId, "--json"]).json()
-                #expect((seen["current"] as? [String: Any])?["username"] as? String == TestUsers.alice.username, "\(clientId)")
-                #expect((seen["previous"] as? [String: Any])?["username"] as? String == TestUsers.alice.username, "\(clientId)")
+                #expect(
+                    (seen["current"] as? [String: Any])?["username"] as? String == TestUsers.alice.username,
+                    "\(clientId)")
+                #expect(
+                    (seen["previous"] as? [String: Any])?["username"] as? String == TestUsers.alice.username,
+                    "\(clientId)")
             }
 
             // A change (a new app's first query) writes all of them back, each account once.
@@ -755,15 +882,19 @@ extension CrashRecoveryTests {
             #expect((again["previous"] as? [String: Any])?["username"] as? String == TestUsers.alice.username)
         }
 
-        @Test("escapes and non-ASCII text survive a load and a save: quotes, backslashes, control characters, \\u escapes and surrogate pairs")
+        @Test(
+            "escapes and non-ASCII text survive a load and a save: quotes, backslashes, control characters, \\u escapes and surrogate pairs"
+        )
         func escapesRoundTrip() throws {
             let env = try BrokerEnvironment()
             _ = try env.brokerd.stop()
             // The name as JSON text with every kind of escape, and what it means; a clientId and a key escaped too.
             let escapedName = #"Zo\u00eb \"Q\" back\\slash tab\t line\n \ud83d\ude00 \/ caf\u00E9 ü"#
             let name = "Zoë \"Q\" back\\slash tab\t line\n 😀 / café ü"
-            let account = #"{"environment":"127.0.0.1","identifier":"oid-zoe.t","name":"\#(escapedName)","tenantId":"t","username":"zoe@contoso.example"}"#
-            let file = #"{"version":2,"deviceId":"33333333-4444-4555-8666-777777777777","current":\#(account),"accounts":{"oid-zoe.t":\#(account)},"clients":{"mail-app":{"lastSeen":"oid-zoe.t"},"caf\u0065-app":{"lastSeen":"oid\u002dzoe.t"}}}"#
+            let account =
+                #"{"environment":"127.0.0.1","identifier":"oid-zoe.t","name":"\#(escapedName)","tenantId":"t","username":"zoe@contoso.example"}"#
+            let file =
+                #"{"version":2,"deviceId":"33333333-4444-4555-8666-777777777777","current":\#(account),"accounts":{"oid-zoe.t":\#(account)},"clients":{"mail-app":{"lastSeen":"oid-zoe.t"},"caf\u0065-app":{"lastSeen":"oid\u002dzoe.t"}}}"#
             let path = env.stateDirectory + "/state.json"
             try file.write(toFile: path, atomically: true, encoding: .utf8)
             #expect(chmod(path, 0o600) == 0)
@@ -773,8 +904,12 @@ extension CrashRecoveryTests {
                 #expect(!env.brokerd.process.stderrText.contains("cannot be used"), "\(env.brokerd.process.stderrText)")
                 for client in ["mail-app", "cafe-app"] {
                     let seen = try env.brokerctl(["current-account", "--client-id", client, "--json"]).json()
-                    #expect((seen["current"] as? [String: Any])?["name"] as? String == name, "round \(round), \(client): \(seen)")
-                    #expect((seen["previous"] as? [String: Any])?["name"] as? String == name, "round \(round), \(client): \(seen)")
+                    #expect(
+                        (seen["current"] as? [String: Any])?["name"] as? String == name,
+                        "round \(round), \(client): \(seen)")
+                    #expect(
+                        (seen["previous"] as? [String: Any])?["name"] as? String == name,
+                        "round \(round), \(client): \(seen)")
                 }
                 // A change, so that the next round reads what this brokerd wrote.
                 _ = try env.brokerctl(["current-account", "--client-id", "new-app-\(round)", "--json"])
@@ -798,7 +933,9 @@ extension CrashRecoveryTests {
     /// brokerd exits 0, and the name is free at once for the next broker.
     @Suite("Clean stop on SIGTERM and SIGINT", .serialized)
     struct Shutdown {
-        @Test("SIGTERM during a slow provider call: the call finishes and is answered, new calls are refused, exit 0, the name is free")
+        @Test(
+            "SIGTERM during a slow provider call: the call finishes and is answered, new calls are refused, exit 0, the name is free"
+        )
         func sigtermWhileProviderIsSlow() async throws {
             let env = try BrokerEnvironment()
             // Discovery and keys first, so that the slow call below is the token request itself.
@@ -808,36 +945,48 @@ extension CrashRecoveryTests {
 
             let brokerd = env.brokerd.process
             let mark = brokerd.stderrLines.count
-            let signIn = try env.startBrokerctl(["sign-in", "--client-id", "calendar-app", "--username", TestUsers.alice.username,
-                                                 "--password-stdin", "--scope", "User.Read", "--json"])
+            let signIn = try env.startBrokerctl([
+                "sign-in", "--client-id", "calendar-app", "--username", TestUsers.alice.username,
+                "--password-stdin", "--scope", "User.Read", "--json",
+            ])
             try signIn.type(TestUsers.alice.password)
             signIn.closeStdin()
             // In flight: brokerd logged the call, and the provider holds its answer for 3 s.
             try await offThePool {
-                try brokerd.waitForLine(after: mark, timeout: .seconds(10), stderr: true) { $0.contains("sign-in with password started") }
+                try brokerd.waitForLine(after: mark, timeout: .seconds(10), stderr: true) {
+                    $0.contains("sign-in with password started")
+                }
             }
             let stopAsked = ContinuousClock.now
             brokerd.signal(SIGTERM)
             try await offThePool {
-                try brokerd.waitForLine(after: mark, timeout: .seconds(5), stderr: true) { $0.contains("waiting for the calls in flight") }
+                try brokerd.waitForLine(after: mark, timeout: .seconds(5), stderr: true) {
+                    $0.contains("waiting for the calls in flight")
+                }
             }
 
             // While it waits, a new call is answered at once, with an error that says why.
             let late = try env.brokerctl(["current-account", "--client-id", "notes-app"], timeout: .seconds(5))
             #expect(late.status == 1)
-            #expect(late.stderr.contains("io.shareddevice.Broker1.Error.Cancelled: brokerd is stopping"), "\(late.stderr)")
+            #expect(
+                late.stderr.contains("io.shareddevice.Broker1.Error.Cancelled: brokerd is stopping"), "\(late.stderr)")
 
             // The call in flight gets its real answer, then brokerd exits 0.
             let status = try await offThePool { try signIn.waitForExit(timeout: .seconds(15)) }
             #expect(status == 0, "\(signIn.allOutput)")
             #expect(!signIn.allOutput.contains("NoReply"))
-            #expect((try CommandResult(status: status, stdout: signIn.stdoutText, stderr: "").json()["account"] as? [String: Any])?["username"] as? String
+            #expect(
+                (try CommandResult(status: status, stdout: signIn.stdoutText, stderr: "").json()["account"]
+                    as? [String: Any])?["username"] as? String
                     == TestUsers.alice.username)
             let exit = try await offThePool { try brokerd.waitForExit(timeout: .seconds(15)) }
             let took = ContinuousClock.now - stopAsked
             #expect(exit == 0, "\(brokerd.stderrText)")
             #expect(took < .seconds(8), "stopping took \(took)")
-            print("clean stop: SIGTERM during a 3 s provider call; the call was answered and brokerd exited 0 after \(String(format: "%.2f", took.seconds)) s")
+            print(
+                "clean stop: SIGTERM during a 3 s provider call; the call was answered and brokerd exited 0 after "
+                    + "\(String(format: "%.2f", took.seconds)) s"
+            )
 
             // The name is free at once, and the new broker has the change the stop waited for.
             try env.restartBroker()
@@ -846,18 +995,21 @@ extension CrashRecoveryTests {
             #expect(StateFileSnapshot.brokenFiles(in: env.stateDirectory).isEmpty)
         }
 
-        @Test("SIGINT during an interactive sign-in: the waiting call is cancelled at once and answered Cancelled, exit 0, the name is free")
+        @Test(
+            "SIGINT during an interactive sign-in: the waiting call is cancelled at once and answered Cancelled, exit 0, the name is free"
+        )
         func sigintWhileWaitingForAPerson() async throws {
             let env = try BrokerEnvironment()
             let interactive = try env.startBrokerctl(["sign-in", "--client-id", "mail-app", "--interactive"])
-            _ = try await env.browser.nextURL()   // brokerd is waiting for the person at the browser
+            _ = try await env.browser.nextURL()  // brokerd is waiting for the person at the browser
             let brokerd = env.brokerd.process
             let stopAsked = ContinuousClock.now
             brokerd.signal(SIGINT)
 
             let status = try await offThePool { try interactive.waitForExit(timeout: .seconds(10)) }
             #expect(status == 1)
-            #expect(interactive.stderrText.contains("io.shareddevice.Broker1.Error.Cancelled"), "\(interactive.allOutput)")
+            #expect(
+                interactive.stderrText.contains("io.shareddevice.Broker1.Error.Cancelled"), "\(interactive.allOutput)")
             #expect(!interactive.allOutput.contains("NoReply"))
             let exit = try await offThePool { try brokerd.waitForExit(timeout: .seconds(10)) }
             let took = ContinuousClock.now - stopAsked
@@ -869,15 +1021,19 @@ extension CrashRecoveryTests {
             #expect(seen["current"] is NSNull)
         }
 
-        @Test("SIGTERM or SIGINT right after the readiness line is never lost: 20 starts, each stopped at once, each exits 0")
+        @Test(
+            "SIGTERM or SIGINT right after the readiness line is never lost: 20 starts, each stopped at once, each exits 0"
+        )
         func signalRightAfterReadiness() async throws {
             let directory = try TemporaryDirectory()
             let bus = try PrivateBus()
             let stateDirectory = directory.path + "/state"
             for round in 0..<20 {
                 let brokerd = try await offThePool {
-                    try Brokerd(bus: bus, authority: "http://127.0.0.1:9/\(TestUsers.tenant)/v2.0", stateDirectory: stateDirectory,
-                                browser: "/bin/false")
+                    try Brokerd(
+                        bus: bus, authority: "http://127.0.0.1:9/\(TestUsers.tenant)/v2.0",
+                        stateDirectory: stateDirectory,
+                        browser: "/bin/false")
                 }
                 brokerd.process.signal(round % 2 == 0 ? SIGTERM : SIGINT)
                 let status = try await offThePool { try brokerd.process.waitForExit(timeout: .seconds(10)) }
@@ -892,13 +1048,19 @@ extension CrashRecoveryTests {
             try await env.setProviderFault("slow", count: 1, delayMs: 20000)
             let brokerd = env.brokerd.process
             let mark = brokerd.stderrLines.count
-            let refresh = try env.startBrokerctl(["token", "--client-id", "mail-app", "--scope", "User.Read", "--force-refresh"])
+            let refresh = try env.startBrokerctl([
+                "token", "--client-id", "mail-app", "--scope", "User.Read", "--force-refresh",
+            ])
             try await offThePool {
-                try brokerd.waitForLine(after: mark, timeout: .seconds(10), stderr: true) { $0.contains("refreshing tokens") }
+                try brokerd.waitForLine(after: mark, timeout: .seconds(10), stderr: true) {
+                    $0.contains("refreshing tokens")
+                }
             }
             brokerd.signal(SIGTERM)
             try await offThePool {
-                try brokerd.waitForLine(after: mark, timeout: .seconds(5), stderr: true) { $0.contains("waiting for the calls in flight") }
+                try brokerd.waitForLine(after: mark, timeout: .seconds(5), stderr: true) {
+                    $0.contains("waiting for the calls in flight")
+                }
             }
             let stopAsked = ContinuousClock.now
             brokerd.signal(SIGTERM)

@@ -99,7 +99,9 @@ struct EndToEndTests {
 
         let cached = try env.brokerctl(["token", "--client-id", "mail-app", "--scope", "User.Read", "--json"]).json()
         #expect(cached["accessToken"] as? String == first)
-        let refreshed = try env.brokerctl(["token", "--client-id", "mail-app", "--scope", "User.Read", "--force-refresh", "--json"]).json()
+        let refreshed = try env.brokerctl([
+            "token", "--client-id", "mail-app", "--scope", "User.Read", "--force-refresh", "--json",
+        ]).json()
         let second = try #require(refreshed["accessToken"] as? String)
         #expect(second != first)
         let stats = try await env.idpStats()
@@ -112,8 +114,10 @@ struct EndToEndTests {
         #expect(try JWT.claims(otherToken)["azp"] as? String == "calendar-app")
 
         // The token works at the Graph-like endpoint.
-        let me = try await HTTPClient.shared.send(.get(env.idp.baseURL + "/v1.0/me",
-                                                       headers: [HTTPHeader("Authorization", "Bearer \(second)")]))
+        let me = try await HTTPClient.shared.send(
+            .get(
+                env.idp.baseURL + "/v1.0/me",
+                headers: [HTTPHeader("Authorization", "Bearer \(second)")]))
         #expect(me.status == 200)
         #expect(me.bodyText.contains(TestUsers.alice.username))
     }
@@ -138,7 +142,9 @@ struct EndToEndTests {
         #expect(try env.brokerctl(["accounts", "--client-id", "calendar-app"]).stdout.contains(TestUsers.bob.username))
         // Alice is gone from mail-app; what it is offered now is bob, whom calendar-app signed in.
         let mailAccounts = try env.brokerctl(["accounts", "--client-id", "mail-app"]).stdout
-        #expect(!mailAccounts.contains(TestUsers.alice.username) && mailAccounts.contains(TestUsers.bob.username), "\(mailAccounts)")
+        #expect(
+            !mailAccounts.contains(TestUsers.alice.username) && mailAccounts.contains(TestUsers.bob.username),
+            "\(mailAccounts)")
         let info = try env.brokerctl(["device-info", "--json"]).json()
         #expect(info["deviceMode"] as? String == "default")
     }
@@ -147,20 +153,27 @@ struct EndToEndTests {
     func queriesWithoutBroker() throws {
         let env = try BrokerEnvironment()
         #expect(try env.brokerd.stop() == 0)
-        for arguments in [["device-info"], ["current-account", "--client-id", "mail-app"], ["accounts", "--client-id", "mail-app"]] {
+        for arguments in [
+            ["device-info"], ["current-account", "--client-id", "mail-app"], ["accounts", "--client-id", "mail-app"],
+        ] {
             let clock = ContinuousClock()
             let start = clock.now
             let result = try env.brokerctl(arguments)
             #expect(clock.now - start < .seconds(5), "\(arguments)")
             #expect(result.status == 1, "\(arguments)")
             #expect(result.stdout.isEmpty, "\(arguments)")
-            #expect(result.stderr.hasPrefix("brokerctl: org.freedesktop.DBus.Error.ServiceUnknown: the broker is not running on this bus"),
-                    "\(arguments): \(result.stderr)")
+            #expect(
+                result.stderr.hasPrefix(
+                    "brokerctl: org.freedesktop.DBus.Error.ServiceUnknown: the broker is not running on this bus"),
+                "\(arguments): \(result.stderr)")
         }
-        let noBus = try ChildProcess("brokerctl", executable: Binaries.path("brokerctl"),
-                                     arguments: ["device-info", "--address", "unix:path=\(env.directory.path)/no-such-bus"])
+        let noBus = try ChildProcess(
+            "brokerctl", executable: Binaries.path("brokerctl"),
+            arguments: ["device-info", "--address", "unix:path=\(env.directory.path)/no-such-bus"])
         #expect(try noBus.waitForExit(timeout: .seconds(10)) == 1)
-        #expect(noBus.stderrText.hasPrefix("brokerctl: org.freedesktop.DBus.Error.ServiceUnknown: cannot connect to the bus: "))
+        #expect(
+            noBus.stderrText.hasPrefix(
+                "brokerctl: org.freedesktop.DBus.Error.ServiceUnknown: cannot connect to the bus: "))
     }
 
     @Test("device-info shows the mode, version, device id, tenant and authority")

@@ -11,37 +11,49 @@ struct ExamplesTests {
 
     @Test("the multi-app sign-out demo passes: every app sees every change, and it cleans up")
     func multiAppDemo() throws {
-        let demo = try ChildProcess("multi-app-demo", executable: Binaries.path("multi-app-demo"), arguments: [
-            "--bin-dir", Binaries.directory, "--users", Self.examples + "/demo-users.json",
-        ])
+        let demo = try ChildProcess(
+            "multi-app-demo", executable: Binaries.path("multi-app-demo"),
+            arguments: [
+                "--bin-dir", Binaries.directory, "--users", Self.examples + "/demo-users.json",
+            ])
         let status = try demo.waitForExit(timeout: .seconds(60))
         #expect(status == 0, "\(demo.allOutput)")
         let output = demo.stdoutText
         for app in ["Mail", "Calendar", "Notes"] {
             #expect(output.contains("[\(app)] ") && output.contains("now shows alice@contoso.example"), "\(output)")
-            #expect(demo.stdoutLines.contains { $0.hasPrefix("[\(app)]") && $0.contains("now shows nobody") }, "\(output)")
+            #expect(
+                demo.stdoutLines.contains { $0.hasPrefix("[\(app)]") && $0.contains("now shows nobody") }, "\(output)")
         }
         #expect(output.contains("Every app saw every change."))
         // Single sign-on: the two apps that never signed in got tokens of their own, and Graph took them.
         for app in ["Calendar", "Notes"] {
-            #expect(demo.stdoutLines.contains { $0.hasPrefix("[\(app)]") && $0.contains("got a token of its own silently")
-                && $0.contains("Graph /v1.0/me says Alice Demo") }, "\(output)")
+            #expect(
+                demo.stdoutLines.contains {
+                    $0.hasPrefix("[\(app)]") && $0.contains("got a token of its own silently")
+                        && $0.contains("Graph /v1.0/me says Alice Demo")
+                }, "\(output)")
         }
-        #expect(demo.stdoutLines.filter { $0.contains("gets no token: io.shareddevice.Broker1.Error.NoAccount") }.count == 3, "\(output)")
+        #expect(
+            demo.stdoutLines.filter { $0.contains("gets no token: io.shareddevice.Broker1.Error.NoAccount") }.count
+                == 3, "\(output)")
         // Nothing it started is left: every pid it printed is gone.
         for line in demo.stdoutLines {
             guard let range = line.range(of: "(pid "), let end = line[range.upperBound...].firstIndex(of: ")"),
-                  let pid = Int32(line[range.upperBound..<end]) else { continue }
+                let pid = Int32(line[range.upperBound..<end])
+            else { continue }
             #expect(kill(pid, 0) != 0, "process \(pid) is still running")
         }
     }
 
-    @Test("the tutorial app, from a script: sign in, call Graph, signed out elsewhere, interactive fallback, email code")
+    @Test(
+        "the tutorial app, from a script: sign in, call Graph, signed out elsewhere, interactive fallback, email code")
     func tutorialApp() async throws {
         let env = try BrokerEnvironment()
-        let app = try ChildProcess("tutorial-app", executable: Binaries.path("tutorial-app"), arguments: [
-            "--client-id", "mail-app", "--address", env.bus.address,
-        ], keepStdinOpen: true)
+        let app = try ChildProcess(
+            "tutorial-app", executable: Binaries.path("tutorial-app"),
+            arguments: [
+                "--client-id", "mail-app", "--address", env.bus.address,
+            ], keepStdinOpen: true)
         try app.waitForLine { $0 == "current account: none" }
 
         var mark = app.mark
@@ -51,13 +63,17 @@ struct ExamplesTests {
         mark = app.mark
         try app.type("signin-password \(TestUsers.alice.username)")
         try app.type(TestUsers.alice.password)
-        let signedInLine = try app.waitForLine(after: mark) { $0 == "signed in: \(TestUsers.alice.username)" || $0.hasPrefix("error") }
+        let signedInLine = try app.waitForLine(after: mark) {
+            $0 == "signed in: \(TestUsers.alice.username)" || $0.hasPrefix("error")
+        }
         #expect(signedInLine == "signed in: \(TestUsers.alice.username)", "\(app.allOutput)")
 
         mark = app.mark
         try app.type("graph")
         let graph = try app.waitForLine(after: mark) { $0.hasPrefix("graph:") || $0.hasPrefix("error") }
-        #expect(graph == "graph: displayName=\(TestUsers.alice.name) userPrincipalName=\(TestUsers.alice.username)", "\(app.allOutput)")
+        #expect(
+            graph == "graph: displayName=\(TestUsers.alice.name) userPrincipalName=\(TestUsers.alice.username)",
+            "\(app.allOutput)")
 
         // Another app signs the device out; the tutorial app learns it on its next load.
         #expect(try env.brokerctl(["sign-out", "--client-id", "calendar-app"]).status == 0)
@@ -72,10 +88,15 @@ struct ExamplesTests {
         // person signs in; then Graph.
         mark = app.mark
         try app.type("graph")
-        try app.waitForLine(after: mark) { $0.hasPrefix("nobody is signed in: signing in interactively") || $0.hasPrefix("error") }
-        try await env.browser.signIn(at: try await env.browser.nextURL(), username: TestUsers.alice.username,
-                                     password: TestUsers.alice.password)
-        try app.waitForLine(after: mark) { $0 == "token acquired interactively for \(TestUsers.alice.username)" || $0.hasPrefix("error") }
+        try app.waitForLine(after: mark) {
+            $0.hasPrefix("nobody is signed in: signing in interactively") || $0.hasPrefix("error")
+        }
+        try await env.browser.signIn(
+            at: try await env.browser.nextURL(), username: TestUsers.alice.username,
+            password: TestUsers.alice.password)
+        try app.waitForLine(after: mark) {
+            $0 == "token acquired interactively for \(TestUsers.alice.username)" || $0.hasPrefix("error")
+        }
         let profile = try app.waitForLine(after: mark) { $0.hasPrefix("graph:") || $0.hasPrefix("error") }
         #expect(profile.hasPrefix("graph: displayName=\(TestUsers.alice.name)"), "\(app.allOutput)")
 
@@ -104,8 +125,12 @@ struct ExamplesTests {
         let opened = env.browser.openedCount
         mark = app.mark
         try app.type("graph")
-        let viaSSO = try app.waitForLine(after: mark) { $0.hasPrefix("graph:") || $0.hasPrefix("error") || $0.hasPrefix("nobody") }
-        #expect(viaSSO == "graph: displayName=\(TestUsers.alice.name) userPrincipalName=\(TestUsers.alice.username)", "\(app.allOutput)")
+        let viaSSO = try app.waitForLine(after: mark) {
+            $0.hasPrefix("graph:") || $0.hasPrefix("error") || $0.hasPrefix("nobody")
+        }
+        #expect(
+            viaSSO == "graph: displayName=\(TestUsers.alice.name) userPrincipalName=\(TestUsers.alice.username)",
+            "\(app.allOutput)")
         #expect(env.browser.openedCount == opened)
 
         try app.type("quit")
@@ -113,26 +138,33 @@ struct ExamplesTests {
     }
 
     static var pythonClientAvailable: Bool {
-        guard let process = try? ChildProcess("python3", executable: "/usr/bin/python3",
-                                              arguments: ["-c", "import dbus, dbus.mainloop.glib; from gi.repository import GLib"]),
-              let status = try? process.waitForExit(timeout: .seconds(20)) else { return false }
+        guard
+            let process = try? ChildProcess(
+                "python3", executable: "/usr/bin/python3",
+                arguments: ["-c", "import dbus, dbus.mainloop.glib; from gi.repository import GLib"]),
+            let status = try? process.waitForExit(timeout: .seconds(20))
+        else { return false }
         return status == 0
     }
 
-    @Test("the Python client reads the broker and hears AccountChanged",
-          .enabled(if: ExamplesTests.pythonClientAvailable, "needs Debian's python3-dbus and python3-gi"))
+    @Test(
+        "the Python client reads the broker and hears AccountChanged",
+        .enabled(if: ExamplesTests.pythonClientAvailable, "needs Debian's python3-dbus and python3-gi"))
     func pythonClient() throws {
         let env = try BrokerEnvironment()
-        let client = try ChildProcess("broker_client.py", executable: "/usr/bin/python3", arguments: [
-            Self.examples + "/python/broker_client.py", "--address", env.bus.address, "--client-id", "mail-app",
-            "--timeout", "20",
-        ])
+        let client = try ChildProcess(
+            "broker_client.py", executable: "/usr/bin/python3",
+            arguments: [
+                Self.examples + "/python/broker_client.py", "--address", env.bus.address, "--client-id", "mail-app",
+                "--timeout", "20",
+            ])
         try client.waitForLine(timeout: .seconds(15)) { $0 == "waiting for AccountChanged" }
         #expect(client.stdoutLines.contains("device mode: shared"))
         #expect(client.stdoutLines.contains("current account: none"))
         #expect(try env.signIn(TestUsers.alice, client: "notes-app").status == 0)
         try client.waitForLine(timeout: .seconds(10)) { $0.hasPrefix("AccountChanged:") }
         #expect(try client.waitForExit(timeout: .seconds(10)) == 0)
-        #expect(client.stdoutLines.contains("AccountChanged: signed-in current=\(TestUsers.alice.username) previous=none"))
+        #expect(
+            client.stdoutLines.contains("AccountChanged: signed-in current=\(TestUsers.alice.username) previous=none"))
     }
 }

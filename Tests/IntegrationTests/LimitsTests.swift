@@ -10,7 +10,8 @@ struct LimitsTests {
     func callsInFlightPerConnection() async throws {
         let env = try BrokerEnvironment()
         #expect(try env.signIn(TestUsers.alice, client: "mail-app").status == 0)
-        let app = try PublicClientApplication(clientId: "mail-app", configuration: BrokerClientConfiguration(busAddress: env.bus.address))
+        let app = try PublicClientApplication(
+            clientId: "mail-app", configuration: BrokerClientConfiguration(busAddress: env.bus.address))
         // A slow refresh holds every call (they share it) until all 300 have arrived.
         try await env.setProviderFault("slow", count: 1, delayMs: 1500)
         let outcomes = await withTaskGroup(of: BrokerError?.self) { group in
@@ -24,7 +25,10 @@ struct LimitsTests {
         #expect(refused.count == 44)
         #expect(refused.allSatisfy { $0.code == BrokerErrorCode.limitsExceeded }, "\(refused.map { $0.errorName })")
         #expect(refused.first?.message.contains("256 calls in flight") == true)
-        print("300 calls in flight on one connection: \(outcomes.count - refused.count) served, \(refused.count) refused with LimitsExceeded")
+        print(
+            "300 calls in flight on one connection: \(outcomes.count - refused.count) served, \(refused.count) "
+                + "refused with LimitsExceeded"
+        )
 
         // The slots came back: the same connection is served again, and so is everyone else.
         _ = try await app.acquireTokenSilent(SilentTokenParameters(scopes: ["User.Read"]))

@@ -14,7 +14,9 @@ struct LoadTests {
     static let subscribers = 1000
     static let duration: Duration = .seconds(30)
 
-    @Test("200 clients call for 30 s while the device signs in and out; 1,000 subscribers get every AccountChanged once, in order")
+    @Test(
+        "200 clients call for 30 s while the device signs in and out; 1,000 subscribers get every AccountChanged once, in order"
+    )
     func mixedLoad() async throws {
         let env = try BrokerEnvironment(brokerArguments: ["--log-level", "warning"])
         let brokerPID = env.brokerd.process.pid
@@ -24,30 +26,33 @@ struct LoadTests {
         let heard = (0..<Self.subscribers).map { _ in Locked<[String]>([]) }
         var subscriberConnections: [DBusConnection] = []
         var listeners: [Task<Void, Never>] = []
-        let rule = DBusMatchRule(sender: BrokerNames.busName, path: BrokerNames.objectPath,
-                                 interface: BrokerNames.interface, member: BrokerNames.accountChangedSignal)
+        let rule = DBusMatchRule(
+            sender: BrokerNames.busName, path: BrokerNames.objectPath,
+            interface: BrokerNames.interface, member: BrokerNames.accountChangedSignal)
         for index in 0..<Self.subscribers {
             let connection = try DBusConnection(address: env.bus.address)
             let stream = try await connection.signals(matching: rule, bufferLimit: 4096)
             subscriberConnections.append(connection)
             let log = heard[index]
-            listeners.append(Task {
-                for await signal in stream {
-                    let reason = signal.arguments.count == 3 ? signal.arguments[2].string ?? "?" : "?"
-                    let who = signal.arguments.first?.vardict?[AccountKey.username]?.string ?? "-"
-                    log.withLock { $0.append("\(reason):\(who)") }
-                }
-            })
+            listeners.append(
+                Task {
+                    for await signal in stream {
+                        let reason = signal.arguments.count == 3 ? signal.arguments[2].string ?? "?" : "?"
+                        let who = signal.arguments.first?.vardict?[AccountKey.username]?.string ?? "-"
+                        log.withLock { $0.append("\(reason):\(who)") }
+                    }
+                })
         }
         defer {
-            listeners.forEach { $0.cancel() }
-            subscriberConnections.forEach { $0.close() }
+            for listener in listeners { listener.cancel() }
+            for connection in subscriberConnections { connection.close() }
         }
 
         // Clients: each its own application object (its own connection), calling at about 10 calls/s.
         let configuration = BrokerClientConfiguration(busAddress: env.bus.address)
         let apps = try (0..<Self.clients).map { index in
-            try PublicClientApplication(clientId: TestUsers.clients[index % TestUsers.clients.count], configuration: configuration)
+            try PublicClientApplication(
+                clientId: TestUsers.clients[index % TestUsers.clients.count], configuration: configuration)
         }
         let calls = Locked<[String: Int]>([:])
         let stop = Locked(false)
@@ -69,7 +74,8 @@ struct LoadTests {
         let clock = ContinuousClock()
         let deadline = clock.now + Self.duration
         while clock.now < deadline {
-            _ = try await driver.signIn(username: TestUsers.alice.username, password: TestUsers.alice.password, scopes: ["User.Read"])
+            _ = try await driver.signIn(
+                username: TestUsers.alice.username, password: TestUsers.alice.password, scopes: ["User.Read"])
             expected.append("signed-in:\(TestUsers.alice.username)")
             try await driver.signOut(account: nil)
             expected.append("signed-out:-")
@@ -84,19 +90,26 @@ struct LoadTests {
             try await Task.sleep(for: .milliseconds(50))
         }
         let complete = heard.filter { $0.withLock { $0 == expected } }.count
-        #expect(complete == Self.subscribers, "\(Self.subscribers - complete) subscribers missed, repeated or reordered a change")
+        #expect(
+            complete == Self.subscribers,
+            "\(Self.subscribers - complete) subscribers missed, repeated or reordered a change")
 
         // Only the failures the contract promises: nobody signed in (NoAccount), or not this app's sign-in.
         let tally = calls.withLock { $0 }
-        let allowed: Set<String> = ["ok", BrokerErrorCode.noAccount.rawValue, BrokerErrorCode.interactionRequired.rawValue]
+        let allowed: Set<String> = [
+            "ok", BrokerErrorCode.noAccount.rawValue, BrokerErrorCode.interactionRequired.rawValue,
+        ]
         let unexpected = tally.filter { !allowed.contains($0.key) }
         #expect(unexpected.isEmpty, "calls failed outside the contract: \(unexpected)")
 
         // Memory goes back to its level once the clients are gone.
         let rssAfter = try await Self.settledResidentKiB(of: brokerPID, clock: clock)
-        #expect(rssAfter <= rssBefore * 2 + 16 * 1024, "brokerd grew from \(rssBefore) KiB to \(rssAfter) KiB after the load")
+        #expect(
+            rssAfter <= rssBefore * 2 + 16 * 1024,
+            "brokerd grew from \(rssBefore) KiB to \(rssAfter) KiB after the load")
         let total = tally.values.reduce(0, +)
-        print("""
+        print(
+            """
             load: \(Self.clients) clients made \(total) calls in \(Self.duration) (\(tally.sorted { $0.key < $1.key })); \
             \(expected.count) account changes, heard in full and in order by \(complete) of \(Self.subscribers) subscribers; \
             brokerd RSS \(rssBefore) KiB before, \(rssUnderLoad) KiB under load, \(rssAfter) KiB after
@@ -122,7 +135,7 @@ struct LoadTests {
     static func residentKiB(of pid: Int32) throws -> Int {
         let status = try String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)
         guard let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") }),
-              let kib = Int(line.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first ?? "")
+            let kib = Int(line.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first ?? "")
         else { throw ProcessFailure("no VmRSS for \(pid)") }
         return kib
     }

@@ -8,7 +8,9 @@ import Testing
 /// token after one needs the provider (a refresh).
 @Suite("Starting while the provider is unreachable")
 struct OfflineStartTests {
-    @Test("brokerd starts with the provider down, answers queries, says ServerUnavailable (for the first silent token too), and signs in once the provider is back")
+    @Test(
+        "brokerd starts with the provider down, answers queries, says ServerUnavailable (for the first silent token too), and signs in once the provider is back"
+    )
     func startsOffline() async throws {
         let env = try BrokerEnvironment()
         #expect(try env.signIn(TestUsers.alice, client: "mail-app").status == 0)

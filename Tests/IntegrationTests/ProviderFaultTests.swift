@@ -36,24 +36,31 @@ struct ProviderFaultTests {
     }
 
     /// The state file is byte for byte as before, alice is still signed in and her cached token is the same.
-    private func expectUnchanged(_ env: BrokerEnvironment, state: Data?, token: String, _ context: String,
-                                 sourceLocation: SourceLocation = #_sourceLocation) async throws {
+    private func expectUnchanged(
+        _ env: BrokerEnvironment, state: Data?, token: String, _ context: String,
+        sourceLocation: SourceLocation = #_sourceLocation
+    ) async throws {
         #expect(try env.stateBytes() == state, "\(context): the state file changed", sourceLocation: sourceLocation)
         let probes = try await env.probe(clientId: "mail-app", silentToken: true)
         #expect(probes.username == alice.username, "\(context): the account changed", sourceLocation: sourceLocation)
         #expect(probes.accessToken == token, "\(context): the cached token changed", sourceLocation: sourceLocation)
     }
 
-    private func expectFailure(_ call: FaultedCall, _ name: String, within bound: Duration, saying phrases: [String],
-                               _ context: String, sourceLocation: SourceLocation = #_sourceLocation) {
+    private func expectFailure(
+        _ call: FaultedCall, _ name: String, within bound: Duration, saying phrases: [String],
+        _ context: String, sourceLocation: SourceLocation = #_sourceLocation
+    ) {
         #expect(call.result.status == 1, "\(context): \(call.result.stderr)", sourceLocation: sourceLocation)
         #expect(call.errorName == name, "\(context): \(call.result.stderr)", sourceLocation: sourceLocation)
         for phrase in phrases {
-            #expect(call.result.stderr.contains(phrase), "\(context): no '\(phrase)' in \(call.result.stderr)", sourceLocation: sourceLocation)
+            #expect(
+                call.result.stderr.contains(phrase), "\(context): no '\(phrase)' in \(call.result.stderr)",
+                sourceLocation: sourceLocation)
         }
         #expect(call.elapsed < bound, "\(context): took \(call.seconds) s", sourceLocation: sourceLocation)
-        #expect(call.probes.slowest < Self.responsive, "\(context): another caller waited \(ms(call.probes.slowest))",
-                sourceLocation: sourceLocation)
+        #expect(
+            call.probes.slowest < Self.responsive, "\(context): another caller waited \(ms(call.probes.slowest))",
+            sourceLocation: sourceLocation)
     }
 
     private func host(_ env: BrokerEnvironment) -> String {
@@ -64,7 +71,9 @@ struct ProviderFaultTests {
 
     // MARK: Down
 
-    @Test("provider down (connection refused): ServerUnavailable after 3 tries within 5 s; cached tokens, the account and other callers keep working; nothing changes")
+    @Test(
+        "provider down (connection refused): ServerUnavailable after 3 tries within 5 s; cached tokens, the account and other callers keep working; nothing changes"
+    )
     func providerDown() async throws {
         let env = try BrokerEnvironment()
         let (token, state) = try await signedIn(env)
@@ -72,39 +81,57 @@ struct ProviderFaultTests {
 
         let refresh = try await env.faultedCall(Self.forceRefresh, underWay: .brokerRetrying, silentToken: true)
         figure("down, token refresh", refresh, attempts: 3)
-        expectFailure(refresh, "ServerUnavailable", within: Self.threeTries,
-                      saying: ["the identity provider at \(host(env)) could not be reached for the token refresh "
-                               + "(no connection could be made, 3 tries); check the network and try again later"], "refresh")
+        expectFailure(
+            refresh, "ServerUnavailable", within: Self.threeTries,
+            saying: [
+                "the identity provider at \(host(env)) could not be reached for the token refresh "
+                    + "(no connection could be made, 3 tries); check the network and try again later"
+            ], "refresh")
         #expect(refresh.probes.accessToken == token, "a silent token from the cache works while the provider is down")
         #expect(env.brokerRetries == 2)
         try await expectUnchanged(env, state: state, token: token, "down, refresh")
 
         // Another app signing in (same user): the native-authentication request never left, so it is retried too.
-        let signIn = try await env.faultedCall(["sign-in", "--client-id", "calendar-app", "--username", alice.username,
-                                                "--password-stdin"], stdin: alice.password + "\n", underWay: .brokerRetrying)
+        let signIn = try await env.faultedCall(
+            [
+                "sign-in", "--client-id", "calendar-app", "--username", alice.username,
+                "--password-stdin",
+            ], stdin: alice.password + "\n", underWay: .brokerRetrying)
         figure("down, password sign-in", signIn, attempts: 3)
-        expectFailure(signIn, "ServerUnavailable", within: Self.threeTries,
-                      saying: ["could not be reached for the native-authentication initiate request (no connection could be made, 3 tries)"],
-                      "sign-in")
+        expectFailure(
+            signIn, "ServerUnavailable", within: Self.threeTries,
+            saying: [
+                "could not be reached for the native-authentication initiate request (no connection could be made, 3 "
+                    + "tries)"
+            ],
+            "sign-in")
         try await expectUnchanged(env, state: state, token: token, "down, sign-in")
 
         // Signing out needs no provider: the device is signed out, and the result says what could not be done.
         let started = ContinuousClock.now
         let signOut = try await offThePool { try env.brokerctl(["sign-out", "--client-id", "mail-app", "--json"]) }
         let signOutTime = ContinuousClock.now - started
-        print("FIGURE down, sign-out: signed out after \(String(format: "%.2f", signOutTime.seconds)) s (revocation tried 3 times)")
+        print(
+            "FIGURE down, sign-out: signed out after \(String(format: "%.2f", signOutTime.seconds)) s (revocation "
+                + "tried 3 times)"
+        )
         #expect(signOut.status == 0, "\(signOut.stderr)")
         let outcome = try signOut.json()
         #expect(outcome["tokensRevoked"] as? Bool == false)
-        #expect((outcome["notes"] as? [String])?.contains { $0.contains("could not be reached for the token revocation (no connection could be made, 3 tries)") } == true,
-                "\(outcome)")
+        #expect(
+            (outcome["notes"] as? [String])?.contains {
+                $0.contains("could not be reached for the token revocation (no connection could be made, 3 tries)")
+            } == true,
+            "\(outcome)")
         #expect(signOutTime < Self.threeTries)
         #expect(try await env.probe(clientId: "mail-app").username == nil)
     }
 
     // MARK: Slow
 
-    @Test("slow provider (20 s, over the 15 s timeout): ServerUnavailable after 15 s and no retry; meanwhile GetCurrentAccount, GetDeviceInformation and a cached token answer at once")
+    @Test(
+        "slow provider (20 s, over the 15 s timeout): ServerUnavailable after 15 s and no retry; meanwhile GetCurrentAccount, GetDeviceInformation and a cached token answer at once"
+    )
     func slowProvider() async throws {
         let env = try BrokerEnvironment()
         let (token, state) = try await signedIn(env)
@@ -112,9 +139,12 @@ struct ProviderFaultTests {
 
         let refresh = try await env.faultedCall(Self.forceRefresh, silentToken: true)
         figure("slow (20 s), token refresh", refresh, attempts: try await env.tokenRequests("refresh_token"))
-        expectFailure(refresh, "ServerUnavailable", within: .seconds(19),
-                      saying: ["the identity provider at \(host(env)) did not answer the token refresh within 15 s; try again later"],
-                      "slow")
+        expectFailure(
+            refresh, "ServerUnavailable", within: .seconds(19),
+            saying: [
+                "the identity provider at \(host(env)) did not answer the token refresh within 15 s; try again later"
+            ],
+            "slow")
         #expect(refresh.elapsed >= .milliseconds(14_500), "the 15 s timeout fired early: \(refresh.seconds) s")
         #expect(refresh.probes.accessToken == token)
         #expect(try await env.tokenRequests("refresh_token") == 1, "a timed-out refresh is never sent again")
@@ -123,7 +153,9 @@ struct ProviderFaultTests {
 
     // MARK: 503
 
-    @Test("503: a refresh is retried 3 times then ServerUnavailable; a 503 with Retry-After 1 is waited for and recovered; Retry-After 120 ends the call at once")
+    @Test(
+        "503: a refresh is retried 3 times then ServerUnavailable; a 503 with Retry-After 1 is waited for and recovered; Retry-After 120 ends the call at once"
+    )
     func unavailable() async throws {
         let env = try BrokerEnvironment()
         var (token, state) = try await signedIn(env)
@@ -132,9 +164,13 @@ struct ProviderFaultTests {
         let plain = try await env.faultedCall(Self.forceRefresh)
         let attempts = try await env.tokenRequests("refresh_token")
         figure("503 without Retry-After, token refresh", plain, attempts: attempts)
-        expectFailure(plain, "ServerUnavailable", within: Self.threeTries,
-                      saying: ["the identity provider at \(host(env)) answered the token refresh with HTTP 503 (3 tries): it is unavailable; try again later"],
-                      "503")
+        expectFailure(
+            plain, "ServerUnavailable", within: Self.threeTries,
+            saying: [
+                "the identity provider at \(host(env)) answered the token refresh with HTTP 503 (3 tries): it is "
+                    + "unavailable; try again later"
+            ],
+            "503")
         #expect(attempts == 3)
         #expect(env.brokerRetries == 2)
         try await expectUnchanged(env, state: state, token: token, "503")
@@ -144,7 +180,9 @@ struct ProviderFaultTests {
         try await env.resetStats()
         try await env.setFault("unavailable", count: 1, retryAfter: 1)
         let recovered = try await env.faultedCall(Self.forceRefresh + ["--json"])
-        figure("one 503 with Retry-After 1, token refresh", recovered, attempts: try await env.tokenRequests("refresh_token"))
+        figure(
+            "one 503 with Retry-After 1, token refresh", recovered,
+            attempts: try await env.tokenRequests("refresh_token"))
         #expect(recovered.result.status == 0, "\(recovered.result.stderr)")
         #expect(recovered.elapsed >= .seconds(1), "Retry-After was not honoured: \(recovered.seconds) s")
         #expect(recovered.elapsed < Self.threeTries)
@@ -159,16 +197,21 @@ struct ProviderFaultTests {
         try await env.resetStats()
         try await env.setFault("unavailable", retryAfter: 120)
         let tooLong = try await env.faultedCall(Self.forceRefresh)
-        figure("503 with Retry-After 120, token refresh", tooLong, attempts: try await env.tokenRequests("refresh_token"))
-        expectFailure(tooLong, "ServerUnavailable", within: Self.oneTry,
-                      saying: ["answered the token refresh with HTTP 503 and asks to wait 120 s; try again after that"], "Retry-After 120")
+        figure(
+            "503 with Retry-After 120, token refresh", tooLong, attempts: try await env.tokenRequests("refresh_token"))
+        expectFailure(
+            tooLong, "ServerUnavailable", within: Self.oneTry,
+            saying: ["answered the token refresh with HTTP 503 and asks to wait 120 s; try again after that"],
+            "Retry-After 120")
         #expect(try await env.tokenRequests("refresh_token") == 1)
         try await expectUnchanged(env, state: state, token: token, "Retry-After 120")
     }
 
     // MARK: 500
 
-    @Test("500 (with or without Retry-After) to a refresh is not sent again: ServerError after one try; discovery answered 500 is retried 3 times")
+    @Test(
+        "500 (with or without Retry-After) to a refresh is not sent again: ServerError after one try; discovery answered 500 is retried 3 times"
+    )
     func serverError() async throws {
         let env = try BrokerEnvironment()
         let (token, state) = try await signedIn(env)
@@ -178,9 +221,12 @@ struct ProviderFaultTests {
             let call = try await env.faultedCall(Self.forceRefresh)
             let context = "500, Retry-After \(retryAfter.map(String.init) ?? "none")"
             figure("\(context), token refresh", call, attempts: try await env.tokenRequests("refresh_token"))
-            expectFailure(call, "ServerError", within: Self.oneTry,
-                          saying: ["answered the token refresh with HTTP 500; it was not sent again, as the provider may have used it"],
-                          context)
+            expectFailure(
+                call, "ServerError", within: Self.oneTry,
+                saying: [
+                    "answered the token refresh with HTTP 500; it was not sent again, as the provider may have used it"
+                ],
+                context)
             #expect(try await env.tokenRequests("refresh_token") == 1, "\(context)")
             try await expectUnchanged(env, state: state, token: token, context)
         }
@@ -190,13 +236,18 @@ struct ProviderFaultTests {
         _ = try await fresh.probe(clientId: "mail-app")
         let freshState = try fresh.stateBytes()
         try await fresh.setFault("error500", endpoint: "discovery")
-        let signIn = try await fresh.faultedCall(["sign-in", "--client-id", "mail-app", "--username", alice.username, "--password-stdin"],
-                                                 stdin: alice.password + "\n")
+        let signIn = try await fresh.faultedCall(
+            ["sign-in", "--client-id", "mail-app", "--username", alice.username, "--password-stdin"],
+            stdin: alice.password + "\n")
         let discoveries = try await fresh.endpointRequests("discovery")
         figure("discovery 500, password sign-in", signIn, attempts: discoveries)
-        expectFailure(signIn, "ServerError", within: Self.threeTries,
-                      saying: ["the identity provider at \(host(fresh)) answered the discovery document with HTTP 500 (3 tries): it failed"],
-                      "discovery 500")
+        expectFailure(
+            signIn, "ServerError", within: Self.threeTries,
+            saying: [
+                "the identity provider at \(host(fresh)) answered the discovery document with HTTP 500 (3 tries): it "
+                    + "failed"
+            ],
+            "discovery 500")
         #expect(discoveries == 3)
         #expect(try await fresh.tokenRequests("password") == 0)
         #expect(try fresh.stateBytes() == freshState)
@@ -205,47 +256,61 @@ struct ProviderFaultTests {
         // A discovery answer that is not JSON is not retried: the provider did answer.
         try await fresh.resetStats()
         try await fresh.setFault("garbage", endpoint: "discovery")
-        let garbage = try await fresh.faultedCall(["sign-in", "--client-id", "mail-app", "--username", alice.username, "--password-stdin"],
-                                                  stdin: alice.password + "\n")
+        let garbage = try await fresh.faultedCall(
+            ["sign-in", "--client-id", "mail-app", "--username", alice.username, "--password-stdin"],
+            stdin: alice.password + "\n")
         figure("discovery garbage, password sign-in", garbage, attempts: try await fresh.endpointRequests("discovery"))
-        expectFailure(garbage, "ServerError", within: Self.oneTry,
-                      saying: ["gave an answer that is not valid: the discovery document is not JSON"], "discovery garbage")
+        expectFailure(
+            garbage, "ServerError", within: Self.oneTry,
+            saying: ["gave an answer that is not valid: the discovery document is not JSON"], "discovery garbage")
         #expect(try await fresh.endpointRequests("discovery") == 1)
 
         // One 503 on discovery: retried, and the sign-in goes through.
         try await fresh.clearFaults()
         try await fresh.resetStats()
         try await fresh.setFault("unavailable", endpoint: "discovery", count: 1)
-        let recovered = try await fresh.faultedCall(["sign-in", "--client-id", "mail-app", "--username", alice.username, "--password-stdin"],
-                                                    stdin: alice.password + "\n")
+        let recovered = try await fresh.faultedCall(
+            ["sign-in", "--client-id", "mail-app", "--username", alice.username, "--password-stdin"],
+            stdin: alice.password + "\n")
         #expect(recovered.result.status == 0, "\(recovered.result.stderr)")
         #expect(try await fresh.endpointRequests("discovery") == 2)
     }
 
     // MARK: Invalid answers
 
-    @Test("garbage, truncated JSON and huge (8 MiB) answers: ServerError after one try within 3 s, the 1 MiB limit enforced; nothing changes and the refresh token still works")
+    @Test(
+        "garbage, truncated JSON and huge (8 MiB) answers: ServerError after one try within 3 s, the 1 MiB limit enforced; nothing changes and the refresh token still works"
+    )
     func invalidAnswers() async throws {
         let env = try BrokerEnvironment()
         let (token, state) = try await signedIn(env)
         let cases: [(mode: String, phrase: String)] = [
             ("garbage", "gave an answer that is not valid: the token response is not JSON"),
             ("truncated", "gave an answer that is not valid: the token response is not JSON"),
-            ("huge", "gave an answer that is not valid: the answer to the token refresh is larger than 1 MiB; the broker refused it"),
+            (
+                "huge",
+                "gave an answer that is not valid: the answer to the token refresh is larger than 1 MiB; the broker "
+                    + "refused it"
+            ),
         ]
         for (mode, phrase) in cases {
             try await env.resetStats()
             try await env.setFault(mode, count: 1)
             let call = try await env.faultedCall(Self.forceRefresh)
             figure("\(mode), token refresh", call, attempts: try await env.tokenRequests("refresh_token"))
-            expectFailure(call, "ServerError", within: Self.oneTry, saying: ["the identity provider at \(host(env))", phrase], mode)
+            expectFailure(
+                call, "ServerError", within: Self.oneTry, saying: ["the identity provider at \(host(env))", phrase],
+                mode)
             #expect(try await env.tokenRequests("refresh_token") == 1, "\(mode)")
             try await expectUnchanged(env, state: state, token: token, mode)
         }
         // A sign-in answered with 8 MiB: refused the same way, and nobody else is signed in.
         try await env.setFault("huge", count: 1)
-        let signIn = try await env.faultedCall(["sign-in", "--client-id", "calendar-app", "--username", alice.username,
-                                                "--password-stdin"], stdin: alice.password + "\n")
+        let signIn = try await env.faultedCall(
+            [
+                "sign-in", "--client-id", "calendar-app", "--username", alice.username,
+                "--password-stdin",
+            ], stdin: alice.password + "\n")
         figure("huge, password sign-in", signIn)
         expectFailure(signIn, "ServerError", within: Self.oneTry, saying: ["is larger than 1 MiB"], "huge sign-in")
         try await expectUnchanged(env, state: state, token: token, "huge sign-in")
@@ -257,18 +322,27 @@ struct ProviderFaultTests {
 
     // MARK: JWKS
 
-    @Test("JWKS without the signing key: ServerError, nobody signed in; JWKS unavailable: ServerUnavailable before the sign-in's grant is sent; one JWKS 503 is retried")
+    @Test(
+        "JWKS without the signing key: ServerError, nobody signed in; JWKS unavailable: ServerUnavailable before the sign-in's grant is sent; one JWKS 503 is retried"
+    )
     func signingKeys() async throws {
         let env = try BrokerEnvironment()
         _ = try await env.probe(clientId: "mail-app")
         let state = try env.stateBytes()
         try await env.setFault("jwksWithoutKey")
-        let withoutKey = try await env.faultedCall(["sign-in", "--client-id", "mail-app", "--username", alice.username,
-                                                    "--password-stdin"], stdin: alice.password + "\n")
+        let withoutKey = try await env.faultedCall(
+            [
+                "sign-in", "--client-id", "mail-app", "--username", alice.username,
+                "--password-stdin",
+            ], stdin: alice.password + "\n")
         figure("JWKS without the key, password sign-in", withoutKey, attempts: try await env.endpointRequests("jwks"))
-        expectFailure(withoutKey, "ServerError", within: Self.oneTry,
-                      saying: ["the ID token is not valid: it is signed with a key the provider does not publish; the broker refused the answer",
-                               "tell the administrator of the identity provider at \(host(env))"], "without key")
+        expectFailure(
+            withoutKey, "ServerError", within: Self.oneTry,
+            saying: [
+                "the ID token is not valid: it is signed with a key the provider does not publish; the broker refused "
+                    + "the answer",
+                "tell the administrator of the identity provider at \(host(env))",
+            ], "without key")
         // Fetched before the grant, then once more for the unknown key (the provider may have rotated).
         #expect(try await env.endpointRequests("jwks") == 2)
         #expect(try env.stateBytes() == state)
@@ -280,21 +354,30 @@ struct ProviderFaultTests {
         _ = try await fresh.probe(clientId: "mail-app")
         let freshState = try fresh.stateBytes()
         try await fresh.setFault("unavailable", endpoint: "jwks")
-        let unavailable = try await fresh.faultedCall(["sign-in", "--client-id", "mail-app", "--username", alice.username,
-                                                       "--password-stdin"], stdin: alice.password + "\n")
+        let unavailable = try await fresh.faultedCall(
+            [
+                "sign-in", "--client-id", "mail-app", "--username", alice.username,
+                "--password-stdin",
+            ], stdin: alice.password + "\n")
         let fetches = try await fresh.endpointRequests("jwks")
         figure("JWKS 503, password sign-in", unavailable, attempts: fetches)
-        expectFailure(unavailable, "ServerUnavailable", within: Self.threeTries,
-                      saying: ["answered the signing keys (JWKS) with HTTP 503 (3 tries)"], "JWKS 503")
+        expectFailure(
+            unavailable, "ServerUnavailable", within: Self.threeTries,
+            saying: ["answered the signing keys (JWKS) with HTTP 503 (3 tries)"], "JWKS 503")
         #expect(fetches == 3)
-        #expect(try await fresh.tokenRequests("password") == 0, "the grant is not spent when its answer could not be checked")
+        #expect(
+            try await fresh.tokenRequests("password") == 0,
+            "the grant is not spent when its answer could not be checked")
         #expect(try fresh.stateBytes() == freshState)
 
         try await fresh.clearFaults()
         try await fresh.resetStats()
         try await fresh.setFault("unavailable", endpoint: "jwks", count: 1)
-        let recovered = try await fresh.faultedCall(["sign-in", "--client-id", "mail-app", "--username", alice.username,
-                                                     "--password-stdin"], stdin: alice.password + "\n")
+        let recovered = try await fresh.faultedCall(
+            [
+                "sign-in", "--client-id", "mail-app", "--username", alice.username,
+                "--password-stdin",
+            ], stdin: alice.password + "\n")
         figure("one JWKS 503, password sign-in", recovered, attempts: try await fresh.endpointRequests("jwks"))
         #expect(recovered.result.status == 0, "\(recovered.result.stderr)")
         #expect(try await fresh.endpointRequests("jwks") == 2)
@@ -302,16 +385,21 @@ struct ProviderFaultTests {
 
     // MARK: Lost answer
 
-    @Test("a refresh whose answer is lost (504 after the provider rotated the token) is not sent again; the next refresh meets reuse detection and asks for interaction, and the account stays")
+    @Test(
+        "a refresh whose answer is lost (504 after the provider rotated the token) is not sent again; the next refresh meets reuse detection and asks for interaction, and the account stays"
+    )
     func lostAnswer() async throws {
         let env = try BrokerEnvironment()
         let (token, state) = try await signedIn(env)
         try await env.setFault("lostAnswer", count: 1)
         let lost = try await env.faultedCall(Self.forceRefresh)
         figure("lost answer (504), token refresh", lost, attempts: try await env.tokenRequests("refresh_token"))
-        expectFailure(lost, "ServerUnavailable", within: Self.oneTry,
-                      saying: ["answered the token refresh with HTTP 504; it was not sent again, as the provider may have used it"],
-                      "lost answer")
+        expectFailure(
+            lost, "ServerUnavailable", within: Self.oneTry,
+            saying: [
+                "answered the token refresh with HTTP 504; it was not sent again, as the provider may have used it"
+            ],
+            "lost answer")
         #expect(try await env.tokenRequests("refresh_token") == 1)
         try await expectUnchanged(env, state: state, token: token, "lost answer")
 
@@ -326,7 +414,9 @@ struct ProviderFaultTests {
 
     // MARK: The overall bound
 
-    @Test("the overall bound: discovery 14 s, JWKS 14 s, then a token endpoint that does not answer: the call ends at 30 s with ServerUnavailable; other callers are answered throughout")
+    @Test(
+        "the overall bound: discovery 14 s, JWKS 14 s, then a token endpoint that does not answer: the call ends at 30 s with ServerUnavailable; other callers are answered throughout"
+    )
     func overallBound() async throws {
         let env = try BrokerEnvironment()
         _ = try await env.probe(clientId: "mail-app")
@@ -334,11 +424,13 @@ struct ProviderFaultTests {
         try await env.setFault("slow", endpoint: "discovery", count: 1, delayMs: 14_000)
         try await env.setFault("slow", endpoint: "jwks", count: 1, delayMs: 14_000)
         try await env.setFault("slow", count: 1, delayMs: 30_000)
-        let call = try await env.faultedCall(["sign-in", "--client-id", "mail-app", "--username", alice.username, "--password-stdin"],
-                                             stdin: alice.password + "\n", timeout: .seconds(50))
+        let call = try await env.faultedCall(
+            ["sign-in", "--client-id", "mail-app", "--username", alice.username, "--password-stdin"],
+            stdin: alice.password + "\n", timeout: .seconds(50))
         figure("discovery 14 s + JWKS 14 s + token never, password sign-in", call)
-        expectFailure(call, "ServerUnavailable", within: .seconds(33),
-                      saying: ["the rest of the broker's 30 s limit for one call; try again later"], "bound")
+        expectFailure(
+            call, "ServerUnavailable", within: .seconds(33),
+            saying: ["the rest of the broker's 30 s limit for one call; try again later"], "bound")
         #expect(call.elapsed >= .seconds(29), "\(call.seconds) s")
         #expect(try env.stateBytes() == state)
         #expect(try await env.probe(clientId: "mail-app").username == nil)

@@ -11,9 +11,11 @@ struct SecretsTests {
     @Test("full flows at trace level: no secret in brokerd's logs, signals, properties, introspection or errors")
     func noSecretLeaks() async throws {
         let env = try BrokerEnvironment(brokerArguments: ["--log-level", "trace"])
-        let alice = TestUsers.alice, carol = TestUsers.carol.username
-        let signals = try ChildProcess("dbus-monitor", executable: "/usr/bin/dbus-monitor",
-                                       arguments: ["--address", env.bus.address, "type='signal'"])
+        let alice = TestUsers.alice
+        let carol = TestUsers.carol.username
+        let signals = try ChildProcess(
+            "dbus-monitor", executable: "/usr/bin/dbus-monitor",
+            arguments: ["--address", env.bus.address, "type='signal'"])
         let watcher = try env.watch()
         var secrets: Set<String> = [alice.password]
         var messages: [String] = []  // everything a caller was told besides its own results
@@ -26,27 +28,34 @@ struct SecretsTests {
         let tokenRuns = [
             signedIn,
             try env.brokerctl(["token", "--client-id", "mail-app", "--scope", "User.Read", "--json"]),
-            try env.brokerctl(["token", "--client-id", "mail-app", "--scope", "User.Read", "--force-refresh", "--json"]),
+            try env.brokerctl(["token", "--client-id", "mail-app", "--scope", "User.Read", "--force-refresh", "--json"]
+            ),
             // Single sign-on: the device secret goes to the provider, the app gets its own tokens.
             try env.brokerctl(["token", "--client-id", "calendar-app", "--scope", "User.Read", "--json"]),
         ]
         for run in tokenRuns {
             let result = try run.json()
-            secrets.formUnion([result["accessToken"], result["idToken"]].compactMap { $0 as? String }.filter { !$0.isEmpty })
+            secrets.formUnion(
+                [result["accessToken"], result["idToken"]].compactMap { $0 as? String }.filter { !$0.isEmpty })
         }
         secrets.formUnion(try refreshTokens(in: env.stateDirectory))
         messages.append(try env.brokerctl(["me", "--client-id", "mail-app"]).stderr)
-        messages.append(try env.brokerctl(["sign-in", "--client-id", "notes-app", "--username", carol, "--code-stdin"], stdin: "").stderr)
+        messages.append(
+            try env.brokerctl(["sign-in", "--client-id", "notes-app", "--username", carol, "--code-stdin"], stdin: "")
+                .stderr)
 
         // Properties and introspection while signed in.
-        let properties = try env.gdbusCallInterface("org.freedesktop.DBus.Properties.GetAll", ["io.shareddevice.Broker1"])
+        let properties = try env.gdbusCallInterface(
+            "org.freedesktop.DBus.Properties.GetAll", ["io.shareddevice.Broker1"])
         let introspection = try env.gdbusCallInterface("org.freedesktop.DBus.Introspectable.Introspect", [])
         #expect(properties.status == 0 && introspection.status == 0)
 
         // Sign out from the browser (the ID token goes to the provider as id_token_hint), then the code flow.
         messages.append(try env.brokerctl(["sign-out", "--client-id", "calendar-app", "--from-browser"]).stderr)
         try await env.browser.visit(try await env.browser.nextURL())
-        let codeRun = try env.startBrokerctl(["sign-in", "--client-id", "mail-app", "--username", carol, "--code-stdin"])
+        let codeRun = try env.startBrokerctl([
+            "sign-in", "--client-id", "mail-app", "--username", carol, "--code-stdin",
+        ])
         try codeRun.waitForLine(stderr: true) { $0.contains("code was sent") }
         let code = try #require(try await env.latestCode(for: carol))
         let wrongCode = ClientLibraryTests.wrongCode(than: code)
@@ -61,10 +70,12 @@ struct SecretsTests {
         // Interactive: the authorization code and the PKCE verifier travel only between browser, broker and provider.
         #expect(try env.brokerctl(["sign-out", "--client-id", "mail-app"]).status == 0)
         let interactive = try env.startBrokerctl(["sign-in", "--client-id", "mail-app", "--interactive", "--json"])
-        try await env.browser.signIn(at: try await env.browser.nextURL(), username: alice.username, password: alice.password)
+        try await env.browser.signIn(
+            at: try await env.browser.nextURL(), username: alice.username, password: alice.password)
         #expect(try interactive.waitForExit(timeout: .seconds(20)) == 0, "\(interactive.allOutput)")
         let interactiveResult = try CommandResult(status: 0, stdout: interactive.stdoutText, stderr: "").json()
-        secrets.formUnion([interactiveResult["accessToken"], interactiveResult["idToken"]].compactMap { $0 as? String })
+        secrets.formUnion(
+            [interactiveResult["accessToken"], interactiveResult["idToken"]].compactMap { $0 as? String })
         for url in env.browser.visitedURLs {
             for item in URLComponents(string: url)?.queryItems ?? [] where item.name == "code" {
                 secrets.insert(item.value ?? "")
@@ -77,7 +88,8 @@ struct SecretsTests {
         secrets.remove("")
         let logs = env.brokerd.process.allOutput
         let places: [(String, String)] = [
-            ("brokerd's logs", logs), ("signals (dbus-monitor)", signals.allOutput), ("brokerctl watch", watcher.allOutput),
+            ("brokerd's logs", logs), ("signals (dbus-monitor)", signals.allOutput),
+            ("brokerctl watch", watcher.allOutput),
             ("properties", properties.stdout), ("introspection", introspection.stdout),
             ("error messages", messages.joined(separator: "\n")),
         ]
@@ -86,13 +98,18 @@ struct SecretsTests {
         for (place, text) in places {
             for secret in secrets {
                 // A JWT's signature alone is as telling as the whole token.
-                let fragments = [secret] + (secret.split(separator: ".").count == 3 ? [String(secret.split(separator: ".")[2])] : [])
+                let fragments =
+                    [secret]
+                    + (secret.split(separator: ".").count == 3 ? [String(secret.split(separator: ".")[2])] : [])
                 for fragment in fragments where text.contains(fragment) {
                     Issue.record("a secret (\(fragment.prefix(6))…, \(fragment.count) characters) appears in \(place)")
                 }
             }
         }
-        print("secrets checked: \(secrets.count) in \(places.count) places; brokerd logged \(logs.split(separator: "\n").count) lines at trace level")
+        print(
+            "secrets checked: \(secrets.count) in \(places.count) places; brokerd logged "
+                + "\(logs.split(separator: "\n").count) lines at trace level"
+        )
     }
 
     /// The refresh tokens and device secrets in brokerd's state file, whatever their place in it.
@@ -105,7 +122,8 @@ struct SecretsTests {
             } else if let array = value as? [Any] {
                 for v in array { walk(v, key: key) }
             } else if let string = value as? String, !string.isEmpty,
-                      key?.lowercased().contains("refresh") == true || key == "deviceSecret" {
+                key?.lowercased().contains("refresh") == true || key == "deviceSecret"
+            {
                 found.insert(string)
             }
         }

@@ -47,16 +47,19 @@ struct SignInFlowTests {
         try ctl.type(code)
         #expect(try ctl.waitForExit(timeout: .seconds(20)) == 1)
         #expect(ctl.stderrText.contains("io.shareddevice.Broker1.Error.CodeExpired"), "\(ctl.allOutput)")
-        #expect(try env.brokerctl(["current-account", "--client-id", "mail-app", "--json"]).json()["current"] is NSNull)
+        #expect(
+            try env.brokerctl(["current-account", "--client-id", "mail-app", "--json"]).json()["current"] is NSNull)
     }
 
     @Test("unknown and malformed usernames get UserNotFound and InvalidUsername; no code is sent")
     func badUsernames() async throws {
         let env = try BrokerEnvironment()
-        let unknown = try env.brokerctl(["sign-in", "--client-id", "mail-app", "--username", "nobody@contoso.example", "--code-stdin"], stdin: "")
+        let unknown = try env.brokerctl(
+            ["sign-in", "--client-id", "mail-app", "--username", "nobody@contoso.example", "--code-stdin"], stdin: "")
         #expect(unknown.status == 1)
         #expect(unknown.stderr.contains("io.shareddevice.Broker1.Error.UserNotFound"), "\(unknown.stderr)")
-        let malformed = try env.brokerctl(["sign-in", "--client-id", "mail-app", "--username", "two words", "--code-stdin"], stdin: "")
+        let malformed = try env.brokerctl(
+            ["sign-in", "--client-id", "mail-app", "--username", "two words", "--code-stdin"], stdin: "")
         #expect(malformed.status == 1)
         #expect(malformed.stderr.contains("io.shareddevice.Broker1.Error.InvalidUsername"), "\(malformed.stderr)")
         #expect(try await env.outbox().isEmpty)
@@ -65,7 +68,8 @@ struct SignInFlowTests {
     @Test("a flow belongs to the connection that started it: another caller gets FlowNotFound and the flow survives")
     func flowBelongsToItsCaller() async throws {
         let env = try BrokerEnvironment()
-        let app = try PublicClientApplication(clientId: "mail-app", configuration: BrokerClientConfiguration(busAddress: env.bus.address))
+        let app = try PublicClientApplication(
+            clientId: "mail-app", configuration: BrokerClientConfiguration(busAddress: env.bus.address))
         let state = try await app.signIn(username: carol, scopes: ["User.Read"])
         let code = try #require(try await env.latestCode(for: carol))
 
@@ -81,7 +85,8 @@ struct SignInFlowTests {
 
     // MARK: Tokens
 
-    @Test("a token with less than the 5-minute margin left is refreshed: cached first, refreshed once it is short-lived")
+    @Test(
+        "a token with less than the 5-minute margin left is refreshed: cached first, refreshed once it is short-lived")
     func refreshAfterShortLifetime() async throws {
         // 302 s of life: 2 s more than the broker's margin, so the token is cached for 2 s.
         let env = try BrokerEnvironment(idpArguments: ["--access-token-lifetime", "302"])
@@ -109,8 +114,9 @@ struct SignInFlowTests {
     func revokedRefreshToken() async throws {
         let env = try BrokerEnvironment()
         #expect(try env.signIn(alice, client: "mail-app").status == 0)
-        let revoke = try await HTTPClient.shared.send(.postForm(
-            env.idp.baseURL + "/test/revoke-all?username=" + HTTPRequest.percentEncode(alice.username), fields: []))
+        let revoke = try await HTTPClient.shared.send(
+            .postForm(
+                env.idp.baseURL + "/test/revoke-all?username=" + HTTPRequest.percentEncode(alice.username), fields: []))
         #expect(revoke.status == 200)
 
         let refused = try env.brokerctl(["token", "--client-id", "mail-app", "--scope", "User.Read", "--force-refresh"])
@@ -120,10 +126,13 @@ struct SignInFlowTests {
         let cachedToo = try env.brokerctl(["token", "--client-id", "mail-app", "--scope", "User.Read"])
         #expect(cachedToo.stderr.contains("io.shareddevice.Broker1.Error.InteractionRequired"), "\(cachedToo.stderr)")
 
-        let ctl = try env.startBrokerctl(["sign-in", "--client-id", "mail-app", "--interactive", "--prompt", "login",
-                                          "--username", alice.username, "--scope", "User.Read"])
+        let ctl = try env.startBrokerctl([
+            "sign-in", "--client-id", "mail-app", "--interactive", "--prompt", "login",
+            "--username", alice.username, "--scope", "User.Read",
+        ])
         let url = try await env.browser.nextURL()
-        #expect(try await env.browser.signIn(at: url, username: alice.username, password: alice.password) != .signInForm)
+        #expect(
+            try await env.browser.signIn(at: url, username: alice.username, password: alice.password) != .signInForm)
         #expect(try ctl.waitForExit(timeout: .seconds(20)) == 0, "\(ctl.allOutput)")
         let recovered = try env.brokerctl(["token", "--client-id", "mail-app", "--scope", "User.Read"])
         #expect(recovered.status == 0, "\(recovered.stderr)")
@@ -133,13 +142,15 @@ struct SignInFlowTests {
     func concurrentSilentRequestsShareOneRefresh() async throws {
         let env = try BrokerEnvironment()
         #expect(try env.signIn(alice, client: "mail-app").status == 0)
-        let app = try PublicClientApplication(clientId: "mail-app", configuration: BrokerClientConfiguration(busAddress: env.bus.address))
+        let app = try PublicClientApplication(
+            clientId: "mail-app", configuration: BrokerClientConfiguration(busAddress: env.bus.address))
         // A slow provider keeps the first refresh in flight while the others arrive.
         try await env.setProviderFault("slow", count: 1, delayMs: 700)
         let tokens = try await withThrowingTaskGroup(of: String.self) { group in
             for _ in 0..<10 {
                 group.addTask {
-                    try await app.acquireTokenSilent(SilentTokenParameters(scopes: ["User.Read"], forceRefresh: true)).accessToken
+                    try await app.acquireTokenSilent(SilentTokenParameters(scopes: ["User.Read"], forceRefresh: true))
+                        .accessToken
                 }
             }
             return try await group.reduce(into: Set<String>()) { $0.insert($1) }
@@ -155,9 +166,12 @@ struct SignInFlowTests {
             try await env.setProviderFault(mode, count: 1)
             let attempt = try env.signIn(alice, client: "mail-app")
             #expect(attempt.status == 1, "\(mode)")
-            #expect(attempt.stderr.contains("io.shareddevice.Broker1.Error.ServerError")
+            #expect(
+                attempt.stderr.contains("io.shareddevice.Broker1.Error.ServerError")
                     && attempt.stderr.contains("ID token is not valid"), "\(mode): \(attempt.stderr)")
-            #expect(try env.brokerctl(["current-account", "--client-id", "mail-app", "--json"]).json()["current"] is NSNull, "\(mode)")
+            #expect(
+                try env.brokerctl(["current-account", "--client-id", "mail-app", "--json"]).json()["current"] is NSNull,
+                "\(mode)")
         }
         // The genuine provider is still believed.
         #expect(try env.signIn(alice, client: "mail-app").status == 0)
@@ -169,11 +183,15 @@ struct SignInFlowTests {
         #expect(try env.brokerctl(["current-account", "--client-id", "mail-app"]).stdout.contains(alice.username))
     }
 
-    @Test("confidential clients authenticate with client_secret_basic and client_secret_post from brokerd's configuration")
+    @Test(
+        "confidential clients authenticate with client_secret_basic and client_secret_post from brokerd's configuration"
+    )
     func confidentialClients() async throws {
         let directory = try TemporaryDirectory()
         let clients = TestUsers.confidentialClients
-        let config = try directory.write("brokerd.json", """
+        let config = try directory.write(
+            "brokerd.json",
+            """
             {"clients": [{"clientId": "mail-app"},
                          {"clientId": "\(clients[0].clientId)", "clientSecret": "\(clients[0].secret)", "clientSecretMethod": "client_secret_basic"},
                          {"clientId": "\(clients[1].clientId)", "clientSecret": "\(clients[1].secret)", "clientSecretMethod": "client_secret_post"}]}
@@ -182,7 +200,9 @@ struct SignInFlowTests {
         for client in clients {
             let signIn = try env.signIn(alice, client: client.clientId)
             #expect(signIn.status == 0, "\(client.clientId): \(signIn.stderr)")
-            let refreshed = try env.brokerctl(["token", "--client-id", client.clientId, "--scope", "User.Read", "--force-refresh"])
+            let refreshed = try env.brokerctl([
+                "token", "--client-id", client.clientId, "--scope", "User.Read", "--force-refresh",
+            ])
             #expect(refreshed.status == 0, "\(client.clientId): \(refreshed.stderr)")
         }
         // A clientId the configuration does not list is refused by the broker itself.
@@ -192,12 +212,17 @@ struct SignInFlowTests {
 
     // MARK: Interactive, in the browser
 
-    @Test("interactive sign-in: PKCE S256, state, nonce and a loopback redirect; the form is posted like a browser would")
+    @Test(
+        "interactive sign-in: PKCE S256, state, nonce and a loopback redirect; the form is posted like a browser would")
     func interactiveSignIn() async throws {
         let env = try BrokerEnvironment()
-        let ctl = try env.startBrokerctl(["sign-in", "--client-id", "mail-app", "--interactive", "--scope", "User.Read", "--json"])
+        let ctl = try env.startBrokerctl([
+            "sign-in", "--client-id", "mail-app", "--interactive", "--scope", "User.Read", "--json",
+        ])
         let url = try await env.browser.nextURL()
-        let query = try #require(URLComponents(string: url)?.queryItems).reduce(into: [String: String]()) { $0[$1.name] = $1.value }
+        let query = try #require(URLComponents(string: url)?.queryItems).reduce(into: [String: String]()) {
+            $0[$1.name] = $1.value
+        }
         #expect(url.hasPrefix(env.idp.authority + "/oauth2/v2.0/authorize?"))
         #expect(query["code_challenge_method"] == "S256")
         #expect(query["code_challenge"]?.count == 43)
@@ -206,7 +231,10 @@ struct SignInFlowTests {
         #expect(query["client_id"] == "mail-app" && query["response_type"] == "code")
 
         let outcome = try await env.browser.signIn(at: url, username: alice.username, password: alice.password)
-        guard case .page(200, _) = outcome else { Issue.record("the browser ended on \(outcome)"); return }
+        guard case .page(200, _) = outcome else {
+            Issue.record("the browser ended on \(outcome)")
+            return
+        }
         #expect(try ctl.waitForExit(timeout: .seconds(20)) == 0, "\(ctl.allOutput)")
         let result = try CommandResult(status: 0, stdout: ctl.stdoutText, stderr: "").json()
         #expect((result["account"] as? [String: Any])?["username"] as? String == alice.username)
@@ -223,7 +251,8 @@ struct SignInFlowTests {
         let env = try BrokerEnvironment()
         let interactive = ["sign-in", "--client-id", "mail-app", "--interactive"]
         let ctl = try env.startBrokerctl(interactive)
-        try await env.browser.signIn(at: try await env.browser.nextURL(), username: alice.username, password: alice.password)
+        try await env.browser.signIn(
+            at: try await env.browser.nextURL(), username: alice.username, password: alice.password)
         #expect(try ctl.waitForExit(timeout: .seconds(20)) == 0, "\(ctl.allOutput)")
 
         // A plain sign-out: the provider still knows the browser, so prompt=none signs in without a form.
@@ -243,8 +272,10 @@ struct SignInFlowTests {
         let refused = try env.startBrokerctl(interactive + ["--prompt", "none"])
         try await env.browser.visit(try await env.browser.nextURL())
         #expect(try refused.waitForExit(timeout: .seconds(20)) == 1)
-        #expect(refused.stderrText.contains("io.shareddevice.Broker1.Error.InteractionRequired"), "\(refused.allOutput)")
-        #expect(try env.brokerctl(["current-account", "--client-id", "mail-app", "--json"]).json()["current"] is NSNull)
+        #expect(
+            refused.stderrText.contains("io.shareddevice.Broker1.Error.InteractionRequired"), "\(refused.allOutput)")
+        #expect(
+            try env.brokerctl(["current-account", "--client-id", "mail-app", "--json"]).json()["current"] is NSNull)
     }
 
     @Test("an interactive sign-in nobody finishes ends with Cancelled after the configured timeout (1 s)")
@@ -263,9 +294,13 @@ struct SignInFlowTests {
 /// signs in with the standard password grant, signs out anyway, and says what it could not do.
 @Suite("A provider with only the standard endpoints")
 struct PlainProviderTests {
-    @Test("without native auth, revocation and end_session: password grant, sign-out with notes, code flow refused clearly")
+    @Test(
+        "without native auth, revocation and end_session: password grant, sign-out with notes, code flow refused clearly"
+    )
     func plainProvider() async throws {
-        let env = try BrokerEnvironment(idpArguments: ["--without", "revocation", "--without", "end-session", "--without", "native-auth"])
+        let env = try BrokerEnvironment(idpArguments: [
+            "--without", "revocation", "--without", "end-session", "--without", "native-auth",
+        ])
         let alice = TestUsers.alice
         #expect(try env.signIn(alice, client: "mail-app").status == 0)
         #expect(try await env.tokenRequests("password") == 1)
@@ -277,14 +312,19 @@ struct PlainProviderTests {
         #expect(result["tokensRevoked"] as? Bool == false)
         #expect(result["browserSessionEnded"] as? Bool == false)
         let notes = result["notes"] as? [String] ?? []
-        #expect(notes.contains { $0.contains("no token revocation") } && notes.contains { $0.contains("no end_session_endpoint") }, "\(notes)")
+        #expect(
+            notes.contains { $0.contains("no token revocation") }
+                && notes.contains { $0.contains("no end_session_endpoint") }, "\(notes)")
         #expect(env.browser.openedCount == 0)
-        #expect(try env.brokerctl(["current-account", "--client-id", "mail-app", "--json"]).json()["current"] is NSNull)
+        #expect(
+            try env.brokerctl(["current-account", "--client-id", "mail-app", "--json"]).json()["current"] is NSNull)
 
         // Without native authentication there is no emailed code: the app is told to go to the browser.
-        let code = try env.brokerctl(["sign-in", "--client-id", "mail-app", "--username", alice.username, "--code-stdin"], stdin: "")
+        let code = try env.brokerctl(
+            ["sign-in", "--client-id", "mail-app", "--username", alice.username, "--code-stdin"], stdin: "")
         #expect(code.status == 1)
-        #expect(code.stderr.contains("io.shareddevice.Broker1.Error.InteractionRequired")
+        #expect(
+            code.stderr.contains("io.shareddevice.Broker1.Error.InteractionRequired")
                 || code.stderr.contains("io.shareddevice.Broker1.Error.NotSupported"), "\(code.stderr)")
     }
 

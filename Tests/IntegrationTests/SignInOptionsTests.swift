@@ -36,8 +36,11 @@ struct SignInOptionsTests {
         #expect(before["flows"] as? [String] == ["password", "email-code", "browser"], "\(before)")
         #expect(before["singleSignOn"] as? [String] == [], "\(before)")
 
-        let code = try env.brokerctl(["sign-in", "--client-id", "mail-app", "--username", TestUsers.alice.username,
-                                      "--code-stdin"], stdin: "")
+        let code = try env.brokerctl(
+            [
+                "sign-in", "--client-id", "mail-app", "--username", TestUsers.alice.username,
+                "--code-stdin",
+            ], stdin: "")
         #expect(code.status == 1)
         let after = try options(env, client: "calendar-app")
         #expect(after["flows"] as? [String] == ["password", "browser"], "\(after)")
@@ -46,7 +49,9 @@ struct SignInOptionsTests {
         #expect(try options(env)["flows"] as? [String] == ["password", "browser"])
     }
 
-    @Test("a provider that does not answer: ServerUnavailable, and the options once it is back; a bad clientId: InvalidArgument")
+    @Test(
+        "a provider that does not answer: ServerUnavailable, and the options once it is back; a bad clientId: InvalidArgument"
+    )
     func errors() async throws {
         let env = try BrokerEnvironment()
         try await env.setProviderFault("unavailable", endpoint: "discovery")

@@ -20,8 +20,9 @@ struct SingleSignOnTests {
     ]
     static let plainProvider = ["--without", "native-sso", "--without", "family-tokens", "--without", "token-exchange"]
 
-    @Test("each mechanism: a second and a third app get tokens of their own, and none after the sign-out",
-          arguments: providers.map(\.mechanism))
+    @Test(
+        "each mechanism: a second and a third app get tokens of their own, and none after the sign-out",
+        arguments: providers.map(\.mechanism))
     func everyMechanism(mechanism: String) async throws {
         let idpArguments = try #require(Self.providers.first { $0.mechanism == mechanism }).idpArguments
         let env = try BrokerEnvironment(idpArguments: idpArguments)
@@ -75,17 +76,26 @@ struct SingleSignOnTests {
         #expect(try code.waitForExit(timeout: .seconds(20)) == 0, "\(code.allOutput)")
         let afterCode = try env.brokerctl(["token", "--client-id", "calendar-app", "--scope", "User.Read", "--json"])
         #expect(afterCode.status == 0, "\(afterCode.stderr)")
-        #expect(try JWT.claims(try #require(try afterCode.json()["accessToken"] as? String))["preferred_username"] as? String == carol)
+        #expect(
+            try JWT.claims(try #require(try afterCode.json()["accessToken"] as? String))["preferred_username"]
+                as? String == carol)
         #expect(try env.brokerctl(["sign-out", "--client-id", "mail-app"]).status == 0)
 
-        let browser = try env.startBrokerctl(["sign-in", "--client-id", "notes-app", "--interactive", "--scope", "User.Read"])
+        let browser = try env.startBrokerctl([
+            "sign-in", "--client-id", "notes-app", "--interactive", "--scope", "User.Read",
+        ])
         let url = try await env.browser.nextURL()
-        #expect(URLComponents(string: url)?.queryItems?.first { $0.name == "scope" }?.value?.contains("device_sso") == true, "\(url)")
-        #expect(try await env.browser.signIn(at: url, username: alice.username, password: alice.password) != .signInForm)
+        #expect(
+            URLComponents(string: url)?.queryItems?.first { $0.name == "scope" }?.value?.contains("device_sso") == true,
+            "\(url)")
+        #expect(
+            try await env.browser.signIn(at: url, username: alice.username, password: alice.password) != .signInForm)
         #expect(try browser.waitForExit(timeout: .seconds(20)) == 0, "\(browser.allOutput)")
         let afterBrowser = try env.brokerctl(["token", "--client-id", "calendar-app", "--scope", "User.Read", "--json"])
         #expect(afterBrowser.status == 0, "\(afterBrowser.stderr)")
-        #expect(try JWT.claims(try #require(try afterBrowser.json()["accessToken"] as? String))["azp"] as? String == "calendar-app")
+        #expect(
+            try JWT.claims(try #require(try afterBrowser.json()["accessToken"] as? String))["azp"] as? String
+                == "calendar-app")
         #expect(try await env.exchanges("native-sso") == 2)
     }
 
@@ -119,8 +129,10 @@ struct SingleSignOnTests {
     func revokedDeviceSecret() async throws {
         let env = try BrokerEnvironment(idpArguments: ["--without", "family-tokens"])
         #expect(try env.signIn(alice, client: "mail-app").status == 0)
-        let revoke = try await HTTPClient.shared.send(.postForm(
-            env.idp.baseURL + "/test/revoke-device-secrets?username=" + HTTPRequest.percentEncode(alice.username), fields: []))
+        let revoke = try await HTTPClient.shared.send(
+            .postForm(
+                env.idp.baseURL + "/test/revoke-device-secrets?username=" + HTTPRequest.percentEncode(alice.username),
+                fields: []))
         #expect(revoke.status == 200, "\(revoke.bodyText)")
         let before = try env.stateFile()
         let refused = try env.brokerctl(["token", "--client-id", "calendar-app", "--scope", "User.Read"])
@@ -129,10 +141,14 @@ struct SingleSignOnTests {
         #expect(refused.stderr.contains("refused single sign-on"), "\(refused.stderr)")
         #expect(NSDictionary(dictionary: try env.stateFile()).isEqual(to: before))
         // The app that signed in is not affected.
-        #expect(try env.brokerctl(["token", "--client-id", "mail-app", "--scope", "User.Read", "--force-refresh"]).status == 0)
+        #expect(
+            try env.brokerctl(["token", "--client-id", "mail-app", "--scope", "User.Read", "--force-refresh"]).status
+                == 0)
     }
 
-    @Test("a plain provider: InteractionRequired saying so, no browser opened; interactive sign-in suggests the device's account")
+    @Test(
+        "a plain provider: InteractionRequired saying so, no browser opened; interactive sign-in suggests the device's account"
+    )
     func plainProvider() async throws {
         let env = try BrokerEnvironment(idpArguments: Self.plainProvider)
         #expect(try env.signIn(alice, client: "mail-app").status == 0)
@@ -143,11 +159,14 @@ struct SingleSignOnTests {
         #expect(env.browser.openedCount == 0)
         #expect(try env.brokerctl(["device-info"]).stdout.contains("none (each app signs in for itself)"))
 
-        let interactive = try env.startBrokerctl(["sign-in", "--client-id", "calendar-app", "--interactive", "--scope", "User.Read"])
+        let interactive = try env.startBrokerctl([
+            "sign-in", "--client-id", "calendar-app", "--interactive", "--scope", "User.Read",
+        ])
         let url = try await env.browser.nextURL()
         let hint = URLComponents(string: url)?.queryItems?.first { $0.name == "login_hint" }?.value
         #expect(hint == alice.username, "\(url)")
-        #expect(try await env.browser.signIn(at: url, username: alice.username, password: alice.password) != .signInForm)
+        #expect(
+            try await env.browser.signIn(at: url, username: alice.username, password: alice.password) != .signInForm)
         #expect(try interactive.waitForExit(timeout: .seconds(20)) == 0, "\(interactive.allOutput)")
         #expect(try env.brokerctl(["token", "--client-id", "calendar-app", "--scope", "User.Read"]).status == 0)
     }
@@ -162,7 +181,10 @@ struct SingleSignOnTests {
             for app in apps {
                 for _ in 0..<3 {
                     group.addTask {
-                        (app.clientId, try await app.acquireTokenSilent(SilentTokenParameters(scopes: ["User.Read"])).accessToken)
+                        (
+                            app.clientId,
+                            try await app.acquireTokenSilent(SilentTokenParameters(scopes: ["User.Read"])).accessToken
+                        )
                     }
                 }
             }
@@ -178,12 +200,14 @@ struct SingleSignOnTests {
     func defaultMode() async throws {
         let env = try BrokerEnvironment(mode: "default")
         #expect(try env.signIn(alice, client: "mail-app").status == 0)
-        let calendar = try PublicClientApplication(clientId: "calendar-app",
-                                                   configuration: BrokerClientConfiguration(busAddress: env.bus.address))
+        let calendar = try PublicClientApplication(
+            clientId: "calendar-app",
+            configuration: BrokerClientConfiguration(busAddress: env.bus.address))
         let accounts = try await calendar.accounts()
         #expect(accounts.map(\.username) == [alice.username])
         let account = try #require(accounts.first)
-        let token = try await calendar.acquireTokenSilent(SilentTokenParameters(scopes: ["User.Read"], account: account))
+        let token = try await calendar.acquireTokenSilent(
+            SilentTokenParameters(scopes: ["User.Read"], account: account))
         #expect(try JWT.claims(token.accessToken)["azp"] as? String == "calendar-app")
     }
 }
@@ -197,23 +221,31 @@ private struct SingleSignOnCredential {
         switch mechanism {
         case "native-sso":
             guard let grant = (state["singleSignOn"] as? [String: Any])?.values.first as? [String: Any],
-                  let secret = grant["deviceSecret"] as? String, let idToken = grant["idToken"] as? String
+                let secret = grant["deviceSecret"] as? String, let idToken = grant["idToken"] as? String
             else { return nil }
-            form = { client in [
-                ("grant_type", "urn:ietf:params:oauth:grant-type:token-exchange"), ("client_id", client),
-                ("subject_token", idToken), ("subject_token_type", "urn:ietf:params:oauth:token-type:id_token"),
-                ("actor_token", secret), ("actor_token_type", "urn:openid:params:token-type:device-secret"),
-                ("scope", "openid User.Read"),
-            ] }
-        case "family-refresh-token", "token-exchange":
-            guard let token = ((state["clients"] as? [String: Any])?[anchor] as? [String: Any])?["refreshToken"] as? String
-            else { return nil }
-            form = mechanism == "family-refresh-token"
-                ? { client in [("grant_type", "refresh_token"), ("client_id", client), ("refresh_token", token)] }
-                : { client in [
+            form = { client in
+                [
                     ("grant_type", "urn:ietf:params:oauth:grant-type:token-exchange"), ("client_id", client),
-                    ("subject_token", token), ("subject_token_type", "urn:ietf:params:oauth:token-type:refresh_token"),
-                ] }
+                    ("subject_token", idToken), ("subject_token_type", "urn:ietf:params:oauth:token-type:id_token"),
+                    ("actor_token", secret), ("actor_token_type", "urn:openid:params:token-type:device-secret"),
+                    ("scope", "openid User.Read"),
+                ]
+            }
+        case "family-refresh-token", "token-exchange":
+            guard
+                let token = ((state["clients"] as? [String: Any])?[anchor] as? [String: Any])?["refreshToken"]
+                    as? String
+            else { return nil }
+            form =
+                mechanism == "family-refresh-token"
+                ? { client in [("grant_type", "refresh_token"), ("client_id", client), ("refresh_token", token)] }
+                : { client in
+                    [
+                        ("grant_type", "urn:ietf:params:oauth:grant-type:token-exchange"), ("client_id", client),
+                        ("subject_token", token),
+                        ("subject_token_type", "urn:ietf:params:oauth:token-type:refresh_token"),
+                    ]
+                }
         default:
             return nil
         }
@@ -232,7 +264,7 @@ enum JWT {
         var payload = parts[1].replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
         payload += String(repeating: "=", count: (4 - payload.count % 4) % 4)
         guard let data = Data(base64Encoded: payload),
-              let claims = try JSONSerialization.jsonObject(with: data) as? [String: Any]
+            let claims = try JSONSerialization.jsonObject(with: data) as? [String: Any]
         else { throw ProcessFailure("a JWT payload that is not JSON") }
         return claims
     }

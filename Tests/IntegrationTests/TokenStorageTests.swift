@@ -13,12 +13,16 @@ import Testing
 struct TokenStorageTests {
     static let application = "io.shareddevice.Broker1"
 
-    @Test("secret-service: the refresh token lives in the keyring, survives a restart, never reaches state.json, and leaves with sign-out; access tokens stay in memory")
+    @Test(
+        "secret-service: the refresh token lives in the keyring, survives a restart, never reaches state.json, and leaves with sign-out; access tokens stay in memory"
+    )
     func secretService() async throws {
         let (env, keyring) = try await Self.brokerOnKeyring()
-        defer { withExtendedLifetime(keyring) {} }   // the daemon stops when it goes
+        defer { withExtendedLifetime(keyring) {} }  // the daemon stops when it goes
         // Standard error is read on its own: the readiness line on standard output may come first.
-        try env.brokerd.process.waitForLine(timeout: .seconds(10), stderr: true) { $0.contains("tokens are stored in the Secret Service") }
+        try env.brokerd.process.waitForLine(timeout: .seconds(10), stderr: true) {
+            $0.contains("tokens are stored in the Secret Service")
+        }
 
         let signedIn = try env.signIn(TestUsers.alice, client: "mail-app")
         #expect(signedIn.status == 0, "\(signedIn.stderr)")
@@ -42,12 +46,15 @@ struct TokenStorageTests {
         #expect(!secret.contains(accessToken) && !secret.contains("accessTokens"), "\(secret.count) bytes")
         let sso = try #require((stored["singleSignOn"] as? [String: Any])?[identifier] as? [String: Any])
         #expect(sso["idToken"] as? String == idToken && (sso["deviceSecret"] as? String)?.isEmpty == false)
-        #expect(secret.components(separatedBy: idToken).count == 2, "the ID token is in the keyring item more than once")
+        #expect(
+            secret.components(separatedBy: idToken).count == 2, "the ID token is in the keyring item more than once")
 
         // state.json knows who is signed in, but holds no token.
         var state = try Self.stateFile(env)
         #expect(state.contains(TestUsers.alice.username))
-        for token in [accessToken, idToken, refreshToken] { #expect(!state.contains(token), "a token is in state.json") }
+        for token in [accessToken, idToken, refreshToken] {
+            #expect(!state.contains(token), "a token is in state.json")
+        }
 
         // After a restart the first silent call refreshes with the refresh token from the keyring,
         // and the rotated one goes back there; the new access token is cached for this run only.
@@ -59,7 +66,9 @@ struct TokenStorageTests {
         #expect(newAccessToken != accessToken)
         #expect(try await env.tokenRequests("refresh_token") == refreshes + 1)
         secret = try await keyring.rawSecret(of: item)
-        #expect(!secret.contains(newAccessToken) && !secret.contains(refreshToken), "the rotated refresh token replaced the old one")
+        #expect(
+            !secret.contains(newAccessToken) && !secret.contains(refreshToken),
+            "the rotated refresh token replaced the old one")
         let cached = try env.brokerctl(["token", "--client-id", "mail-app", "--scope", "User.Read", "--json"])
         #expect(try cached.json()["accessToken"] as? String == newAccessToken)
         #expect(try await env.tokenRequests("refresh_token") == refreshes + 1)
@@ -77,10 +86,12 @@ struct TokenStorageTests {
         for token in [accessToken, newAccessToken, idToken, refreshToken] { #expect(!state.contains(token)) }
     }
 
-    @Test("secret-service: a locked keyring fails the save with StorageFailed naming the fix, and brokerd then refuses to start")
+    @Test(
+        "secret-service: a locked keyring fails the save with StorageFailed naming the fix, and brokerd then refuses to start"
+    )
     func lockedKeyring() async throws {
         let (env, keyring) = try await Self.brokerOnKeyring()
-        defer { withExtendedLifetime(keyring) {} }   // the daemon stops when it goes
+        defer { withExtendedLifetime(keyring) {} }  // the daemon stops when it goes
         #expect(try env.signIn(TestUsers.alice, client: "mail-app").status == 0)
 
         try await keyring.lockDefault()
@@ -88,7 +99,9 @@ struct TokenStorageTests {
         #expect(refused.status != 0)
         #expect(refused.stderr.contains("io.shareddevice.Broker1.Error.StorageFailed"), "\(refused.stderr)")
         #expect(refused.stderr.contains("the login keyring is locked; unlock it"), "\(refused.stderr)")
-        #expect(refused.stderr.contains("--token-storage memory") && refused.stderr.contains("--token-storage plaintext-file"))
+        #expect(
+            refused.stderr.contains("--token-storage memory")
+                && refused.stderr.contains("--token-storage plaintext-file"))
 
         _ = try env.brokerd.stop()
         let start = try Self.startBrokerd(env, ["--token-storage", "secret-service"])
@@ -97,10 +110,12 @@ struct TokenStorageTests {
         #expect(!start.stdoutText.contains("brokerd ready"))
     }
 
-    @Test("secret-service: keyring and state file out of step (a crash between the two writes) never pair an account with another's tokens")
+    @Test(
+        "secret-service: keyring and state file out of step (a crash between the two writes) never pair an account with another's tokens"
+    )
     func accountMismatchIsNotAdopted() async throws {
         let (env, keyring) = try await Self.brokerOnKeyring()
-        defer { withExtendedLifetime(keyring) {} }   // the daemon stops when it goes
+        defer { withExtendedLifetime(keyring) {} }  // the daemon stops when it goes
         #expect(try env.signIn(TestUsers.alice, client: "mail-app").status == 0)
         let aliceState = try Self.stateFile(env)
         #expect(try env.brokerctl(["sign-out", "--client-id", "mail-app"]).status == 0)
@@ -115,20 +130,23 @@ struct TokenStorageTests {
         try env.brokerd.process.waitForLine(timeout: .seconds(10), stderr: true) {
             $0.contains("stored tokens belong to an account this app is not signed in with")
         }
-        #expect(try env.brokerctl(["current-account", "--client-id", "mail-app"]).stdout.contains(TestUsers.alice.username))
+        #expect(
+            try env.brokerctl(["current-account", "--client-id", "mail-app"]).stdout.contains(TestUsers.alice.username))
         let silent = try env.brokerctl(["token", "--client-id", "mail-app", "--scope", "User.Read", "--json"])
         #expect(silent.status != 0 && !silent.stdout.contains(bobsToken))
         #expect(silent.stderr.contains("io.shareddevice.Broker1.Error.InteractionRequired"), "\(silent.stderr)")
     }
 
-    @Test("secret-service: a state file from a plaintext-file run has its refresh tokens moved into the keyring at start")
+    @Test(
+        "secret-service: a state file from a plaintext-file run has its refresh tokens moved into the keyring at start")
     func movesPlaintextTokensIntoTheKeyring() async throws {
-        let env = try BrokerEnvironment(busConfig: TestKeyring.busWithoutActivation)   // plaintext-file, the fixture's default
+        // plaintext-file, the fixture's default.
+        let env = try BrokerEnvironment(busConfig: TestKeyring.busWithoutActivation)
         #expect(try env.signIn(TestUsers.alice, client: "mail-app").status == 0)
         let refreshToken = try #require(try Self.refreshToken(in: env, client: "mail-app"))
 
         let keyring = try await TestKeyring.start(on: env.bus, in: env.directory)
-        defer { withExtendedLifetime(keyring) {} }   // the daemon stops when it goes
+        defer { withExtendedLifetime(keyring) {} }  // the daemon stops when it goes
         try env.restartBroker(extraArguments: ["--token-storage", "secret-service"])
         #expect(!(try Self.stateFile(env)).contains(refreshToken))
         let item = try #require(try await keyring.items([("application", Self.application)]).first)
@@ -145,17 +163,25 @@ struct TokenStorageTests {
         let directory = try TemporaryDirectory()
         let bus = try PrivateBus(configFile: try directory.write("bus.conf", TestKeyring.busWithoutActivation))
         let stateDirectory = directory.path + "/state"
-        let brokerd = try ChildProcess("brokerd", executable: Binaries.path("brokerd"), arguments: [
-            "--address", bus.address, "--authority", "http://127.0.0.1:9/tenant/v2.0", "--state-dir", stateDirectory])
+        let brokerd = try ChildProcess(
+            "brokerd", executable: Binaries.path("brokerd"),
+            arguments: [
+                "--address", bus.address, "--authority", "http://127.0.0.1:9/tenant/v2.0", "--state-dir",
+                stateDirectory,
+            ])
         #expect(try brokerd.waitForExit(timeout: .seconds(20)) == 1)
         let stderr = brokerd.stderrText
-        #expect(stderr.contains("no Secret Service (org.freedesktop.secrets) is running on the session bus"), "\(stderr)")
-        #expect(stderr.contains("--token-storage memory") && stderr.contains("--token-storage plaintext-file"), "\(stderr)")
+        #expect(
+            stderr.contains("no Secret Service (org.freedesktop.secrets) is running on the session bus"), "\(stderr)")
+        #expect(
+            stderr.contains("--token-storage memory") && stderr.contains("--token-storage plaintext-file"), "\(stderr)")
         #expect(!brokerd.stdoutText.contains("brokerd ready"))
         #expect(!FileManager.default.fileExists(atPath: stateDirectory + "/state.json"))
     }
 
-    @Test("memory: a warning at start, no token in state.json; after a restart still signed in, and silent tokens need interaction")
+    @Test(
+        "memory: a warning at start, no token in state.json; after a restart still signed in, and silent tokens need interaction"
+    )
     func memory() async throws {
         let env = try BrokerEnvironment(brokerArguments: ["--token-storage", "memory"])
         try env.brokerd.process.waitForLine(timeout: .seconds(10), stderr: true) {
@@ -177,7 +203,9 @@ struct TokenStorageTests {
         let path = env.stateDirectory + "/state.json"
         let before = try FileManager.default.attributesOfItem(atPath: path)
         let refreshes = try await env.tokenRequests("refresh_token")
-        #expect(try env.brokerctl(["token", "--client-id", "mail-app", "--scope", "User.Read", "--force-refresh"]).status == 0)
+        #expect(
+            try env.brokerctl(["token", "--client-id", "mail-app", "--scope", "User.Read", "--force-refresh"]).status
+                == 0)
         #expect(try await env.tokenRequests("refresh_token") == refreshes + 1)
         let after = try FileManager.default.attributesOfItem(atPath: path)
         #expect(after[.systemFileNumber] as? Int == before[.systemFileNumber] as? Int, "state.json was replaced")
@@ -191,7 +219,8 @@ struct TokenStorageTests {
         #expect(silent.stderr.contains("io.shareddevice.Broker1.Error.InteractionRequired"), "\(silent.stderr)")
     }
 
-    @Test("plaintext-file: a warning at start, and the refresh tokens in state.json; access and ID tokens in memory only")
+    @Test(
+        "plaintext-file: a warning at start, and the refresh tokens in state.json; access and ID tokens in memory only")
     func plaintextFile() throws {
         let env = try BrokerEnvironment(brokerArguments: ["--token-storage", "plaintext-file"])
         try env.brokerd.process.waitForLine(timeout: .seconds(10), stderr: true) {
@@ -230,9 +259,11 @@ struct TokenStorageTests {
 
     /// brokerd on the environment's bus and state, not waited for (it may refuse to start).
     static func startBrokerd(_ env: BrokerEnvironment, _ arguments: [String]) throws -> ChildProcess {
-        try ChildProcess("brokerd", executable: Binaries.path("brokerd"), arguments: [
-            "--address", env.bus.address, "--authority", env.idp.authority, "--state-dir", env.stateDirectory,
-        ] + arguments, environment: ["BROWSER": env.browser.command])
+        try ChildProcess(
+            "brokerd", executable: Binaries.path("brokerd"),
+            arguments: [
+                "--address", env.bus.address, "--authority", env.idp.authority, "--state-dir", env.stateDirectory,
+            ] + arguments, environment: ["BROWSER": env.browser.command])
     }
 }
 
@@ -267,21 +298,26 @@ final class TestKeyring: @unchecked Sendable {
         }
         let home = directory.path + "/keyring-home"
         for sub in ["", "/data", "/config", "/cache", "/run"] {
-            try FileManager.default.createDirectory(atPath: home + sub, withIntermediateDirectories: true,
-                                                    attributes: [.posixPermissions: 0o700])
+            try FileManager.default.createDirectory(
+                atPath: home + sub, withIntermediateDirectories: true,
+                attributes: [.posixPermissions: 0o700])
         }
         let connection = try DBusConnection(address: bus.address)
         // Subscribed before the daemon starts, so neither its name nor its first keyring can be missed.
-        let owners = try await connection.signals(matching: DBusMatchRule(
-            sender: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
-            member: "NameOwnerChanged", arg0: service))
-        let process = try ChildProcess("gnome-keyring-daemon", executable: executable, arguments: [
-            "--unlock", "--components=secrets", "--foreground",
-        ], environment: [
-            "HOME": home, "XDG_DATA_HOME": home + "/data", "XDG_CONFIG_HOME": home + "/config",
-            "XDG_CACHE_HOME": home + "/cache", "XDG_RUNTIME_DIR": home + "/run",
-            "DBUS_SESSION_BUS_ADDRESS": bus.address,
-        ], stdin: password)
+        let owners = try await connection.signals(
+            matching: DBusMatchRule(
+                sender: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
+                member: "NameOwnerChanged", arg0: service))
+        let process = try ChildProcess(
+            "gnome-keyring-daemon", executable: executable,
+            arguments: [
+                "--unlock", "--components=secrets", "--foreground",
+            ],
+            environment: [
+                "HOME": home, "XDG_DATA_HOME": home + "/data", "XDG_CONFIG_HOME": home + "/config",
+                "XDG_CACHE_HOME": home + "/cache", "XDG_RUNTIME_DIR": home + "/run",
+                "DBUS_SESSION_BUS_ADDRESS": bus.address,
+            ], stdin: password)
         let keyring = TestKeyring(process: process, connection: connection)
         do {
             try await keyring.waitUntilServing(owners, timeout: .seconds(20))
@@ -296,18 +332,22 @@ final class TestKeyring: @unchecked Sendable {
         let connection = self.connection
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask {
-                let owned = try await connection.call(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
-                                                      interface: "org.freedesktop.DBus", member: "NameHasOwner",
-                                                      arguments: [.string(Self.service)]).first?.bool ?? false
+                let owned =
+                    try await connection.call(
+                        destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
+                        interface: "org.freedesktop.DBus", member: "NameHasOwner",
+                        arguments: [.string(Self.service)]
+                    ).first?.bool ?? false
                 if !owned {
-                    for await change in owners where change.arguments.count == 3 && change.arguments[2].string?.isEmpty == false {
+                    for await change in owners
+                    where change.arguments.count == 3 && change.arguments[2].string?.isEmpty == false {
                         break
                     }
                 }
                 try Task.checkCancellation()
             }
             group.addTask {
-                try await Task.sleep(for: timeout)   // a bound on the wait, not a synchronization
+                try await Task.sleep(for: timeout)  // a bound on the wait, not a synchronization
                 throw ProcessFailure("org.freedesktop.secrets was not owned within \(timeout)")
             }
             try await group.next()
@@ -318,9 +358,10 @@ final class TestKeyring: @unchecked Sendable {
     }
 
     private func serviceCall(_ member: String, _ arguments: [DBusValue]) async throws -> [DBusValue] {
-        try await connection.call(destination: Self.service, path: "/org/freedesktop/secrets",
-                                  interface: "org.freedesktop.Secret.Service", member: member, arguments: arguments,
-                                  timeout: .seconds(10))
+        try await connection.call(
+            destination: Self.service, path: "/org/freedesktop/secrets",
+            interface: "org.freedesktop.Secret.Service", member: member, arguments: arguments,
+            timeout: .seconds(10))
     }
 
     /// Every item (unlocked or locked) with these attributes, in any collection.
@@ -333,8 +374,9 @@ final class TestKeyring: @unchecked Sendable {
     func secret(of item: String) async throws -> [UInt8] {
         let opened = try await serviceCall("OpenSession", [.string("plain"), .variant(.string(""))])
         let session = try #require(opened.last?.objectPath)
-        let reply = try await connection.call(destination: Self.service, path: item, interface: "org.freedesktop.Secret.Item",
-                                              member: "GetSecret", arguments: [.objectPath(session)], timeout: .seconds(10))
+        let reply = try await connection.call(
+            destination: Self.service, path: item, interface: "org.freedesktop.Secret.Item",
+            member: "GetSecret", arguments: [.objectPath(session)], timeout: .seconds(10))
         let fields = try #require(reply.first?.structureFields)
         return (fields.count == 4 ? fields[2].arrayElements ?? [] : []).compactMap(\.byte)
     }

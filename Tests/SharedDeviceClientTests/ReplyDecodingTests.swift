@@ -1,7 +1,8 @@
 import BrokerAPI
 import DBus
-@testable import SharedDeviceClient
 import Testing
+
+@testable import SharedDeviceClient
 
 /// The client library's reading of the broker's replies and errors, without a bus: what an app
 /// gets from each dictionary, and a clear error (never a crash) for one that breaks the contract.
@@ -9,13 +10,15 @@ import Testing
 struct ReplyDecodingTests {
     static let alice: DBusValue = .vardict([
         AccountKey.username: .string("alice@contoso.example"), AccountKey.identifier: .string("oid-a.t"),
-        AccountKey.tenantId: .string("t"), AccountKey.environment: .string("login.example"), AccountKey.name: .string("Alice"),
+        AccountKey.tenantId: .string("t"), AccountKey.environment: .string("login.example"),
+        AccountKey.name: .string("Alice"),
     ])
 
     @Test func accountsEmptyAndWhole() throws {
         #expect(try ReplyDecoding.account(.vardict([:])) == nil)
         let account = try #require(try ReplyDecoding.account(Self.alice))
-        #expect(account.username == "alice@contoso.example" && account.identifier == "oid-a.t" && account.name == "Alice")
+        #expect(
+            account.username == "alice@contoso.example" && account.identifier == "oid-a.t" && account.name == "Alice")
         #expect(throws: BrokerError.self) { try ReplyDecoding.account(.vardict([AccountKey.name: .string("no id")])) }
         #expect(throws: BrokerError.self) { try ReplyDecoding.account(.string("not a dictionary")) }
     }
@@ -62,7 +65,12 @@ struct ReplyDecodingTests {
         }
         // A bus that got no answer: the app is told the broker timed out, not a broker error.
         let late = BrokerError(DBusError(name: "org.freedesktop.DBus.Error.NoReply", message: "late"))
-        guard case .timedOut = late else { Issue.record("NoReply read as \(late)"); return }
-        #expect(BrokerError(DBusError(name: "org.example.Odd", message: "odd")) == .dbus(name: "org.example.Odd", message: "odd"))
+        guard case .timedOut = late else {
+            Issue.record("NoReply read as \(late)")
+            return
+        }
+        #expect(
+            BrokerError(DBusError(name: "org.example.Odd", message: "odd"))
+                == .dbus(name: "org.example.Odd", message: "odd"))
     }
 }

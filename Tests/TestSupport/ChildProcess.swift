@@ -30,8 +30,10 @@ package final class ChildProcess: @unchecked Sendable {
 
     /// Starts `executable` with `arguments`. Standard input gets `stdin` and is closed, unless
     /// `keepStdinOpen`: then the test types lines with ``type(_:)`` and ends them with ``closeStdin()``.
-    package init(_ name: String, executable: String, arguments: [String], environment: [String: String] = [:],
-         stdin: String? = nil, keepStdinOpen: Bool = false) throws {
+    package init(
+        _ name: String, executable: String, arguments: [String], environment: [String: String] = [:],
+        stdin: String? = nil, keepStdinOpen: Bool = false
+    ) throws {
         self.name = name
         var env = ProcessInfo.processInfo.environment
         // Never the developer's own bus: a test names its bus explicitly.
@@ -79,7 +81,9 @@ package final class ChildProcess: @unchecked Sendable {
     /// Writes one line to the process's standard input, as a person typing it.
     package func type(_ line: String) throws {
         _ = Self.brokenPipesAreErrors
-        guard let input = state.withLock({ self.input }) else { throw ProcessFailure("\(name)'s standard input is closed") }
+        guard let input = state.withLock({ self.input }) else {
+            throw ProcessFailure("\(name)'s standard input is closed")
+        }
         try input.write(contentsOf: Data((line + "\n").utf8))
     }
 
@@ -95,7 +99,10 @@ package final class ChildProcess: @unchecked Sendable {
 
     /// Ends the process's standard input (end of file).
     package func closeStdin() {
-        let handle = state.withLock { () -> FileHandle? in defer { input = nil }; return input }
+        let handle = state.withLock { () -> FileHandle? in
+            defer { input = nil }
+            return input
+        }
         try? handle?.close()
     }
 
@@ -134,8 +141,10 @@ package final class ChildProcess: @unchecked Sendable {
     /// returns it. Only lines from `after` on count (a ``mark`` taken before sending a command);
     /// `skipping` passes over that many earlier matching lines (the second prompt, ...).
     @discardableResult
-    package func waitForLine(after: Int = 0, timeout: Duration = .seconds(30), stderr useStderr: Bool = false, skipping: Int = 0,
-                     _ matches: (String) -> Bool) throws -> String {
+    package func waitForLine(
+        after: Int = 0, timeout: Duration = .seconds(30), stderr useStderr: Bool = false, skipping: Int = 0,
+        _ matches: (String) -> Bool
+    ) throws -> String {
         let deadline = Date().addingTimeInterval(timeout.seconds)
         state.lock()
         defer { state.unlock() }
@@ -149,10 +158,16 @@ package final class ChildProcess: @unchecked Sendable {
             }
             seen = lines.count
             if exited {
-                throw ProcessFailure("\(name) exited (status \(status)) without the expected line; output:\n\(stdout.joined(separator: "\n"))\n\(stderr.joined(separator: "\n"))")
+                throw ProcessFailure(
+                    "\(name) exited (status \(status)) without the expected line; "
+                        + "output:\n\(stdout.joined(separator: "\n"))\n\(stderr.joined(separator: "\n"))"
+                )
             }
             if !waitForChange(until: deadline) {
-                throw ProcessFailure("\(name) did not print the expected line within \(timeout); output:\n\(stdout.joined(separator: "\n"))\n\(stderr.joined(separator: "\n"))")
+                throw ProcessFailure(
+                    "\(name) did not print the expected line within \(timeout); "
+                        + "output:\n\(stdout.joined(separator: "\n"))\n\(stderr.joined(separator: "\n"))"
+                )
             }
         }
     }
@@ -172,7 +187,10 @@ package final class ChildProcess: @unchecked Sendable {
         defer { state.unlock() }
         while !exited {
             if !waitForChange(until: deadline) {
-                throw ProcessFailure("\(name) did not exit within \(timeout); output:\n\(stdout.joined(separator: "\n"))\n\(stderr.joined(separator: "\n"))")
+                throw ProcessFailure(
+                    "\(name) did not exit within \(timeout); "
+                        + "output:\n\(stdout.joined(separator: "\n"))\n\(stderr.joined(separator: "\n"))"
+                )
             }
         }
         return status

@@ -14,11 +14,14 @@ package struct CommandResult: Sendable {
 }
 
 /// Runs `executable` to completion, at most `timeout`, on a thread of its own (see ``offThePool(_:)``).
-package func runCommand(_ executable: String, _ arguments: [String], stdin: String? = nil,
-                        timeout: Duration = .seconds(30)) async throws -> CommandResult {
+package func runCommand(
+    _ executable: String, _ arguments: [String], stdin: String? = nil,
+    timeout: Duration = .seconds(30)
+) async throws -> CommandResult {
     try await offThePool {
-        let process = try ChildProcess(URL(fileURLWithPath: executable).lastPathComponent, executable: executable,
-                                       arguments: arguments, stdin: stdin)
+        let process = try ChildProcess(
+            URL(fileURLWithPath: executable).lastPathComponent, executable: executable,
+            arguments: arguments, stdin: stdin)
         let status = try process.waitForExit(timeout: timeout)
         return CommandResult(status: status, stdout: process.stdoutText, stderr: process.stderrText)
     }

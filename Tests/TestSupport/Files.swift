@@ -4,7 +4,8 @@ import Foundation
 package enum Binaries {
     package static let directory: String = {
         if let dir = ProcessInfo.processInfo.environment["BROKER_BIN_DIR"] { return dir }
-        let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+        let exe =
+            (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
         return URL(fileURLWithPath: exe).deletingLastPathComponent().path
     }()
 

@@ -9,8 +9,10 @@ package final class PrivateBus: @unchecked Sendable {
     /// its only place for D-Bus activation (none: it can activate nothing, not even the system's
     /// services); `everyUser` admits connections of any user, not only the daemon's own;
     /// `sessionType` off leaves activated services only `DBUS_STARTER_ADDRESS`.
-    package static func configuration(listen: String = "unix:tmpdir=/tmp", sessionType: Bool = true,
-                              serviceDirectory: String? = nil, everyUser: Bool = false) -> String {
+    package static func configuration(
+        listen: String = "unix:tmpdir=/tmp", sessionType: Bool = true,
+        serviceDirectory: String? = nil, everyUser: Bool = false
+    ) -> String {
         """
         <!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
          "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
@@ -31,9 +33,12 @@ package final class PrivateBus: @unchecked Sendable {
 
     /// A `--session` bus, or one run with the configuration file `configFile`.
     package init(configFile: String? = nil) throws {
-        daemon = try ChildProcess("dbus-daemon", executable: "/usr/bin/dbus-daemon",
-                                  arguments: [configFile.map { "--config-file=\($0)" } ?? "--session",
-                                              "--nofork", "--nopidfile", "--print-address=1"])
+        daemon = try ChildProcess(
+            "dbus-daemon", executable: "/usr/bin/dbus-daemon",
+            arguments: [
+                configFile.map { "--config-file=\($0)" } ?? "--session",
+                "--nofork", "--nopidfile", "--print-address=1",
+            ])
         address = try daemon.waitForLine(timeout: .seconds(10)) { $0.contains("unix:") || $0.contains("tcp:") }
             .trimmingCharacters(in: .whitespaces)
     }

@@ -13,7 +13,9 @@ package struct Spawned {
     package let output: Int32
     package let error: Int32
 
-    package static func start(_ executable: String, arguments: [String], environment: [String: String]) throws -> Spawned {
+    package static func start(_ executable: String, arguments: [String], environment: [String: String]) throws
+        -> Spawned
+    {
         func pipePair() throws -> (read: Int32, write: Int32) {
             // pipe2(O_CLOEXEC) is not visible from Swift here; children close everything past
             // standard error anyway (below), so close-on-exec only keeps them out of others' execs.
@@ -22,7 +24,9 @@ package struct Spawned {
             for fd in fds { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
             return (fds[0], fds[1])
         }
-        let stdin = try pipePair(), stdout = try pipePair(), stderr = try pipePair()
+        let stdin = try pipePair()
+        let stdout = try pipePair()
+        let stderr = try pipePair()
 
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
@@ -33,7 +37,9 @@ package struct Spawned {
         // Nothing else of the test process goes to the child: not every descriptor here is
         // close-on-exec (a file being written, such as a browser script, would otherwise stay
         // open for writing in a long-lived child, and running that script fails with ETXTBSY).
-        guard let closeFrom = Self.addCloseFrom else { throw ProcessFailure("this C library lacks posix_spawn_file_actions_addclosefrom_np (glibc 2.34)") }
+        guard let closeFrom = Self.addCloseFrom else {
+            throw ProcessFailure("this C library lacks posix_spawn_file_actions_addclosefrom_np (glibc 2.34)")
+        }
         _ = closeFrom(&actions, 3)
 
         // The child starts with default signal handling and nothing blocked (the test process ignores SIGPIPE).
@@ -52,8 +58,8 @@ package struct Spawned {
         let argv = ([executable] + arguments).map { strdup($0) } + [nil]
         let envp = environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
         defer {
-            argv.forEach { free($0) }
-            envp.forEach { free($0) }
+            for argument in argv { free(argument) }
+            for variable in envp { free(variable) }
         }
         var pid = pid_t()
         let status = posix_spawn(&pid, executable, &actions, &attributes, argv, envp)
@@ -67,10 +73,12 @@ package struct Spawned {
 
     /// glibc's `posix_spawn_file_actions_addclosefrom_np` (2.34 and later), which its headers do
     /// not show to Swift: looked up by name.
-    private static let addCloseFrom: (@convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, Int32) -> Int32)? = {
-        guard let symbol = dlsym(nil, "posix_spawn_file_actions_addclosefrom_np") else { return nil }
-        return unsafeBitCast(symbol, to: (@convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, Int32) -> Int32).self)
-    }()
+    private static let addCloseFrom:
+        (@convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, Int32) -> Int32)? = {
+            guard let symbol = dlsym(nil, "posix_spawn_file_actions_addclosefrom_np") else { return nil }
+            return unsafeBitCast(
+                symbol, to: (@convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, Int32) -> Int32).self)
+        }()
 
     /// Waits for the child's exit (on the calling thread): its status, 128 + N when killed by signal N.
     package func waitForStatus() -> Int32 {

@@ -1,5 +1,5 @@
-import Foundation
 import ExampleSupport
+import Foundation
 import GraphProfile
 import SharedDeviceClient
 
@@ -33,7 +33,8 @@ func say(_ line: String) { emit(line) }
 
 let app: PublicClientApplication
 do {
-    app = try PublicClientApplication(clientId: clientId, configuration: BrokerClientConfiguration(busAddress: option("--address")))
+    app = try PublicClientApplication(
+        clientId: clientId, configuration: BrokerClientConfiguration(busAddress: option("--address")))
 } catch {
     say("error \(error)")
     exit(1)
@@ -57,7 +58,10 @@ do {
         do {
             switch words.first {
             case "signin":
-                guard words.count == 2, let password = await input.next() else { say("error usage: signin USERNAME"); continue }
+                guard words.count == 2, let password = await input.next() else {
+                    say("error usage: signin USERNAME")
+                    continue
+                }
                 say("sending sign-in at=\(Clock.monotonicNanoseconds())")
                 let result = try await app.signIn(username: words[1], password: password, scopes: ["User.Read"])
                 say("signed-in \(result.account.username)")
@@ -77,10 +81,14 @@ do {
                     continue
                 }
                 do {
-                    let profile = try await GraphProfile.me(baseURL: base, authorizationHeader: token.authorizationHeader)
+                    let profile = try await GraphProfile.me(
+                        baseURL: base, authorizationHeader: token.authorizationHeader)
                     let meTime = Clock.monotonicNanoseconds()
-                    say("graph name=\((profile.displayName ?? "?").replacingOccurrences(of: " ", with: "_")) "
-                        + "token=\(Clock.milliseconds(started, tokenTime)) me=\(Clock.milliseconds(tokenTime, meTime))")
+                    say(
+                        "graph name=\((profile.displayName ?? "?").replacingOccurrences(of: " ", with: "_")) "
+                            + "token=\(Clock.milliseconds(started, tokenTime)) "
+                            + "me=\(Clock.milliseconds(tokenTime, meTime))"
+                    )
                 } catch {
                     say("error Graph: \(error)")
                 }

@@ -13,8 +13,10 @@ final class ManagedProcess: @unchecked Sendable {
     /// Called with each new line of standard output (on a reader thread).
     private let onLine: @Sendable (String) -> Void
 
-    init(_ name: String, executable: String, arguments: [String], environment: [String: String] = [:],
-         stderrFile: String? = nil, onLine: @escaping @Sendable (String) -> Void = { _ in }) throws {
+    init(
+        _ name: String, executable: String, arguments: [String], environment: [String: String] = [:],
+        stderrFile: String? = nil, onLine: @escaping @Sendable (String) -> Void = { _ in }
+    ) throws {
         self.name = name
         self.onLine = onLine
         process.executableURL = URL(fileURLWithPath: executable)
@@ -52,7 +54,11 @@ final class ManagedProcess: @unchecked Sendable {
 
     var pid: Int32 { process.processIdentifier }
     var isRunning: Bool { process.isRunning }
-    var output: [String] { condition.lock(); defer { condition.unlock() }; return lines }
+    var output: [String] {
+        condition.lock()
+        defer { condition.unlock() }
+        return lines
+    }
 
     private func take(_ data: Data) {
         guard !data.isEmpty else { return }
@@ -79,8 +85,13 @@ final class ManagedProcess: @unchecked Sendable {
         while true {
             if let line = lines[seen...].first(where: matches) { return line }
             seen = lines.count
-            if exited { throw DemoFailure("\(name) exited (status \(process.terminationStatus)) before printing what the demo waited for") }
-            if !condition.wait(until: deadline) { throw DemoFailure("\(name) did not print what the demo waited for within \(Int(timeout)) s") }
+            if exited {
+                throw DemoFailure(
+                    "\(name) exited (status \(process.terminationStatus)) before printing what the demo waited for")
+            }
+            if !condition.wait(until: deadline) {
+                throw DemoFailure("\(name) did not print what the demo waited for within \(Int(timeout)) s")
+            }
         }
     }
 

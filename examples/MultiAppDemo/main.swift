@@ -17,14 +17,20 @@ func option(_ name: String) -> String? {
     return arguments[index + 1]
 }
 
-let binDir = option("--bin-dir") ?? {
-    let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
-    return URL(fileURLWithPath: exe).deletingLastPathComponent().path
-}()
+let binDir =
+    option("--bin-dir")
+    ?? {
+        let exe =
+            (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+        return URL(fileURLWithPath: exe).deletingLastPathComponent().path
+    }()
 let usersFile = option("--users") ?? "examples/demo-users.json"
 let username = option("--username") ?? "alice@contoso.example"
 let password = option("--password") ?? "alice-Demo-Passw0rd"
-let apps = [(name: "Mail", clientId: "mail-app"), (name: "Calendar", clientId: "calendar-app"), (name: "Notes", clientId: "notes-app")]
+let apps = [
+    (name: "Mail", clientId: "mail-app"), (name: "Calendar", clientId: "calendar-app"),
+    (name: "Notes", clientId: "notes-app"),
+]
 let width = apps.map(\.name.count).max() ?? 8
 
 func say(_ who: String, _ text: String) {
@@ -52,21 +58,31 @@ func callGraph(_ process: ManagedProcess, expectSuccess: Bool) throws {
     process.send("graph")
     let line = try process.waitForLine(from: mark, timeout: 30) { $0.hasPrefix("graph ") || $0.hasPrefix("error") }
     if expectSuccess {
-        guard line.hasPrefix("graph ") else { throw DemoFailure("\(process.name) could not call Graph: \(line.dropFirst(6))") }
+        guard line.hasPrefix("graph ") else {
+            throw DemoFailure("\(process.name) could not call Graph: \(line.dropFirst(6))")
+        }
         let name = (field("name", in: line) ?? "?").replacingOccurrences(of: "_", with: " ")
         let token = field("token", in: line) ?? "?"
         tokenTimes.append("\(process.name) \(token) ms")
-        say(process.name, "got a token of its own silently in \(token) ms; Graph /v1.0/me says \(name) (\(field("me", in: line) ?? "?") ms)")
+        say(
+            process.name,
+            "got a token of its own silently in \(token) ms; Graph /v1.0/me says \(name) "
+                + "(\(field("me", in: line) ?? "?") ms)"
+        )
     } else {
-        guard line.hasPrefix("error") else { throw DemoFailure("\(process.name) still got a token after the sign-out: \(line)") }
+        guard line.hasPrefix("error") else {
+            throw DemoFailure("\(process.name) still got a token after the sign-out: \(line)")
+        }
         say(process.name, "gets no token: \(line.dropFirst(6))")
     }
 }
 
 /// Tells `actor` to run `command` and waits until every app reports the change `reason`.
 @MainActor
-func change(_ reason: String, by actor: ManagedProcess, command: [String], expect showing: String,
-            processes: [ManagedProcess]) throws {
+func change(
+    _ reason: String, by actor: ManagedProcess, command: [String], expect showing: String,
+    processes: [ManagedProcess]
+) throws {
     let marks = processes.map { $0.output.count }
     command.forEach(actor.send)
     let sendingVerb = reason == "signed-in" ? "sign-in" : "sign-out"
@@ -94,43 +110,54 @@ func runDemo() throws {
     let work = NSTemporaryDirectory() + "sdb-demo-\(getpid())"
     try FileManager.default.createDirectory(atPath: work, withIntermediateDirectories: true)
     Cleanup.shared.temporaryDirectory = work
-    guard FileManager.default.fileExists(atPath: usersFile) else { throw DemoFailure("no users file at \(usersFile) (use --users)") }
+    guard FileManager.default.fileExists(atPath: usersFile) else {
+        throw DemoFailure("no users file at \(usersFile) (use --users)")
+    }
 
-    let bus = try ManagedProcess("dbus-daemon", executable: "/usr/bin/dbus-daemon",
-                                 arguments: ["--session", "--nofork", "--nopidfile", "--print-address=1"],
-                                 stderrFile: work + "/bus.log")
+    let bus = try ManagedProcess(
+        "dbus-daemon", executable: "/usr/bin/dbus-daemon",
+        arguments: ["--session", "--nofork", "--nopidfile", "--print-address=1"],
+        stderrFile: work + "/bus.log")
     let address = try bus.waitForLine(timeout: 10) { $0.hasPrefix("unix:") || $0.hasPrefix("tcp:") }
         .trimmingCharacters(in: .whitespaces)
     say("demo", "a private session bus: \(address)")
 
-    let idp = try ManagedProcess("idp-sim", executable: binDir + "/idp-sim", arguments: ["--port", "0", "--users", usersFile],
-                                 stderrFile: work + "/idp-sim.log")
+    let idp = try ManagedProcess(
+        "idp-sim", executable: binDir + "/idp-sim", arguments: ["--port", "0", "--users", usersFile],
+        stderrFile: work + "/idp-sim.log")
     let listening = try idp.waitForLine(timeout: 60) { $0.hasPrefix("listening on ") }
-    let authority = String(listening.dropFirst("listening on ".count)).trimmingCharacters(in: .whitespaces) + "/contoso-demo/v2.0"
+    let authority =
+        String(listening.dropFirst("listening on ".count)).trimmingCharacters(in: .whitespaces) + "/contoso-demo/v2.0"
     say("demo", "idp-sim, a local OpenID Connect provider: \(authority)")
 
-    let brokerd = try ManagedProcess("brokerd", executable: binDir + "/brokerd", arguments: [
-        "--address", address, "--device-mode", "shared", "--authority", authority, "--state-dir", work + "/state",
-        "--token-storage", "memory",   // a throwaway demo: no keyring needed, nothing written
-    ], stderrFile: work + "/brokerd.log")
+    let brokerd = try ManagedProcess(
+        "brokerd", executable: binDir + "/brokerd",
+        arguments: [
+            "--address", address, "--device-mode", "shared", "--authority", authority, "--state-dir", work + "/state",
+            "--token-storage", "memory",  // a throwaway demo: no keyring needed, nothing written
+        ], stderrFile: work + "/brokerd.log")
     _ = try brokerd.waitForLine(timeout: 30) { $0.hasPrefix("brokerd ready:") }
     say("demo", "brokerd is ready, in shared device mode")
 
     var processes: [ManagedProcess] = []
     for app in apps {
-        processes.append(try ManagedProcess(app.name, executable: binDir + "/demo-app",
-                                            arguments: ["--name", app.name, "--client-id", app.clientId, "--address", address],
-                                            stderrFile: work + "/\(app.clientId).log"))
+        processes.append(
+            try ManagedProcess(
+                app.name, executable: binDir + "/demo-app",
+                arguments: ["--name", app.name, "--client-id", app.clientId, "--address", address],
+                stderrFile: work + "/\(app.clientId).log"))
     }
     for process in processes {
         let ready = try process.waitForLine(timeout: 15) { $0.hasPrefix("ready ") || $0.hasPrefix("error") }
         guard let showing = field("showing", in: ready) else { throw DemoFailure("\(process.name): \(ready)") }
         say(process.name, "started (pid \(process.pid)), shows \(showing), listening for AccountChanged")
     }
-    let mail = processes[0], calendar = processes[1]
+    let mail = processes[0]
+    let calendar = processes[1]
 
     say("demo", "Mail signs \(username) in with a password")
-    try change("signed-in", by: mail, command: ["signin \(username)", password], expect: username, processes: processes)
+    try change(
+        "signed-in", by: mail, command: ["signin \(username)", password], expect: username, processes: processes)
 
     say("demo", "Calendar and Notes never signed in: each asks for a token silently and calls Graph")
     for process in processes.dropFirst() { try callGraph(process, expectSuccess: true) }
@@ -140,11 +167,16 @@ func runDemo() throws {
     for process in processes { try callGraph(process, expectSuccess: false) }
 
     for process in processes { process.send("quit") }
-    for process in processes where !process.waitForExit(timeout: 5) { throw DemoFailure("\(process.name) did not quit") }
+    for process in processes where !process.waitForExit(timeout: 5) {
+        throw DemoFailure("\(process.name) did not quit")
+    }
 
-    let lines = apps.map { app in "\(app.name) \((latencies[app.name] ?? []).joined(separator: " / "))" }.joined(separator: ", ")
+    let lines = apps.map { app in "\(app.name) \((latencies[app.name] ?? []).joined(separator: " / "))" }.joined(
+        separator: ", ")
     emit("")
-    say("demo", """
+    say(
+        "demo",
+        """
         Summary: three separate processes (Mail, Calendar, Notes) shared one broker on a private \
         bus. Mail signed \(username) in and every app showed that user at once; Calendar and Notes \
         got tokens of their own without signing in (single sign-on: \(tokenTimes.joined(separator: ", "))) \

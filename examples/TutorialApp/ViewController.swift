@@ -131,7 +131,7 @@ actor ViewController {
             let result = try await applicationContext.acquireTokenSilent(parameters)
             updateLogging(text: "token acquired silently for \(result.account.username)")
             return result.authorizationHeader
-        } catch where error.isInteractionRequired {
+        } catch  where error.isInteractionRequired {
             updateLogging(text: "interaction required: signing in interactively")
             return await acquireTokenInteractively()
         } catch {
@@ -167,7 +167,11 @@ actor ViewController {
         }
         do {
             let profile = try await GraphProfile.me(baseURL: base, authorizationHeader: authorizationHeader)
-            updateLogging(text: "graph: displayName=\(profile.displayName ?? "") userPrincipalName=\(profile.userPrincipalName ?? "")")
+            updateLogging(
+                text:
+                    "graph: displayName=\(profile.displayName ?? "") "
+                    + "userPrincipalName=\(profile.userPrincipalName ?? "")"
+            )
         } catch {
             updateLogging(text: "error: \(error)")
         }

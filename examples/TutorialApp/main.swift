@@ -1,5 +1,5 @@
-import Foundation
 import ExampleSupport
+import Foundation
 import SharedDeviceClient
 
 // The iOS shared-device tutorial's app, ported to the terminal (see docs/porting-ios-tutorial.md).

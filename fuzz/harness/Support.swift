@@ -4,6 +4,8 @@ import BrokerCore
 import Dispatch
 import Logging
 
+// libFuzzer's name for the entry point.
+// swift-format-ignore: AlwaysUseLowerCamelCase
 @_cdecl("LLVMFuzzerTestOneInput")
 public func LLVMFuzzerTestOneInput(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
     let bytes = data.map { Array(UnsafeBufferPointer(start: $0, count: size)) } ?? []
@@ -69,7 +71,9 @@ struct FuzzedData {
     /// One of `choices`, or (when the byte says so) a string of up to 255 bytes from the input.
     mutating func string(_ choices: [String]) -> String {
         let pick = Int(byte())
-        if pick < choices.count * 8 || choices.isEmpty && pick < 128 { return choices.isEmpty ? "" : choices[pick % choices.count] }
+        if pick < choices.count * 8 || choices.isEmpty && pick < 128 {
+            return choices.isEmpty ? "" : choices[pick % choices.count]
+        }
         let length = Int(byte())
         var bytes: [UInt8] = []
         for _ in 0..<length { bytes.append(byte()) }

@@ -2,6 +2,7 @@
 // themselves (Authority.init: the --authority flag, the configuration file), with the rules
 // both promise: the issuer is the authority, every endpoint is HTTPS or loopback HTTP.
 import BrokerCore
+
 @testable import Identity
 
 private let authorities: [Authority] = [
@@ -14,8 +15,10 @@ func fuzzOne(_ bytes: [UInt8]) {
         var issuer = metadata.issuer
         while issuer.hasSuffix("/") { issuer.removeLast() }
         if issuer != authority.url { violated("a document for another issuer was accepted") }
-        let endpoints = [metadata.tokenEndpoint, metadata.authorizationEndpoint, metadata.jwksURI,
-                         metadata.userinfoEndpoint, metadata.revocationEndpoint, metadata.endSessionEndpoint]
+        let endpoints = [
+            metadata.tokenEndpoint, metadata.authorizationEndpoint, metadata.jwksURI,
+            metadata.userinfoEndpoint, metadata.revocationEndpoint, metadata.endSessionEndpoint,
+        ]
         for case let endpoint? in endpoints {
             checkSecure(endpoint, what: "an endpoint")
         }
@@ -31,7 +34,11 @@ func fuzzOne(_ bytes: [UInt8]) {
 
 /// HTTPS, or plain HTTP to the loopback only.
 private func checkSecure(_ url: String, what: String) {
-    guard let host = try? Authority.checkedHost(of: url) else { violated("\(what) \(url) passed parsing but fails checkedHost") }
+    guard let host = try? Authority.checkedHost(of: url) else {
+        violated(
+            "\(what) \(url) passed parsing but fails "
+                + "checkedHost")
+    }
     if host.contains("@") { violated("\(what) has user information in its host") }
     if url.hasPrefix("https://") { return }
     guard url.hasPrefix("http://") else { violated("\(what) is neither https nor http") }

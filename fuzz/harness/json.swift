@@ -4,6 +4,7 @@
 // (OIDCProvider.oauthError) for every kind of status.
 import BrokerCore
 import HTTP
+
 @testable import Identity
 
 func fuzzOne(_ bytes: [UInt8]) {
@@ -12,7 +13,9 @@ func fuzzOne(_ bytes: [UInt8]) {
         guard value == value else { violated("a parsed JSON value is not equal to itself") }
         walk(value, depth: 0)
         for tenant in ["", "contoso"] {
-            if let account = try? IdentityClaims(claims: value).account(environment: "login.example", fallbackTenant: tenant) {
+            if let account = try? IdentityClaims(claims: value).account(
+                environment: "login.example", fallbackTenant: tenant)
+            {
                 if account.identifier.isEmpty || account.username.isEmpty {
                     violated("claims gave an account without identifier or username")
                 }

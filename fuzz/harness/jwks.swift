@@ -2,6 +2,7 @@
 // lookups and a signature check with each key it kept, on attacker-chosen key parameters.
 import Crypto
 import CryptoExtras
+
 @testable import Identity
 
 private let digest = SHA256.hash(data: Array("header.payload".utf8))

@@ -11,6 +11,7 @@ import BrokerCore
 import Crypto
 import CryptoExtras
 import FoundationEssentials
+
 @testable import Identity
 
 private let issuer = "https://login.example/contoso/v2.0"
@@ -21,18 +22,23 @@ private let rsaKey = try! _RSA.Signing.PrivateKey(keySize: .bits2048)
 
 private let jwksDocument: [UInt8] = {
     let point = [UInt8](ecKey.publicKey.x963Representation)
-    let ec = #"{"kty":"EC","crv":"P-256","use":"sig","alg":"ES256","kid":"ec-1","x":"\#(Base64URL.encode(point[1..<33]))","y":"\#(Base64URL.encode(point[33..<65]))"}"#
+    let ec =
+        #"{"kty":"EC","crv":"P-256","use":"sig","alg":"ES256","kid":"ec-1","x":"\#(Base64URL.encode(point[1..<33]))","y":"\#(Base64URL.encode(point[33..<65]))"}"#
     let rsaPublic = try! rsaKey.publicKey.getKeyPrimitives()
-    let rsa = #"{"kty":"RSA","use":"sig","alg":"RS256","kid":"rsa-1","n":"\#(Base64URL.encode(rsaPublic.modulus))","e":"\#(Base64URL.encode(rsaPublic.publicExponent))"}"#
-    let other = try! P256.Signing.PrivateKey(rawRepresentation: [UInt8](repeating: 9, count: 32)).publicKey.x963Representation
-    let ec2 = #"{"kty":"EC","crv":"P-256","kid":"ec-2","x":"\#(Base64URL.encode(other[1..<33]))","y":"\#(Base64URL.encode(other[33..<65]))"}"#
+    let rsa =
+        #"{"kty":"RSA","use":"sig","alg":"RS256","kid":"rsa-1","n":"\#(Base64URL.encode(rsaPublic.modulus))","e":"\#(Base64URL.encode(rsaPublic.publicExponent))"}"#
+    let other = try! P256.Signing.PrivateKey(rawRepresentation: [UInt8](repeating: 9, count: 32)).publicKey
+        .x963Representation
+    let ec2 =
+        #"{"kty":"EC","crv":"P-256","kid":"ec-2","x":"\#(Base64URL.encode(other[1..<33]))","y":"\#(Base64URL.encode(other[33..<65]))"}"#
     return Array(#"{"keys":[\#(ec),\#(rsa),\#(ec2)]}"#.utf8)
 }()
 
 private let validator = IDTokenValidator(
     issuer: issuer,
-    jwks: JWKSCache(uri: "https://login.example/contoso/discovery/v2.0/keys", clock: clock,
-                    fetch: { (_: String) async throws(IdentityError) -> [UInt8] in jwksDocument }),
+    jwks: JWKSCache(
+        uri: "https://login.example/contoso/discovery/v2.0/keys", clock: clock,
+        fetch: { (_: String) async throws(IdentityError) -> [UInt8] in jwksDocument }),
     clock: clock)
 
 func fuzzOne(_ bytes: [UInt8]) {
@@ -42,7 +48,8 @@ func fuzzOne(_ bytes: [UInt8]) {
     if mode & 1 == 0 {
         token = String(decoding: body, as: UTF8.self)
     } else {
-        let header: ArraySlice<UInt8>, payload: ArraySlice<UInt8>
+        let header: ArraySlice<UInt8>
+        let payload: ArraySlice<UInt8>
         if let nul = body.firstIndex(of: 0) {
             header = body[..<nul]
             payload = body[(nul + 1)...]
@@ -53,7 +60,9 @@ func fuzzOne(_ bytes: [UInt8]) {
         let signingInput = Base64URL.encode(header) + "." + Base64URL.encode(payload)
         let signature: [UInt8]
         if header.count < 4096, String(decoding: header, as: UTF8.self).contains("RS256") {
-            signature = [UInt8]((try? rsaKey.signature(for: Array(signingInput.utf8), padding: .insecurePKCS1v1_5))?.rawRepresentation ?? Data())
+            signature = [UInt8](
+                (try? rsaKey.signature(for: Array(signingInput.utf8), padding: .insecurePKCS1v1_5))?.rawRepresentation
+                    ?? Data())
         } else {
             signature = [UInt8]((try? ecKey.signature(for: Array(signingInput.utf8)))?.rawRepresentation ?? Data())
         }
@@ -73,7 +82,11 @@ func fuzzOne(_ bytes: [UInt8]) {
         if claims["iss"]?.string != issuer { violated("a token from another issuer validated") }
         let audiences = claims["aud"]?.array?.compactMap(\.string) ?? claims["aud"]?.string.map { [$0] } ?? []
         if !audiences.contains(clientId) { violated("a token for another client validated") }
-        guard let exp = claims["exp"]?.number, exp + 300 > Double(clock.now()) else { violated("an expired token validated") }
+        guard let exp = claims["exp"]?.number, exp + 300 > Double(clock.now()) else {
+            violated(
+                "an expired token "
+                    + "validated")
+        }
         if let nonce, claims["nonce"]?.string != nonce { violated("a token with another nonce validated") }
         if mode & 1 == 0 { violated("a token the harness did not sign validated") }
         _ = try? identity.account(environment: "login.example", fallbackTenant: "contoso")

@@ -4,6 +4,7 @@
 // outside data. What the provider's encoder (HTTPRequest.percentEncode) writes must decode back
 // to exactly what was encoded.
 import HTTP
+
 @testable import Identity
 
 func fuzzOne(_ bytes: [UInt8]) {
@@ -13,5 +14,9 @@ func fuzzOne(_ bytes: [UInt8]) {
     _ = FormDecoding.percentDecode(text)
     let encoded = HTTPRequest.percentEncode(text)
     if FormDecoding.percentDecode(encoded) != text { violated("percent-encoding does not decode back") }
-    if FormDecoding.decode("code=" + encoded + "&state=s")["code"] != text { violated("a form value does not decode back") }
+    if FormDecoding.decode("code=" + encoded + "&state=s")["code"] != text {
+        violated(
+            "a form value does not decode "
+                + "back")
+    }
 }

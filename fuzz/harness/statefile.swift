@@ -10,9 +10,10 @@
 // writes as brokerd's save does and then loads: mutating JSON text almost never turns a number
 // into one at the edge of Int64, and that is where arithmetic on stored values breaks.
 import BrokerCore
-@testable import BrokerDaemon
 import FoundationEssentials
 import Glibc
+
+@testable import BrokerDaemon
 
 /// On tmpfs when there is one: rewriting a file in place on ext4 flushes it at close (auto_da_alloc),
 /// which cost 5 ms an input. Named after the process; those of processes that are gone (a crash
@@ -23,9 +24,12 @@ private let directory: String = {
     let prefix = "sdb-fuzz-state-"
     if let listing = opendir(base) {
         while let entry = readdir(listing) {
-            let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+            let name = withUnsafeBytes(of: entry.pointee.d_name) {
+                String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self)
+            }
             guard name.hasPrefix(prefix), let pid = Int32(name.dropFirst(prefix.count)),
-                  kill(pid, 0) != 0 && errno == ESRCH else { continue }
+                kill(pid, 0) != 0 && errno == ESRCH
+            else { continue }
             for file in ["state.json", "brokerd.lock"] { unlink("\(base)/\(name)/\(file)") }
             rmdir("\(base)/\(name)")
         }
@@ -68,7 +72,11 @@ func fuzzOne(_ input: [UInt8]) {
     }
     guard let state = loaded else { violated("load() found no state in an existing file") }
     // What is kept at rest comes back: everything but the access tokens.
-    if let described, StateFileFormat.persisted(described) != state { violated("a state brokerd saved loads as another state") }
+    if let described, StateFileFormat.persisted(described) != state {
+        violated(
+            "a state brokerd saved loads as "
+                + "another state")
+    }
 
     guard let reloaded = try? StateFileFormat.decode(StateFileFormat.encode(state)).state else {
         violated("a state that loaded does not load again after saving")
@@ -86,8 +94,11 @@ private func describedState(_ source: FuzzedData) -> BrokerState {
     var data = source
     let identifiers = ["oid-1.contoso", "oid-2.contoso", "", "x"]
     func account() -> Account {
-        Account(username: data.string(["alice@contoso.example", "bob@contoso.example", ""]), identifier: data.string(identifiers),
-                tenantId: data.string(["contoso", ""]), environment: data.string(["login.example"]), name: data.string(["Alice"]))
+        Account(
+            username: data.string(["alice@contoso.example", "bob@contoso.example", ""]),
+            identifier: data.string(identifiers),
+            tenantId: data.string(["contoso", ""]), environment: data.string(["login.example"]),
+            name: data.string(["Alice"]))
     }
     var state = BrokerState(deviceId: data.string(["6f1c1b9e-8a1a-4c55-9d7a-1a2b3c4d5e6f", ""]))
     if data.bool() { state.current = account() }
@@ -100,13 +111,15 @@ private func describedState(_ source: FuzzedData) -> BrokerState {
         for _ in 0..<Int(data.byte() % 3) {
             let scopes = Scopes(data.bool() ? ["User.Read"] : [data.string(["Mail.Read", "User.Read", ""])])
             let key = data.bool() ? scopes.joined : data.string([scopes.joined])
-            record.accessTokens[key] = CachedAccessToken(accessToken: data.string(["at-1"]), expiresOn: data.int64(),
-                                                         idToken: data.bool() ? data.string(["h.p.s"]) : nil, scopes: scopes)
+            record.accessTokens[key] = CachedAccessToken(
+                accessToken: data.string(["at-1"]), expiresOn: data.int64(),
+                idToken: data.bool() ? data.string(["h.p.s"]) : nil, scopes: scopes)
         }
         state.clients[clientId] = record
     }
     for _ in 0..<Int(data.byte() % 3) {
-        let secret = data.bool() ? DeviceSecret(secret: data.string(["ds-1", ""]), idToken: data.string(["h.p.s"])) : nil
+        let secret =
+            data.bool() ? DeviceSecret(secret: data.string(["ds-1", ""]), idToken: data.string(["h.p.s"])) : nil
         state.singleSignOn[data.string(identifiers)] = SingleSignOnGrant(
             anchorClientId: data.string(["mail-app", "calendar-app", ""]), deviceSecret: secret,
             family: data.bool() ? data.string(["1", ""]) : nil)
@@ -116,9 +129,10 @@ private func describedState(_ source: FuzzedData) -> BrokerState {
 
 /// The first calls a broker answers after starting on `state`.
 private func startBroker(on state: BrokerState, mode: DeviceMode) {
-    let broker = Broker(configuration: BrokerConfiguration(deviceMode: mode, brokerVersion: "fuzz"),
-                        provider: OfflineProvider(), store: MemoryStore(), clock: FixedClock(),
-                        initialState: state, logger: quietLogger, onAccountChange: { _ in })
+    let broker = Broker(
+        configuration: BrokerConfiguration(deviceMode: mode, brokerVersion: "fuzz"),
+        provider: OfflineProvider(), store: MemoryStore(), clock: FixedClock(),
+        initialState: state, logger: quietLogger, onAccountChange: { _ in })
     // "sso-app" holds nothing: its silent call goes through single sign-on on whatever grant the state has.
     let clients = Array(state.clients.keys.sorted().prefix(4)) + ["mail-app", "sso-app"]
     runBlocking {
@@ -128,11 +142,13 @@ private func startBroker(on state: BrokerState, mode: DeviceMode) {
             _ = try? broker.accounts(clientId: clientId)
             let cached = state.clients[clientId]?.accessTokens.values.map(\.scopes.values) ?? []
             for scopes in cached.prefix(4) + [["User.Read"]] {
-                _ = try? await broker.acquireTokenSilent(clientId: clientId, scopes: scopes, accountId: "", forceRefresh: false)
+                _ = try? await broker.acquireTokenSilent(
+                    clientId: clientId, scopes: scopes, accountId: "", forceRefresh: false)
             }
             for identifier in state.singleSignOn.keys.sorted().prefix(2) {
-                _ = try? await broker.acquireTokenSilent(clientId: clientId, scopes: ["User.Read"], accountId: identifier,
-                                                         forceRefresh: false)
+                _ = try? await broker.acquireTokenSilent(
+                    clientId: clientId, scopes: ["User.Read"], accountId: identifier,
+                    forceRefresh: false)
             }
         }
         for clientId in clients {
@@ -145,22 +161,35 @@ private func startBroker(on state: BrokerState, mode: DeviceMode) {
 private struct OfflineProvider: IdentityProvider {
     var authority: String { "https://login.example/contoso/v2.0" }
     private var offline: BrokerFailure { BrokerFailure(.serverUnavailable, "offline") }
-    func signInWithPassword(clientId: String, username: String, password: String, scopes: Scopes) async throws -> ProviderTokens { throw offline }
-    func refresh(clientId: String, refreshToken: String, scopes: Scopes) async throws -> ProviderTokens { throw offline }
+    func signInWithPassword(clientId: String, username: String, password: String, scopes: Scopes) async throws
+        -> ProviderTokens
+    { throw offline }
+    func refresh(clientId: String, refreshToken: String, scopes: Scopes) async throws -> ProviderTokens {
+        throw offline
+    }
     func revoke(clientId: String, token: RevocableToken) async throws -> EndpointOutcome { .notOffered }
     func startCodeSignIn(clientId: String, username: String) async throws -> CodeChallenge { throw offline }
     func resendCode(clientId: String, continuationToken: String) async throws -> CodeChallenge { throw offline }
-    func submitCode(clientId: String, continuationToken: String, code: String, scopes: Scopes) async throws -> ProviderTokens { throw offline }
-    func signInInteractively(clientId: String, scopes: Scopes, request: InteractiveRequest) async throws -> ProviderTokens { throw offline }
+    func submitCode(clientId: String, continuationToken: String, code: String, scopes: Scopes) async throws
+        -> ProviderTokens
+    { throw offline }
+    func signInInteractively(clientId: String, scopes: Scopes, request: InteractiveRequest) async throws
+        -> ProviderTokens
+    { throw offline }
     func endBrowserSession(clientId: String, idTokenHint: String?) async throws -> EndpointOutcome { .notOffered }
     // Discovery was read before the provider went away: single sign-on is tried with what the
     // state holds, and each exchange meets the outage.
     func singleSignOnSupport() async throws -> Set<SingleSignOnMechanism> { [.nativeSSO] }
     func signInFlows() async throws -> [SignInFlow] { throw offline }
     var singleSignOnSupportIfKnown: Set<SingleSignOnMechanism>? { [.nativeSSO] }
-    func exchangeDeviceSecret(clientId: String, deviceSecret: DeviceSecret, scopes: Scopes) async throws -> ProviderTokens { throw offline }
-    func redeemFamilyRefreshToken(clientId: String, refreshToken: String, scopes: Scopes) async throws -> ProviderTokens { throw offline }
-    func exchangeToken(clientId: String, subject: SubjectToken, scopes: Scopes) async throws -> ProviderTokens { throw offline }
+    func exchangeDeviceSecret(clientId: String, deviceSecret: DeviceSecret, scopes: Scopes) async throws
+        -> ProviderTokens
+    { throw offline }
+    func redeemFamilyRefreshToken(clientId: String, refreshToken: String, scopes: Scopes) async throws -> ProviderTokens
+    { throw offline }
+    func exchangeToken(clientId: String, subject: SubjectToken, scopes: Scopes) async throws -> ProviderTokens {
+        throw offline
+    }
 }
 
 /// Saves nothing to disk; the harness's own file is the input.

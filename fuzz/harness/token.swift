@@ -15,32 +15,39 @@
 import BrokerCore
 import FoundationEssentials
 import HTTP
+
 @testable import Identity
 
 private let base = "https://login.example/contoso"
 private let authority = try! Authority(base + "/v2.0")
-private let discovery = Array("""
+private let discovery = Array(
+    """
     {"issuer": "\(base)/v2.0", "token_endpoint": "\(base)/oauth2/v2.0/token", "jwks_uri": "\(base)/discovery/v2.0/keys",
      "userinfo_endpoint": "\(base)/oidc/userinfo", "revocation_endpoint": "\(base)/oauth2/v2.0/revoke",
      "native_sso_supported": true, "grant_types_supported": ["refresh_token", "password", "\(ProviderMetadata.tokenExchangeGrant)"]}
     """.utf8)
-private let jwks = Array(#"{"keys":[{"kty":"EC","crv":"P-256","kid":"k1","x":"f83OJ3D2xF1Bg8vub9tLe1gHMzV76e8Tus9uPHvRVEU","y":"x_FEzRu9m36HLN_tue659LNpXW6pCyStikYjKIWI5a0"}]}"#.utf8)
-private let userinfo = Array(#"{"sub": "s-1", "oid": "oid-1", "tid": "contoso", "preferred_username": "alice@contoso.example", "name": "Alice"}"#.utf8)
+private let jwks = Array(
+    #"{"keys":[{"kty":"EC","crv":"P-256","kid":"k1","x":"f83OJ3D2xF1Bg8vub9tLe1gHMzV76e8Tus9uPHvRVEU","y":"x_FEzRu9m36HLN_tue659LNpXW6pCyStikYjKIWI5a0"}]}"#
+        .utf8)
+private let userinfo = Array(
+    #"{"sub": "s-1", "oid": "oid-1", "tid": "contoso", "preferred_username": "alice@contoso.example", "name": "Alice"}"#
+        .utf8)
 
 /// What the token endpoint answers to the input under test (one input at a time).
 private nonisolated(unsafe) var tokenAnswer = HTTPResponse(status: 200)
 
 private let provider = OIDCProvider(
     authority: authority,
-    requester: ProviderHTTP(transport: { (request: HTTPRequest) async throws(HTTPError) -> HTTPResponse in
-        switch request.url {
-        case authority.discoveryURL: return HTTPResponse(status: 200, body: discovery)
-        case base + "/discovery/v2.0/keys": return HTTPResponse(status: 200, body: jwks)
-        case base + "/oidc/userinfo": return HTTPResponse(status: 200, body: userinfo)
-        case base + "/oauth2/v2.0/token": return tokenAnswer
-        default: return HTTPResponse(status: 404, body: Array(#"{"error":"not_found"}"#.utf8))
-        }
-    }, policy: .never, sleep: { _ in }),
+    requester: ProviderHTTP(
+        transport: { (request: HTTPRequest) async throws(HTTPError) -> HTTPResponse in
+            switch request.url {
+            case authority.discoveryURL: return HTTPResponse(status: 200, body: discovery)
+            case base + "/discovery/v2.0/keys": return HTTPResponse(status: 200, body: jwks)
+            case base + "/oidc/userinfo": return HTTPResponse(status: 200, body: userinfo)
+            case base + "/oauth2/v2.0/token": return tokenAnswer
+            default: return HTTPResponse(status: 404, body: Array(#"{"error":"not_found"}"#.utf8))
+            }
+        }, policy: .never, sleep: { _ in }),
     clock: FixedClock(), logger: quietLogger)
 
 func fuzzOne(_ bytes: [UInt8]) {
@@ -57,15 +64,23 @@ func fuzzOne(_ bytes: [UInt8]) {
             case 0:
                 return .success(try await provider.refresh(clientId: "mail-app", refreshToken: "rt-0", scopes: scopes))
             case 1:
-                return .success(try await provider.signInWithPassword(clientId: "mail-app", username: "alice@contoso.example",
-                                                                      password: "pw", scopes: scopes))
+                return .success(
+                    try await provider.signInWithPassword(
+                        clientId: "mail-app", username: "alice@contoso.example",
+                        password: "pw", scopes: scopes))
             case 2:
-                return .success(try await provider.exchangeDeviceSecret(
-                    clientId: "calendar-app", deviceSecret: DeviceSecret(secret: "ds-0", idToken: "e30.e30.AAAA"), scopes: scopes))
+                return .success(
+                    try await provider.exchangeDeviceSecret(
+                        clientId: "calendar-app", deviceSecret: DeviceSecret(secret: "ds-0", idToken: "e30.e30.AAAA"),
+                        scopes: scopes))
             case 3:
-                return .success(try await provider.exchangeToken(clientId: "calendar-app", subject: .accessToken("at-0"), scopes: scopes))
+                return .success(
+                    try await provider.exchangeToken(
+                        clientId: "calendar-app", subject: .accessToken("at-0"), scopes: scopes))
             default:
-                return .success(try await provider.redeemFamilyRefreshToken(clientId: "calendar-app", refreshToken: "rt-0", scopes: scopes))
+                return .success(
+                    try await provider.redeemFamilyRefreshToken(
+                        clientId: "calendar-app", refreshToken: "rt-0", scopes: scopes))
             }
         } catch {
             return .failure(error)
@@ -79,9 +94,15 @@ func fuzzOne(_ bytes: [UInt8]) {
         if tokens.deviceSecret != nil && tokens.idToken == nil { violated("a device secret no ID token binds") }
         if tokens.family != nil && tokens.refreshToken == nil { violated("a family without a refresh token") }
     case .failure(let error):
-        guard let failure = error as? BrokerFailure else { violated("the provider threw \(type(of: error)), not a BrokerFailure") }
+        guard let failure = error as? BrokerFailure else {
+            violated(
+                "the provider threw \(type(of: error)), not a "
+                    + "BrokerFailure")
+        }
         // A single sign-on request the provider refused in any 4xx way is for a person to fix.
-        if grant >= 2, [400, 401].contains(tokenAnswer.status), failure.code != .interactionRequired, failure.code != .serverError {
+        if grant >= 2, [400, 401].contains(tokenAnswer.status), failure.code != .interactionRequired,
+            failure.code != .serverError
+        {
             violated("a refused single sign-on request gave \(failure.code)")
         }
     }
@@ -104,7 +125,9 @@ private func describedAnswer(_ source: FuzzedData) -> [UInt8] {
     case 3: members.append(#""expires_in": \#(quoted(data.string(["3600", " 3600", "+3600", "3600.5", "0x10"])))"#)
     default: break
     }
-    if data.bool() { members.append(#""scope": \#(quoted(data.string(["openid profile offline_access User.Read", ""])))"#) }
+    if data.bool() {
+        members.append(#""scope": \#(quoted(data.string(["openid profile offline_access User.Read", ""])))"#)
+    }
     if data.bool() { members.append(#""refresh_token": \#(quoted(data.string(["rt-1"])))"#) }
     if data.bool() { members.append(#""id_token": \#(quoted(data.string(["e30.e30.AAAA", "a.b"])))"#) }
     if data.bool() { members.append(#""device_secret": \#(quoted(data.string(["ds-1", ""])))"#) }
@@ -114,7 +137,9 @@ private func describedAnswer(_ source: FuzzedData) -> [UInt8] {
     default: break
     }
     if data.bool() {
-        let issued = data.string(["urn:ietf:params:oauth:token-type:access_token", "urn:ietf:params:oauth:token-type:jwt", "N_A"])
+        let issued = data.string([
+            "urn:ietf:params:oauth:token-type:access_token", "urn:ietf:params:oauth:token-type:jwt", "N_A",
+        ])
         members.append(#""issued_token_type": \#(quoted(issued))"#)
     }
     return Array(("{" + members.joined(separator: ", ") + "}").utf8)

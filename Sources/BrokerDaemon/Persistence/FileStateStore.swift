@@ -101,7 +101,8 @@ public final class FileStateStore: StateStore {
         guard fstat(fd, &info) == 0 else { throw StoreError.io("cannot stat \(path)", errno) }
         guard info.st_mode & S_IFMT == S_IFREG else { throw StoreError.unsafe("\(path) is not a regular file") }
         guard info.st_uid == getuid() else {
-            throw StoreError.unsafe("\(path) belongs to uid \(info.st_uid), not to this user (uid \(getuid())): someone else wrote it")
+            throw StoreError.unsafe(
+                "\(path) belongs to uid \(info.st_uid), not to this user (uid \(getuid())): someone else wrote it")
         }
         guard info.st_mode & 0o077 == 0 else {
             let mode = String(info.st_mode & 0o777, radix: 8)
@@ -123,17 +124,21 @@ public final class FileStateStore: StateStore {
         } catch {
             switch error {
             case .notJSON:
-                throw StoreError.corrupt("\(path) is not valid JSON (\(bytes.count) bytes): it is damaged or was cut short")
+                throw StoreError.corrupt(
+                    "\(path) is not valid JSON (\(bytes.count) bytes): it is damaged or was cut short")
             case .noVersion:
-                throw StoreError.corrupt("\(path) is not a broker state file: it has no format version (\(bytes.count) bytes)")
+                throw StoreError.corrupt(
+                    "\(path) is not a broker state file: it has no format version (\(bytes.count) bytes)")
             case .newer(let version):
-                throw StoreError.newerFormat("\(path) has format \(version); this brokerd reads up to \(StateFileFormat.currentVersion)")
+                throw StoreError.newerFormat(
+                    "\(path) has format \(version); this brokerd reads up to \(StateFileFormat.currentVersion)")
             case .damaged(let why):
                 throw StoreError.corrupt("\(path) is damaged: \(why)")
             }
         }
-        let report = LoadReport(version: loaded.version, bytes: bytes.count, clients: loaded.state.clients.count,
-                                droppedAccessTokens: loaded.droppedAccessTokens, duration: ContinuousClock.now - start)
+        let report = LoadReport(
+            version: loaded.version, bytes: bytes.count, clients: loaded.state.clients.count,
+            droppedAccessTokens: loaded.droppedAccessTokens, duration: ContinuousClock.now - start)
         written.withLock {
             // A file in the current format holds exactly this state; an older one is rewritten at the next save.
             $0.state = loaded.version == StateFileFormat.currentVersion ? loaded.state : nil
@@ -164,10 +169,15 @@ public final class FileStateStore: StateStore {
         var offset = 0
         while offset < bytes.count {
             let n = bytes[offset...].withUnsafeBytes { system.write(fd, $0) }
-            if n < 0 { if errno == EINTR { continue }; throw StoreError.io("cannot write \(temporary)", errno) }
+            if n < 0 {
+                if errno == EINTR { continue }
+                throw StoreError.io("cannot write \(temporary)", errno)
+            }
             offset += n
         }
-        guard system.rename(temporary, path) == 0 else { throw StoreError.io("cannot rename \(temporary) to \(path)", errno) }
+        guard system.rename(temporary, path) == 0 else {
+            throw StoreError.io("cannot rename \(temporary) to \(path)", errno)
+        }
         ok = true
         written.withLock {
             // The file an earlier save left unsynced is replaced: this one's sync is the one that counts.
@@ -180,10 +190,12 @@ public final class FileStateStore: StateStore {
     /// Makes the last ``save(_:)`` durable: fsync of the file, then of the directory (the
     /// rename). Nothing to do when every save is synced already.
     public func sync() throws {
-        guard let fd = written.withLock({ state -> Int32? in
-            defer { state.unsynced = nil }
-            return state.unsynced
-        }) else { return }
+        guard
+            let fd = written.withLock({ state -> Int32? in
+                defer { state.unsynced = nil }
+                return state.unsynced
+            })
+        else { return }
         let synced = system.fsync(fd) == 0
         let code = errno
         close(fd)
@@ -230,9 +242,12 @@ public final class FileStateStore: StateStore {
         guard let dir = opendir(directory) else { return }
         defer { closedir(dir) }
         while let entry = readdir(dir) {
-            let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+            let name = withUnsafeBytes(of: entry.pointee.d_name) {
+                String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self)
+            }
             guard name.hasPrefix(Self.temporaryPrefix), name.hasSuffix(".tmp"),
-                  let pid = Int32(name.dropFirst(Self.temporaryPrefix.count).dropLast(4)) else { continue }
+                let pid = Int32(name.dropFirst(Self.temporaryPrefix.count).dropLast(4))
+            else { continue }
             if pid != getpid(), kill(pid, 0) != 0, errno == ESRCH {
                 unlink("\(directory)/\(name)")
             }
@@ -273,8 +288,13 @@ public final class FileStateStore: StateStore {
             let count = pread(fd, &buffer, buffer.count, 0)
             close(fd)
             guard code == EWOULDBLOCK else { throw StoreError.io("cannot lock \(path)", code) }
-            let holder = count > 0 ? Int32(String(decoding: buffer[..<count].prefix { $0 != UInt8(ascii: "\n") }, as: UTF8.self)) : nil
-            throw StoreError.busy("another brokerd\(holder.map { " (pid \($0))" } ?? "") is using the state directory \(directory); stop it first, or give this one another --state-dir")
+            let holder =
+                count > 0
+                ? Int32(String(decoding: buffer[..<count].prefix { $0 != UInt8(ascii: "\n") }, as: UTF8.self)) : nil
+            throw StoreError.busy(
+                "another brokerd\(holder.map { " (pid \($0))" } ?? "") is using the state directory \(directory); "
+                    + "stop it first, or give this one another --state-dir"
+            )
         }
         let pid = Array("\(getpid())\n".utf8)
         _ = ftruncate(fd, 0)
@@ -292,7 +312,9 @@ public final class FileStateStore: StateStore {
         }
         var info = stat()
         guard stat(directory, &info) == 0 else { throw StoreError.io("cannot stat \(directory)", errno) }
-        guard info.st_uid == getuid() else { throw StoreError.unsafe("\(directory) belongs to uid \(info.st_uid), not to this user") }
+        guard info.st_uid == getuid() else {
+            throw StoreError.unsafe("\(directory) belongs to uid \(info.st_uid), not to this user")
+        }
         if info.st_mode & 0o077 != 0 {
             guard chmod(directory, 0o700) == 0 else { throw StoreError.io("cannot make \(directory) private", errno) }
         }

@@ -79,7 +79,9 @@ struct JSONReader {
     }
 
     /// Reads the value at `offset` with `body`; the value must be there.
-    mutating func at<T>(_ offset: Int?, _ path: String, _ body: (inout JSONReader) throws(Problem) -> T) throws(Problem) -> T {
+    mutating func at<T>(_ offset: Int?, _ path: String, _ body: (inout JSONReader) throws(Problem) -> T) throws(Problem)
+        -> T
+    {
         guard let offset else { throw .shape("it has no \(path)") }
         position = offset
         return try body(&self)
@@ -192,7 +194,7 @@ struct JSONReader {
                 guard position < bytes.count else { throw syntax }
                 switch bytes[position] {
                 case UInt8(ascii: "\""), UInt8(ascii: "\\"), UInt8(ascii: "/"), UInt8(ascii: "b"), UInt8(ascii: "f"),
-                     UInt8(ascii: "n"), UInt8(ascii: "r"), UInt8(ascii: "t"):
+                    UInt8(ascii: "n"), UInt8(ascii: "r"), UInt8(ascii: "t"):
                     break
                 case UInt8(ascii: "u"):
                     guard bytes.count - position > 4 else { throw syntax }
@@ -245,7 +247,9 @@ struct JSONReader {
                 index += 4
                 if (0xD800..<0xDC00).contains(scalar) {
                     // A high surrogate must be followed by an escaped low one.
-                    guard index + 6 <= range.upperBound, bytes[index] == UInt8(ascii: "\\"), bytes[index + 1] == UInt8(ascii: "u") else {
+                    guard index + 6 <= range.upperBound, bytes[index] == UInt8(ascii: "\\"),
+                        bytes[index + 1] == UInt8(ascii: "u")
+                    else {
                         throw .syntax(index)
                     }
                     let low = hex4(at: index + 2)
@@ -255,7 +259,7 @@ struct JSONReader {
                 }
                 guard let unicode = Unicode.Scalar(scalar) else { throw .syntax(index) }
                 decoded.append(contentsOf: UTF8.encode(unicode).map { Array($0) } ?? [])
-            default: decoded.append(code)   // " \ /
+            default: decoded.append(code)  // " \ /
             }
         }
         guard let string = String(validating: decoded, as: UTF8.self) else { throw .syntax(range.lowerBound) }
@@ -282,7 +286,9 @@ struct JSONReader {
         let start = position
         func digits() -> Int {
             let from = position
-            while position < bytes.count, (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(bytes[position]) { position += 1 }
+            while position < bytes.count, (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(bytes[position]) {
+                position += 1
+            }
             return position - from
         }
         if position < bytes.count, bytes[position] == UInt8(ascii: "-") { position += 1 }
@@ -298,7 +304,9 @@ struct JSONReader {
         }
         if position < bytes.count, bytes[position] == UInt8(ascii: "e") || bytes[position] == UInt8(ascii: "E") {
             position += 1
-            if position < bytes.count, bytes[position] == UInt8(ascii: "+") || bytes[position] == UInt8(ascii: "-") { position += 1 }
+            if position < bytes.count, bytes[position] == UInt8(ascii: "+") || bytes[position] == UInt8(ascii: "-") {
+                position += 1
+            }
             guard digits() > 0 else { throw syntax }
         }
         return start..<position
@@ -331,7 +339,11 @@ struct JSONReader {
     mutating func readAccount(_ path: String) throws(Problem) -> Account {
         try expect(.object, path)
         try openObject()
-        var username, identifier, tenantId, environment, name: String?
+        var username: String?
+        var identifier: String?
+        var tenantId: String?
+        var environment: String?
+        var name: String?
         var first = true
         while let key = try nextKey(first: first) {
             first = false
@@ -345,11 +357,15 @@ struct JSONReader {
             }
         }
         guard let username, let identifier, let tenantId, let environment, let name else {
-            let missing = [("username", username), ("identifier", identifier), ("tenantId", tenantId), ("environment", environment),
-                           ("name", name)].filter { $0.1 == nil }.map(\.0)
+            let missing = [
+                ("username", username), ("identifier", identifier), ("tenantId", tenantId),
+                ("environment", environment),
+                ("name", name),
+            ].filter { $0.1 == nil }.map(\.0)
             throw .shape("\(path) has no \(missing.joined(separator: ", "))")
         }
-        return Account(username: username, identifier: identifier, tenantId: tenantId, environment: environment, name: name)
+        return Account(
+            username: username, identifier: identifier, tenantId: tenantId, environment: environment, name: name)
     }
 
     mutating func readAccountOrNull(_ path: String) throws(Problem) -> Account? {

@@ -21,7 +21,9 @@ struct JSONWriter {
         var value = value
         let plain = value.withUTF8 { utf8 in
             // Almost every string needs no escape: copied at once.
-            guard !utf8.contains(where: { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }) else { return false }
+            guard !utf8.contains(where: { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }) else {
+                return false
+            }
             bytes.append(contentsOf: utf8)
             return true
         }
@@ -32,8 +34,12 @@ struct JSONWriter {
     private mutating func escaped(_ value: String) {
         for byte in value.utf8 {
             switch byte {
-            case UInt8(ascii: "\""): bytes.append(UInt8(ascii: "\\")); bytes.append(byte)
-            case UInt8(ascii: "\\"): bytes.append(UInt8(ascii: "\\")); bytes.append(byte)
+            case UInt8(ascii: "\""):
+                bytes.append(UInt8(ascii: "\\"))
+                bytes.append(byte)
+            case UInt8(ascii: "\\"):
+                bytes.append(UInt8(ascii: "\\"))
+                bytes.append(byte)
             case 0x0A: raw("\\n")
             case 0x0D: raw("\\r")
             case 0x09: raw("\\t")

@@ -24,7 +24,8 @@ final class SecretService: Sendable {
     static let promptInterface = "org.freedesktop.Secret.Prompt"
 
     /// What to tell a person who cannot, or will not, make the Secret Service usable.
-    static let alternatives = "or start brokerd with --token-storage memory (tokens are lost when it stops) "
+    static let alternatives =
+        "or start brokerd with --token-storage memory (tokens are lost when it stops) "
         + "or --token-storage plaintext-file (tokens in the state file, readable by anything running as you)"
 
     let connection: DBusConnection
@@ -59,9 +60,14 @@ final class SecretService: Sendable {
             let collection = try defaultCollection()
             guard let item = try search(collection, attributes).first else { return nil }
             let session = try session()
-            let reply = try call(item, Self.itemInterface, "GetSecret", [.objectPath(session)], doing: "read the tokens' item")
-            guard let fields = reply.first?.structureFields, fields.count == 4, let elements = fields[2].arrayElements else {
-                throw .failed("the Secret Service answered GetSecret with something that is not a secret (\(reply.first?.signature ?? "nothing"))")
+            let reply = try call(
+                item, Self.itemInterface, "GetSecret", [.objectPath(session)], doing: "read the tokens' item")
+            guard let fields = reply.first?.structureFields, fields.count == 4, let elements = fields[2].arrayElements
+            else {
+                throw .failed(
+                    "the Secret Service answered GetSecret with something that is not a secret "
+                        + "(\(reply.first?.signature ?? "nothing"))"
+                )
             }
             var bytes: [UInt8] = []
             bytes.reserveCapacity(elements.count)
@@ -75,7 +81,9 @@ final class SecretService: Sendable {
 
     /// Stores `secret` in the default collection under `attributes`, replacing the item that has
     /// exactly these attributes.
-    func write(label: String, attributes: [String: String], secret: [UInt8], contentType: String) throws(SecretServiceError) {
+    func write(label: String, attributes: [String: String], secret: [UInt8], contentType: String)
+        throws(SecretServiceError)
+    {
         try retryingOnce { () throws(SecretServiceError) in
             let collection = try defaultCollection()
             let session = try session()
@@ -85,16 +93,19 @@ final class SecretService: Sendable {
             ])
             let value: DBusValue = .structure([
                 .objectPath(session),
-                .array(elementSignature: "y", []),   // no parameters in a plain session
+                .array(elementSignature: "y", []),  // no parameters in a plain session
                 .array(elementSignature: "y", secret.map { .byte($0) }),
                 .string(contentType),
             ])
-            let reply = try call(collection, Self.collectionInterface, "CreateItem", [properties, value, .bool(true)],
-                                 doing: "store the tokens")
+            let reply = try call(
+                collection, Self.collectionInterface, "CreateItem", [properties, value, .bool(true)],
+                doing: "store the tokens")
             let item = reply.first?.objectPath ?? "/"
             let prompt = reply.dropFirst().first?.objectPath ?? "/"
             if item == "/" {
-                guard prompt != "/" else { throw .failed("the Secret Service did not store the tokens' item and gave no reason") }
+                guard prompt != "/" else {
+                    throw .failed("the Secret Service did not store the tokens' item and gave no reason")
+                }
                 // A prompt here means the keyring got locked since we looked: unlocking it is a prompt.
                 dismiss(prompt)
                 throw lockedError(collection)
@@ -107,11 +118,14 @@ final class SecretService: Sendable {
         try retryingOnce { () throws(SecretServiceError) in
             let collection = try defaultCollection()
             for item in try search(collection, attributes) {
-                let prompt = try call(item, Self.itemInterface, "Delete", [], doing: "delete the tokens' item").first?.objectPath ?? "/"
+                let prompt =
+                    try call(item, Self.itemInterface, "Delete", [], doing: "delete the tokens' item").first?.objectPath
+                    ?? "/"
                 if prompt != "/" {
                     dismiss(prompt)
-                    throw .failed("the Secret Service wants to ask before deleting the tokens' item \(item); "
-                                  + "brokerd shows no prompts. Delete it with your keyring app, \(Self.alternatives)")
+                    throw .failed(
+                        "the Secret Service wants to ask before deleting the tokens' item \(item); "
+                            + "brokerd shows no prompts. Delete it with your keyring app, \(Self.alternatives)")
                 }
             }
         }
@@ -134,8 +148,9 @@ final class SecretService: Sendable {
     /// A session for `plain` transfers (see the type's comment for why plain is enough here).
     private func session() throws(SecretServiceError) -> String {
         if let session = cache.withLock({ $0.session }) { return session }
-        let reply = try call(Self.servicePath, Self.serviceInterface, "OpenSession", [.string("plain"), .variant(.string(""))],
-                             doing: "open a session")
+        let reply = try call(
+            Self.servicePath, Self.serviceInterface, "OpenSession", [.string("plain"), .variant(.string(""))],
+            doing: "open a session")
         guard reply.count == 2, let session = reply[1].objectPath, session != "/" else {
             throw .failed("the Secret Service answered OpenSession without a session")
         }
@@ -150,14 +165,21 @@ final class SecretService: Sendable {
         if let known = cache.withLock({ $0.collection }) {
             collection = known
         } else {
-            let alias = try call(Self.servicePath, Self.serviceInterface, "ReadAlias", [.string("default")],
-                                 doing: "find the default keyring").first?.objectPath ?? "/"
+            let alias =
+                try call(
+                    Self.servicePath, Self.serviceInterface, "ReadAlias", [.string("default")],
+                    doing: "find the default keyring"
+                ).first?.objectPath ?? "/"
             collection = alias != "/" ? alias : try createDefaultCollection()
         }
-        let locked = try call(collection, "org.freedesktop.DBus.Properties", "Get",
-                              [.string(Self.collectionInterface), .string("Locked")], doing: "ask whether the default keyring is locked")
+        let locked = try call(
+            collection, "org.freedesktop.DBus.Properties", "Get",
+            [.string(Self.collectionInterface), .string("Locked")], doing: "ask whether the default keyring is locked")
         guard let isLocked = locked.first?.bool else {
-            throw .failed("the Secret Service answered whether \(collection) is locked with \(locked.first?.signature ?? "nothing")")
+            throw .failed(
+                "the Secret Service answered whether \(collection) is locked with "
+                    + "\(locked.first?.signature ?? "nothing")"
+            )
         }
         if isLocked { throw lockedError(collection) }
         cache.withLock { $0.collection = collection }
@@ -165,49 +187,62 @@ final class SecretService: Sendable {
     }
 
     private func createDefaultCollection() throws(SecretServiceError) -> String {
-        let reply = try call(Self.servicePath, Self.serviceInterface, "CreateCollection",
-                             [.vardict(["org.freedesktop.Secret.Collection.Label": .string("Default keyring")]), .string("default")],
-                             doing: "create a default keyring")
+        let reply = try call(
+            Self.servicePath, Self.serviceInterface, "CreateCollection",
+            [.vardict(["org.freedesktop.Secret.Collection.Label": .string("Default keyring")]), .string("default")],
+            doing: "create a default keyring")
         let collection = reply.first?.objectPath ?? "/"
         let prompt = reply.dropFirst().first?.objectPath ?? "/"
         guard collection != "/" else {
             dismiss(prompt)
-            throw .failed("the Secret Service has no default keyring, and making one needs a prompt (for its password) that brokerd "
-                          + "does not show. Create one and make it the default (log in to a desktop session with the keyring "
-                          + "unlocked, or use your keyring app, e.g. Seahorse), \(Self.alternatives)")
+            throw .failed(
+                "the Secret Service has no default keyring, and making one needs a prompt (for its password) that "
+                    + "brokerd "
+                    + "does not show. Create one and make it the default (log in to a desktop session with the keyring "
+                    + "unlocked, or use your keyring app, e.g. Seahorse), \(Self.alternatives)")
         }
         return collection
     }
 
     /// The items of `collection` with exactly these attributes.
     private func search(_ collection: String, _ attributes: [String: String]) throws(SecretServiceError) -> [String] {
-        let reply = try call(collection, Self.collectionInterface, "SearchItems", [.stringDict(attributes)], doing: "look for the tokens' item")
+        let reply = try call(
+            collection, Self.collectionInterface, "SearchItems", [.stringDict(attributes)],
+            doing: "look for the tokens' item")
         return (reply.first?.arrayElements ?? []).compactMap(\.objectPath).filter { $0 != "/" }
     }
 
     /// The error for a locked keyring, named as the person knows it (its label: "Login", ...).
     private func lockedError(_ collection: String?) -> SecretServiceError {
         let label = collection.flatMap {
-            try? call($0, "org.freedesktop.DBus.Properties", "Get", [.string(Self.collectionInterface), .string("Label")],
-                      doing: "read the keyring's name").first?.string
+            try? call(
+                $0, "org.freedesktop.DBus.Properties", "Get", [.string(Self.collectionInterface), .string("Label")],
+                doing: "read the keyring's name"
+            ).first?.string
         }
-        let name = label.map { $0.isEmpty ? "the default keyring" : "the \($0.lowercased()) keyring" } ?? "the default keyring"
-        return .locked("\(name) is locked; unlock it (log in to the desktop session, or unlock it in your keyring app) "
-                       + Self.alternatives)
+        let name =
+            label.map { $0.isEmpty ? "the default keyring" : "the \($0.lowercased()) keyring" } ?? "the default keyring"
+        return .locked(
+            "\(name) is locked; unlock it (log in to the desktop session, or unlock it in your keyring app) "
+                + Self.alternatives)
     }
 
     /// Dismisses a prompt we will not show (best effort, no reply awaited beyond the timeout).
     private func dismiss(_ prompt: String) {
         guard prompt != "/" else { return }
-        _ = try? connection.callBlocking(destination: Self.busName, path: prompt, interface: Self.promptInterface,
-                                         member: "Dismiss", timeout: timeout)
+        _ = try? connection.callBlocking(
+            destination: Self.busName, path: prompt, interface: Self.promptInterface,
+            member: "Dismiss", timeout: timeout)
     }
 
-    private func call(_ path: String, _ interface: String, _ member: String, _ arguments: [DBusValue],
-                      doing what: String) throws(SecretServiceError) -> [DBusValue] {
+    private func call(
+        _ path: String, _ interface: String, _ member: String, _ arguments: [DBusValue],
+        doing what: String
+    ) throws(SecretServiceError) -> [DBusValue] {
         do {
-            return try connection.callBlocking(destination: Self.busName, path: path, interface: interface,
-                                               member: member, arguments: arguments, timeout: timeout)
+            return try connection.callBlocking(
+                destination: Self.busName, path: path, interface: interface,
+                member: member, arguments: arguments, timeout: timeout)
         } catch let error as DBusError {
             if error.name == "org.freedesktop.Secret.Error.IsLocked" { throw lockedError(nil) }
             throw .call("the Secret Service (\(Self.busName)) could not \(what): \(error)", name: error.name)
@@ -217,8 +252,9 @@ final class SecretService: Sendable {
     }
 
     private func busCall(_ member: String, _ arguments: [DBusValue]) throws -> [DBusValue] {
-        try connection.callBlocking(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
-                                    interface: "org.freedesktop.DBus", member: member, arguments: arguments, timeout: timeout)
+        try connection.callBlocking(
+            destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
+            interface: "org.freedesktop.DBus", member: member, arguments: arguments, timeout: timeout)
     }
 }
 
@@ -239,8 +275,10 @@ enum SecretServiceError: Error, CustomStringConvertible {
     /// The service no longer knows our session or an object: it restarted or forgot them.
     var isStale: Bool {
         guard case .call(_, let name) = self else { return false }
-        return ["org.freedesktop.Secret.Error.NoSession", "org.freedesktop.Secret.Error.NoSuchObject",
-                "org.freedesktop.DBus.Error.UnknownObject", "org.freedesktop.DBus.Error.UnknownMethod",
-                "org.freedesktop.DBus.Error.ServiceUnknown"].contains(name)
+        return [
+            "org.freedesktop.Secret.Error.NoSession", "org.freedesktop.Secret.Error.NoSuchObject",
+            "org.freedesktop.DBus.Error.UnknownObject", "org.freedesktop.DBus.Error.UnknownMethod",
+            "org.freedesktop.DBus.Error.ServiceUnknown",
+        ].contains(name)
     }
 }

@@ -218,13 +218,17 @@ enum StateFileFormat {
         return (version, offsets)
     }
 
-    private static func version2(_ reader: inout JSONReader, _ offsets: [String: Int]) throws(JSONReader.Problem) -> Loaded {
-        let deviceId = try reader.at(offsets["deviceId"], "deviceId") { (reader: inout JSONReader) throws(JSONReader.Problem) in
+    private static func version2(_ reader: inout JSONReader, _ offsets: [String: Int]) throws(JSONReader.Problem)
+        -> Loaded
+    {
+        let deviceId = try reader.at(offsets["deviceId"], "deviceId") {
+            (reader: inout JSONReader) throws(JSONReader.Problem) in
             try reader.readString("deviceId")
         }
-        let current = try reader.at(offsets["current"]) { (reader: inout JSONReader) throws(JSONReader.Problem) in
-            try reader.readAccountOrNull("current")
-        } ?? nil
+        let current =
+            try reader.at(offsets["current"]) { (reader: inout JSONReader) throws(JSONReader.Problem) in
+                try reader.readAccountOrNull("current")
+            } ?? nil
 
         // One Account value per table entry: every client naming it shares its strings.
         var table: [String: Account] = [:]
@@ -242,7 +246,9 @@ enum StateFileFormat {
 
         // Most clients name the same account: compare the key's bytes with the last one before making a String of them.
         var last: (key: Range<Int>, account: Account)?
-        func reference(_ reader: inout JSONReader, _ clientId: String, _ field: String) throws(JSONReader.Problem) -> Account? {
+        func reference(_ reader: inout JSONReader, _ clientId: String, _ field: String) throws(JSONReader.Problem)
+            -> Account?
+        {
             if try reader.kind() == .null {
                 try reader.skipValue()
                 return nil
@@ -252,20 +258,26 @@ enum StateFileFormat {
             if !escaped, let last, reader.equalBytes(last.key, range) { return last.account }
             let key = try reader.makeString(range, escaped: escaped)
             guard let account = table[key] else {
-                throw .shape("client \"\(clientId)\" names account \"\(key)\" as its \(field), and the accounts table has no such entry")
+                throw .shape(
+                    "client \"\(clientId)\" names account \"\(key)\" as its \(field), and the accounts table has no "
+                        + "such entry"
+                )
             }
             if !escaped { last = (range, account) }
             return account
         }
         let clients = try readClients(&reader, at: offsets["clients"], account: reference)
         let singleSignOn = try reader.at(offsets["singleSignOn"], readSingleSignOn) ?? [:]
-        return Loaded(state: BrokerState(deviceId: deviceId, current: current, clients: clients, singleSignOn: singleSignOn),
-                      version: 2, droppedAccessTokens: 0)
+        return Loaded(
+            state: BrokerState(deviceId: deviceId, current: current, clients: clients, singleSignOn: singleSignOn),
+            version: 2, droppedAccessTokens: 0)
     }
 
     /// The `singleSignOn` object: per account identifier, `anchor` (required), `family`, and
     /// `deviceSecret` with `idToken` (both or neither).
-    private static func readSingleSignOn(_ reader: inout JSONReader) throws(JSONReader.Problem) -> [String: SingleSignOnGrant] {
+    private static func readSingleSignOn(_ reader: inout JSONReader) throws(JSONReader.Problem) -> [String:
+        SingleSignOnGrant]
+    {
         try reader.expect(.object, "singleSignOn")
         try reader.openObject()
         var grants: [String: SingleSignOnGrant] = [:]
@@ -275,7 +287,10 @@ enum StateFileFormat {
             let path = "singleSignOn[\(identifier)]"
             try reader.expect(.object, path)
             try reader.openObject()
-            var anchor: String?, family: String?, secret: String?, idToken: String?
+            var anchor: String?
+            var family: String?
+            var secret: String?
+            var idToken: String?
             var firstField = true
             while let field = try reader.nextKey(first: firstField) {
                 firstField = false
@@ -289,7 +304,8 @@ enum StateFileFormat {
             }
             guard let anchor else { throw .shape("\(path) names no anchor") }
             guard (secret == nil) == (idToken == nil) else {
-                throw .shape("\(path) has a device secret without its ID token, or an ID token without its device secret")
+                throw .shape(
+                    "\(path) has a device secret without its ID token, or an ID token without its device secret")
             }
             let deviceSecret = secret.flatMap { secret in idToken.map { DeviceSecret(secret: secret, idToken: $0) } }
             grants[identifier] = SingleSignOnGrant(anchorClientId: anchor, deviceSecret: deviceSecret, family: family)
@@ -297,8 +313,11 @@ enum StateFileFormat {
         return grants
     }
 
-    private static func version1(_ reader: inout JSONReader, _ offsets: [String: Int], version: Int) throws(JSONReader.Problem) -> Loaded {
-        let deviceId = try reader.at(offsets["deviceId"], "deviceId") { (reader: inout JSONReader) throws(JSONReader.Problem) in
+    private static func version1(_ reader: inout JSONReader, _ offsets: [String: Int], version: Int) throws(JSONReader
+        .Problem) -> Loaded
+    {
+        let deviceId = try reader.at(offsets["deviceId"], "deviceId") {
+            (reader: inout JSONReader) throws(JSONReader.Problem) in
             try reader.readString("deviceId")
         }
         // Each client had its own copies of its accounts: equal ones become one value, shared.
@@ -312,15 +331,20 @@ enum StateFileFormat {
             last = kept
             return kept
         }
-        let current = intern(try reader.at(offsets["current"]) { (reader: inout JSONReader) throws(JSONReader.Problem) in
-            try reader.readAccountOrNull("current")
-        } ?? nil)
+        let current = intern(
+            try reader.at(offsets["current"]) { (reader: inout JSONReader) throws(JSONReader.Problem) in
+                try reader.readAccountOrNull("current")
+            } ?? nil)
 
         var dropped = 0
-        func wholeAccount(_ reader: inout JSONReader, _ clientId: String, _ field: String) throws(JSONReader.Problem) -> Account? {
+        func wholeAccount(_ reader: inout JSONReader, _ clientId: String, _ field: String) throws(JSONReader.Problem)
+            -> Account?
+        {
             intern(try reader.readAccountOrNull("clients[\(clientId)].\(field)"))
         }
-        func accessTokens(_ reader: inout JSONReader, _ field: (Range<Int>, escaped: Bool)) throws(JSONReader.Problem) -> Bool {
+        func accessTokens(_ reader: inout JSONReader, _ field: (Range<Int>, escaped: Bool)) throws(JSONReader.Problem)
+            -> Bool
+        {
             guard reader.key(field, is: "accessTokens"), try reader.kind() == .object else { return false }
             // Counted, never read: they are not kept.
             try reader.openObject()
@@ -333,8 +357,9 @@ enum StateFileFormat {
             return true
         }
         let clients = try readClients(&reader, at: offsets["clients"], account: wholeAccount, other: accessTokens)
-        return Loaded(state: BrokerState(deviceId: deviceId, current: current, clients: clients), version: version,
-                      droppedAccessTokens: dropped)
+        return Loaded(
+            state: BrokerState(deviceId: deviceId, current: current, clients: clients), version: version,
+            droppedAccessTokens: dropped)
     }
 
     /// The `clients` object of either version: per client its `lastSeen` and `account` (read with
@@ -344,7 +369,9 @@ enum StateFileFormat {
     private static func readClients(
         _ reader: inout JSONReader, at offset: Int?,
         account: (inout JSONReader, _ clientId: String, _ field: String) throws(JSONReader.Problem) -> Account?,
-        other: (inout JSONReader, _ field: (Range<Int>, escaped: Bool)) throws(JSONReader.Problem) -> Bool = { _, _ in false }
+        other: (inout JSONReader, _ field: (Range<Int>, escaped: Bool)) throws(JSONReader.Problem) -> Bool = { _, _ in
+            false
+        }
     ) throws(JSONReader.Problem) -> [String: ClientRecord] {
         guard let offset else { throw .shape("it has no clients") }
         reader.position = offset

@@ -46,7 +46,8 @@ struct StoredTokens: Codable, Equatable, Sendable {
             let container = try decoder.container(keyedBy: CodingKeys.self)
             account = try container.decode(String.self, forKey: .account)
             refreshToken = try container.decodeIfPresent(String.self, forKey: .refreshToken)
-            droppedAccessTokens = try container.decodeIfPresent([String: Skipped].self, forKey: .accessTokens)?.count ?? 0
+            droppedAccessTokens =
+                try container.decodeIfPresent([String: Skipped].self, forKey: .accessTokens)?.count ?? 0
         }
 
         func encode(to encoder: any Encoder) throws {
@@ -143,7 +144,8 @@ final class TokenProtectingStore: StateStore {
         var deviceSecrets: [String: StoredTokens.DeviceSecretEntry] = [:]
         for (identifier, grant) in state.singleSignOn {
             guard let secret = grant.deviceSecret else { continue }
-            deviceSecrets[identifier] = StoredTokens.DeviceSecretEntry(deviceSecret: secret.secret, idToken: secret.idToken)
+            deviceSecrets[identifier] = StoredTokens.DeviceSecretEntry(
+                deviceSecret: secret.secret, idToken: secret.idToken)
             publicPart.singleSignOn[identifier]?.deviceSecret = nil
         }
         tokens.singleSignOn = deviceSecrets.isEmpty ? nil : deviceSecrets
@@ -155,15 +157,21 @@ final class TokenProtectingStore: StateStore {
     static func merge(_ state: BrokerState, with tokens: StoredTokens?, logger: Logger) -> BrokerState {
         guard let tokens else { return state }
         if tokens.droppedAccessTokens > 0 {
-            logger.info("the stored tokens held access tokens (format 1), which are no longer kept at rest: dropped; each app's next silent call refreshes them",
-                        metadata: ["accessTokens": "\(tokens.droppedAccessTokens)"])
+            logger.info(
+                Logger.Message(
+                    stringLiteral: "the stored tokens held access tokens (format 1), which are no longer kept at rest: "
+                        + "dropped; each app's next silent call refreshes them"),
+                metadata: ["accessTokens": "\(tokens.droppedAccessTokens)"])
         }
         var merged = state
         for (clientId, entry) in tokens.clients.sorted(by: { $0.key < $1.key }) {
             guard var record = merged.clients[clientId], record.account?.identifier == entry.account else {
-                logger.notice("stored tokens belong to an account this app is not signed in with; not using them",
-                              metadata: ["clientId": "\(clientId)", "tokensFor": "\(entry.account)",
-                                         "signedIn": "\(merged.clients[clientId]?.account?.identifier ?? "nobody")"])
+                logger.notice(
+                    "stored tokens belong to an account this app is not signed in with; not using them",
+                    metadata: [
+                        "clientId": "\(clientId)", "tokensFor": "\(entry.account)",
+                        "signedIn": "\(merged.clients[clientId]?.account?.identifier ?? "nobody")",
+                    ])
                 continue
             }
             record.refreshToken = entry.refreshToken
@@ -172,7 +180,8 @@ final class TokenProtectingStore: StateStore {
         // A device secret goes back to the grant of its account; one whose grant the file lacks
         // belongs to a sign-in that is over.
         for (identifier, entry) in tokens.singleSignOn ?? [:] where merged.singleSignOn[identifier] != nil {
-            merged.singleSignOn[identifier]?.deviceSecret = DeviceSecret(secret: entry.deviceSecret, idToken: entry.idToken)
+            merged.singleSignOn[identifier]?.deviceSecret = DeviceSecret(
+                secret: entry.deviceSecret, idToken: entry.idToken)
         }
         return merged
     }
@@ -205,18 +214,21 @@ final class SecretServiceVault: TokenVault {
             version = try JSONDecoder().decode(Header.self, from: Data(bytes)).version
         } catch {
             // Never the decoder's words: they could quote the secret.
-            throw VaultError.unreadable("the Secret Service item of this device (application \(Self.application), deviceId \(deviceId)) "
-                                        + "is not a token set brokerd wrote (\(bytes.count) bytes)")
+            throw VaultError.unreadable(
+                "the Secret Service item of this device (application \(Self.application), deviceId \(deviceId)) "
+                    + "is not a token set brokerd wrote (\(bytes.count) bytes)")
         }
         guard version <= StoredTokens.currentVersion else {
-            throw VaultError.newerFormat("the Secret Service item of this device has format \(version); this brokerd reads up to "
-                                         + "\(StoredTokens.currentVersion). Run the newer brokerd, or delete the item with your keyring app")
+            throw VaultError.newerFormat(
+                "the Secret Service item of this device has format \(version); this brokerd reads up to "
+                    + "\(StoredTokens.currentVersion). Run the newer brokerd, or delete the item with your keyring app")
         }
         do {
             return try JSONDecoder().decode(StoredTokens.self, from: Data(bytes))
         } catch {
-            throw VaultError.unreadable("the Secret Service item of this device (application \(Self.application), deviceId \(deviceId)) "
-                                        + "is damaged (\(bytes.count) bytes)")
+            throw VaultError.unreadable(
+                "the Secret Service item of this device (application \(Self.application), deviceId \(deviceId)) "
+                    + "is damaged (\(bytes.count) bytes)")
         }
     }
 
@@ -229,8 +241,9 @@ final class SecretServiceVault: TokenVault {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys]
         let data = try encoder.encode(tokens)
-        try service.write(label: "Shared-device broker tokens (device \(deviceId))", attributes: attributes,
-                          secret: [UInt8](data), contentType: "application/json")
+        try service.write(
+            label: "Shared-device broker tokens (device \(deviceId))", attributes: attributes,
+            secret: [UInt8](data), contentType: "application/json")
     }
 }
 
@@ -259,32 +272,53 @@ public enum TokenStorageSetup {
     /// A state file that still holds tokens (written with `plaintext-file`, or access tokens
     /// of a version 1 file) is rewritten at once without them, after the refresh tokens are in the
     /// vault (`secretService`) or in memory (`memory`).
-    public static func open(_ storage: TokenStorage, files: FileStateStore, loaded: BrokerState, busAddress: String?,
-                            logger: Logger) throws(DaemonError) -> (store: any StateStore, state: BrokerState) {
+    public static func open(
+        _ storage: TokenStorage, files: FileStateStore, loaded: BrokerState, busAddress: String?,
+        logger: Logger
+    ) throws(DaemonError) -> (store: any StateStore, state: BrokerState) {
         let fileHeldTokens = TokenProtectingStore.hasTokens(loaded) || (files.loadReport?.droppedAccessTokens ?? 0) > 0
         if let report = files.loadReport {
-            logger.debug("loaded the state file", metadata: [
-                "file": "\(files.path)", "format": "\(report.version)", "bytes": "\(report.bytes)", "clients": "\(report.clients)",
-                "ms": "\(report.milliseconds)"])
+            logger.debug(
+                "loaded the state file",
+                metadata: [
+                    "file": "\(files.path)", "format": "\(report.version)", "bytes": "\(report.bytes)",
+                    "clients": "\(report.clients)",
+                    "ms": "\(report.milliseconds)",
+                ])
             if report.droppedAccessTokens > 0 {
-                logger.info("the state file held access tokens (format \(report.version)), which are no longer kept at rest: dropped; each app's next silent call refreshes them with its refresh token",
-                            metadata: ["file": "\(files.path)", "accessTokens": "\(report.droppedAccessTokens)"])
+                logger.info(
+                    Logger.Message(
+                        stringLiteral:
+                            "the state file held access tokens (format \(report.version)), which are no longer "
+                            + "kept at rest: dropped; each app's next silent call refreshes them with its refresh token"
+                    ),
+                    metadata: ["file": "\(files.path)", "accessTokens": "\(report.droppedAccessTokens)"])
             }
         }
         switch storage {
         case .plaintextFile:
-            logger.warning("tokens are stored in plaintext in the state file (--token-storage plaintext-file): any program running as this user can read them; use the Secret Service (--token-storage secret-service) where there is one",
-                           metadata: ["file": "\(files.path)"])
+            logger.warning(
+                Logger.Message(
+                    stringLiteral: "tokens are stored in plaintext in the state file (--token-storage plaintext-file): "
+                        + "any program running as this user can read them; use the Secret Service "
+                        + "(--token-storage secret-service) where there is one"),
+                metadata: ["file": "\(files.path)"])
             return (files, loaded)
         case .memory:
-            logger.warning("tokens are kept in memory only (--token-storage memory): they are lost when brokerd stops, and every app must then sign in interactively again")
+            logger.warning(
+                Logger.Message(
+                    stringLiteral:
+                        "tokens are kept in memory only (--token-storage memory): they are lost when brokerd "
+                        + "stops, and every app must then sign in interactively again"))
             let store = TokenProtectingStore(file: files, vault: nil, inVault: nil, logger: logger)
             try removeTokensFromFile(store, fileHeldTokens: fileHeldTokens, state: loaded, to: "memory", logger: logger)
             return (store, loaded)
         case .secretService:
             let connection: DBusConnection
             do {
-                connection = try busAddress.map { try DBusConnection(address: $0, logger: logger) } ?? DBusConnection.sessionBus(logger: logger)
+                connection =
+                    try busAddress.map { try DBusConnection(address: $0, logger: logger) }
+                    ?? DBusConnection.sessionBus(logger: logger)
             } catch {
                 throw DaemonError.bus("cannot connect to the session bus to reach the Secret Service: \(error)")
             }
@@ -293,8 +327,10 @@ public enum TokenStorageSetup {
             do { available = try service.isAvailable() } catch { throw DaemonError.bus("\(error)") }
             guard available else {
                 throw DaemonError.configuration(
-                    "no Secret Service (\(SecretService.busName)) is running on the session bus or can be started by it, so refresh tokens have nowhere safe to go (--token-storage secret-service, the default). "
-                    + "Start one (gnome-keyring-daemon, KeePassXC, KWallet), \(SecretService.alternatives)")
+                    "no Secret Service (\(SecretService.busName)) is running on the session bus or can be started by "
+                        + "it, so refresh tokens have nowhere safe to go (--token-storage secret-service, the "
+                        + "default). "
+                        + "Start one (gnome-keyring-daemon, KeePassXC, KWallet), \(SecretService.alternatives)")
             }
             let vault = SecretServiceVault(service: service)
             let tokens: StoredTokens?
@@ -303,22 +339,27 @@ public enum TokenStorageSetup {
                 tokens = try vault.load(deviceId: loaded.deviceId)
                 known = tokens ?? StoredTokens()
             } catch VaultError.unreadable(let why) {
-                // Like a damaged state file: start without those tokens (apps sign in again); the next save replaces the item.
+                // Like a damaged state file: start without those tokens (apps sign in again); the next save replaces
+                // the item.
                 logger.error("the stored tokens cannot be used; starting without them", metadata: ["why": "\(why)"])
                 (tokens, known) = (nil, nil)
             } catch {
                 throw DaemonError.state("cannot read the tokens from the Secret Service: \(error)")
             }
-            // An item of format 1 still holds access tokens: unknown content, so the save below rewrites it without them.
+            // An item of format 1 still holds access tokens: unknown content, so the save below rewrites it without
+            // them.
             let vaultHeldAccessTokens = (tokens?.droppedAccessTokens ?? 0) > 0
-            let store = TokenProtectingStore(file: files, vault: vault, inVault: vaultHeldAccessTokens ? nil : known, logger: logger)
+            let store = TokenProtectingStore(
+                file: files, vault: vault, inVault: vaultHeldAccessTokens ? nil : known, logger: logger)
             let state = TokenProtectingStore.merge(loaded, with: tokens, logger: logger)
-            try removeTokensFromFile(store, fileHeldTokens: fileHeldTokens, state: state, to: "the Secret Service", logger: logger)
+            try removeTokensFromFile(
+                store, fileHeldTokens: fileHeldTokens, state: state, to: "the Secret Service", logger: logger)
             if vaultHeldAccessTokens && !fileHeldTokens {
                 // Not worth refusing to start over: they expire soon, and the next token change rewrites the item.
                 do { try store.save(state) } catch {
-                    logger.warning("the Secret Service item still holds access tokens of format 1: rewriting it without them failed",
-                                   metadata: ["error": "\(error)"])
+                    logger.warning(
+                        "the Secret Service item still holds access tokens of format 1; rewriting it failed",
+                        metadata: ["error": "\(error)"])
                 }
             }
             logger.info("tokens are stored in the Secret Service", metadata: ["service": "\(SecretService.busName)"])
@@ -328,14 +369,19 @@ public enum TokenStorageSetup {
 
     /// Moves the tokens a `plaintext-file` run left in the state file to where they go now, and
     /// makes the file without them durable.
-    private static func removeTokensFromFile(_ store: TokenProtectingStore, fileHeldTokens: Bool, state: BrokerState,
-                                             to destination: String, logger: Logger) throws(DaemonError) {
+    private static func removeTokensFromFile(
+        _ store: TokenProtectingStore, fileHeldTokens: Bool, state: BrokerState,
+        to destination: String, logger: Logger
+    ) throws(DaemonError) {
         guard fileHeldTokens else { return }
         do {
             try store.save(state)
             try store.sync()
         } catch {
-            throw DaemonError.state("the state file holds tokens from a plaintext-file run, and moving them to \(destination) failed: \(error)")
+            throw DaemonError.state(
+                "the state file holds tokens from a plaintext-file run, and moving them to \(destination) failed: "
+                    + "\(error)"
+            )
         }
         logger.notice("moved the tokens out of the state file", metadata: ["to": "\(destination)"])
     }

@@ -14,8 +14,10 @@ enum TestUsers {
     /// More apps, for single sign-on with many at once.
     static let ssoApps = (1...10).map { "sso-app-\($0)" }
     /// Confidential clients: idp-sim knows their secrets; brokerd learns them from its --config file.
-    static let confidentialClients = [(clientId: "backoffice-basic", secret: "basic-S3cret"),
-                                      (clientId: "backoffice-post", secret: "post-S3cret")]
+    static let confidentialClients = [
+        (clientId: "backoffice-basic", secret: "basic-S3cret"),
+        (clientId: "backoffice-post", secret: "post-S3cret"),
+    ]
 
     static var usersFile: String {
         """
@@ -35,7 +37,8 @@ enum TestUsers {
 extension IdpSim {
     /// idp-sim with the integration tests' users and apps.
     convenience init(in directory: TemporaryDirectory, extraArguments: [String] = []) throws {
-        try self.init(in: directory, users: TestUsers.usersFile, tenant: TestUsers.tenant, extraArguments: extraArguments)
+        try self.init(
+            in: directory, users: TestUsers.usersFile, tenant: TestUsers.tenant, extraArguments: extraArguments)
     }
 }
 
@@ -46,12 +49,16 @@ final class Brokerd: @unchecked Sendable {
     /// Starts brokerd and waits for its readiness line. `browser` is its `$BROWSER`.
     /// Tokens stay in state.json (`--token-storage plaintext-file`) unless `extraArguments` gives
     /// another `--token-storage` (the last one given wins).
-    init(bus: PrivateBus, authority: String, stateDirectory: String, mode: String = "shared",
-         browser: String, extraArguments: [String] = []) throws {
-        process = try ChildProcess("brokerd", executable: Binaries.path("brokerd"), arguments: [
-            "--address", bus.address, "--device-mode", mode, "--authority", authority,
-            "--state-dir", stateDirectory, "--log-level", "debug", "--token-storage", "plaintext-file",
-        ] + extraArguments, environment: ["BROWSER": browser])
+    init(
+        bus: PrivateBus, authority: String, stateDirectory: String, mode: String = "shared",
+        browser: String, extraArguments: [String] = []
+    ) throws {
+        process = try ChildProcess(
+            "brokerd", executable: Binaries.path("brokerd"),
+            arguments: [
+                "--address", bus.address, "--device-mode", mode, "--authority", authority,
+                "--state-dir", stateDirectory, "--log-level", "debug", "--token-storage", "plaintext-file",
+            ] + extraArguments, environment: ["BROWSER": browser])
         try process.waitForLine(timeout: .seconds(20)) { $0.hasPrefix("brokerd ready:") }
     }
 
@@ -74,7 +81,9 @@ final class BrokerEnvironment: @unchecked Sendable {
     let mode: String
 
     /// `busConfig`, when given, is the text of the private bus's configuration file.
-    init(mode: String = "shared", brokerArguments: [String] = [], idpArguments: [String] = [], busConfig: String? = nil) throws {
+    init(mode: String = "shared", brokerArguments: [String] = [], idpArguments: [String] = [], busConfig: String? = nil)
+        throws
+    {
         let directory = try TemporaryDirectory()
         self.directory = directory
         stateDirectory = directory.path + "/state"
@@ -82,21 +91,24 @@ final class BrokerEnvironment: @unchecked Sendable {
         bus = try PrivateBus(configFile: try busConfig.map { try directory.write("bus.conf", $0) })
         idp = try IdpSim(in: directory, extraArguments: idpArguments)
         browser = try TestBrowser(in: directory)
-        brokerd = try Brokerd(bus: bus, authority: idp.authority, stateDirectory: stateDirectory, mode: mode,
-                              browser: browser.command, extraArguments: brokerArguments)
+        brokerd = try Brokerd(
+            bus: bus, authority: idp.authority, stateDirectory: stateDirectory, mode: mode,
+            browser: browser.command, extraArguments: brokerArguments)
     }
 
     /// Stops brokerd cleanly and starts a new one on the same state.
     func restartBroker(extraArguments: [String] = []) throws {
         _ = try brokerd.stop()
-        brokerd = try Brokerd(bus: bus, authority: idp.authority, stateDirectory: stateDirectory, mode: mode,
-                              browser: browser.command, extraArguments: extraArguments)
+        brokerd = try Brokerd(
+            bus: bus, authority: idp.authority, stateDirectory: stateDirectory, mode: mode,
+            browser: browser.command, extraArguments: extraArguments)
     }
 
     /// Starts `brokerctl ARGS --address BUS` with standard input open, for a test to type into.
     func startBrokerctl(_ arguments: [String]) throws -> ChildProcess {
-        try ChildProcess("brokerctl", executable: Binaries.path("brokerctl"),
-                         arguments: arguments + ["--address", bus.address], keepStdinOpen: true)
+        try ChildProcess(
+            "brokerctl", executable: Binaries.path("brokerctl"),
+            arguments: arguments + ["--address", bus.address], keepStdinOpen: true)
     }
 
     /// The newest one-time code idp-sim "sent" to `username`, from its test outbox.
@@ -111,13 +123,19 @@ final class BrokerEnvironment: @unchecked Sendable {
     }
 
     /// Sets an idp-sim fault (`POST /test/faults`), on the token endpoint unless `endpoint` names another.
-    func setProviderFault(_ mode: String, count: Int? = nil, delayMs: Int? = nil, endpoint: String? = nil) async throws {
-        let body = "{\"mode\": \"\(mode)\"" + (count.map { ", \"count\": \($0)" } ?? "")
-            + (delayMs.map { ", \"delayMs\": \($0)" } ?? "") + (endpoint.map { ", \"endpoint\": \"\($0)\"" } ?? "") + "}"
-        let request = HTTPRequest(method: "POST", url: idp.baseURL + "/test/faults",
-                                  headers: [HTTPHeader("Content-Type", "application/json")], body: Array(body.utf8))
+    func setProviderFault(_ mode: String, count: Int? = nil, delayMs: Int? = nil, endpoint: String? = nil) async throws
+    {
+        let body =
+            "{\"mode\": \"\(mode)\"" + (count.map { ", \"count\": \($0)" } ?? "")
+            + (delayMs.map { ", \"delayMs\": \($0)" } ?? "") + (endpoint.map { ", \"endpoint\": \"\($0)\"" } ?? "")
+            + "}"
+        let request = HTTPRequest(
+            method: "POST", url: idp.baseURL + "/test/faults",
+            headers: [HTTPHeader("Content-Type", "application/json")], body: Array(body.utf8))
         let response = try await HTTPClient.shared.send(request)
-        guard response.status == 200 else { throw ProcessFailure("setting the fault \(mode) failed: \(response.status) \(response.bodyText)") }
+        guard response.status == 200 else {
+            throw ProcessFailure("setting the fault \(mode) failed: \(response.status) \(response.bodyText)")
+        }
     }
 
     /// How many token requests of `grantType` idp-sim has answered.
@@ -126,27 +144,34 @@ final class BrokerEnvironment: @unchecked Sendable {
     }
 
     /// Runs `brokerctl ARGS --address BUS` to completion (bounded).
-    func brokerctl(_ arguments: [String], stdin: String? = nil, timeout: Duration = .seconds(30)) throws -> CommandResult {
-        let process = try ChildProcess("brokerctl", executable: Binaries.path("brokerctl"),
-                                       arguments: arguments + ["--address", bus.address], stdin: stdin)
+    func brokerctl(_ arguments: [String], stdin: String? = nil, timeout: Duration = .seconds(30)) throws
+        -> CommandResult
+    {
+        let process = try ChildProcess(
+            "brokerctl", executable: Binaries.path("brokerctl"),
+            arguments: arguments + ["--address", bus.address], stdin: stdin)
         let status = try process.waitForExit(timeout: timeout)
         return CommandResult(status: status, stdout: process.stdoutText, stderr: process.stderrText)
     }
 
     /// Starts `brokerctl watch --json` and waits until it is subscribed.
     func watch() throws -> ChildProcess {
-        let process = try ChildProcess("brokerctl watch", executable: Binaries.path("brokerctl"),
-                                       arguments: ["watch", "--address", bus.address])
+        let process = try ChildProcess(
+            "brokerctl watch", executable: Binaries.path("brokerctl"),
+            arguments: ["watch", "--address", bus.address])
         try process.waitForLine(timeout: .seconds(10)) { $0.hasPrefix("watching") }
         return process
     }
 
     /// Signs a user in with a password through brokerctl, asserting success.
     @discardableResult
-    func signIn(_ user: (username: String, password: String, name: String), client: String,
-                scopes: [String] = ["User.Read"]) throws -> CommandResult {
-        try brokerctl(["sign-in", "--client-id", client, "--username", user.username, "--password-stdin", "--json"]
-                      + scopes.flatMap { ["--scope", $0] }, stdin: user.password + "\n")
+    func signIn(
+        _ user: (username: String, password: String, name: String), client: String,
+        scopes: [String] = ["User.Read"]
+    ) throws -> CommandResult {
+        try brokerctl(
+            ["sign-in", "--client-id", client, "--username", user.username, "--password-stdin", "--json"]
+                + scopes.flatMap { ["--scope", $0] }, stdin: user.password + "\n")
     }
 
     /// Runs `gdbus call` of a broker method on the private bus (a client that is not ours).
@@ -156,10 +181,12 @@ final class BrokerEnvironment: @unchecked Sendable {
 
     /// Runs `gdbus call` of `interface.Method` on the broker's object (Properties, Introspectable, ...).
     func gdbusCallInterface(_ method: String, _ arguments: [String]) throws -> CommandResult {
-        let process = try ChildProcess("gdbus", executable: "/usr/bin/gdbus", arguments: [
-            "call", "--address", bus.address, "--dest", "io.shareddevice.Broker1",
-            "--object-path", "/io/shareddevice/Broker1", "--method", method,
-        ] + arguments)
+        let process = try ChildProcess(
+            "gdbus", executable: "/usr/bin/gdbus",
+            arguments: [
+                "call", "--address", bus.address, "--dest", "io.shareddevice.Broker1",
+                "--object-path", "/io/shareddevice/Broker1", "--method", method,
+            ] + arguments)
         let status = try process.waitForExit(timeout: .seconds(20))
         return CommandResult(status: status, stdout: process.stdoutText, stderr: process.stderrText)
     }

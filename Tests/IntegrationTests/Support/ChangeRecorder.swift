@@ -5,7 +5,11 @@ import SharedDeviceClient
 actor ChangeRecorder {
     private(set) var changes: [AccountChange] = []
     private(set) var ended = false
-    private var waiters: [(id: Int, matches: @Sendable (AccountChange) -> Bool, continuation: CheckedContinuation<AccountChange?, Never>)] = []
+    private var waiters:
+        [(
+            id: Int, matches: @Sendable (AccountChange) -> Bool,
+            continuation: CheckedContinuation<AccountChange?, Never>
+        )] = []
     private var nextId = 0
 
     /// Records every change of `sequence` until it ends; returns the consuming task.
@@ -32,8 +36,10 @@ actor ChangeRecorder {
     }
 
     /// The first change (from index `from` on) that matches, or nil when `timeout` passes or the sequence ends first.
-    func next(from start: Int = 0, timeout: Duration = .seconds(10),
-              where matches: @escaping @Sendable (AccountChange) -> Bool) async -> AccountChange? {
+    func next(
+        from start: Int = 0, timeout: Duration = .seconds(10),
+        where matches: @escaping @Sendable (AccountChange) -> Bool
+    ) async -> AccountChange? {
         if let found = changes.dropFirst(start).first(where: matches) { return found }
         if ended { return nil }
         let id = nextId

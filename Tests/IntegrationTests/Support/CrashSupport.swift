@@ -17,7 +17,8 @@ struct StateFileSnapshot: CustomStringConvertible {
         let data = try Data(contentsOf: URL(fileURLWithPath: path))
         let parsed: Any
         do { parsed = try JSONSerialization.jsonObject(with: data) } catch {
-            throw ProcessFailure("\(path) (\(data.count) bytes) is not JSON: \(error): \(String(decoding: data, as: UTF8.self))")
+            throw ProcessFailure(
+                "\(path) (\(data.count) bytes) is not JSON: \(error): \(String(decoding: data, as: UTF8.self))")
         }
         guard let object = parsed as? [String: Any] else {
             throw ProcessFailure("\(path) is not a JSON object: \(String(decoding: data, as: UTF8.self))")
@@ -27,15 +28,21 @@ struct StateFileSnapshot: CustomStringConvertible {
 
     /// `state.json.broken-*` files: the broker found a state file it could not use.
     static func brokenFiles(in directory: String) -> [String] {
-        ((try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []).filter { $0.hasPrefix("state.json.broken-") }.sorted()
+        ((try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []).filter {
+            $0.hasPrefix("state.json.broken-")
+        }.sorted()
     }
 
     var deviceId: String? { object["deviceId"] as? String }
     var current: String? { (object["current"] as? [String: Any])?["username"] as? String }
     var clients: [String: [String: Any]] { object["clients"] as? [String: [String: Any]] ?? [:] }
 
-    func lastSeen(_ client: String) -> String? { (clients[client]?["lastSeen"] as? [String: Any])?["username"] as? String }
-    func account(_ client: String) -> String? { (clients[client]?["account"] as? [String: Any])?["username"] as? String }
+    func lastSeen(_ client: String) -> String? {
+        (clients[client]?["lastSeen"] as? [String: Any])?["username"] as? String
+    }
+    func account(_ client: String) -> String? {
+        (clients[client]?["account"] as? [String: Any])?["username"] as? String
+    }
     func refreshToken(_ client: String) -> String? { clients[client]?["refreshToken"] as? String }
     func accessTokenCount(_ client: String) -> Int { (clients[client]?["accessTokens"] as? [String: Any])?.count ?? 0 }
     /// Whether the client holds an account or any token.
@@ -49,7 +56,10 @@ struct StateFileSnapshot: CustomStringConvertible {
     func canonical(withoutCurrent: Bool = false, without fields: [String: Set<String>] = [:]) -> String {
         var object = self.object
         // The device's sign-in: its account, and the single sign-on grant that belongs to it.
-        if withoutCurrent { object["current"] = nil; object["singleSignOn"] = nil }
+        if withoutCurrent {
+            object["current"] = nil
+            object["singleSignOn"] = nil
+        }
         var clients: [String: Any] = [:]
         for (id, record) in self.clients {
             var record = record
@@ -70,7 +80,8 @@ struct StateFileSnapshot: CustomStringConvertible {
 /// The repository's root (for the Makefile and the templates), from this file's place in it.
 enum Repository {
     static let root: String = URL(fileURLWithPath: #filePath)
-        .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().path
+        .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        .path
 }
 
 /// A private `dbus-daemon` run with a configuration of the test's own, for D-Bus activation:
@@ -83,11 +94,15 @@ final class ActivatingBus: @unchecked Sendable {
     ///   it dbus-daemon gives activated services only `DBUS_STARTER_ADDRESS`, not
     ///   `DBUS_SESSION_BUS_ADDRESS` (theirs stays the test's `disabled:`).
     init(in directory: TemporaryDirectory, serviceDirectory: String, sessionType: Bool) throws {
-        let config = try directory.write("activating-bus.conf", PrivateBus.configuration(
-            listen: "unix:dir=\(directory.path)", sessionType: sessionType, serviceDirectory: serviceDirectory))
-        daemon = try ChildProcess("dbus-daemon (activating)", executable: "/usr/bin/dbus-daemon",
-                                  arguments: ["--config-file=\(config)", "--nofork", "--nopidfile", "--print-address=1"])
-        address = try daemon.waitForLine(timeout: .seconds(10)) { $0.hasPrefix("unix:") }.trimmingCharacters(in: .whitespaces)
+        let config = try directory.write(
+            "activating-bus.conf",
+            PrivateBus.configuration(
+                listen: "unix:dir=\(directory.path)", sessionType: sessionType, serviceDirectory: serviceDirectory))
+        daemon = try ChildProcess(
+            "dbus-daemon (activating)", executable: "/usr/bin/dbus-daemon",
+            arguments: ["--config-file=\(config)", "--nofork", "--nopidfile", "--print-address=1"])
+        address = try daemon.waitForLine(timeout: .seconds(10)) { $0.hasPrefix("unix:") }.trimmingCharacters(
+            in: .whitespaces)
     }
 
     deinit { daemon.kill() }
@@ -96,10 +111,13 @@ final class ActivatingBus: @unchecked Sendable {
     func ownerPID(of name: String) throws -> Int32 {
         let connection = try DBusConnection(address: address)
         defer { connection.close() }
-        let reply = try connection.callBlocking(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
-                                                interface: "org.freedesktop.DBus", member: "GetConnectionUnixProcessID",
-                                                arguments: [.string(name)], timeout: .seconds(5))
-        guard case .uint32(let pid)? = reply.first else { throw ProcessFailure("GetConnectionUnixProcessID gave \(reply)") }
+        let reply = try connection.callBlocking(
+            destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
+            interface: "org.freedesktop.DBus", member: "GetConnectionUnixProcessID",
+            arguments: [.string(name)], timeout: .seconds(5))
+        guard case .uint32(let pid)? = reply.first else {
+            throw ProcessFailure("GetConnectionUnixProcessID gave \(reply)")
+        }
         return Int32(pid)
     }
 
@@ -107,14 +125,14 @@ final class ActivatingBus: @unchecked Sendable {
     func hasOwner(_ name: String) throws -> Bool {
         let connection = try DBusConnection(address: address)
         defer { connection.close() }
-        let reply = try connection.callBlocking(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
-                                                interface: "org.freedesktop.DBus", member: "NameHasOwner",
-                                                arguments: [.string(name)], timeout: .seconds(5))
+        let reply = try connection.callBlocking(
+            destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
+            interface: "org.freedesktop.DBus", member: "NameHasOwner",
+            arguments: [.string(name)], timeout: .seconds(5))
         guard case .bool(let owned)? = reply.first else { throw ProcessFailure("NameHasOwner gave \(reply)") }
         return owned
     }
 }
-
 
 /// A short-lived command, run to its end: its whole output is in once the exit is seen.
 final class CommandProcess: @unchecked Sendable {
@@ -132,10 +150,14 @@ final class CommandProcess: @unchecked Sendable {
 }
 
 /// Runs `brokerctl ARGS --address ADDRESS` to completion (bounded).
-func runBrokerctl(_ arguments: [String], address: String, stdin: String? = nil,
-                  timeout: Duration = .seconds(30)) throws -> CommandResult {
-    try CommandProcess("brokerctl", executable: Binaries.path("brokerctl"),
-                       arguments: arguments + ["--address", address], stdin: stdin).waitForExit(timeout: timeout)
+func runBrokerctl(
+    _ arguments: [String], address: String, stdin: String? = nil,
+    timeout: Duration = .seconds(30)
+) throws -> CommandResult {
+    try CommandProcess(
+        "brokerctl", executable: Binaries.path("brokerctl"),
+        arguments: arguments + ["--address", address], stdin: stdin
+    ).waitForExit(timeout: timeout)
 }
 
 /// Runs `make ARGS` in the repository (bounded).
@@ -150,9 +172,10 @@ extension ActivatingBus {
     func waitForRelease(of name: String, timeout: Duration, after action: () throws -> Void) async throws {
         let connection = try DBusConnection(address: address)
         defer { connection.close() }
-        let changes = try await connection.signals(matching: DBusMatchRule(
-            sender: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
-            member: "NameOwnerChanged", arg0: name))
+        let changes = try await connection.signals(
+            matching: DBusMatchRule(
+                sender: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
+                member: "NameOwnerChanged", arg0: name))
         try action()
         let released = await withTaskGroup(of: Bool.self) { group in
             group.addTask {
@@ -161,7 +184,10 @@ extension ActivatingBus {
                 }
                 return false
             }
-            group.addTask { try? await Task.sleep(for: timeout); return false }
+            group.addTask {
+                try? await Task.sleep(for: timeout)
+                return false
+            }
             let first = await group.next() ?? false
             group.cancelAll()
             return first

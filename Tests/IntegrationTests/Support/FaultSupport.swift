@@ -9,8 +9,10 @@ import TestSupport
 extension BrokerEnvironment {
     /// Sets idp-sim's fault on one endpoint (`POST /test/faults`); `endpoint` nil means the mode's
     /// default (the token endpoint, or the JWKS for `jwksWithoutKey`).
-    func setFault(_ mode: String, endpoint: String? = nil, count: Int? = nil, delayMs: Int? = nil,
-                  retryAfter: Int? = nil, sizeBytes: Int? = nil) async throws {
+    func setFault(
+        _ mode: String, endpoint: String? = nil, count: Int? = nil, delayMs: Int? = nil,
+        retryAfter: Int? = nil, sizeBytes: Int? = nil
+    ) async throws {
         var fields = ["\"mode\": \"\(mode)\""]
         if let endpoint { fields.append("\"endpoint\": \"\(endpoint)\"") }
         if let count { fields.append("\"count\": \(count)") }
@@ -18,10 +20,13 @@ extension BrokerEnvironment {
         if let retryAfter { fields.append("\"retryAfter\": \(retryAfter)") }
         if let sizeBytes { fields.append("\"sizeBytes\": \(sizeBytes)") }
         let body = "{" + fields.joined(separator: ", ") + "}"
-        let request = HTTPRequest(method: "POST", url: idp.baseURL + "/test/faults",
-                                  headers: [HTTPHeader("Content-Type", "application/json")], body: Array(body.utf8))
+        let request = HTTPRequest(
+            method: "POST", url: idp.baseURL + "/test/faults",
+            headers: [HTTPHeader("Content-Type", "application/json")], body: Array(body.utf8))
         let response = try await HTTPClient.shared.send(request)
-        guard response.status == 200 else { throw ProcessFailure("setting the fault \(body) failed: \(response.status) \(response.bodyText)") }
+        guard response.status == 200 else {
+            throw ProcessFailure("setting the fault \(body) failed: \(response.status) \(response.bodyText)")
+        }
     }
 
     /// Clears every fault on every endpoint.
@@ -35,7 +40,8 @@ extension BrokerEnvironment {
         guard response.status == 200 else { throw ProcessFailure("resetting the stats failed: \(response.status)") }
     }
 
-    /// How many requests idp-sim counted for an endpoint other than the token endpoint (`discovery`, `jwks`, `revoke`, ...).
+    /// How many requests idp-sim counted for an endpoint other than the token endpoint (`discovery`, `jwks`, `revoke`,
+    /// ...).
     func endpointRequests(_ name: String) async throws -> Int {
         try await idpStats()[name] as? Int ?? 0
     }
@@ -65,19 +71,25 @@ extension BrokerEnvironment {
     /// `probeClient`) asks the broker for the current account, the device information and, with
     /// `silentToken`, a token from the cache; their latencies are recorded. The probe client must
     /// have called GetCurrentAccount before, so the probe writes nothing.
-    func faultedCall(_ arguments: [String], stdin: String? = nil, underWay: UnderWay = .faultApplied,
-                     probeClient: String = "mail-app", silentToken: Bool = false,
-                     timeout: Duration = .seconds(45)) async throws -> FaultedCall {
+    func faultedCall(
+        _ arguments: [String], stdin: String? = nil, underWay: UnderWay = .faultApplied,
+        probeClient: String = "mail-app", silentToken: Bool = false,
+        timeout: Duration = .seconds(45)
+    ) async throws -> FaultedCall {
         let idpMark = idp.process.stderrLines.count
         let brokerMark = brokerd.process.stderrLines.count
         let started = ContinuousClock.now
-        let child = try ChildProcess("brokerctl", executable: Binaries.path("brokerctl"),
-                                     arguments: arguments + ["--address", bus.address], stdin: stdin)
-        let idpProcess = idp.process, brokerProcess = brokerd.process
+        let child = try ChildProcess(
+            "brokerctl", executable: Binaries.path("brokerctl"),
+            arguments: arguments + ["--address", bus.address], stdin: stdin)
+        let idpProcess = idp.process
+        let brokerProcess = brokerd.process
         switch underWay {
         case .faultApplied:
             try await offThePool {
-                try idpProcess.waitForLine(after: idpMark, timeout: .seconds(15), stderr: true) { $0.contains("fault applied") }
+                try idpProcess.waitForLine(after: idpMark, timeout: .seconds(15), stderr: true) {
+                    $0.contains("fault applied")
+                }
             }
         case .brokerRetrying:
             try await offThePool {
@@ -89,24 +101,30 @@ extension BrokerEnvironment {
         let probes = try await probe(clientId: probeClient, silentToken: silentToken)
         let status = try await offThePool { try child.waitForExit(timeout: timeout) }
         let elapsed = ContinuousClock.now - started
-        return FaultedCall(result: CommandResult(status: status, stdout: child.stdoutText, stderr: child.stderrText),
-                           elapsed: elapsed, probes: probes)
+        return FaultedCall(
+            result: CommandResult(status: status, stdout: child.stdoutText, stderr: child.stderrText),
+            elapsed: elapsed, probes: probes)
     }
 
     /// The latencies of GetCurrentAccount, GetDeviceInformation and (with `silentToken`) a
     /// silent token for `User.Read` from the cache, over a connection of their own.
     func probe(clientId: String = "mail-app", silentToken: Bool = false) async throws -> Probes {
-        let app = try PublicClientApplication(clientId: clientId, configuration: BrokerClientConfiguration(busAddress: bus.address))
+        let app = try PublicClientApplication(
+            clientId: clientId, configuration: BrokerClientConfiguration(busAddress: bus.address))
         let clock = ContinuousClock()
         var account: (current: Account?, previous: Account?)?
         let currentAccount = try await clock.measure { account = try await app.currentAccount() }
         let deviceInformation = try await clock.measure { _ = try await app.deviceInformation() }
         var token: String?
-        let cachedToken = silentToken
-            ? try await clock.measure { token = try await app.acquireTokenSilent(SilentTokenParameters(scopes: ["User.Read"])).accessToken }
+        let cachedToken =
+            silentToken
+            ? try await clock.measure {
+                token = try await app.acquireTokenSilent(SilentTokenParameters(scopes: ["User.Read"])).accessToken
+            }
             : nil
-        return Probes(currentAccount: currentAccount, deviceInformation: deviceInformation, cachedToken: cachedToken,
-                      username: account?.current?.username, accessToken: token)
+        return Probes(
+            currentAccount: currentAccount, deviceInformation: deviceInformation, cachedToken: cachedToken,
+            username: account?.current?.username, accessToken: token)
     }
 }
 
@@ -152,9 +170,12 @@ struct FaultedCall {
 func figure(_ name: String, _ call: FaultedCall, attempts: Int? = nil) {
     let attemptText = attempts.map { ", provider saw \($0) attempt(s)" } ?? ""
     let token = call.probes.cachedToken.map { ", cached silent token \(ms($0))" } ?? ""
-    print("FIGURE \(name): \(call.errorName ?? "ok") after \(call.seconds) s\(attemptText); meanwhile "
-          + "GetCurrentAccount \(ms(call.probes.currentAccount)), GetDeviceInformation \(ms(call.probes.deviceInformation))\(token)"
-          + (call.result.status == 0 ? "" : "\n  MESSAGE \(call.result.stderr.trimmingCharacters(in: .whitespacesAndNewlines))"))
+    print(
+        "FIGURE \(name): \(call.errorName ?? "ok") after \(call.seconds) s\(attemptText); meanwhile "
+            + "GetCurrentAccount \(ms(call.probes.currentAccount)), GetDeviceInformation "
+            + "\(ms(call.probes.deviceInformation))\(token)"
+            + (call.result.status == 0
+                ? "" : "\n  MESSAGE \(call.result.stderr.trimmingCharacters(in: .whitespacesAndNewlines))"))
 }
 
 func ms(_ duration: Duration) -> String { String(format: "%.0f ms", duration.seconds * 1000) }

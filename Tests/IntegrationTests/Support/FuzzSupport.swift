@@ -50,15 +50,19 @@ enum Fuzz {
     static let invalidArgs = bus("InvalidArgs")
 
     /// The contract's methods and their in-signatures, as generated from dbus/io.shareddevice.Broker1.xml.
-    static let methods: [(name: String, signature: String)] = Broker1Method.allCases.map { ($0.rawValue, $0.inSignature) }
+    static let methods: [(name: String, signature: String)] = Broker1Method.allCases.map {
+        ($0.rawValue, $0.inSignature)
+    }
     static let standardMethods: [(interface: String, name: String, signature: String)] = [
         (properties, "Get", "ss"), (properties, "GetAll", "s"), (properties, "Set", "ssv"),
         (introspectable, "Introspect", ""), (peer, "Ping", ""), (peer, "GetMachineId", ""),
     ]
     static let propertyNames = ["DeviceMode", "CurrentAccount", "BrokerVersion"]
     /// Paths a caller may try; only the broker's has an object, its parents have children.
-    static let paths = ["/io/shareddevice/Broker1", "/", "/io", "/io/shareddevice", "/io/shareddevice/Broker1/x",
-                        "/io/shareddevice/Broker2", "/org/freedesktop/DBus", "/a/b_c/D9"]
+    static let paths = [
+        "/io/shareddevice/Broker1", "/", "/io", "/io/shareddevice", "/io/shareddevice/Broker1/x",
+        "/io/shareddevice/Broker2", "/org/freedesktop/DBus", "/a/b_c/D9",
+    ]
 
     static let maxIdentifier = 256, maxUsername = 4096, maxPassword = 4096, maxScopes = 64, maxScope = 256
 }
@@ -110,7 +114,9 @@ struct FuzzExpectation: Sendable {
             return nil
         case .failure(let error):
             if errors.contains(error.name) { return nil }
-            return "got \(error.name) (\(error.message.prefix(200))), expected \(mayAnswer ? "an answer or " : "")one of \(errors.sorted())"
+            return
+                "got \(error.name) (\(error.message.prefix(200))), expected \(mayAnswer ? "an answer or " : "")one of "
+                + "\(errors.sorted())"
         }
     }
 }
@@ -128,7 +134,8 @@ struct FuzzCall: Sendable {
     var expectation: FuzzExpectation
 
     var description: String {
-        "#\(index) [\(kind)] \(path) \(interface.isEmpty ? "(no interface)" : interface).\(member)(\(FuzzCall.describe(arguments)))"
+        "#\(index) [\(kind)] \(path) "
+            + "\(interface.isEmpty ? "(no interface)" : interface).\(member)(\(FuzzCall.describe(arguments)))"
     }
 
     /// Values as a person reads them: types, long strings cut, counts kept.
@@ -141,14 +148,17 @@ struct FuzzCall: Sendable {
         if depth > 4 { return "…" }
         switch value {
         case .string(let s), .objectPath(let s), .signature(let s):
-            let shown = s.count > 40 ? String(s.prefix(40)).debugDescription + "…(\(s.utf8.count) bytes)" : s.debugDescription
+            let shown =
+                s.count > 40 ? String(s.prefix(40)).debugDescription + "…(\(s.utf8.count) bytes)" : s.debugDescription
             return "\(value.signature):\(shown)"
         case .array(let element, let items):
             let shown = items.prefix(4).map { describe($0, depth: depth + 1) }.joined(separator: ", ")
             return "a\(element)[\(shown)\(items.count > 4 ? ", …\(items.count) items" : "")]"
         case .dictionary(let k, let v, let entries):
-            let shown = entries.prefix(4).map { "\(describe($0.key, depth: depth + 1)): \(describe($0.value, depth: depth + 1))" }
-                .joined(separator: ", ")
+            let shown = entries.prefix(4).map {
+                "\(describe($0.key, depth: depth + 1)): \(describe($0.value, depth: depth + 1))"
+            }
+            .joined(separator: ", ")
             return "a{\(k)\(v)}{\(shown)\(entries.count > 4 ? ", …\(entries.count) entries" : "")}"
         case .structure(let fields):
             return "(" + fields.map { describe($0, depth: depth + 1) }.joined(separator: ", ") + ")"
@@ -200,26 +210,32 @@ struct FuzzGenerator: Sendable {
         case .getCurrentAccount, .getAccounts, .getSignInOptions:
             let clientId = rng.chance(20) ? rng.pick(context.knownClients) : poisonClientId(&rng)
             let known = context.knownClients.contains(clientId)
-            let answer = switch method {
-            case .getCurrentAccount: context.currentAccount
-            case .getAccounts: context.accounts
-            default: context.signInOptions
-            }
-            expectation = known ? .answers(answer) : .fails([Fuzz.broker("InvalidArgument"), Fuzz.broker("UnknownClient")])
+            let answer =
+                switch method {
+                case .getCurrentAccount: context.currentAccount
+                case .getAccounts: context.accounts
+                default: context.signInOptions
+                }
+            expectation =
+                known ? .answers(answer) : .fails([Fuzz.broker("InvalidArgument"), Fuzz.broker("UnknownClient")])
             return make("hostile", method.rawValue, [.string(clientId)], expectation)
         case .signInWithPassword:
             let poisoned = poisonSet(&rng, count: 4)
-            arguments = [.string(poisoned.contains(0) ? poisonClientId(&rng) : rng.pick(context.knownClients)),
-                         .string(poisoned.contains(1) ? poisonUsername(&rng) : someUsername(&rng)),
-                         .string(poisoned.contains(2) ? poisonPassword(&rng) : somePassword(&rng)),
-                         poisoned.contains(3) ? poisonScopes(&rng) : someScopes(&rng)]
+            arguments = [
+                .string(poisoned.contains(0) ? poisonClientId(&rng) : rng.pick(context.knownClients)),
+                .string(poisoned.contains(1) ? poisonUsername(&rng) : someUsername(&rng)),
+                .string(poisoned.contains(2) ? poisonPassword(&rng) : somePassword(&rng)),
+                poisoned.contains(3) ? poisonScopes(&rng) : someScopes(&rng),
+            ]
             errors = ["InvalidArgument", "UnknownClient", "InvalidUsername"]
         case .startSignIn:
             let poisoned = poisonSet(&rng, count: 3)
-            arguments = [.string(poisoned.contains(0) ? poisonClientId(&rng) : rng.pick(context.knownClients)),
-                         .string(poisoned.contains(1) ? poisonUsername(&rng) : someUsername(&rng)),
-                         poisoned.contains(2) ? poisonScopes(&rng) : someScopes(&rng),
-                         randomOptions(&rng)]
+            arguments = [
+                .string(poisoned.contains(0) ? poisonClientId(&rng) : rng.pick(context.knownClients)),
+                .string(poisoned.contains(1) ? poisonUsername(&rng) : someUsername(&rng)),
+                poisoned.contains(2) ? poisonScopes(&rng) : someScopes(&rng),
+                randomOptions(&rng),
+            ]
             errors = ["InvalidArgument", "UnknownClient", "InvalidUsername"]
         case .submitCode:
             // This connection never started a flow: every flowId is unknown to it.
@@ -230,22 +246,29 @@ struct FuzzGenerator: Sendable {
             errors = ["InvalidArgument", "FlowNotFound"]
         case .acquireTokenInteractive:
             let poisoned = poisonSet(&rng, count: 3)
-            arguments = [.string(poisoned.contains(0) ? poisonClientId(&rng) : rng.pick(context.knownClients)),
-                         poisoned.contains(1) ? poisonScopes(&rng) : someScopes(&rng),
-                         poisoned.contains(2) ? poisonInteractiveOptions(&rng) : interactiveOptions(&rng)]
+            arguments = [
+                .string(poisoned.contains(0) ? poisonClientId(&rng) : rng.pick(context.knownClients)),
+                poisoned.contains(1) ? poisonScopes(&rng) : someScopes(&rng),
+                poisoned.contains(2) ? poisonInteractiveOptions(&rng) : interactiveOptions(&rng),
+            ]
             errors = ["InvalidArgument", "UnknownClient", "InvalidUsername"]
         case .acquireTokenSilent:
             let poisoned = poisonSet(&rng, count: 4)
-            arguments = [.string(poisoned.contains(0) ? poisonClientId(&rng) : rng.pick(context.knownClients)),
-                         poisoned.contains(1) ? poisonScopes(&rng) : someScopes(&rng),
-                         .string(poisoned.contains(2) ? poisonAccountId(&rng) : someAccountId(&rng)),
-                         poisoned.contains(3) ? poisonBoolOption(&rng, "forceRefresh") : boolOption(&rng, "forceRefresh")]
+            arguments = [
+                .string(poisoned.contains(0) ? poisonClientId(&rng) : rng.pick(context.knownClients)),
+                poisoned.contains(1) ? poisonScopes(&rng) : someScopes(&rng),
+                .string(poisoned.contains(2) ? poisonAccountId(&rng) : someAccountId(&rng)),
+                poisoned.contains(3) ? poisonBoolOption(&rng, "forceRefresh") : boolOption(&rng, "forceRefresh"),
+            ]
             errors = ["InvalidArgument", "UnknownClient", "NoAccount"]
         case .signOut:
             let poisoned = poisonSet(&rng, count: 3)
-            arguments = [.string(poisoned.contains(0) ? poisonClientId(&rng) : rng.pick(context.knownClients)),
-                         .string(poisoned.contains(1) ? poisonAccountId(&rng) : someAccountId(&rng)),
-                         poisoned.contains(2) ? poisonBoolOption(&rng, "signoutFromBrowser") : boolOption(&rng, "signoutFromBrowser")]
+            arguments = [
+                .string(poisoned.contains(0) ? poisonClientId(&rng) : rng.pick(context.knownClients)),
+                .string(poisoned.contains(1) ? poisonAccountId(&rng) : someAccountId(&rng)),
+                poisoned.contains(2)
+                    ? poisonBoolOption(&rng, "signoutFromBrowser") : boolOption(&rng, "signoutFromBrowser"),
+            ]
             errors = ["InvalidArgument", "UnknownClient", "NoAccount"]
         }
         return make("hostile", method.rawValue, arguments, .fails(Set(errors.map(Fuzz.broker))))
@@ -254,10 +277,21 @@ struct FuzzGenerator: Sendable {
     /// Read-only calls with valid arguments: they must answer exactly what they answered before the run.
     private func readOnly(_ rng: inout SeededGenerator) -> FuzzCall {
         switch rng.int(0...3) {
-        case 0: return make("read-only", Broker1Method.getDeviceInformation.rawValue, [], .answers(context.deviceInformation))
-        case 1: return make("read-only", Broker1Method.getSignInOptions.rawValue, [.string(rng.pick(context.knownClients))], .answers(context.signInOptions))
-        case 2: return make("read-only", Broker1Method.getCurrentAccount.rawValue, [.string(rng.pick(context.knownClients))], .answers(context.currentAccount))
-        default: return make("read-only", Broker1Method.getAccounts.rawValue, [.string(rng.pick(context.knownClients))], .answers(context.accounts))
+        case 0:
+            return make(
+                "read-only", Broker1Method.getDeviceInformation.rawValue, [], .answers(context.deviceInformation))
+        case 1:
+            return make(
+                "read-only", Broker1Method.getSignInOptions.rawValue, [.string(rng.pick(context.knownClients))],
+                .answers(context.signInOptions))
+        case 2:
+            return make(
+                "read-only", Broker1Method.getCurrentAccount.rawValue, [.string(rng.pick(context.knownClients))],
+                .answers(context.currentAccount))
+        default:
+            return make(
+                "read-only", Broker1Method.getAccounts.rawValue, [.string(rng.pick(context.knownClients))],
+                .answers(context.accounts))
         }
     }
 
@@ -278,14 +312,17 @@ struct FuzzGenerator: Sendable {
         if rng.chance(50), let right = rightlyTyped(signature, &rng) {
             arguments = nearMiss(right, &rng)
         } else {
-            arguments = (0..<rng.int(0...5)).map { _ in rng.chance(50) ? contractTypedValue(&rng) : randomValue(depth: 0, &rng) }
+            arguments = (0..<rng.int(0...5)).map { _ in
+                rng.chance(50) ? contractTypedValue(&rng) : randomValue(depth: 0, &rng)
+            }
         }
         if arguments.map(\.signature).joined() == signature { arguments.append(.bool(true)) }
         // libdbus answers org.freedesktop.DBus.Peer itself, in every connection, before any
         // object sees the call, and does not look at the arguments: Ping and GetMachineId answer.
         let expectation: FuzzExpectation = interface == Fuzz.peer ? .answers(nil) : .fails([Fuzz.invalidArgs])
-        return FuzzCall(index: 0, kind: "wrong-signature", path: Fuzz.path, interface: interface, member: member,
-                        arguments: arguments, expectation: expectation)
+        return FuzzCall(
+            index: 0, kind: "wrong-signature", path: Fuzz.path, interface: interface, member: member,
+            arguments: arguments, expectation: expectation)
     }
 
     /// Values of exactly `signature`'s types, from the contract's vocabulary.
@@ -329,15 +366,23 @@ struct FuzzGenerator: Sendable {
     private func neighbour(of value: DBusValue, _ rng: inout SeededGenerator) -> DBusValue {
         switch value {
         case .string(let s):
-            return rng.pick([.objectPath("/" + s.filter { $0.isLetter && $0.isASCII }), .signature("s"), .strings([s]),
-                             .variant(.string(s)), .byte(0), .bool(!s.isEmpty), .uint32(UInt32(s.utf8.count))])
+            return rng.pick([
+                .objectPath("/" + s.filter { $0.isLetter && $0.isASCII }), .signature("s"), .strings([s]),
+                .variant(.string(s)), .byte(0), .bool(!s.isEmpty), .uint32(UInt32(s.utf8.count)),
+            ])
         case .array:
-            return rng.pick([.stringDict(["a": "b"]), .string("User.Read"), .vardictArray([[:]]),
-                             .array(elementSignature: "v", [.variant(.string("User.Read"))]), .array(elementSignature: "ay", [])])
+            return rng.pick([
+                .stringDict(["a": "b"]), .string("User.Read"), .vardictArray([[:]]),
+                .array(elementSignature: "v", [.variant(.string("User.Read"))]), .array(elementSignature: "ay", []),
+            ])
         case .dictionary:
-            return rng.pick([.stringDict(["forceRefresh": "true"]), .vardictArray([["forceRefresh": .bool(true)]]),
-                             .dictionary(keySignature: "s", valueSignature: "b", [DBusDictEntry(key: .string("forceRefresh"), value: .bool(true))]),
-                             .dictionary(keySignature: "u", valueSignature: "v", []), .strings(["forceRefresh"])])
+            return rng.pick([
+                .stringDict(["forceRefresh": "true"]), .vardictArray([["forceRefresh": .bool(true)]]),
+                .dictionary(
+                    keySignature: "s", valueSignature: "b",
+                    [DBusDictEntry(key: .string("forceRefresh"), value: .bool(true))]),
+                .dictionary(keySignature: "u", valueSignature: "v", []), .strings(["forceRefresh"]),
+            ])
         default:
             return .string("x")
         }
@@ -352,7 +397,11 @@ struct FuzzGenerator: Sendable {
         case 3: return .int64(rng.pick([0, -1, Int64.min, Int64.max, Int64(rng.int(-1_000_000...1_000_000))]))
         case 4: return .strings((0..<rng.int(0...4)).map { _ in someString(&rng) })
         case 5: return randomOptions(&rng)
-        case 6: return .stringDict(Dictionary((0..<rng.int(0...3)).map { _ in (someString(&rng), someString(&rng)) }, uniquingKeysWith: { a, _ in a }))
+        case 6:
+            return .stringDict(
+                Dictionary(
+                    (0..<rng.int(0...3)).map { _ in (someString(&rng), someString(&rng)) },
+                    uniquingKeysWith: { a, _ in a }))
         case 7: return .vardictArray((0..<rng.int(0...2)).map { _ in randomOptions(&rng).vardict ?? [:] })
         default: return .variant(randomValue(depth: 1, &rng))
         }
@@ -361,8 +410,10 @@ struct FuzzGenerator: Sendable {
     // MARK: Properties, Introspectable, Peer, unknown targets
 
     private func propertiesCall(_ rng: inout SeededGenerator) -> FuzzCall {
-        let interfaceName = rng.pick([Fuzz.interface, Fuzz.interface, "", Fuzz.properties, Fuzz.introspectable, Fuzz.peer,
-                                      "io.shareddevice.Broker2", someString(&rng)])
+        let interfaceName = rng.pick([
+            Fuzz.interface, Fuzz.interface, "", Fuzz.properties, Fuzz.introspectable, Fuzz.peer,
+            "io.shareddevice.Broker2", someString(&rng),
+        ])
         let name = rng.chance(70) ? rng.pick(Fuzz.propertyNames) : someString(&rng)
         let own = interfaceName == Fuzz.interface || interfaceName.isEmpty
         let standard = [Fuzz.properties, Fuzz.introspectable, Fuzz.peer].contains(interfaceName)
@@ -370,24 +421,33 @@ struct FuzzGenerator: Sendable {
         switch rng.int(0...2) {
         case 0:
             var answer: [DBusValue]? = nil
-            if own, Fuzz.propertyNames.contains(name), let all = context.allProperties.first?.vardict, let value = all[name] {
+            if own, Fuzz.propertyNames.contains(name), let all = context.allProperties.first?.vardict,
+                let value = all[name]
+            {
                 answer = [.variant(value)]
             }
             let expectation: FuzzExpectation = answer != nil ? .answers(answer) : .fails(unknown)
-            return FuzzCall(index: 0, kind: "properties", path: Fuzz.path, interface: Fuzz.properties, member: "Get",
-                            arguments: [.string(interfaceName), .string(name)], expectation: expectation)
+            return FuzzCall(
+                index: 0, kind: "properties", path: Fuzz.path, interface: Fuzz.properties, member: "Get",
+                arguments: [.string(interfaceName), .string(name)], expectation: expectation)
         case 1:
-            let expectation: FuzzExpectation = own ? .answers(context.allProperties)
+            let expectation: FuzzExpectation =
+                own
+                ? .answers(context.allProperties)
                 : standard ? .answers([.vardict([:])]) : .fails([Fuzz.bus("UnknownInterface")])
-            return FuzzCall(index: 0, kind: "properties", path: Fuzz.path, interface: Fuzz.properties, member: "GetAll",
-                            arguments: [.string(interfaceName)], expectation: expectation)
+            return FuzzCall(
+                index: 0, kind: "properties", path: Fuzz.path, interface: Fuzz.properties, member: "GetAll",
+                arguments: [.string(interfaceName)], expectation: expectation)
         default:
             // Every property is read-only: Set never succeeds, whatever the value.
-            let value: DBusValue = rng.chance(50) ? .variant(.string(rng.pick(["default", "shared", someString(&rng)])))
+            let value: DBusValue =
+                rng.chance(50)
+                ? .variant(.string(rng.pick(["default", "shared", someString(&rng)])))
                 : .variant(randomValue(depth: 1, &rng))
-            return FuzzCall(index: 0, kind: "properties", path: Fuzz.path, interface: Fuzz.properties, member: "Set",
-                            arguments: [.string(interfaceName), .string(name), value],
-                            expectation: .fails(unknown.union([Fuzz.bus("PropertyReadOnly"), Fuzz.invalidArgs])))
+            return FuzzCall(
+                index: 0, kind: "properties", path: Fuzz.path, interface: Fuzz.properties, member: "Set",
+                arguments: [.string(interfaceName), .string(name), value],
+                expectation: .fails(unknown.union([Fuzz.bus("PropertyReadOnly"), Fuzz.invalidArgs])))
         }
     }
 
@@ -402,14 +462,17 @@ struct FuzzGenerator: Sendable {
             case .failure(let error)?: expectation = .fails([error.name])
             case nil: expectation = .answers(nil, orFails: [Fuzz.bus("UnknownObject")])
             }
-            return FuzzCall(index: 0, kind: "introspect", path: path, interface: Fuzz.introspectable, member: "Introspect",
-                            arguments: [], expectation: expectation)
+            return FuzzCall(
+                index: 0, kind: "introspect", path: path, interface: Fuzz.introspectable, member: "Introspect",
+                arguments: [], expectation: expectation)
         case 1:
-            return FuzzCall(index: 0, kind: "peer", path: path, interface: Fuzz.peer, member: "Ping", arguments: [],
-                            expectation: .answers([]))
+            return FuzzCall(
+                index: 0, kind: "peer", path: path, interface: Fuzz.peer, member: "Ping", arguments: [],
+                expectation: .answers([]))
         default:
-            return FuzzCall(index: 0, kind: "peer", path: path, interface: Fuzz.peer, member: "GetMachineId", arguments: [],
-                            expectation: .answers(nil))
+            return FuzzCall(
+                index: 0, kind: "peer", path: path, interface: Fuzz.peer, member: "GetMachineId", arguments: [],
+                expectation: .answers(nil))
         }
     }
 
@@ -419,23 +482,31 @@ struct FuzzGenerator: Sendable {
         let member = rng.pick(["NoSuchMethod", "getCurrentAccount", "SignOutEverywhere", "Get", "Introspect", "X"])
         switch rng.int(0...2) {
         case 0:
-            return FuzzCall(index: 0, kind: "unknown", path: Fuzz.path, interface: Fuzz.interface, member: member,
-                            arguments: arguments, expectation: .fails([Fuzz.bus("UnknownMethod")]))
+            return FuzzCall(
+                index: 0, kind: "unknown", path: Fuzz.path, interface: Fuzz.interface, member: member,
+                arguments: arguments, expectation: .fails([Fuzz.bus("UnknownMethod")]))
         case 1:
-            return FuzzCall(index: 0, kind: "unknown", path: Fuzz.path,
-                            interface: rng.pick(["io.shareddevice.Broker2", "org.example.Nothing", "io.shareddevice.Broker1.Error"]),
-                            member: rng.pick(Fuzz.methods).name, arguments: arguments, expectation: .fails([Fuzz.bus("UnknownInterface")]))
+            return FuzzCall(
+                index: 0, kind: "unknown", path: Fuzz.path,
+                interface: rng.pick(["io.shareddevice.Broker2", "org.example.Nothing", "io.shareddevice.Broker1.Error"]
+                ),
+                member: rng.pick(Fuzz.methods).name, arguments: arguments,
+                expectation: .fails([Fuzz.bus("UnknownInterface")]))
         default:
             let path = rng.pick(["/io/shareddevice/Broker2", "/", "/io/shareddevice/Broker1/x", "/nothing/here"])
             let method = rng.pick(Fuzz.methods)
-            return FuzzCall(index: 0, kind: "unknown", path: path, interface: Fuzz.interface, member: method.name,
-                            arguments: arguments, expectation: .fails([Fuzz.bus("UnknownObject")]))
+            return FuzzCall(
+                index: 0, kind: "unknown", path: path, interface: Fuzz.interface, member: method.name,
+                arguments: arguments, expectation: .fails([Fuzz.bus("UnknownObject")]))
         }
     }
 
-    private func make(_ kind: String, _ member: String, _ arguments: [DBusValue], _ expectation: FuzzExpectation) -> FuzzCall {
-        FuzzCall(index: 0, kind: kind, path: Fuzz.path, interface: Fuzz.interface, member: member,
-                 arguments: arguments, expectation: expectation)
+    private func make(_ kind: String, _ member: String, _ arguments: [DBusValue], _ expectation: FuzzExpectation)
+        -> FuzzCall
+    {
+        FuzzCall(
+            index: 0, kind: kind, path: Fuzz.path, interface: Fuzz.interface, member: member,
+            arguments: arguments, expectation: expectation)
     }
 
     // MARK: Argument values
@@ -454,8 +525,14 @@ struct FuzzGenerator: Sendable {
             let candidate: String
             switch rng.int(0...5) {
             case 0: candidate = "app-" + asciiWord(&rng, 1...20)
-            case 1: candidate = rng.pick(["mail-app" + "x", "Mail-app", "mail-app ", " mail-app", "mail_app", "calendar-app\t"])
-            case 2: candidate = String(repeating: rng.pick(["a", "é", "-"]), count: rng.pick([Fuzz.maxIdentifier, Fuzz.maxIdentifier + 1, 128]))
+            case 1:
+                candidate = rng.pick([
+                    "mail-app" + "x", "Mail-app", "mail-app ", " mail-app", "mail_app", "calendar-app\t",
+                ])
+            case 2:
+                candidate = String(
+                    repeating: rng.pick(["a", "é", "-"]),
+                    count: rng.pick([Fuzz.maxIdentifier, Fuzz.maxIdentifier + 1, 128]))
             default: candidate = someString(&rng)
             }
             if !context.knownClients.contains(candidate) { return candidate }
@@ -466,7 +543,10 @@ struct FuzzGenerator: Sendable {
         switch rng.int(0...4) {
         case 0: return ""
         case 1: return sized(Fuzz.maxUsername + rng.pick([1, 2, 100, 60_000]), &rng)
-        case 2: return rng.pick(["two words", "alice@contoso.example ", "\u{7}bell", "tab\there", "new\nline", "\u{85}next", " "])
+        case 2:
+            return rng.pick([
+                "two words", "alice@contoso.example ", "\u{7}bell", "tab\there", "new\nline", "\u{85}next", " ",
+            ])
         default: return someUsername(&rng) + rng.pick([" ", "\u{1}", "\n", "\u{9F}", "\u{1B}"])
         }
     }
@@ -499,20 +579,27 @@ struct FuzzGenerator: Sendable {
             return .strings((0..<count).map { "scope.\($0)" })
         }
         var scopes = (0..<rng.int(0...4)).map { _ in validScope(&rng) }
-        let bad = rng.pick(["", "two words", "quote\"d", "back\\slash", "é", "\u{1}", "tab\t", String(repeating: "s", count: Fuzz.maxScope + 1),
-                            String(repeating: "é", count: Fuzz.maxScope / 2 + 1), "User.Read ", "\u{7F}"])
+        let bad = rng.pick([
+            "", "two words", "quote\"d", "back\\slash", "é", "\u{1}", "tab\t",
+            String(repeating: "s", count: Fuzz.maxScope + 1),
+            String(repeating: "é", count: Fuzz.maxScope / 2 + 1), "User.Read ", "\u{7F}",
+        ])
         scopes.insert(bad, at: rng.int(0...scopes.count))
         return .strings(scopes)
     }
 
     private func someScopes(_ rng: inout SeededGenerator) -> DBusValue {
-        if rng.chance(10) { return .strings((0..<Fuzz.maxScopes).map { String(repeating: "s", count: Fuzz.maxScope - 4) + "\($0 + 1000)" }) }
+        if rng.chance(10) {
+            return .strings(
+                (0..<Fuzz.maxScopes).map { String(repeating: "s", count: Fuzz.maxScope - 4) + "\($0 + 1000)" })
+        }
         if rng.chance(20) { return .strings((0..<rng.int(0...3)).map { _ in someString(&rng) }) }
         return .strings((0..<rng.int(0...4)).map { _ in validScope(&rng) })
     }
 
     private func validScope(_ rng: inout SeededGenerator) -> String {
-        rng.chance(50) ? rng.pick(["User.Read", "openid", "profile", "offline_access", "email", "Mail.Send", "api://x/.default"])
+        rng.chance(50)
+            ? rng.pick(["User.Read", "openid", "profile", "offline_access", "email", "Mail.Send", "api://x/.default"])
             : asciiWord(&rng, 1...40)
     }
 
@@ -520,7 +607,10 @@ struct FuzzGenerator: Sendable {
         while true {
             let candidate: String
             switch rng.int(0...3) {
-            case 0: candidate = rng.pick(["someone-else", context.accountId + "x", context.accountId.uppercased(), "oid.tid"])
+            case 0:
+                candidate = rng.pick([
+                    "someone-else", context.accountId + "x", context.accountId.uppercased(), "oid.tid",
+                ])
             case 1: candidate = String(repeating: "i", count: rng.pick([Fuzz.maxIdentifier, Fuzz.maxIdentifier + 1]))
             default: candidate = someString(&rng)
             }
@@ -535,7 +625,13 @@ struct FuzzGenerator: Sendable {
     /// A flowId: none exists for this caller, so whatever it is the broker knows no such flow.
     private func someFlowId(_ rng: inout SeededGenerator) -> String {
         switch rng.int(0...3) {
-        case 0: return UUID(uuid: (UInt8(rng.int(0...255)), 1, 2, 3, 4, 5, 0x46, 7, 0x88, 9, 10, 11, 12, 13, 14, UInt8(rng.int(0...255)))).uuidString.lowercased()
+        case 0:
+            return UUID(
+                uuid: (
+                    UInt8(rng.int(0...255)), 1, 2, 3, 4, 5, 0x46, 7, 0x88, 9, 10, 11, 12, 13, 14,
+                    UInt8(rng.int(0...255))
+                )
+            ).uuidString.lowercased()
         case 1: return String(repeating: "f", count: rng.pick([Fuzz.maxIdentifier, Fuzz.maxIdentifier + 1, 10_000]))
         default: return someString(&rng)
         }
@@ -543,8 +639,10 @@ struct FuzzGenerator: Sendable {
 
     private func someCode(_ rng: inout SeededGenerator) -> String {
         switch rng.int(0...3) {
-        case 0: return String(String(rng.int(0...99_999_999)).reversed()).padding(toLength: 8, withPad: "0", startingAt: 0)
-        case 1: return rng.pick(["", String(repeating: "1", count: 64), String(repeating: "1", count: 65), "12 34", "１２３"])
+        case 0:
+            return String(String(rng.int(0...99_999_999)).reversed()).padding(toLength: 8, withPad: "0", startingAt: 0)
+        case 1:
+            return rng.pick(["", String(repeating: "1", count: 64), String(repeating: "1", count: 65), "12 34", "１２３"])
         default: return someString(&rng)
         }
     }
@@ -553,7 +651,10 @@ struct FuzzGenerator: Sendable {
     private func randomOptions(_ rng: inout SeededGenerator) -> DBusValue {
         var entries: [String: DBusValue] = [:]
         for _ in 0..<rng.int(0...3) {
-            entries[rng.chance(50) ? rng.pick(["forceRefresh", "signoutFromBrowser", "prompt", "loginHint", "flowId", "x"]) : someString(&rng)] =
+            entries[
+                rng.chance(50)
+                    ? rng.pick(["forceRefresh", "signoutFromBrowser", "prompt", "loginHint", "flowId", "x"])
+                    : someString(&rng)] =
                 randomValue(depth: 1, &rng)
         }
         // vardict wraps each value in a variant; a variant of a variant is legal too.
@@ -570,8 +671,12 @@ struct FuzzGenerator: Sendable {
 
     /// Options with `key` of a type other than boolean.
     private func poisonBoolOption(_ rng: inout SeededGenerator, _ key: String) -> DBusValue {
-        var entries: [String: DBusValue] = [key: rng.pick([.string("true"), .uint32(1), .int64(1), .byte(1), .strings(["true"]),
-                                                           .vardict(["b": .bool(true)]), .variant(.string("yes")), .double(1)])]
+        var entries: [String: DBusValue] = [
+            key: rng.pick([
+                .string("true"), .uint32(1), .int64(1), .byte(1), .strings(["true"]),
+                .vardict(["b": .bool(true)]), .variant(.string("yes")), .double(1),
+            ])
+        ]
         if rng.chance(30) { entries["x"] = .bool(true) }
         return .vardict(entries)
     }
@@ -588,14 +693,19 @@ struct FuzzGenerator: Sendable {
     /// prompt, loginHint or flowId that is not a string or breaks the rules.
     private func poisonInteractiveOptions(_ rng: inout SeededGenerator) -> DBusValue {
         guard case .dictionary(_, _, var entries) = interactiveOptions(&rng) else { return .vardict([:]) }
-        let (key, value): (String, DBusValue) = switch rng.int(0...5) {
-        case 0: ("prompt", .string(rng.pick(["LOGIN", "select-account", "none ", "always", "\u{1}", sized(300, &rng)])))
-        case 1: ("prompt", rng.pick([.bool(true), .uint32(1), .strings(["login"])]))
-        case 2: ("loginHint", rng.pick([.bool(false), .int64(0), .strings(["alice@contoso.example"])]))
-        case 3: ("loginHint", .string(rng.pick(["two words", "\u{1}", sized(Fuzz.maxUsername + 1, &rng)])))
-        case 4: ("flowId", rng.pick([.uint32(3), .vardict([:]), .bool(true)]))
-        default: ("flowId", .string(rng.pick(["has space", "é", sized(Fuzz.maxIdentifier + 1, &rng), "\u{7F}"])))
-        }
+        let (key, value): (String, DBusValue) =
+            switch rng.int(0...5) {
+            case 0:
+                (
+                    "prompt",
+                    .string(rng.pick(["LOGIN", "select-account", "none ", "always", "\u{1}", sized(300, &rng)]))
+                )
+            case 1: ("prompt", rng.pick([.bool(true), .uint32(1), .strings(["login"])]))
+            case 2: ("loginHint", rng.pick([.bool(false), .int64(0), .strings(["alice@contoso.example"])]))
+            case 3: ("loginHint", .string(rng.pick(["two words", "\u{1}", sized(Fuzz.maxUsername + 1, &rng)])))
+            case 4: ("flowId", rng.pick([.uint32(3), .vardict([:]), .bool(true)]))
+            default: ("flowId", .string(rng.pick(["has space", "é", sized(Fuzz.maxIdentifier + 1, &rng), "\u{7F}"])))
+            }
         entries.removeAll { $0.key == .string(key) }
         entries.append(DBusDictEntry(key: .string(key), value: .variant(value)))
         return .dictionary(keySignature: "s", valueSignature: "v", entries)
@@ -606,15 +716,19 @@ struct FuzzGenerator: Sendable {
     /// Strings a careless or hostile caller sends: empty, blank, control characters, bidi
     /// overrides, noncharacters (which libdbus accepts as valid UTF-8), combining marks, emoji,
     /// shell and path tricks, names of the bus itself, and lengths on either side of each limit.
-    static let oddStrings: [String] = [
-        "", " ", "  ", "\t", "\n", "\r\n", "\u{1}", "\u{1B}[31m", "\u{7F}", "\u{85}", "\u{A0}", "\u{AD}", "\u{200B}", "\u{200D}",
-        "\u{2028}", "\u{202E}ppa-liam", "\u{FEFF}mail-app", "\u{10FFFF}",
-        "\u{1F600}", "e\u{301}", "\u{301}", "ñ", "日本語", "🏳️‍🌈", "Ａ", "ǅ", "İ", "ß",
-        "'", "\"", "\\", "%s%n%x", "../../etc/passwd", "$(id)", "`id`", "; true", "<script>", "{}", "[]", "null", "-1", "0",
-        "NaN", "1e309", "mail-app\u{200B}", "io.shareddevice.Broker1", "/io/shareddevice/Broker1", ":1.1",
-        "org.freedesktop.DBus", "alice@contoso.example", "ALICE@CONTOSO.EXAMPLE", "bob@contoso.example",
-        "carol@contoso.example", "nobody@contoso.example", "User.Read", "openid", "offline_access",
-    ] + [0xFFFE, 0xFFFF, 0xFDD0, 0xFDEF, 0x1FFFE].map { String(Unicode.Scalar($0)!) }  // noncharacters, which Swift literals refuse
+    static let oddStrings: [String] =
+        [
+            "", " ", "  ", "\t", "\n", "\r\n", "\u{1}", "\u{1B}[31m", "\u{7F}", "\u{85}", "\u{A0}", "\u{AD}",
+            "\u{200B}", "\u{200D}",
+            "\u{2028}", "\u{202E}ppa-liam", "\u{FEFF}mail-app", "\u{10FFFF}",
+            "\u{1F600}", "e\u{301}", "\u{301}", "ñ", "日本語", "🏳️‍🌈", "Ａ", "ǅ", "İ", "ß",
+            "'", "\"", "\\", "%s%n%x", "../../etc/passwd", "$(id)", "`id`", "; true", "<script>", "{}", "[]", "null",
+            "-1", "0",
+            "NaN", "1e309", "mail-app\u{200B}", "io.shareddevice.Broker1", "/io/shareddevice/Broker1", ":1.1",
+            "org.freedesktop.DBus", "alice@contoso.example", "ALICE@CONTOSO.EXAMPLE", "bob@contoso.example",
+            "carol@contoso.example", "nobody@contoso.example", "User.Read", "openid", "offline_access",
+            // Noncharacters, which Swift literals refuse.
+        ] + [0xFFFE, 0xFFFF, 0xFDD0, 0xFDEF, 0x1FFFE].map { String(Unicode.Scalar($0)!) }
 
     func someString(_ rng: inout SeededGenerator, huge: Bool = true) -> String {
         switch rng.int(0...(huge ? 99 : 96)) {
@@ -651,12 +765,13 @@ struct FuzzGenerator: Sendable {
     private func unicode(_ rng: inout SeededGenerator, _ length: ClosedRange<Int>) -> String {
         var scalars = String.UnicodeScalarView()
         for _ in 0..<rng.int(length) {
-            let value: UInt32 = switch rng.int(0...3) {
-            case 0: UInt32(rng.int(1...0x7F))
-            case 1: UInt32(rng.int(0x80...0x7FF))
-            case 2: UInt32(rng.int(0x800...0xFFFF))
-            default: UInt32(rng.int(0x10000...0x10FFFF))
-            }
+            let value: UInt32 =
+                switch rng.int(0...3) {
+                case 0: UInt32(rng.int(1...0x7F))
+                case 1: UInt32(rng.int(0x80...0x7FF))
+                case 2: UInt32(rng.int(0x800...0xFFFF))
+                default: UInt32(rng.int(0x10000...0x10FFFF))
+                }
             scalars.append(Unicode.Scalar(value) ?? "\u{FFFD}")
         }
         return String(scalars)
@@ -692,7 +807,9 @@ struct FuzzGenerator: Sendable {
         case "u": return .uint32(rng.pick([0, 1, UInt32.max, 8]))
         case "x": return .int64(rng.pick([0, -1, Int64.min, Int64.max]))
         case "t": return .uint64(rng.pick([0, 1, UInt64.max]))
-        case "d": return .double(rng.pick([0, -0.0, 1.5, .infinity, -.infinity, .nan, .greatestFiniteMagnitude, .leastNonzeroMagnitude]))
+        case "d":
+            return .double(
+                rng.pick([0, -0.0, 1.5, .infinity, -.infinity, .nan, .greatestFiniteMagnitude, .leastNonzeroMagnitude]))
         case "s": return .string(someString(&rng, huge: false))
         case "o": return .objectPath(rng.pick(["/", "/io/shareddevice/Broker1", "/a/b_c/D9", "/org/freedesktop/DBus"]))
         case "g": return .signature(rng.pick(["", "s", "a{sv}", "(ii)", "aa{sv}", "v", "sasa{sv}"]))
@@ -700,7 +817,7 @@ struct FuzzGenerator: Sendable {
         case "(":
             let inner = String(signature.dropFirst().dropLast())
             return .structure((DBusSignature.completeTypes(inner) ?? ["s"]).map { value(of: $0, &rng) })
-        default: // "a"
+        default:  // "a"
             let element = String(signature.dropFirst())
             if element.hasPrefix("{") {
                 let pair = DBusSignature.completeTypes(String(element.dropFirst().dropLast())) ?? ["s", "v"]
@@ -708,7 +825,9 @@ struct FuzzGenerator: Sendable {
                 var entries: [DBusDictEntry] = []
                 for _ in 0..<rng.int(0...3) {
                     let key = value(of: pair[0], &rng)
-                    if seen.insert(key).inserted { entries.append(DBusDictEntry(key: key, value: value(of: pair[1], &rng))) }
+                    if seen.insert(key).inserted {
+                        entries.append(DBusDictEntry(key: key, value: value(of: pair[1], &rng)))
+                    }
                 }
                 return .dictionary(keySignature: pair[0], valueSignature: pair[1], entries)
             }
@@ -749,12 +868,21 @@ struct FuzzFigures: Sendable {
     }
 
     func report(seed: UInt64, elapsed: Duration) -> String {
-        var lines = ["bus fuzz: seed \(seed) (BUS_FUZZ_SEED=\(seed) repeats this run), \(calls) calls in \(ms(elapsed)) "
-                     + "(\(Int(Double(calls) / max(elapsed.seconds, 0.001))) calls/s)"]
-        lines.append("bus fuzz: latency p50 \(ms(percentile(0.5))), p99 \(ms(percentile(0.99))), max \(ms(slowest.0)): \(slowest.1.prefix(200))")
-        lines.append("bus fuzz: calls by kind: " + byKind.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", "))
+        var lines = [
+            "bus fuzz: seed \(seed) (BUS_FUZZ_SEED=\(seed) repeats this run), \(calls) calls in \(ms(elapsed)) "
+                + "(\(Int(Double(calls) / max(elapsed.seconds, 0.001))) calls/s)"
+        ]
+        lines.append(
+            "bus fuzz: latency p50 \(ms(percentile(0.5))), p99 \(ms(percentile(0.99))), max \(ms(slowest.0)): "
+                + "\(slowest.1.prefix(200))"
+        )
+        lines.append(
+            "bus fuzz: calls by kind: "
+                + byKind.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", "))
         lines.append("bus fuzz: replies by name:")
-        for (name, count) in byReply.sorted(by: { $0.value > $1.value }) { lines.append("    \(String(count).padding(toLength: 6, withPad: " ", startingAt: 0)) \(name)") }
+        for (name, count) in byReply.sorted(by: { $0.value > $1.value }) {
+            lines.append("    \(String(count).padding(toLength: 6, withPad: " ", startingAt: 0)) \(name)")
+        }
         return lines.joined(separator: "\n")
     }
 

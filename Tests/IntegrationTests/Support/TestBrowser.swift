@@ -22,7 +22,9 @@ final class TestBrowser: @unchecked Sendable {
 
     init(in directory: TemporaryDirectory) throws {
         fifo = directory.path + "/browser.fifo"
-        guard mkfifo(fifo, 0o600) == 0 else { throw ProcessFailure("mkfifo \(fifo): \(String(cString: strerror(errno)))") }
+        guard mkfifo(fifo, 0o600) == 0 else {
+            throw ProcessFailure("mkfifo \(fifo): \(String(cString: strerror(errno)))")
+        }
         command = try directory.write("browser.sh", "#!/bin/sh\nprintf '%s\\n' \"$1\" > '\(fifo)'\n")
         chmod(command, 0o700)
         // O_RDWR: the open does not wait for a writer, and reads never see end of file between URLs.
@@ -76,7 +78,9 @@ final class TestBrowser: @unchecked Sendable {
         state.lock()
         defer { state.unlock() }
         while taken == opened.count {
-            if !state.wait(until: deadline) { throw ProcessFailure("brokerd opened no URL in the browser within \(timeout)") }
+            if !state.wait(until: deadline) {
+                throw ProcessFailure("brokerd opened no URL in the browser within \(timeout)")
+            }
         }
         taken += 1
         return opened[taken - 1]
@@ -89,7 +93,8 @@ final class TestBrowser: @unchecked Sendable {
     enum Outcome: Equatable {
         /// The provider showed its sign-in form (it wants credentials).
         case signInForm
-        /// The browser ended on a page that is not a redirect (the broker's "you can close this window", a provider page).
+        /// The browser ended on a page that is not a redirect (the broker's "you can close this window", a provider
+        /// page).
         case page(status: Int, text: String)
     }
 
@@ -124,7 +129,8 @@ final class TestBrowser: @unchecked Sendable {
         var fields = form.hidden
         fields.append(("username", username))
         fields.append(("password", password))
-        let posted = try await HTTPClient.shared.send(.postForm(form.action, fields: fields, headers: cookieHeader(for: form.action)))
+        let posted = try await HTTPClient.shared.send(
+            .postForm(form.action, fields: fields, headers: cookieHeader(for: form.action)))
         remember(posted, from: form.action)
         guard (300..<400).contains(posted.status), let location = posted.header("Location") else {
             let text = posted.bodyText
@@ -139,7 +145,9 @@ final class TestBrowser: @unchecked Sendable {
     // MARK: HTML and cookies, as much as idp-sim's pages need
 
     private static func form(in html: String) throws -> (action: String, hidden: [(String, String)]) {
-        guard let action = attribute("action", in: html) else { throw ProcessFailure("the sign-in page has no form action") }
+        guard let action = attribute("action", in: html) else {
+            throw ProcessFailure("the sign-in page has no form action")
+        }
         var hidden: [(String, String)] = []
         var rest = html[...]
         while let start = rest.range(of: "<input type=\"hidden\"") {
@@ -167,7 +175,8 @@ final class TestBrowser: @unchecked Sendable {
             for header in response.headers where header.name.lowercased() == "set-cookie" {
                 let attributes = header.value.split(separator: ";").map { $0.trimmingCharacters(in: .whitespaces) }
                 guard let pair = attributes.first, let equals = pair.firstIndex(of: "=") else { continue }
-                let name = String(pair[..<equals]), value = String(pair[pair.index(after: equals)...])
+                let name = String(pair[..<equals])
+                let value = String(pair[pair.index(after: equals)...])
                 let expired = value.isEmpty || attributes.contains { $0.lowercased() == "max-age=0" }
                 cookies[origin, default: [:]][name] = expired ? nil : value
             }
