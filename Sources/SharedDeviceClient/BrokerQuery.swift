@@ -32,7 +32,7 @@ extension BrokerQuery<(current: Account?, previous: Account?)> {
     static func currentAccount(clientId: String) -> Self {
         Self(call: .getCurrentAccount(clientId: clientId)) { reply throws(BrokerError) in
             guard reply.count == 2 else {
-                throw ReplyDecoding.malformed("GetCurrentAccount did not return two accounts")
+                throw ReplyDecoding.malformed("\(Broker1Method.getCurrentAccount.rawValue) did not return two accounts")
             }
             return (try ReplyDecoding.account(reply[0]), try ReplyDecoding.account(reply[1]))
         }
@@ -44,7 +44,7 @@ extension BrokerQuery<[Account]> {
     static func accounts(clientId: String) -> Self {
         Self(call: .getAccounts(clientId: clientId)) { reply throws(BrokerError) in
             guard let list = reply.first?.vardictArray else {
-                throw ReplyDecoding.malformed("GetAccounts did not return aa{sv}")
+                throw ReplyDecoding.malformed("\(Broker1Method.getAccounts.rawValue) did not return aa{sv}")
             }
             var accounts: [Account] = []
             for dict in list {

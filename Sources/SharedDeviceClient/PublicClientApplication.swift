@@ -76,7 +76,7 @@ public final class PublicClientApplication: Sendable {
             .startSignIn(clientId: clientId, username: username, scopes: scopes, options: [:]),
             timeout: configuration.tokenTimeout)
         guard reply.count == 2, let flowId = reply[0].string else {
-            throw ReplyDecoding.malformed("StartSignIn did not return (flowId, challenge)")
+            throw ReplyDecoding.malformed("\(Broker1Method.startSignIn.rawValue) did not return (flowId, challenge)")
         }
         return SignInCodeRequiredState(
             flowId: flowId, challenge: try ReplyDecoding.challenge(reply[1]), link: link,
