@@ -6,6 +6,7 @@ catches those. Exempt: data kept verbatim (the inside of a multi-line string lit
 a raw string, #"..."#, JSON fixtures as they are on the wire), a test's or suite's name (a literal
 the compiler wants whole), and generated files.
 '''
+import os
 import subprocess
 import sys
 
@@ -29,7 +30,9 @@ def long_lines(path):
 
 
 def main():
-    files = subprocess.run(["git", "ls-files", "*.swift"], capture_output=True, text=True, check=True).stdout.split()
+    listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "*.swift"],
+                            capture_output=True, text=True, check=True).stdout.split()
+    files = [path for path in listed if os.path.exists(path)]
     found = 0
     for path in files:
         with open(path, encoding="utf-8") as source:

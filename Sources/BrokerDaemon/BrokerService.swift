@@ -13,9 +13,11 @@ final class BrokerService: Sendable {
     let properties: PropertyCache
     let callers: CallerPolicy
 
+    /// `channel` is where changes are announced (the connection brokerd serves on), `callers`
+    /// who may call.
     init(
         configuration: BrokerConfiguration, provider: any IdentityProvider, store: any StateStore, clock: any WallClock,
-        initialState: BrokerState, connection: DBusConnection, allowedExecutables: [String: Set<String>], logger: Logger
+        initialState: BrokerState, channel: any AnnouncementChannel, callers: CallerPolicy, logger: Logger
     ) {
         let properties = PropertyCache([
             "DeviceMode": .string(configuration.deviceMode.rawValue),
@@ -26,8 +28,8 @@ final class BrokerService: Sendable {
         self.broker = Broker(
             configuration: configuration, provider: provider, store: store, clock: clock,
             initialState: initialState, logger: logger,
-            onAccountChange: Self.announcing(on: connection, properties: properties, logger: logger))
-        self.callers = CallerPolicy(connection: connection, allowedExecutables: allowedExecutables, logger: logger)
+            onAccountChange: Self.announcing(on: channel, properties: properties, logger: logger))
+        self.callers = callers
     }
 
     /// A caller left the bus: its sign-ins, and what the policy knew of it, go.
@@ -40,26 +42,37 @@ final class BrokerService: Sendable {
     /// and before the call that made it replies: the `CurrentAccount` property, then
     /// `AccountChanged` and `PropertiesChanged` on the bus.
     private static func announcing(
-        on connection: DBusConnection, properties: PropertyCache,
+        on channel: any AnnouncementChannel, properties: PropertyCache,
         logger: Logger
     ) -> @Sendable (DeviceAccountChange) -> Void {
         { change in
             let current = BusMarshalling.account(change.current)
             properties.set("CurrentAccount", current)
             do {
-                try connection.emitSignal(
+                try channel.emitSignal(
                     path: BrokerNames.objectPath, interface: BrokerNames.interface,
                     member: BrokerNames.accountChangedSignal,
-                    arguments: BusMarshalling.accountChanged(change))
-                try connection.emitPropertiesChanged(
+                    arguments: BusMarshalling.accountChanged(change), destination: nil)
+                try channel.emitPropertiesChanged(
                     path: BrokerNames.objectPath, interface: BrokerNames.interface,
-                    changed: ["CurrentAccount": current])
+                    changed: ["CurrentAccount": current], invalidated: [])
             } catch {
                 logger.error("could not emit AccountChanged", metadata: ["error": "\(error)"])
             }
         }
     }
 }
+
+/// Where the service announces what changed: the bus connection brokerd serves on (in tests, a
+/// recorder).
+protocol AnnouncementChannel: Sendable {
+    func emitSignal(path: String, interface: String, member: String, arguments: [DBusValue], destination: String?)
+        throws
+    func emitPropertiesChanged(
+        path: String, interface: String, changed: [String: DBusValue], invalidated: [String]) throws
+}
+
+extension DBusConnection: AnnouncementChannel {}
 
 /// Property values shared between the connection's thread (reads) and the broker (writes).
 final class PropertyCache: Sendable {

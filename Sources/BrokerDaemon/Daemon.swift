@@ -48,8 +48,10 @@ public enum Daemon {
                 deviceMode: options.deviceMode, brokerVersion: version, tenantId: tenant,
                 knownClientIds: options.configuration.clients.map { Set($0.map(\.clientId)) },
                 extraDeviceInformation: deviceFacts(), interactiveTimeout: options.interactiveTimeout),
-            provider: provider, store: tokenStore, clock: clock, initialState: initialState, connection: connection,
-            allowedExecutables: options.configuration.allowedExecutables(), logger: logger)
+            provider: provider, store: tokenStore, clock: clock, initialState: initialState, channel: connection,
+            callers: CallerPolicy(
+                connection: connection, allowedExecutables: options.configuration.allowedExecutables(), logger: logger),
+            logger: logger)
         let calls = CallGate(BrokerObject(service: service, logger: logger))
         connection.export(calls, at: BrokerNames.objectPath)
         let departures = try await watchDepartures(connection, service: service)

@@ -4,7 +4,7 @@ import SharedDeviceClient
 import TestSupport
 import Testing
 
-/// Faults of the identity provider (issue 6): down, slow, 5xx with and without Retry-After,
+/// Faults of the identity provider: down, slow, 5xx with and without Retry-After,
 /// garbage, truncated and huge answers, a JWKS without the key, a lost answer, and the overall
 /// bound of one call. Each case asserts the D-Bus error, the elapsed time, that nothing changed,
 /// that another caller is answered meanwhile and, where the broker retries, how many attempts

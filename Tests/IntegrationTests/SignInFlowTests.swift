@@ -5,7 +5,7 @@ import SharedDeviceClient
 import TestSupport
 import Testing
 
-/// Every way to sign in and the token lifecycle (issue 4), over a private bus with the real
+/// Every way to sign in and the token lifecycle, over a private bus with the real
 /// brokerd, brokerctl and idp-sim, and a test browser that posts the provider's real HTML form.
 @Suite("Sign-in flows and the token lifecycle", .serialized)
 struct SignInFlowTests {
@@ -287,55 +287,5 @@ struct SignInFlowTests {
         #expect(ctl.stderrText.contains("io.shareddevice.Broker1.Error.Cancelled"), "\(ctl.allOutput)")
         // The flow is gone, and another sign-in works.
         #expect(try env.signIn(alice, client: "mail-app").status == 0)
-    }
-}
-
-/// A plainer provider: no revocation, no end_session, no native authentication. The broker
-/// signs in with the standard password grant, signs out anyway, and says what it could not do.
-@Suite("A provider with only the standard endpoints")
-struct PlainProviderTests {
-    @Test(
-        "without native auth, revocation and end_session: password grant, sign-out with notes, code flow refused clearly"
-    )
-    func plainProvider() async throws {
-        let env = try BrokerEnvironment(idpArguments: [
-            "--without", "revocation", "--without", "end-session", "--without", "native-auth",
-        ])
-        let alice = TestUsers.alice
-        #expect(try env.signIn(alice, client: "mail-app").status == 0)
-        #expect(try await env.tokenRequests("password") == 1)
-
-        let signOut = try env.brokerctl(["sign-out", "--client-id", "calendar-app", "--from-browser", "--json"])
-        #expect(signOut.status == 0, "\(signOut.stderr)")
-        let result = try signOut.json()
-        #expect(result["signedOut"] as? Bool == true)
-        #expect(result["tokensRevoked"] as? Bool == false)
-        #expect(result["browserSessionEnded"] as? Bool == false)
-        let notes = result["notes"] as? [String] ?? []
-        #expect(
-            notes.contains { $0.contains("no token revocation") }
-                && notes.contains { $0.contains("no end_session_endpoint") }, "\(notes)")
-        #expect(env.browser.openedCount == 0)
-        #expect(
-            try env.brokerctl(["current-account", "--client-id", "mail-app", "--json"]).json()["current"] is NSNull)
-
-        // Without native authentication there is no emailed code: the app is told to go to the browser.
-        let code = try env.brokerctl(
-            ["sign-in", "--client-id", "mail-app", "--username", alice.username, "--code-stdin"], stdin: "")
-        #expect(code.status == 1)
-        #expect(
-            code.stderr.contains("io.shareddevice.Broker1.Error.InteractionRequired")
-                || code.stderr.contains("io.shareddevice.Broker1.Error.NotSupported"), "\(code.stderr)")
-    }
-
-    @Test("with every endpoint, sign-out says it revoked the tokens and ended the browser session")
-    func fullProvider() async throws {
-        let env = try BrokerEnvironment()
-        #expect(try env.signIn(TestUsers.alice, client: "mail-app").status == 0)
-        let result = try env.brokerctl(["sign-out", "--client-id", "mail-app", "--from-browser", "--json"]).json()
-        #expect(result["tokensRevoked"] as? Bool == true)
-        #expect(result["browserSessionEnded"] as? Bool == true)
-        #expect((result["notes"] as? [String])?.isEmpty == true)
-        #expect(try await env.browser.nextURL().hasPrefix(env.idp.authority + "/oauth2/v2.0/logout?"))
     }
 }

@@ -1,0 +1,94 @@
+import BrokerCore
+import DBus
+import Locking
+import Logging
+import Testing
+
+@testable import BrokerDaemon
+
+/// The service object without a bus: its properties start from the state, and a change of the
+/// device's account reaches the property cache and then the bus, in that order, before the call
+/// that made it returns.
+@Suite("Broker service: properties and announcements")
+struct BrokerServiceTests {
+    /// Records what the service emits, with the `CurrentAccount` property as it was at that moment.
+    final class RecordingChannel: AnnouncementChannel {
+        struct Emission: Sendable {
+            var member: String
+            var arguments: [DBusValue]
+            var propertyAtEmission: DBusValue?
+        }
+        let emitted = Locked<[Emission]>([])
+        let properties = Locked<PropertyCache?>(nil)
+
+        func emitSignal(path: String, interface: String, member: String, arguments: [DBusValue], destination: String?) {
+            record(member, arguments)
+        }
+
+        func emitPropertiesChanged(path: String, interface: String, changed: [String: DBusValue], invalidated: [String])
+        {
+            record("PropertiesChanged", [.vardict(changed)])
+        }
+
+        private func record(_ member: String, _ arguments: [DBusValue]) {
+            let property = properties.withLock { $0 }?.values["CurrentAccount"]
+            emitted.withLock { $0.append(Emission(member: member, arguments: arguments, propertyAtEmission: property)) }
+        }
+    }
+
+    static let alice = FileStateStoreTests.alice
+
+    static func service(mode: DeviceMode, current: Account?, channel: RecordingChannel) -> BrokerService {
+        let service = BrokerService(
+            configuration: BrokerConfiguration(deviceMode: mode, brokerVersion: "test"),
+            provider: UnreachableProvider(), store: DiscardingStore(), clock: FixedClock(),
+            initialState: FileStateStoreTests.state(current: current), channel: channel,
+            callers: CallerPolicy(ownUserId: 0, allowedExecutables: [:], logger: Logger(label: "test")) { _ in
+                CallerPolicy.Credentials(userId: 0)
+            },
+            logger: Logger(label: "test"))
+        channel.properties.withLock { $0 = service.properties }
+        return service
+    }
+
+    @Test func thePropertiesStartFromTheStateAndTheMode() {
+        let shared = Self.service(mode: .shared, current: Self.alice, channel: RecordingChannel())
+        #expect(shared.properties.values["DeviceMode"] == .string("shared"))
+        #expect(shared.properties.values["CurrentAccount"] == BusMarshalling.account(Self.alice))
+        // In default mode there is no device account, whoever an app signed in.
+        let personal = Self.service(mode: .default, current: Self.alice, channel: RecordingChannel())
+        #expect(personal.properties.values["CurrentAccount"] == BusMarshalling.account(nil))
+    }
+
+    @Test func aSignOutSetsThePropertyThenSignalsBeforeItReturns() async throws {
+        let channel = RecordingChannel()
+        let service = Self.service(mode: .shared, current: Self.alice, channel: channel)
+        _ = try await service.broker.signOut(clientId: "mail", accountId: "")
+
+        let emitted = channel.emitted.withLock { $0 }
+        #expect(emitted.map(\.member) == [BrokerNames.accountChangedSignal, "PropertiesChanged"])
+        let nobody = BusMarshalling.account(nil)
+        #expect(emitted.first?.arguments == [nobody, BusMarshalling.account(Self.alice), .string("signed-out")])
+        #expect(emitted.last?.arguments == [.vardict(["CurrentAccount": nobody])])
+        // Whoever reads the property on hearing the signal reads the new account.
+        #expect(emitted.allSatisfy { $0.propertyAtEmission == nobody })
+        #expect(service.properties.values["CurrentAccount"] == nobody)
+    }
+
+    @Test func aCallerThatLeftIsLookedUpAgain() async throws {
+        let lookups = Locked(0)
+        let service = BrokerService(
+            configuration: BrokerConfiguration(deviceMode: .shared, brokerVersion: "test"),
+            provider: UnreachableProvider(), store: DiscardingStore(), clock: FixedClock(),
+            initialState: FileStateStoreTests.state(current: nil), channel: RecordingChannel(),
+            callers: CallerPolicy(ownUserId: 0, allowedExecutables: [:], logger: Logger(label: "test")) { _ in
+                lookups.withLock { $0 += 1 }
+                return CallerPolicy.Credentials(userId: 0)
+            },
+            logger: Logger(label: "test"))
+        try await service.callers.authorize(sender: ":1.9", clientId: nil)
+        await service.callerLeft(":1.9")
+        try await service.callers.authorize(sender: ":1.9", clientId: nil)
+        #expect(lookups.withLock { $0 } == 2)
+    }
+}
