@@ -21,6 +21,7 @@ public enum BrokerErrorCode: String, Sendable, CaseIterable, Codable {
     case flowNotFound = "FlowNotFound"
     case cancelled = "Cancelled"
     case storageFailed = "StorageFailed"
+    case storageLocked = "StorageLocked"
 
     /// The full D-Bus error name, e.g. `io.shareddevice.Broker1.Error.NoAccount`.
     public var dbusErrorName: String { BrokerNames.errorPrefix + rawValue }

@@ -36,6 +36,7 @@ extension Broker {
         try checkClient(clientId)
         try InputRules.username(username)
         try InputRules.scopes(requested)
+        try checkTokenStorage()
         if let holder = account(for: clientId), !holder.hasUsername(username) { throw alreadySignedIn(holder) }
         try flows.admit(owner: owner, now: clock.now())
         let correlationId = Self.newCorrelationId()
@@ -67,6 +68,7 @@ extension Broker {
         try InputRules.flowId(flowId)
         try InputRules.code(code)
         let flow = try flows.codeFlow(flowId, owner: owner)
+        try checkTokenStorage()
         let startGeneration = generation
         let correlationId = Self.newCorrelationId()
         do {
@@ -124,6 +126,7 @@ extension Broker {
         try InputRules.scopes(requested)
         if !flowId.isEmpty { try InputRules.flowId(flowId) }
         if let loginHint, !loginHint.isEmpty { try InputRules.username(loginHint) }
+        try checkTokenStorage()
         try flows.admit(owner: owner, now: clock.now())
         let scopes = Scopes(requested)
         let startGeneration = generation

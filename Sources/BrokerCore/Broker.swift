@@ -37,6 +37,8 @@ public actor Broker {
     var flows = SignInFlows()
     /// A token response showed a family (`foci`): the provider offers family refresh tokens.
     let singleSignOnFamilySeen = Locked(false)
+    /// Why token calls are refused now (the keyring that holds the tokens is locked), or nil.
+    let tokenStorageLock = Locked<String?>(nil)
 
     /// - Parameters:
     ///   - initialState: what the store held at start, or nil for a new device.
@@ -122,6 +124,7 @@ public actor Broker {
         try InputRules.username(username)
         try InputRules.password(password)
         try InputRules.scopes(requested)
+        try checkTokenStorage()
         if let holder = account(for: clientId), !holder.hasUsername(username) {
             throw alreadySignedIn(holder)
         }
@@ -145,6 +148,8 @@ public actor Broker {
         _ tokens: ProviderTokens, clientId: String, scopes: Scopes, correlationId: String,
         startGeneration: UInt64
     ) async throws(BrokerFailure) -> AppTokens {
+        // The keyring may have locked while the person signed in: the tokens have nowhere to go.
+        try checkTokenStorage()
         let holder = account(for: clientId)
         if let holder, holder.identifier != tokens.account.identifier {
             throw alreadySignedIn(holder)
@@ -208,6 +213,7 @@ public actor Broker {
         try checkClient(clientId)
         try InputRules.scopes(requested)
         try InputRules.accountId(accountId)
+        try checkTokenStorage()
         let scopes = Scopes(requested)
         var force = forceRefresh
         var account: Account
@@ -326,6 +332,8 @@ public actor Broker {
         try checkClient(clientId)
         try InputRules.scopes(requested)
         try InputRules.accountId(accountId)
+        // Locked: the async path says so.
+        guard tokenStorageLock.withLock({ $0 == nil }) else { return nil }
         let state = self.state
         let account = try silentAccount(clientId: clientId, accountId: accountId, in: state)
         return cachedToken(clientId: clientId, scopes: Scopes(requested), account: account, in: state)
@@ -416,6 +424,10 @@ public actor Broker {
         for problem in problems {
             outcome.tokensRevoked = false
             outcome.note(problem)
+        }
+        if tokenStorageIsLocked {
+            outcome.tokensRevoked = false
+            outcome.note("the keyring is locked: the tokens it keeps are revoked once it is unlocked")
         }
         if fromBrowser {
             do {

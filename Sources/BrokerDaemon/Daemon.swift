@@ -23,7 +23,7 @@ public enum Daemon {
             throw DaemonError.state("cannot use the state directory: \(error)")
         }
         // Tokens go where --token-storage says (the Secret Service by default), never silently elsewhere.
-        let (tokenStore, initialState) = try TokenStorageSetup.open(
+        let (tokenStore, initialState, lockedKeyring) = try TokenStorageSetup.open(
             options.configuration.tokenStorage ?? .secretService, files: store,
             loaded: try loadState(store, logger: logger),
             busAddress: options.busAddress, logger: logger)
@@ -52,6 +52,12 @@ public enum Daemon {
             callers: CallerPolicy(
                 connection: connection, allowedExecutables: options.configuration.allowedExecutables(), logger: logger),
             logger: logger)
+        // Before anyone can call: token calls wait for a keyring locked at start.
+        if let lockedKeyring { service.broker.tokenStorageLocked(lockedKeyring.message) }
+        let keyringWatch = lockedKeyring.map { keyring in
+            Task { await keyring.serveWhenUnlocked(service.broker, logger: logger) }
+        }
+        defer { keyringWatch?.cancel() }
         let calls = CallGate(BrokerObject(service: service, logger: logger))
         connection.export(calls, at: BrokerNames.objectPath)
         let departures = try await watchDepartures(connection, service: service)

@@ -41,6 +41,9 @@ public enum BrokerError: Error, Sendable, Equatable, CustomStringConvertible {
     case cancelled(String)
     /// `StorageFailed`: the broker could not save its state; nothing changed.
     case storageFailed(String)
+    /// `StorageLocked`: the keyring the broker keeps tokens in is locked; unlock it (the broker
+    /// serves tokens again the moment it is, without a restart). Accounts are answered meanwhile.
+    case storageLocked(String)
     /// No broker answers on the bus (not running, or restarting).
     case brokerUnavailable(String)
     /// The broker did not answer in time.
@@ -69,6 +72,7 @@ public enum BrokerError: Error, Sendable, Equatable, CustomStringConvertible {
         case .flowNotFound: self = .flowNotFound(message)
         case .cancelled: self = .cancelled(message)
         case .storageFailed: self = .storageFailed(message)
+        case .storageLocked: self = .storageLocked(message)
         }
     }
 
@@ -122,6 +126,7 @@ public enum BrokerError: Error, Sendable, Equatable, CustomStringConvertible {
         case .flowNotFound: return .flowNotFound
         case .cancelled: return .cancelled
         case .storageFailed: return .storageFailed
+        case .storageLocked: return .storageLocked
         case .brokerUnavailable, .timedOut, .dbus: return nil
         }
     }
@@ -133,7 +138,7 @@ public enum BrokerError: Error, Sendable, Equatable, CustomStringConvertible {
             .invalidPassword(let m), .accountAlreadySignedIn(let m), .noAccount(let m), .interactionRequired(let m),
             .serverUnavailable(let m), .serverError(let m), .notSupported(let m), .accessDenied(let m),
             .limitsExceeded(let m), .invalidCode(let m), .codeExpired(let m), .flowNotFound(let m), .cancelled(let m),
-            .storageFailed(let m), .brokerUnavailable(let m), .timedOut(let m), .dbus(_, let m):
+            .storageFailed(let m), .storageLocked(let m), .brokerUnavailable(let m), .timedOut(let m), .dbus(_, let m):
             return m
         }
     }

@@ -86,9 +86,7 @@ struct TokenStorageTests {
         for token in [accessToken, newAccessToken, idToken, refreshToken] { #expect(!state.contains(token)) }
     }
 
-    @Test(
-        "secret-service: a locked keyring fails the save with StorageFailed naming the fix, and brokerd then refuses to start"
-    )
+    @Test("secret-service: a keyring locked while brokerd runs fails the next save with StorageFailed naming the fix")
     func lockedKeyring() async throws {
         let (env, keyring) = try await Self.brokerOnKeyring()
         defer { withExtendedLifetime(keyring) {} }  // the daemon stops when it goes
@@ -102,12 +100,6 @@ struct TokenStorageTests {
         #expect(
             refused.stderr.contains("--token-storage memory")
                 && refused.stderr.contains("--token-storage plaintext-file"))
-
-        _ = try env.brokerd.stop()
-        let start = try Self.startBrokerd(env, ["--token-storage", "secret-service"])
-        #expect(try start.waitForExit(timeout: .seconds(20)) == 1)
-        #expect(start.stderrText.contains("the login keyring is locked; unlock it"), "\(start.stderrText)")
-        #expect(!start.stdoutText.contains("brokerd ready"))
     }
 
     @Test(
@@ -395,5 +387,21 @@ final class TestKeyring: @unchecked Sendable {
     func lockDefault() async throws {
         let alias = try #require(try await serviceCall("ReadAlias", [.string("default")]).first?.objectPath)
         _ = try await serviceCall("Lock", [.array(elementSignature: "o", [.objectPath(alias)])])
+    }
+
+    /// Unlocks the default collection with its password, as a person would at the prompt, through
+    /// gnome-keyring's own interface for that (the standard Unlock needs a prompt).
+    func unlockDefault() async throws {
+        let alias = try #require(try await serviceCall("ReadAlias", [.string("default")]).first?.objectPath)
+        let opened = try await serviceCall("OpenSession", [.string("plain"), .variant(.string(""))])
+        let session = try #require(opened.last?.objectPath)
+        let master: DBusValue = .structure([
+            .objectPath(session), .array(elementSignature: "y", []),
+            .array(elementSignature: "y", Array(Self.password.utf8).map { .byte($0) }), .string("text/plain"),
+        ])
+        _ = try await connection.call(
+            destination: Self.service, path: "/org/freedesktop/secrets",
+            interface: "org.gnome.keyring.InternalUnsupportedGuiltRiddenInterface", member: "UnlockWithMasterPassword",
+            arguments: [.objectPath(alias), master], timeout: .seconds(10))
     }
 }

@@ -41,6 +41,22 @@ final class SecretService: Sendable {
 
     deinit { connection.close() }
 
+    /// Whether the default keyring is locked, asked without blocking a thread (for the watch of a
+    /// keyring locked at start, ``LockedKeyring``). A service without a default keyring counts
+    /// as locked: nothing can be read yet.
+    func defaultCollectionIsLocked() async throws -> Bool {
+        let alias =
+            try await connection.call(
+                destination: Self.busName, path: Self.servicePath, interface: Self.serviceInterface,
+                member: "ReadAlias", arguments: [.string("default")], timeout: timeout
+            ).first?.objectPath ?? "/"
+        guard alias != "/" else { return true }
+        let locked = try await connection.call(
+            destination: Self.busName, path: alias, interface: "org.freedesktop.DBus.Properties", member: "Get",
+            arguments: [.string(Self.collectionInterface), .string("Locked")], timeout: timeout)
+        return locked.first?.bool ?? true
+    }
+
     /// Whether a Secret Service runs on the bus or the bus can start one (D-Bus activation).
     func isAvailable() throws(SecretServiceError) -> Bool {
         do {

@@ -106,6 +106,11 @@ final class TokenProtectingStore: StateStore {
     /// it): a save that changes no token (most saves: an app's `lastSeen`) does not touch the vault.
     private let inVault: Locked<StoredTokens?>
 
+    /// The vault opened (its keyring was unlocked) holding `tokens`: what later saves compare with.
+    func vaultOpened(holding tokens: StoredTokens) {
+        inVault.withLock { $0 = tokens }
+    }
+
     /// `inVault`: what `vault` was found to hold (an empty set when nothing), or nil when unknown.
     init(file: any StateStore, vault: (any TokenVault)?, inVault: StoredTokens?, logger: Logger) {
         self.file = file
@@ -260,22 +265,25 @@ enum VaultError: Error, CustomStringConvertible {
 }
 
 /// Start-up: where tokens go, checked before the broker serves anyone.
-public enum TokenStorageSetup {
-    /// Returns the store the broker writes through and the state it starts with (`loaded`, the
-    /// state file's content, with the tokens kept elsewhere merged in).
+enum TokenStorageSetup {
+    /// Returns the store the broker writes through, the state it starts with (`loaded`, the
+    /// state file's content, with the tokens kept elsewhere merged in) and, when the keyring that
+    /// holds the tokens is locked, what waits for it to open.
     ///
     /// - `plaintextFile`: the file store itself, with a warning.
     /// - `memory`: tokens are never written, with a warning.
     /// - `secretService`: refuses (throws) when no Secret Service is on the bus, neither running
-    ///   nor activatable, or when its default keyring is locked: never a silent fallback.
+    ///   nor activatable: never a silent fallback. A locked default keyring (automatic login)
+    ///   does not stop the start: the state comes without its tokens, and the broker refuses
+    ///   token calls until ``LockedKeyring`` sees the keyring unlocked.
     ///
     /// A state file that still holds tokens (written with `plaintext-file`, or access tokens
     /// of a version 1 file) is rewritten at once without them, after the refresh tokens are in the
     /// vault (`secretService`) or in memory (`memory`).
-    public static func open(
+    static func open(
         _ storage: TokenStorage, files: FileStateStore, loaded: BrokerState, busAddress: String?,
         logger: Logger
-    ) throws(DaemonError) -> (store: any StateStore, state: BrokerState) {
+    ) throws(DaemonError) -> (store: any StateStore, state: BrokerState, locked: LockedKeyring?) {
         let fileHeldTokens = TokenProtectingStore.hasTokens(loaded) || (files.loadReport?.droppedAccessTokens ?? 0) > 0
         if let report = files.loadReport {
             logger.debug(
@@ -303,7 +311,7 @@ public enum TokenStorageSetup {
                         + "any program running as this user can read them; use the Secret Service "
                         + "(--token-storage secret-service) where there is one"),
                 metadata: ["file": "\(files.path)"])
-            return (files, loaded)
+            return (files, loaded, nil)
         case .memory:
             logger.warning(
                 Logger.Message(
@@ -312,7 +320,7 @@ public enum TokenStorageSetup {
                         + "stops, and every app must then sign in interactively again"))
             let store = TokenProtectingStore(file: files, vault: nil, inVault: nil, logger: logger)
             try removeTokensFromFile(store, fileHeldTokens: fileHeldTokens, state: loaded, to: "memory", logger: logger)
-            return (store, loaded)
+            return (store, loaded, nil)
         case .secretService:
             let connection: DBusConnection
             do {
@@ -338,6 +346,14 @@ public enum TokenStorageSetup {
             do {
                 tokens = try vault.load(deviceId: loaded.deviceId)
                 known = tokens ?? StoredTokens()
+            } catch SecretServiceError.locked(let why) where !fileHeldTokens {
+                // Until it opens, the broker writes the state file only: nothing it holds then is a
+                // token (it refuses token calls), so the vault, said to hold nothing, is not touched.
+                let store = TokenProtectingStore(file: files, vault: vault, inVault: StoredTokens(), logger: logger)
+                logger.warning(
+                    "the keyring is locked: accounts are served, tokens once it is unlocked",
+                    metadata: ["why": "\(why)"])
+                return (store, loaded, LockedKeyring(service: service, vault: vault, store: store, message: why))
             } catch VaultError.unreadable(let why) {
                 // Like a damaged state file: start without those tokens (apps sign in again); the next save replaces
                 // the item.
@@ -363,7 +379,7 @@ public enum TokenStorageSetup {
                 }
             }
             logger.info("tokens are stored in the Secret Service", metadata: ["service": "\(SecretService.busName)"])
-            return (store, state)
+            return (store, state, nil)
         }
     }
 

@@ -1,0 +1,52 @@
+/// Tokens kept where a person must unlock them first (the Secret Service's keyring, which a
+/// kiosk's automatic login leaves locked). While the store is locked the broker answers everything
+/// that needs no token (device mode, accounts, sign-out, signals) and refuses token calls with
+/// `StorageLocked`; once it opens, what it holds joins the state and tokens are served again,
+/// without a restart.
+extension Broker {
+    /// Says that the token store is locked (`message`: what a person does to unlock it), or that
+    /// it is open again (nil) with the tokens the broker already holds.
+    public nonisolated func tokenStorageLocked(_ message: String?) {
+        let changed = tokenStorageLock.withLock { current in
+            defer { current = message }
+            return (current == nil) != (message == nil)
+        }
+        if changed {
+            logger.notice(
+                message == nil ? "the token store is open again" : "the token store is locked; token calls wait")
+        }
+    }
+
+    /// Whether token calls are refused now because the token store is locked.
+    public nonisolated var tokenStorageIsLocked: Bool { tokenStorageLock.withLock { $0 != nil } }
+
+    /// The token store opened and its tokens were read: `adopt` (run on the actor, so that no
+    /// change is written between it and the commit) adds them to the state, whose changes the
+    /// store may have seen while locked (a sign-out); then token calls are served again.
+    /// The state is written even when `adopt` changes nothing: the store then drops what it held
+    /// for sign-ins that ended meanwhile. When `adopt` throws, the store stays locked and the
+    /// error is rethrown.
+    public func tokenStorageOpened(adopting adopt: (BrokerState) throws -> BrokerState) throws {
+        try commit(try adopt(state))
+        tokenStorageLocked(nil)
+    }
+
+    /// Best effort: revokes tokens the store held for sign-ins that ended while it was locked
+    /// (the sign-out could not revoke what it could not read).
+    public func revokeForgotten(_ tokens: [(clientId: String, token: RevocableToken)]) async {
+        let provider = self.provider
+        for (clientId, token) in tokens {
+            do {
+                _ = try await provider.revoke(clientId: clientId, token: token)
+            } catch {
+                logger.notice(
+                    "a token of a sign-in that ended while the token store was locked could not be revoked",
+                    metadata: ["clientId": "\(clientId)", "error": "\(Self.describe(error))"])
+            }
+        }
+    }
+
+    nonisolated func checkTokenStorage() throws(BrokerFailure) {
+        if let message = tokenStorageLock.withLock({ $0 }) { throw BrokerFailure(.storageLocked, message) }
+    }
+}
