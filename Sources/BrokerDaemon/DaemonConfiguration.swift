@@ -13,18 +13,41 @@ import Identity
 ///   "tenantId": "TENANT",
 ///   "tokenStorage": "secret-service",
 ///   "clients": [{"clientId": "mail-app", "name": "Mail"},
-///               {"clientId": "backoffice", "clientSecret": "...", "clientSecretMethod": "client_secret_post"},
+///               {"clientId": "backoffice", "clientSecretFile": "/etc/shared-device-broker/backoffice.secret",
+///                "clientSecretMethod": "client_secret_post"},
 ///               {"clientId": "kiosk-app", "allowedExecutables": ["/usr/bin/kiosk-app"]}]
 /// }
 /// ```
+///
+/// A key the broker does not know is an error that names it: a misspelt setting silently ignored
+/// is a setting the administrator believes in and does not have. A client secret is read from a
+/// file only its owner can read: `clientSecretFile`, or `clientSecret` in a configuration file
+/// that is itself readable by its owner alone.
 public struct DaemonConfigurationFile: Decodable, Sendable {
     public struct Client: Decodable, Sendable {
         public var clientId: String
         public var name: String?
         public var clientSecret: String?
+        /// A file holding the secret (surrounding white space ignored), readable by its owner alone.
+        public var clientSecretFile: String?
         public var clientSecretMethod: String?
         /// When present, only processes running one of these executables may use this clientId.
         public var allowedExecutables: [String]?
+
+        private enum CodingKeys: String, CodingKey, CaseIterable {
+            case clientId, name, clientSecret, clientSecretFile, clientSecretMethod, allowedExecutables
+        }
+
+        public init(from decoder: any Decoder) throws {
+            try UnknownKey.check(decoder, known: CodingKeys.allCases.map(\.rawValue))
+            let values = try decoder.container(keyedBy: CodingKeys.self)
+            clientId = try values.decode(String.self, forKey: .clientId)
+            name = try values.decodeIfPresent(String.self, forKey: .name)
+            clientSecret = try values.decodeIfPresent(String.self, forKey: .clientSecret)
+            clientSecretFile = try values.decodeIfPresent(String.self, forKey: .clientSecretFile)
+            clientSecretMethod = try values.decodeIfPresent(String.self, forKey: .clientSecretMethod)
+            allowedExecutables = try values.decodeIfPresent([String].self, forKey: .allowedExecutables)
+        }
     }
     public var deviceMode: DeviceMode?
     public var authority: String?
@@ -33,6 +56,20 @@ public struct DaemonConfigurationFile: Decodable, Sendable {
     public var clients: [Client]?
     /// Where tokens are kept between runs: `secret-service` (the default), `plaintext-file` or `memory`.
     public var tokenStorage: TokenStorage?
+
+    private enum CodingKeys: String, CodingKey, CaseIterable {
+        case deviceMode, authority, tenantId, clients, tokenStorage
+    }
+
+    public init(from decoder: any Decoder) throws {
+        try UnknownKey.check(decoder, known: CodingKeys.allCases.map(\.rawValue))
+        let values = try decoder.container(keyedBy: CodingKeys.self)
+        deviceMode = try values.decodeIfPresent(DeviceMode.self, forKey: .deviceMode)
+        authority = try values.decodeIfPresent(String.self, forKey: .authority)
+        tenantId = try values.decodeIfPresent(String.self, forKey: .tenantId)
+        clients = try values.decodeIfPresent([Client].self, forKey: .clients)
+        tokenStorage = try values.decodeIfPresent(TokenStorage.self, forKey: .tokenStorage)
+    }
 
     public init(
         deviceMode: DeviceMode? = nil, authority: String? = nil, tenantId: String? = nil, clients: [Client]? = nil,
@@ -90,11 +127,22 @@ public struct DaemonConfigurationFile: Decodable, Sendable {
         } catch {
             throw DaemonError.configuration("cannot read the configuration file \(path): \(error)")
         }
+        let file: DaemonConfigurationFile
         do {
-            return try JSONDecoder().decode(DaemonConfigurationFile.self, from: Data(bytes))
+            file = try JSONDecoder().decode(DaemonConfigurationFile.self, from: Data(bytes))
+        } catch let unknown as UnknownKey {
+            throw DaemonError.configuration("the configuration file \(path) \(unknown)")
         } catch {
             throw DaemonError.configuration("the configuration file \(path) is not valid: \(error)")
         }
+        if let inline = file.clients?.first(where: { $0.clientSecret != nil }), let mode = try SecretFile.openMode(path)
+        {
+            throw DaemonError.configuration(
+                "the configuration file \(path) holds the client secret of \(inline.clientId), but others can read it "
+                    + "(mode \(String(mode, radix: 8))): put the secret in a file of its own that only brokerd's user "
+                    + "can read (chmod 600) and name it with clientSecretFile, or chmod 600 \(path)")
+        }
+        return file
     }
 
     /// clientId -> the executables allowed to use it, for the clients that are bound.
@@ -110,7 +158,18 @@ public struct DaemonConfigurationFile: Decodable, Sendable {
     public func clientSecrets() throws(DaemonError) -> [String: ClientSecret] {
         var secrets: [String: ClientSecret] = [:]
         for client in clients ?? [] {
-            guard let secret = client.clientSecret else { continue }
+            if client.clientSecret != nil && client.clientSecretFile != nil {
+                throw DaemonError.configuration(
+                    "client \(client.clientId): give clientSecret or clientSecretFile, not both")
+            }
+            let secret: String
+            if let inline = client.clientSecret {
+                secret = inline
+            } else if let file = client.clientSecretFile {
+                secret = try SecretFile.read(file)
+            } else {
+                continue
+            }
             let method = ClientSecret.Method(rawValue: client.clientSecretMethod ?? "client_secret_basic")
             guard let method else {
                 throw DaemonError.configuration(
@@ -119,6 +178,66 @@ public struct DaemonConfigurationFile: Decodable, Sendable {
             secrets[client.clientId] = ClientSecret(secret: secret, method: method)
         }
         return secrets
+    }
+}
+
+/// A key of the configuration the broker does not know, with where it stands.
+struct UnknownKey: Error, CustomStringConvertible {
+    var key: String
+    var place: String
+    var known: [String]
+
+    var description: String {
+        "has an unknown key \"\(key)\" \(place) (the keys there are \(known.sorted().joined(separator: ", ")))"
+    }
+
+    private struct AnyKey: CodingKey {
+        var stringValue: String
+        var intValue: Int? { nil }
+        init(stringValue: String) { self.stringValue = stringValue }
+        init?(intValue: Int) { nil }
+    }
+
+    /// Throws for the first key of `decoder`'s object that is not in `known`.
+    static func check(_ decoder: any Decoder, known: [String]) throws {
+        let keys = try decoder.container(keyedBy: AnyKey.self).allKeys.map(\.stringValue)
+        guard let unknown = keys.sorted().first(where: { !known.contains($0) }) else { return }
+        let path = decoder.codingPath.map { $0.intValue.map { "[\($0)]" } ?? ".\($0.stringValue)" }.joined()
+        throw UnknownKey(
+            key: unknown, place: path.isEmpty ? "at the top level" : "in \(path.dropFirst())", known: known)
+    }
+}
+
+/// A client secret's file, and the rule for any file that holds one: only its owner may read it.
+enum SecretFile {
+    /// The permission bits of `path` when its group or others may read or write it; nil when
+    /// only its owner can.
+    static func openMode(_ path: String) throws(DaemonError) -> UInt32? {
+        var info = stat()
+        guard stat(path, &info) == 0 else {
+            throw DaemonError.configuration("cannot read \(path): \(String(cString: strerror(errno)))")
+        }
+        let mode = UInt32(info.st_mode) & 0o777
+        return mode & 0o077 == 0 ? nil : mode
+    }
+
+    /// The secret `path` holds, without surrounding white space.
+    static func read(_ path: String) throws(DaemonError) -> String {
+        if let mode = try openMode(path) {
+            throw DaemonError.configuration(
+                "the client secret file \(path) can be read by others (mode \(String(mode, radix: 8))): "
+                    + "chmod 600 \(path)")
+        }
+        let bytes: [UInt8]
+        do {
+            bytes = try FileBytes.read(path, limit: 4096)
+        } catch {
+            throw DaemonError.configuration("cannot read the client secret file \(path): \(error)")
+        }
+        let text = String(decoding: bytes, as: UTF8.self)
+        let secret = String(text.drop { $0.isWhitespace }.reversed().drop { $0.isWhitespace }.reversed())
+        guard !secret.isEmpty else { throw DaemonError.configuration("the client secret file \(path) is empty") }
+        return secret
     }
 }
 

@@ -198,7 +198,7 @@ struct ContractTests {
         #expect(result.stderr.contains("org.freedesktop.DBus.Error.ServiceUnknown"))
     }
 
-    @Test("a bad authority or an unusable state file gets a clear message")
+    @Test("a bad authority, a misspelt configuration key or an unusable state file gets a clear message")
     func startupErrors() throws {
         let env = try BrokerEnvironment()
         let insecure = try ChildProcess(
@@ -209,6 +209,16 @@ struct ContractTests {
             ])
         #expect(try insecure.waitForExit() != 0)
         #expect(insecure.stderrText.contains("HTTPS"))
+
+        let config = try env.directory.write("misspelt.json", #"{"deviceMode": "shared", "tokenStorag": "memory"}"#)
+        let misspelt = try ChildProcess(
+            "brokerd", executable: Binaries.path("brokerd"),
+            arguments: [
+                "--address", env.bus.address, "--authority", env.idp.authority, "--config", config,
+                "--state-dir", env.directory.path + "/s4",
+            ])
+        #expect(try misspelt.waitForExit() == 1)
+        #expect(misspelt.stderrText.contains(#"unknown key "tokenStorag" at the top level"#), "\(misspelt.stderrText)")
 
         // A corrupt state file is kept aside and the broker starts signed out.
         _ = try env.brokerd.stop()

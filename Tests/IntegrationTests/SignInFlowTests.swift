@@ -189,13 +189,19 @@ struct SignInFlowTests {
     func confidentialClients() async throws {
         let directory = try TemporaryDirectory()
         let clients = TestUsers.confidentialClients
+        // One secret in a file of its own, one in the configuration: each readable by its owner alone.
+        let secretFile = try directory.write("backoffice.secret", clients[0].secret + "\n")
+        chmod(secretFile, 0o600)
         let config = try directory.write(
             "brokerd.json",
             """
             {"clients": [{"clientId": "mail-app"},
-                         {"clientId": "\(clients[0].clientId)", "clientSecret": "\(clients[0].secret)", "clientSecretMethod": "client_secret_basic"},
-                         {"clientId": "\(clients[1].clientId)", "clientSecret": "\(clients[1].secret)", "clientSecretMethod": "client_secret_post"}]}
+                         {"clientId": "\(clients[0].clientId)", "clientSecretFile": "\(secretFile)", \
+            "clientSecretMethod": "client_secret_basic"},
+                         {"clientId": "\(clients[1].clientId)", "clientSecret": "\(clients[1].secret)", \
+            "clientSecretMethod": "client_secret_post"}]}
             """)
+        chmod(config, 0o600)
         let env = try BrokerEnvironment(mode: "default", brokerArguments: ["--config", config])
         for client in clients {
             let signIn = try env.signIn(alice, client: client.clientId)

@@ -1,0 +1,91 @@
+import Foundation
+import Glibc
+import Testing
+
+@testable import BrokerDaemon
+
+/// brokerd's configuration file: a key it does not know is an error naming it, and a client
+/// secret is read only from a file no one but its owner can read.
+@Suite("Configuration file: unknown keys and client secrets")
+struct DaemonConfigurationTests {
+    final class Files: @unchecked Sendable {
+        let path = NSTemporaryDirectory() + "config-\(UUID().uuidString)"
+        init() throws { try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true) }
+        deinit { try? FileManager.default.removeItem(atPath: path) }
+
+        func write(_ name: String, _ text: String, mode: mode_t) throws -> String {
+            let file = path + "/" + name
+            try text.write(toFile: file, atomically: true, encoding: .utf8)
+            chmod(file, mode)
+            return file
+        }
+    }
+
+    static func loadError(_ path: String) -> String? {
+        do {
+            _ = try DaemonConfigurationFile.load(path: path)
+            return nil
+        } catch {
+            return error.description
+        }
+    }
+
+    @Test func anUnknownKeyIsNamedWithWhereItStands() throws {
+        let files = try Files()
+        let top = try files.write("top.json", #"{"deviceMode": "shared", "tokenStorag": "memory"}"#, mode: 0o644)
+        let topError = try #require(Self.loadError(top))
+        #expect(topError.contains(#"unknown key "tokenStorag" at the top level"#), "\(topError)")
+        #expect(topError.contains("tokenStorage"), "the known keys are listed: \(topError)")
+
+        let client = try files.write(
+            "client.json", #"{"clients": [{"clientId": "a"}, {"clientId": "b", "allowedExecutable": ["/x"]}]}"#,
+            mode: 0o644)
+        let clientError = try #require(Self.loadError(client))
+        #expect(clientError.contains(#"unknown key "allowedExecutable" in clients[1]"#), "\(clientError)")
+
+        let fine = try files.write(
+            "fine.json", #"{"deviceMode": "default", "clients": [{"clientId": "a"}]}"#, mode: 0o644)
+        #expect(Self.loadError(fine) == nil)
+    }
+
+    @Test func anInlineSecretNeedsAFileOnlyItsOwnerReads() throws {
+        let files = try Files()
+        let text = #"{"clients": [{"clientId": "backoffice", "clientSecret": "s3cret"}]}"#
+        let readable = try files.write("readable.json", text, mode: 0o644)
+        let refused = try #require(Self.loadError(readable))
+        #expect(refused.contains("holds the client secret of backoffice") && refused.contains("mode 644"), "\(refused)")
+        #expect(refused.contains("clientSecretFile") && refused.contains("chmod 600"))
+        #expect(!refused.contains("s3cret"))
+
+        let ownerOnly = try files.write("owner.json", text, mode: 0o600)
+        let secrets = try DaemonConfigurationFile.load(path: ownerOnly).clientSecrets()
+        #expect(secrets["backoffice"]?.secret == "s3cret")
+    }
+
+    @Test func aSecretFileIsReadTrimmedAndOnlyWhenPrivate() throws {
+        let files = try Files()
+        let secretFile = try files.write("backoffice.secret", "  s3cret-from-file\n", mode: 0o600)
+        let config = try files.write(
+            "config.json",
+            #"{"clients": [{"clientId": "backoffice", "clientSecretFile": "\#(secretFile)", "#
+                + #""clientSecretMethod": "client_secret_post"}]}"#, mode: 0o644)
+        let secrets = try DaemonConfigurationFile.load(path: config).clientSecrets()
+        #expect(secrets["backoffice"]?.secret == "s3cret-from-file")
+        #expect(secrets["backoffice"]?.method == .post)
+
+        chmod(secretFile, 0o640)
+        do {
+            _ = try DaemonConfigurationFile.load(path: config).clientSecrets()
+            Issue.record("a secret file its group can read was accepted")
+        } catch {
+            #expect(error.description.contains("can be read by others (mode 640)"), "\(error)")
+            #expect(!error.description.contains("s3cret"))
+        }
+
+        let both = try files.write(
+            "both.json",
+            #"{"clients": [{"clientId": "b", "clientSecret": "x", "clientSecretFile": "\#(secretFile)"}]}"#, mode: 0o600
+        )
+        #expect(throws: DaemonError.self) { try DaemonConfigurationFile.load(path: both).clientSecrets() }
+    }
+}
