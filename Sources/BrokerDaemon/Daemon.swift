@@ -42,7 +42,8 @@ public enum Daemon {
         let clock = SystemClock()
         let provider = OIDCProvider(
             authority: authority, clock: clock, logger: logger,
-            clientSecrets: try options.configuration.clientSecrets(), tenantId: tenant)
+            clientSecrets: try options.configuration.clientSecrets(), tenantId: tenant,
+            allowPasswordGrant: options.configuration.allowPasswordGrant == true)
         let service = BrokerService(
             configuration: BrokerConfiguration(
                 deviceMode: options.deviceMode, brokerVersion: version, tenantId: tenant,

@@ -56,9 +56,12 @@ public struct DaemonConfigurationFile: Decodable, Sendable {
     public var clients: [Client]?
     /// Where tokens are kept between runs: `secret-service` (the default), `plaintext-file` or `memory`.
     public var tokenStorage: TokenStorage?
+    /// Whether a password sign-in may use the resource-owner password grant, which the OAuth 2.0
+    /// Security BCP (RFC 9700) deprecates, where the provider offers no native authentication.
+    public var allowPasswordGrant: Bool?
 
     private enum CodingKeys: String, CodingKey, CaseIterable {
-        case deviceMode, authority, tenantId, clients, tokenStorage
+        case deviceMode, authority, tenantId, clients, tokenStorage, allowPasswordGrant
     }
 
     public init(from decoder: any Decoder) throws {
@@ -69,17 +72,19 @@ public struct DaemonConfigurationFile: Decodable, Sendable {
         tenantId = try values.decodeIfPresent(String.self, forKey: .tenantId)
         clients = try values.decodeIfPresent([Client].self, forKey: .clients)
         tokenStorage = try values.decodeIfPresent(TokenStorage.self, forKey: .tokenStorage)
+        allowPasswordGrant = try values.decodeIfPresent(Bool.self, forKey: .allowPasswordGrant)
     }
 
     public init(
         deviceMode: DeviceMode? = nil, authority: String? = nil, tenantId: String? = nil, clients: [Client]? = nil,
-        tokenStorage: TokenStorage? = nil
+        tokenStorage: TokenStorage? = nil, allowPasswordGrant: Bool? = nil
     ) {
         self.deviceMode = deviceMode
         self.authority = authority
         self.tenantId = tenantId
         self.clients = clients
         self.tokenStorage = tokenStorage
+        self.allowPasswordGrant = allowPasswordGrant
     }
 
     /// Where the administrator's configuration lives. It wins over the user's file and flags.
@@ -117,7 +122,8 @@ public struct DaemonConfigurationFile: Decodable, Sendable {
             authority: administrator.authority ?? authority,
             tenantId: administrator.tenantId ?? tenantId,
             clients: administrator.clients ?? clients,
-            tokenStorage: administrator.tokenStorage ?? tokenStorage)
+            tokenStorage: administrator.tokenStorage ?? tokenStorage,
+            allowPasswordGrant: administrator.allowPasswordGrant ?? allowPasswordGrant)
     }
 
     public static func load(path: String) throws(DaemonError) -> DaemonConfigurationFile {

@@ -8,18 +8,26 @@ import CryptoExtras
 ///
 /// Error messages say what is wrong in words; they never quote the token or its claims.
 struct IDTokenValidator: Sendable {
-    /// The issuer identifier exactly as the discovery document gives it (`ProviderMetadata.issuer`).
+    /// The issuer identifier exactly as the discovery document gives it (`ProviderMetadata.issuer`),
+    /// or the `{tenantid}` template of an Entra multi-tenant authority: each token's `iss` is
+    /// then the template filled with the token's own `tid`, as Entra's libraries check it.
     let issuer: String
     let jwks: JWKSCache
     let clock: any WallClock
     /// Seconds of disagreement tolerated between the broker's clock and the provider's.
     let allowedClockSkew: Int64
+    /// With a template issuer: the one tenant admitted (the configured `tenantId`), nil for any.
+    let allowedTenant: String?
 
-    init(issuer: String, jwks: JWKSCache, clock: any WallClock, allowedClockSkew: Int64 = 300) {
+    init(
+        issuer: String, jwks: JWKSCache, clock: any WallClock, allowedClockSkew: Int64 = 300,
+        allowedTenant: String? = nil
+    ) {
         self.issuer = issuer
         self.jwks = jwks
         self.clock = clock
         self.allowedClockSkew = max(0, allowedClockSkew)
+        self.allowedTenant = allowedTenant.flatMap { $0.isEmpty ? nil : $0 }
     }
 
     /// Validates `idToken` and returns its claims.
@@ -87,12 +95,43 @@ struct IDTokenValidator: Sendable {
         return IdentityClaims(claims: claims)
     }
 
+    /// A multi-tenant authority's token: issued by the tenant it names (`tid`, a plain path
+    /// segment), which must be the admitted one when the configuration names it.
+    private func checkTenant(of claims: JSONValue, issuer tokenIssuer: String, prefix: String, suffix: String)
+        throws(IdentityError)
+    {
+        guard let tenant = claims["tid"]?.string, !tenant.isEmpty,
+            tenant.unicodeScalars.allSatisfy(Self.isTenantCharacter)
+        else {
+            throw IdentityError.invalidIDToken("it names no tenant (tid), which a multi-tenant authority's tokens must")
+        }
+        guard tokenIssuer == prefix + tenant + suffix else {
+            throw IdentityError.invalidIDToken("its issuer is not the tenant it names (\(tenant))")
+        }
+        if let allowedTenant, tenant != allowedTenant {
+            throw IdentityError.tenantNotAllowed(
+                "the account belongs to tenant \(tenant), and this device admits only tenant \(allowedTenant) "
+                    + "(tenantId in the broker's configuration); sign in with an account of that tenant")
+        }
+    }
+
+    /// What a tenant id (a GUID, or a domain name) is made of: nothing that could change the URL
+    /// it is put into.
+    private static func isTenantCharacter(_ scalar: Unicode.Scalar) -> Bool {
+        switch scalar {
+        case "a"..."z", "A"..."Z", "0"..."9", "-", ".": true
+        default: false
+        }
+    }
+
     /// The claim checks (section 3.1.3.7, steps 2–4, 9–11), on a payload whose signature verified.
     private func check(_ claims: JSONValue, clientId: String, expectedNonce: String?) throws(IdentityError) {
         guard let tokenIssuer = claims["iss"]?.string else {
             throw IdentityError.invalidIDToken("it has no issuer (iss)")
         }
-        guard tokenIssuer == issuer else {
+        if let (prefix, suffix) = ProviderMetadata.templateParts(issuer) {
+            try checkTenant(of: claims, issuer: tokenIssuer, prefix: prefix, suffix: suffix)
+        } else if tokenIssuer != issuer {
             throw IdentityError.invalidIDToken("it was issued by someone other than \(issuer)")
         }
 

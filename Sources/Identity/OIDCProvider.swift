@@ -34,6 +34,9 @@ public final class OIDCProvider: IdentityProvider {
     let logger: Logger
     private let secrets: [String: ClientSecret]
     private let fallbackTenant: String
+    /// Whether the resource-owner password grant may be used where native authentication is
+    /// not offered (the administrator's explicit choice: RFC 9700 deprecates the grant).
+    let allowPasswordGrant: Bool
     let metadata: MetadataCache
     private let signingKeys: SigningKeysCache
     let nativeAuthentication = NativeAuthenticationSupport()
@@ -41,19 +44,21 @@ public final class OIDCProvider: IdentityProvider {
 
     public convenience init(
         authority: Authority, http: HTTPClient = .shared, clock: any WallClock, logger: Logger,
-        clientSecrets: [String: ClientSecret] = [:], tenantId: String = "",
+        clientSecrets: [String: ClientSecret] = [:], tenantId: String = "", allowPasswordGrant: Bool = false,
         retryPolicy: RetryPolicy = .standard
     ) {
         self.init(
             authority: authority, requester: ProviderHTTP(http: http, policy: retryPolicy, logger: logger),
-            clock: clock, logger: logger, clientSecrets: clientSecrets, tenantId: tenantId)
+            clock: clock, logger: logger, clientSecrets: clientSecrets, tenantId: tenantId,
+            allowPasswordGrant: allowPasswordGrant)
     }
 
     /// A provider whose requests go through `requester` (tests inject a transport, a clock and a sleeper).
     init(
         authority: Authority, requester: ProviderHTTP, clock: any WallClock, logger: Logger,
-        clientSecrets: [String: ClientSecret] = [:], tenantId: String = ""
+        clientSecrets: [String: ClientSecret] = [:], tenantId: String = "", allowPasswordGrant: Bool = false
     ) {
+        self.allowPasswordGrant = allowPasswordGrant
         self.authority = authority.url
         self.parsedAuthority = authority
         self.requester = requester
@@ -62,7 +67,8 @@ public final class OIDCProvider: IdentityProvider {
         self.secrets = clientSecrets
         self.fallbackTenant = tenantId
         self.metadata = MetadataCache(authority: authority, requester: requester, logger: logger)
-        self.signingKeys = SigningKeysCache(requester: requester, clock: clock, logger: logger)
+        self.signingKeys = SigningKeysCache(
+            requester: requester, clock: clock, logger: logger, allowedTenant: tenantId.isEmpty ? nil : tenantId)
     }
 
     /// The provider's `host[:port]`, as messages name it.
@@ -96,14 +102,21 @@ public final class OIDCProvider: IdentityProvider {
                 return tokens
             }
             await nativeAuthentication.markNotOffered()
-            logger.info("the provider offers no native authentication; using the password grant")
+            logger.info("the provider offers no native authentication")
         }
+        guard allowPasswordGrant else { throw Self.passwordGrantNotAllowed }
         return try await grant(
             .password, clientId: clientId, scopes: scopes,
             fields: [
                 ("grant_type", "password"), ("username", username), ("password", password),
             ])
     }
+
+    static let passwordGrantNotAllowed = BrokerFailure(
+        .notSupported,
+        "the identity provider offers no native authentication, and the resource-owner password grant, which "
+            + "the OAuth 2.0 Security BCP (RFC 9700) deprecates, is not allowed here: sign in in the browser "
+            + "(AcquireTokenInteractive), or let the administrator set allowPasswordGrant")
 
     /// Password and email code while native authentication may be offered (its endpoints are
     /// not in discovery, so only a try shows it is not), the password grant where discovery does
@@ -114,7 +127,7 @@ public final class OIDCProvider: IdentityProvider {
         }
         let native = await nativeAuthentication.mayBeOffered
         var flows: [SignInFlow] = []
-        if native || endpoints.mayOfferPasswordGrant { flows.append(.password) }
+        if native || allowPasswordGrant && endpoints.mayOfferPasswordGrant { flows.append(.password) }
         if native { flows.append(.emailCode) }
         if endpoints.authorizationEndpoint != nil { flows.append(.browser) }
         return flows
@@ -316,11 +329,13 @@ actor SigningKeysCache {
     private let clock: any WallClock
     private let logger: Logger
     private var validator: IDTokenValidator?
+    private let allowedTenant: String?
 
-    init(requester: ProviderHTTP, clock: any WallClock, logger: Logger) {
+    init(requester: ProviderHTTP, clock: any WallClock, logger: Logger, allowedTenant: String? = nil) {
         self.requester = requester
         self.clock = clock
         self.logger = logger
+        self.allowedTenant = allowedTenant
     }
 
     func validator(for metadata: ProviderMetadata) throws(IdentityError) -> IDTokenValidator {
@@ -332,7 +347,7 @@ actor SigningKeysCache {
         let made = IDTokenValidator(
             issuer: metadata.issuer,
             jwks: JWKSCache(uri: jwksURI, requester: requester, clock: clock, logger: logger),
-            clock: clock)
+            clock: clock, allowedTenant: allowedTenant)
         validator = made
         return made
     }

@@ -1,6 +1,8 @@
 /// The endpoints a provider's discovery document names (OpenID Connect Discovery 1.0, RFC 8414).
 /// URLs are kept exactly as the document gives them.
 public struct ProviderMetadata: Sendable, Equatable {
+    /// The issuer identifier, or for Entra's multi-tenant authorities (`common`, `organizations`,
+    /// `consumers`) its template, `https://login.microsoftonline.com/{tenantid}/v2.0`.
     public var issuer: String
     public var tokenEndpoint: String
     public var authorizationEndpoint: String?
@@ -25,8 +27,34 @@ public struct ProviderMetadata: Sendable, Equatable {
     /// Whether the token endpoint takes RFC 8693 token exchange.
     public var offersTokenExchange: Bool { grantTypesSupported?.contains(Self.tokenExchangeGrant) ?? false }
 
+    /// The issuer of tokens from `tenant` when ``issuer`` is a multi-tenant template; nil otherwise.
+    public func issuer(ofTenant tenant: String) -> String? {
+        guard let (prefix, suffix) = Self.templateParts(issuer) else { return nil }
+        return prefix + tenant + suffix
+    }
+
+    /// The placeholder Entra's multi-tenant authorities put in their issuer.
+    static let tenantPlaceholder = "{tenantid}"
+    /// The tenant segments of Entra's multi-tenant authorities.
+    static let multiTenantSegments = ["common", "organizations", "consumers"]
+
+    /// The text around the one `{tenantid}` of a template issuer.
+    static func templateParts(_ issuer: String) -> (String, String)? {
+        let parts = issuer.split(separator: tenantPlaceholder, omittingEmptySubsequences: false)
+        guard parts.count == 2 else { return nil }
+        return (String(parts[0]), String(parts[1]))
+    }
+
+    /// Whether `issuer` is the template of the multi-tenant `authority`: `{tenantid}` standing
+    /// where the authority has `common`, `organizations` or `consumers`.
+    static func isTenantTemplate(_ issuer: String, of authority: Authority) -> Bool {
+        guard let (prefix, suffix) = templateParts(issuer) else { return false }
+        return multiTenantSegments.contains { prefix + $0 + suffix == authority.url }
+    }
+
     /// Reads a discovery document, checking that it belongs to `authority` (its `issuer` must be
-    /// the authority, section 4.3) and that every endpoint is HTTPS (or loopback HTTP).
+    /// the authority, section 4.3, or, for Entra's multi-tenant authorities, the `{tenantid}`
+    /// template of it) and that every endpoint is HTTPS (or loopback HTTP).
     public static func parse(_ bytes: [UInt8], for authority: Authority) throws(IdentityError) -> ProviderMetadata {
         let document = try JSONParsing.object(bytes, what: "the discovery document")
         guard let issuer = document["issuer"]?.string else {
@@ -34,7 +62,7 @@ public struct ProviderMetadata: Sendable, Equatable {
         }
         var normalizedIssuer = issuer
         while normalizedIssuer.hasSuffix("/") { normalizedIssuer.removeLast() }
-        guard normalizedIssuer == authority.url else {
+        guard normalizedIssuer == authority.url || isTenantTemplate(normalizedIssuer, of: authority) else {
             throw IdentityError.badResponse(
                 "the discovery document's issuer \(issuer) is not the authority \(authority.url)")
         }

@@ -108,7 +108,7 @@ struct AuthorizeRoutes: Sendable {
         var response = await complete(pending, session: session)
         response.setCookie(
             Cookie(
-                name: Self.sessionCookie, value: sessionId, path: provider.endpoints.authorityPath,
+                name: Self.sessionCookie, value: sessionId, path: provider.endpoints.endpointPath,
                 httpOnly: true, sameSite: .lax))
         return response
     }
@@ -191,7 +191,7 @@ struct AuthorizeRoutes: Sendable {
         }
         response.setCookie(
             Cookie(
-                name: Self.sessionCookie, value: "", maxAge: 0, path: provider.endpoints.authorityPath, httpOnly: true))
+                name: Self.sessionCookie, value: "", maxAge: 0, path: provider.endpoints.endpointPath, httpOnly: true))
         provider.logger.info("browser session ended", metadata: ["hadSession": "\(session != nil)"])
         return response
     }

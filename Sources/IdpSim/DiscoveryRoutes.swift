@@ -1,3 +1,4 @@
+import Foundation
 import Hummingbird
 
 /// OpenID Connect Discovery 1.0 / RFC 8414 metadata and the JWKS (RFC 7517).
@@ -6,7 +7,7 @@ struct DiscoveryRoutes: Sendable {
 
     func register(on router: Router<BasicRequestContext>) {
         let endpoints = provider.endpoints
-        router.get(endpoints.route(Endpoints.discoveryPath)) { _, _ in
+        router.get(endpoints.discoveryRoute) { _, _ in
             await provider.stats.count("discovery")
             let (fault, replacement) = await FaultResponses.before(.discovery, provider: provider)
             if let replacement { return replacement }
@@ -59,6 +60,13 @@ struct DiscoveryRoutes: Sendable {
             document["revocation_endpoint_auth_methods_supported"] = nil
         }
         if without.contains(.endSession) { document["end_session_endpoint"] = nil }
+        if endpoints.multiTenant {
+            // As Entra's multi-tenant authority publishes it: no tenant of its own, no grant list.
+            document["tid"] = nil
+            document["grant_types_supported"] = nil
+            document["tenant_region_scope"] = NSNull()
+            document["cloud_instance_name"] = "microsoftonline.com"
+        }
         if provider.offers(.nativeSSO) {
             document["native_sso_supported"] = true
             document["scopes_supported"] = ["openid", "profile", "email", "offline_access", "User.Read", "device_sso"]

@@ -40,6 +40,15 @@ struct IdpSimCommand: AsyncParsableCommand {
     )
     var without: [OptionalFeature] = []
 
+    @Flag(
+        name: .customLong("entra-common"),
+        help: ArgumentHelp(
+            "Mimic Microsoft Entra ID's multi-tenant authority exactly: /common/v2.0, its discovery issuer "
+                + "the template {base}/{tenantid}/v2.0, each token issued by the user's own tenant (a user's "
+                + "tenantId in the users file), and neither revocation, native authentication nor single "
+                + "sign-on by token exchange."))
+    var entraCommon = false
+
     @Option(help: "trace, debug, info, notice, warning, error or critical.")
     var logLevel: String = "info"
 
@@ -71,12 +80,14 @@ struct IdpSimCommand: AsyncParsableCommand {
             throw ExitCode(2)
         }
 
-        let settings = ProviderSettings(
+        var settings = ProviderSettings(
             accessTokenLifetime: accessTokenLifetime, refreshTokenLifetime: refreshTokenLifetime,
-            codeLifetime: codeLifetime, without: Set(without))
+            codeLifetime: codeLifetime, without: Set(without), multiTenant: entraCommon)
+        if entraCommon { settings.without.formUnion([.revocation, .nativeAuth, .nativeSSO, .tokenExchange]) }
         let provider = try await Provider(
             users: directory, settings: settings,
-            authorityPath: issuerPath ?? "/\(directory.tenantId)/v2.0", logger: logger)
+            authorityPath: entraCommon ? Endpoints.commonAuthorityPath : issuerPath ?? "/\(directory.tenantId)/v2.0",
+            logger: logger)
         let endpoints = provider.endpoints
         let host = self.host
         let app = Application(
@@ -88,7 +99,7 @@ struct IdpSimCommand: AsyncParsableCommand {
                 endpoints.setBaseURL("http://\(urlHost):\(boundPort)")
                 // The one line tests wait for; printed only once the socket accepts connections.
                 FileHandle.standardOutput.write(Data("listening on http://\(urlHost):\(boundPort)\n".utf8))
-                logger.info("authority \(endpoints.issuer)")
+                logger.info("authority \(endpoints.baseURL + endpoints.authorityPath)")
             },
             logger: logger)
         try await app.runService()

@@ -10,6 +10,8 @@ struct ProviderSettings: Sendable {
     var codeLifetime: Int
     /// Optional parts of OAuth and OpenID Connect this provider leaves out, like a plainer provider.
     var without: Set<OptionalFeature> = []
+    /// Entra's multi-tenant authority (`/common/v2.0`), mimicked exactly (`--entra-common`).
+    var multiTenant = false
 }
 
 /// What a standards-compliant provider may lack; the broker must work without each.
@@ -50,7 +52,7 @@ struct Provider: Sendable {
     init(users: UserStore, settings: ProviderSettings, authorityPath: String, logger: Logger) async throws {
         self.users = users
         self.settings = settings
-        self.endpoints = Endpoints(authorityPath: authorityPath)
+        self.endpoints = Endpoints(authorityPath: authorityPath, multiTenant: settings.multiTenant)
         self.keys = try await SigningKeys.generate()
         self.refreshTokens = RefreshTokenStore(lifetime: TimeInterval(settings.refreshTokenLifetime))
         self.issuer = TokenIssuer(

@@ -42,7 +42,8 @@ struct ResourceRoutes: Sendable {
         } catch {
             throw Self.challenge(error: "invalid_token", description: "The access token is invalid or expired.")
         }
-        guard claims.iss == provider.endpoints.issuer, claims.aud == TokenIssuer.apiAudience else {
+        guard claims.iss == provider.endpoints.issuer(forTenant: claims.tid), claims.aud == TokenIssuer.apiAudience
+        else {
             throw Self.challenge(
                 error: "invalid_token", description: "The access token was not issued for this resource.")
         }

@@ -145,7 +145,8 @@ struct TokenExchange: Sendable {
                 throw OAuthError.invalidGrant(
                     "The subject token is not a valid access token of this provider, or it has expired.", code: 50027)
             }
-            guard claims.iss == provider.endpoints.issuer, claims.aud == TokenIssuer.apiAudience else {
+            guard claims.iss == provider.endpoints.issuer(forTenant: claims.tid), claims.aud == TokenIssuer.apiAudience
+            else {
                 throw OAuthError.invalidGrant("The subject token was not issued by this provider.", code: 50027)
             }
             user = provider.users.user(objectId: claims.oid)

@@ -68,8 +68,10 @@ struct TokenIssuer: Sendable {
         let user = signIn.user
         let clientId = signIn.client.clientId
         let subject = Self.pairwiseSubject(objectId: user.objectId, clientId: clientId)
+        let tenantId = user.tenantId ?? self.tenantId
+        let issuer = endpoints.issuer(forTenant: tenantId)
         let access = AccessTokenClaims(
-            iss: endpoints.issuer, aud: Self.apiAudience, exp: .init(value: expiry), iat: .init(value: now),
+            iss: issuer, aud: Self.apiAudience, exp: .init(value: expiry), iat: .init(value: now),
             nbf: .init(value: now),
             sub: subject, oid: user.objectId, tid: tenantId, preferred_username: user.username, name: user.displayName,
             scp: signIn.scopes.joined(separator: " "), azp: clientId, appid: clientId, ver: "2.0",
@@ -80,7 +82,7 @@ struct TokenIssuer: Sendable {
             scope: signIn.scopes.joined(separator: " "))
         if signIn.scopes.contains("openid") {
             var id = IDTokenClaims(
-                iss: endpoints.issuer, aud: clientId, exp: .init(value: expiry), iat: .init(value: now),
+                iss: issuer, aud: clientId, exp: .init(value: expiry), iat: .init(value: now),
                 nbf: .init(value: now),
                 sub: subject, oid: user.objectId, tid: tenantId, preferred_username: user.username,
                 name: user.displayName,

@@ -12,6 +12,9 @@ struct UserAccount: Sendable, Equatable {
     var objectId: String
     /// Which sign-in methods the account supports ("password", "emailOtp").
     var authMethods: Set<String>
+    /// The user's own tenant (`tid`) where it differs from the file's: a guest of the
+    /// multi-tenant authority (`--entra-common`).
+    var tenantId: String? = nil
 
     var supportsPassword: Bool { authMethods.contains("password") && password != nil }
     var supportsEmailOTP: Bool { authMethods.contains("emailOtp") }
@@ -73,6 +76,7 @@ extension UserStore {
             var email: String?
             var id: String?
             var authMethods: [String]?
+            var tenantId: String?
         }
         struct Client: Decodable {
             var clientId: String
@@ -139,7 +143,7 @@ extension UserStore {
                     displayName: user.displayName,
                     email: user.email,
                     objectId: user.id ?? derivedObjectId(username: user.username),
-                    authMethods: methods
+                    authMethods: methods, tenantId: user.tenantId
                 ))
         }
         var clientIds = Set<String>()

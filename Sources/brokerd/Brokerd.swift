@@ -57,6 +57,12 @@ struct Brokerd: AsyncParsableCommand {
                 """))
     var tokenStorage: TokenStorage?
 
+    @Flag(
+        help: ArgumentHelp(
+            "Let a password sign-in use the resource-owner password grant where the provider offers no native "
+                + "authentication (deprecated by RFC 9700; config allowPasswordGrant)."))
+    var allowPasswordGrant = false
+
     @Option(help: "Seconds a person has to finish an interactive sign-in in the browser.")
     var interactiveTimeout: Int = 300
 
@@ -91,6 +97,8 @@ struct Brokerd: AsyncParsableCommand {
                     metadata: ["administrator": "\(fixed.rawValue)", "asked": "\(asked.rawValue)"])
             }
             file.tokenStorage = administrator?.tokenStorage ?? tokenStorage ?? file.tokenStorage
+            file.allowPasswordGrant =
+                administrator?.allowPasswordGrant ?? (allowPasswordGrant || file.allowPasswordGrant == true)
             guard let authority = administrator?.authority ?? authority ?? file.authority else {
                 throw ValidationError("give the provider with --authority URL (or \"authority\" in --config)")
             }

@@ -80,7 +80,7 @@ import Testing
             transport: fake.transport, policy: .standard, clock: time, sleep: time.sleeper, random: { 1 })
         return OIDCProvider(
             authority: try Authority(Self.authority), requester: requester, clock: clock,
-            logger: Logger(label: "test"))
+            logger: Logger(label: "test"), allowPasswordGrant: true)
     }
 
     func failure(_ body: () async throws -> Void) async -> BrokerFailure? {

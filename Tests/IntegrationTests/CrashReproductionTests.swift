@@ -83,8 +83,9 @@ struct CrashReproductionTests {
         }
         let brokerd = try await offThePool {
             try Brokerd(
-                bus: bus, authority: provider.authority, stateDirectory: directory.path + "/state", browser: "/bin/true"
-            )
+                bus: bus, authority: provider.authority, stateDirectory: directory.path + "/state",
+                browser: "/bin/true",
+                extraArguments: ["--allow-password-grant"])
         }
         let connection = try await offThePool { try DBusConnection(address: bus.address) }
         defer { connection.close() }

@@ -10,13 +10,20 @@ import Testing
 @Suite("A provider with only the standard endpoints")
 struct PlainProviderTests {
     @Test(
-        "without native auth, revocation and end_session: password grant, sign-out with notes, code flow refused clearly"
+        "without native auth, revocation and end_session: password grant where allowed, sign-out with notes, code flow refused clearly"
     )
     func plainProvider() async throws {
         let env = try BrokerEnvironment(idpArguments: [
             "--without", "revocation", "--without", "end-session", "--without", "native-auth",
         ])
         let alice = TestUsers.alice
+        // The resource-owner password grant is deprecated (RFC 9700): only where the administrator allows it.
+        let refused = try env.signIn(alice, client: "mail-app")
+        #expect(refused.status == 1)
+        #expect(refused.stderr.contains("io.shareddevice.Broker1.Error.NotSupported"), "\(refused.stderr)")
+        #expect(refused.stderr.contains("RFC 9700") && refused.stderr.contains("allowPasswordGrant"))
+        #expect(try await env.tokenRequests("password") == 0)
+        try env.restartBroker(extraArguments: ["--allow-password-grant"])
         #expect(try env.signIn(alice, client: "mail-app").status == 0)
         #expect(try await env.tokenRequests("password") == 1)
 

@@ -30,7 +30,9 @@ struct SignInOptionsTests {
 
     @Test("without native authentication the email code is dropped once the broker has seen it missing")
     func withoutNativeAuthentication() throws {
-        let env = try BrokerEnvironment(idpArguments: ["--without", "native-auth"] + SingleSignOnTests.plainProvider)
+        let env = try BrokerEnvironment(
+            brokerArguments: ["--allow-password-grant"],
+            idpArguments: ["--without", "native-auth"] + SingleSignOnTests.plainProvider)
         // Discovery does not name native authentication's endpoints: until a try, it may be there.
         let before = try options(env)
         #expect(before["flows"] as? [String] == ["password", "email-code", "browser"], "\(before)")

@@ -48,7 +48,7 @@ private let provider = OIDCProvider(
             default: return HTTPResponse(status: 404, body: Array(#"{"error":"not_found"}"#.utf8))
             }
         }, policy: .never, sleep: { _ in }),
-    clock: FixedClock(), logger: quietLogger)
+    clock: FixedClock(), logger: quietLogger, allowPasswordGrant: true)
 
 func fuzzOne(_ bytes: [UInt8]) {
     guard let mode = bytes.first else { return }
