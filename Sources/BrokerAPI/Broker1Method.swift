@@ -9,6 +9,7 @@ public enum Broker1Method: String, CaseIterable, Sendable {
     case signInWithPassword = "SignInWithPassword"
     case startSignIn = "StartSignIn"
     case submitCode = "SubmitCode"
+    case finishSignIn = "FinishSignIn"
     case resendCode = "ResendCode"
     case cancelSignIn = "CancelSignIn"
     case acquireTokenInteractive = "AcquireTokenInteractive"
@@ -21,7 +22,7 @@ public enum Broker1Method: String, CaseIterable, Sendable {
     public var clientIdArgument: Int? {
         switch self {
         case .getSignInOptions, .getCurrentAccount, .signInWithPassword, .startSignIn, .acquireTokenInteractive, .acquireTokenSilent, .getAccounts, .signOut: 0
-        case .getDeviceInformation, .submitCode, .resendCode, .cancelSignIn: nil
+        case .getDeviceInformation, .submitCode, .finishSignIn, .resendCode, .cancelSignIn: nil
         }
     }
 
@@ -29,7 +30,7 @@ public enum Broker1Method: String, CaseIterable, Sendable {
     /// `io.shareddevice.Contract.WaitsForPerson`).
     public var waitsForPerson: Bool {
         switch self {
-        case .acquireTokenInteractive: true
+        case .finishSignIn, .acquireTokenInteractive: true
         default: false
         }
     }
@@ -43,6 +44,7 @@ public enum Broker1Method: String, CaseIterable, Sendable {
         case .signInWithPassword: "sssas"
         case .startSignIn: "ssasa{sv}"
         case .submitCode: "ss"
+        case .finishSignIn: "s"
         case .resendCode: "s"
         case .cancelSignIn: "s"
         case .acquireTokenInteractive: "sasa{sv}"

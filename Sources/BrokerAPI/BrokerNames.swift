@@ -97,6 +97,8 @@ public enum SignInFlow: String, Sendable, CaseIterable, Codable {
     case emailCode = "email-code"
     /// `AcquireTokenInteractive`: the provider's page in the system browser.
     case browser
+    /// `StartSignIn` with method `device-code`: a code entered on another device (RFC 8628).
+    case deviceCode = "device-code"
 }
 
 /// Keys of `GetSignInOptions`' dictionary.
@@ -109,6 +111,16 @@ public enum SignInOptionsKey {
 
 /// Keys of the code challenge (`a{sv}`) `StartSignIn` and `ResendCode` return.
 public enum ChallengeKey {
+    /// `s`, device code: where the person signs in.
+    public static let verificationUri = "verificationUri"
+    /// `s`, device code, when the provider gives it: the same with the code filled in (for a QR code).
+    public static let verificationUriComplete = "verificationUriComplete"
+    /// `s`, device code: the code the person enters there.
+    public static let userCode = "userCode"
+    /// `x`, device code: seconds until the code expires.
+    public static let expiresIn = "expiresIn"
+    /// `x`, device code: seconds between the broker's polls.
+    public static let interval = "interval"
     /// `s`: where the code went, e.g. `email`.
     public static let channel = "channel"
     /// `s`: the masked address, e.g. `a***@c***.example`.
@@ -139,4 +151,15 @@ public enum OptionKey {
     public static let forceRefresh = "forceRefresh"
     /// `b`, SignOut: also end the provider's browser session.
     public static let signoutFromBrowser = "signoutFromBrowser"
+    /// `s`, StartSignIn: ``SignInMethod``, `email-code` when absent.
+    public static let method = "method"
+}
+
+/// How `StartSignIn` signs in, as its `method` option spells it.
+public enum SignInMethod: String, Sendable, CaseIterable {
+    /// A one-time code by email (native authentication); `FinishSignIn` is `SubmitCode`.
+    case emailCode = "email-code"
+    /// The device authorization grant (RFC 8628): the person signs in elsewhere with a user code,
+    /// and `FinishSignIn` waits for it.
+    case deviceCode = "device-code"
 }

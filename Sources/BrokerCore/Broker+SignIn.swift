@@ -62,6 +62,103 @@ extension Broker {
         )
     }
 
+    /// What a device-code sign-in shows the person: where to go and which code to enter.
+    public struct DeviceSignInChallenge: Sendable, Equatable {
+        public var verificationUri: String
+        public var verificationUriComplete: String?
+        public var userCode: String
+        /// Seconds until the code expires.
+        public var expiresIn: Int64
+        /// Seconds between the broker's polls, as the provider asked.
+        public var interval: Int64
+    }
+
+    /// Starts a device-code sign-in (RFC 8628): returns what the person is shown; the broker then
+    /// polls the provider at the interval it asks (slower after `slow_down`) until the person has
+    /// signed in elsewhere, and the sign-in ends like the others (`AccountChanged`, the tokens,
+    /// which ``finishSignIn(flowId:owner:)`` hands to the app).
+    public func startDeviceSignIn(clientId: String, scopes requested: [String], owner: String)
+        async throws(BrokerFailure) -> (flowId: String, challenge: DeviceSignInChallenge)
+    {
+        try checkClient(clientId)
+        try InputRules.scopes(requested)
+        try checkTokenStorage()
+        try flows.admit(owner: owner, now: clock.now())
+        let scopes = Scopes(requested)
+        let correlationId = Self.newCorrelationId()
+        let provider = self.provider
+        let grant = try await callProvider(correlationId) {
+            try await provider.startDeviceSignIn(clientId: clientId, scopes: scopes)
+        }
+        try flows.admit(owner: owner, now: clock.now())
+        let flowId = Self.newCorrelationId()
+        let startGeneration = generation
+        let deadline = clock.now() + max(1, grant.expiresIn)
+        let task = Task { () async throws -> AppTokens in
+            try await self.pollDeviceSignIn(
+                grant, clientId: clientId, scopes: scopes, correlationId: correlationId, deadline: deadline,
+                startGeneration: startGeneration)
+        }
+        flows.addDevice(.init(owner: owner, task: task), id: flowId)
+        logger.info(
+            "device sign-in started",
+            metadata: ["clientId": "\(clientId)", "flowId": "\(flowId)", "correlationId": "\(correlationId)"])
+        return (
+            flowId,
+            DeviceSignInChallenge(
+                verificationUri: grant.verificationUri, verificationUriComplete: grant.verificationUriComplete,
+                userCode: grant.userCode, expiresIn: grant.expiresIn, interval: max(1, grant.interval))
+        )
+    }
+
+    private func pollDeviceSignIn(
+        _ grant: DeviceAuthorizationGrant, clientId: String, scopes: Scopes, correlationId: String, deadline: Int64,
+        startGeneration: UInt64
+    ) async throws(BrokerFailure) -> AppTokens {
+        var interval = max(1, grant.interval)
+        let provider = self.provider
+        while true {
+            do {
+                try await Task.sleep(for: .seconds(interval))
+            } catch {
+                throw BrokerFailure(.cancelled, "the device sign-in was cancelled")
+            }
+            guard clock.now() < deadline else {
+                throw BrokerFailure(
+                    .codeExpired, "nobody signed in with the code \(grant.userCode) in time; start the sign-in again")
+            }
+            let poll = try await callProvider(correlationId) {
+                try await provider.pollDeviceSignIn(clientId: clientId, deviceCode: grant.deviceCode, scopes: scopes)
+            }
+            switch poll {
+            case .pending:
+                continue
+            case .slowDown:
+                interval += 5
+            case .tokens(let tokens):
+                return try await adoptSignIn(
+                    tokens, clientId: clientId, scopes: scopes, correlationId: correlationId,
+                    startGeneration: startGeneration)
+            }
+        }
+    }
+
+    /// Waits for the device-code sign-in `flowId` of `owner` to end, and returns its tokens.
+    public func finishSignIn(flowId: String, owner: String) async throws(BrokerFailure) -> AppTokens {
+        try InputRules.flowId(flowId)
+        let flow = try flows.deviceFlow(flowId, owner: owner)
+        let outcome = await flow.task.result
+        flows.removeDevice(flowId)
+        switch outcome {
+        case .success(let tokens):
+            return tokens
+        case .failure(let failure as BrokerFailure):
+            throw failure
+        case .failure:
+            throw BrokerFailure(.cancelled, "the device sign-in was cancelled")
+        }
+    }
+
     /// Redeems the code. A wrong code leaves the flow usable (`.invalidCode`); an expired one
     /// asks for ``resendCode(flowId:owner:)`` (`.codeExpired`); other failures end the flow.
     public func submitCode(flowId: String, code: String, owner: String) async throws(BrokerFailure) -> AppTokens {

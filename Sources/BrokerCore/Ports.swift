@@ -95,6 +95,40 @@ public struct InteractiveRequest: Sendable {
     }
 }
 
+/// The device authorization grant's first answer (RFC 8628 3.2): what the person is shown, and
+/// the device code the broker polls with (a secret).
+public struct DeviceAuthorizationGrant: Sendable, Equatable {
+    public var deviceCode: String
+    public var userCode: String
+    public var verificationUri: String
+    public var verificationUriComplete: String?
+    /// Seconds the codes live.
+    public var expiresIn: Int64
+    /// Seconds to wait between polls.
+    public var interval: Int64
+
+    public init(
+        deviceCode: String, userCode: String, verificationUri: String, verificationUriComplete: String?,
+        expiresIn: Int64, interval: Int64
+    ) {
+        self.deviceCode = deviceCode
+        self.userCode = userCode
+        self.verificationUri = verificationUri
+        self.verificationUriComplete = verificationUriComplete
+        self.expiresIn = expiresIn
+        self.interval = interval
+    }
+}
+
+/// One poll of a device-code sign-in (RFC 8628 3.5).
+public enum DeviceCodePoll: Sendable {
+    /// Nobody has finished signing in yet.
+    case pending
+    /// Too fast: wait 5 seconds longer between polls from now on.
+    case slowDown
+    case tokens(ProviderTokens)
+}
+
 /// An OpenID Connect provider. Implementations throw ``BrokerFailure`` with the code that fits
 /// (`.invalidPassword`, `.userNotFound`, `.interactionRequired` for a rejected refresh token,
 /// `.serverUnavailable`, `.serverError`, `.unknownClient`, ...).
@@ -113,6 +147,12 @@ public protocol IdentityProvider: Sendable {
     /// Redeems a code; `.invalidCode` leaves the flow usable, `.codeExpired` asks for a new code.
     func submitCode(clientId: String, continuationToken: String, code: String, scopes: Scopes) async throws
         -> ProviderTokens
+    /// The device authorization grant (RFC 8628): `.notSupported` when discovery names no
+    /// `device_authorization_endpoint`.
+    func startDeviceSignIn(clientId: String, scopes: Scopes) async throws -> DeviceAuthorizationGrant
+    /// One poll of the token endpoint with the device code; a denial is `.accessDenied`, an
+    /// expired code `.codeExpired`.
+    func pollDeviceSignIn(clientId: String, deviceCode: String, scopes: Scopes) async throws -> DeviceCodePoll
     /// Authorization code with PKCE in the system browser, with a loopback redirect (RFC 8252).
     func signInInteractively(clientId: String, scopes: Scopes, request: InteractiveRequest) async throws
         -> ProviderTokens

@@ -24,10 +24,18 @@ public struct SignInFlows: Sendable {
         var cancel: @Sendable () -> Void
     }
 
+    /// A device-code sign-in (RFC 8628): the broker polls the provider while a person signs in
+    /// elsewhere; the task ends with the sign-in's tokens.
+    struct DeviceFlow: Sendable {
+        var owner: String
+        var task: Task<AppTokens, any Error>
+    }
+
     private(set) var codeFlows: [String: CodeFlow] = [:]
     private(set) var interactiveFlows: [String: InteractiveFlow] = [:]
+    private(set) var deviceFlows: [String: DeviceFlow] = [:]
 
-    var count: Int { codeFlows.count + interactiveFlows.count }
+    var count: Int { codeFlows.count + interactiveFlows.count + deviceFlows.count }
 
     /// Refuses a new flow for `owner` beyond the limits; first forgets code flows older than their lifetime.
     mutating func admit(owner: String, now: Int64) throws(BrokerFailure) {
@@ -35,6 +43,7 @@ public struct SignInFlows: Sendable {
         let mine =
             codeFlows.values.filter { $0.owner == owner }.count
             + interactiveFlows.values.filter { $0.owner == owner }.count
+            + deviceFlows.values.filter { $0.owner == owner }.count
         if mine >= Self.maxPerOwner {
             throw BrokerFailure(
                 .limitsExceeded, "this caller has \(mine) sign-ins in progress; finish or cancel one first")
@@ -68,11 +77,28 @@ public struct SignInFlows: Sendable {
 
     mutating func removeInteractive(_ id: String) { interactiveFlows[id] = nil }
 
+    mutating func addDevice(_ flow: DeviceFlow, id: String) { deviceFlows[id] = flow }
+
+    /// The device flow `id` if `owner` started it; others get `.flowNotFound`.
+    func deviceFlow(_ id: String, owner: String) throws(BrokerFailure) -> DeviceFlow {
+        guard let flow = deviceFlows[id], flow.owner == owner else {
+            throw BrokerFailure(.flowNotFound, "there is no device sign-in \(id) of this caller; start a new one")
+        }
+        return flow
+    }
+
+    mutating func removeDevice(_ id: String) { deviceFlows[id] = nil }
+
     /// Ends the flow `id` of `owner`, whichever kind it is.
     mutating func cancel(_ id: String, owner: String) throws(BrokerFailure) {
         if let flow = interactiveFlows[id], flow.owner == owner {
             interactiveFlows[id] = nil
             flow.cancel()
+            return
+        }
+        if let flow = deviceFlows[id], flow.owner == owner {
+            deviceFlows[id] = nil
+            flow.task.cancel()
             return
         }
         _ = try codeFlow(id, owner: owner)
@@ -88,6 +114,11 @@ public struct SignInFlows: Sendable {
             interactiveFlows[id] = nil
             flow.cancel()
         }
-        return code.count + interactive.count
+        let device = deviceFlows.filter { $0.value.owner == owner }
+        for (id, flow) in device {
+            deviceFlows[id] = nil
+            flow.task.cancel()
+        }
+        return code.count + interactive.count + device.count
     }
 }

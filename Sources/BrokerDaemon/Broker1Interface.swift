@@ -15,6 +15,7 @@ extension DBusInterfaceDescription {
             .init(name: "SignInWithPassword", inArguments: [.init("clientId", "s", annotations: [.init("io.shareddevice.Contract.ClientId", "true")]), .init("username", "s"), .init("password", "s"), .init("scopes", "as")], outArguments: [.init("result", "a{sv}")]),
             .init(name: "StartSignIn", inArguments: [.init("clientId", "s", annotations: [.init("io.shareddevice.Contract.ClientId", "true")]), .init("username", "s"), .init("scopes", "as"), .init("options", "a{sv}")], outArguments: [.init("flowId", "s"), .init("challenge", "a{sv}")]),
             .init(name: "SubmitCode", inArguments: [.init("flowId", "s"), .init("code", "s")], outArguments: [.init("result", "a{sv}")]),
+            .init(name: "FinishSignIn", inArguments: [.init("flowId", "s")], outArguments: [.init("result", "a{sv}")], annotations: [.init("io.shareddevice.Contract.WaitsForPerson", "true")]),
             .init(name: "ResendCode", inArguments: [.init("flowId", "s")], outArguments: [.init("challenge", "a{sv}")]),
             .init(name: "CancelSignIn", inArguments: [.init("flowId", "s")], outArguments: []),
             .init(name: "AcquireTokenInteractive", inArguments: [.init("clientId", "s", annotations: [.init("io.shareddevice.Contract.ClientId", "true")]), .init("scopes", "as"), .init("options", "a{sv}")], outArguments: [.init("result", "a{sv}")], annotations: [.init("io.shareddevice.Contract.WaitsForPerson", "true")]),
@@ -45,6 +46,7 @@ protocol Broker1Handler: Sendable {
     func signInWithPassword(clientId: String, username: String, password: String, scopes: [String], caller: String) async throws(BrokerFailure) -> [DBusValue]
     func startSignIn(clientId: String, username: String, scopes: [String], options: [String: DBusValue], caller: String) async throws(BrokerFailure) -> [DBusValue]
     func submitCode(flowId: String, code: String, caller: String) async throws(BrokerFailure) -> [DBusValue]
+    func finishSignIn(flowId: String, caller: String) async throws(BrokerFailure) -> [DBusValue]
     func resendCode(flowId: String, caller: String) async throws(BrokerFailure) -> [DBusValue]
     func cancelSignIn(flowId: String, caller: String) async throws(BrokerFailure) -> [DBusValue]
     func acquireTokenInteractive(clientId: String, scopes: [String], options: [String: DBusValue], caller: String) async throws(BrokerFailure) -> [DBusValue]
@@ -64,6 +66,7 @@ extension Broker1Handler {
         case .signInWithPassword: return try await signInWithPassword(clientId: a[0].string ?? "", username: a[1].string ?? "", password: a[2].string ?? "", scopes: a[3].stringArray ?? [], caller: call.sender)
         case .startSignIn: return try await startSignIn(clientId: a[0].string ?? "", username: a[1].string ?? "", scopes: a[2].stringArray ?? [], options: a[3].vardict ?? [:], caller: call.sender)
         case .submitCode: return try await submitCode(flowId: a[0].string ?? "", code: a[1].string ?? "", caller: call.sender)
+        case .finishSignIn: return try await finishSignIn(flowId: a[0].string ?? "", caller: call.sender)
         case .resendCode: return try await resendCode(flowId: a[0].string ?? "", caller: call.sender)
         case .cancelSignIn: return try await cancelSignIn(flowId: a[0].string ?? "", caller: call.sender)
         case .acquireTokenInteractive: return try await acquireTokenInteractive(clientId: a[0].string ?? "", scopes: a[1].stringArray ?? [], options: a[2].vardict ?? [:], caller: call.sender)

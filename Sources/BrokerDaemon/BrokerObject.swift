@@ -144,13 +144,28 @@ final class BrokerObject: DBusObject, Broker1Handler {
         clientId: String, username: String, scopes: [String], options: [String: DBusValue],
         caller: String
     ) async throws(BrokerFailure) -> [DBusValue] {
-        let started = try await broker.startSignIn(
-            clientId: clientId, username: username, scopes: scopes, owner: caller)
-        return [.string(started.flowId), BusMarshalling.challenge(started.challenge)]
+        let method = try BusMarshalling.stringOption(options, OptionKey.method) ?? SignInMethod.emailCode.rawValue
+        switch SignInMethod(rawValue: method) {
+        case .emailCode?:
+            let started = try await broker.startSignIn(
+                clientId: clientId, username: username, scopes: scopes, owner: caller)
+            return [.string(started.flowId), BusMarshalling.challenge(started.challenge)]
+        case .deviceCode?:
+            let started = try await broker.startDeviceSignIn(clientId: clientId, scopes: scopes, owner: caller)
+            return [.string(started.flowId), BusMarshalling.deviceChallenge(started.challenge)]
+        case nil:
+            throw BrokerFailure(
+                .invalidArgument,
+                "option method must be \(SignInMethod.allCases.map(\.rawValue).joined(separator: " or "))")
+        }
     }
 
     func submitCode(flowId: String, code: String, caller: String) async throws(BrokerFailure) -> [DBusValue] {
         [BusMarshalling.tokenResult(try await broker.submitCode(flowId: flowId, code: code, owner: caller))]
+    }
+
+    func finishSignIn(flowId: String, caller: String) async throws(BrokerFailure) -> [DBusValue] {
+        [BusMarshalling.tokenResult(try await broker.finishSignIn(flowId: flowId, owner: caller))]
     }
 
     func resendCode(flowId: String, caller: String) async throws(BrokerFailure) -> [DBusValue] {

@@ -107,6 +107,20 @@ enum BusMarshalling {
         ])
     }
 
+    static func deviceChallenge(_ challenge: Broker.DeviceSignInChallenge) -> DBusValue {
+        var values: [String: DBusValue] = [
+            ChallengeKey.channel: .string(SignInMethod.deviceCode.rawValue),
+            ChallengeKey.expiresIn: .int64(challenge.expiresIn),
+            ChallengeKey.interval: .int64(challenge.interval),
+            ChallengeKey.userCode: .string(challenge.userCode),
+            ChallengeKey.verificationUri: .string(challenge.verificationUri),
+        ]
+        if let complete = challenge.verificationUriComplete {
+            values[ChallengeKey.verificationUriComplete] = .string(complete)
+        }
+        return .vardict(values)
+    }
+
     static func error(_ failure: BrokerFailure) -> DBusError {
         DBusError(name: failure.code.dbusErrorName, message: failure.message)
     }

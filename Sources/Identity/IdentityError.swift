@@ -125,7 +125,7 @@ public enum IdentityError: Error, Sendable, Equatable, CustomStringConvertible {
 
 /// Which grant a provider answer belongs to; the same OAuth error means different things.
 enum GrantKind: Sendable {
-    case password, refresh, code, authorizationCode, other
+    case password, refresh, code, authorizationCode, deviceCode, other
     /// Single sign-on: Native SSO's or RFC 8693's token exchange, a family refresh token redeemed for another app.
     case deviceSecretExchange, tokenExchange, familyRefresh
 
@@ -136,6 +136,7 @@ enum GrantKind: Sendable {
         case .refresh: "the token refresh"
         case .code: "the one-time code's token request"
         case .authorizationCode: "the authorization code's token request"
+        case .deviceCode: "the device sign-in's token request"
         case .other: "the token request"
         case .deviceSecretExchange: "the Native SSO token exchange"
         case .tokenExchange: "the token exchange"
@@ -144,7 +145,7 @@ enum GrantKind: Sendable {
     }
 
     /// A sign-in by a person: the grants that may ask for Native SSO's device secret.
-    var isSignIn: Bool { self == .password || self == .code || self == .authorizationCode }
+    var isSignIn: Bool { self == .password || self == .code || self == .authorizationCode || self == .deviceCode }
 
     var isSingleSignOn: Bool { self == .deviceSecretExchange || self == .tokenExchange || self == .familyRefresh }
 }

@@ -130,6 +130,7 @@ public final class OIDCProvider: IdentityProvider {
         if native || allowPasswordGrant && endpoints.mayOfferPasswordGrant { flows.append(.password) }
         if native { flows.append(.emailCode) }
         if endpoints.authorizationEndpoint != nil { flows.append(.browser) }
+        if endpoints.deviceAuthorizationEndpoint != nil { flows.append(.deviceCode) }
         return flows
     }
 
@@ -212,7 +213,7 @@ public final class OIDCProvider: IdentityProvider {
         }
     }
 
-    private func tokens(
+    func tokens(
         from response: HTTPResponse, clientId: String, scopes: Scopes, nonce: String?,
         endpoints: ProviderMetadata
     ) async throws(IdentityError) -> ProviderTokens {
@@ -283,14 +284,14 @@ public final class OIDCProvider: IdentityProvider {
     }
 
     /// Adds `client_id`, and the secret for `client_secret_post` clients.
-    private func authenticated(_ clientId: String, _ fields: [(String, String)]) -> [(String, String)] {
+    func authenticated(_ clientId: String, _ fields: [(String, String)]) -> [(String, String)] {
         var all = [("client_id", clientId)] + fields
         if let secret = secrets[clientId], secret.method == .post { all.append(("client_secret", secret.secret)) }
         return all
     }
 
     /// RFC 6749 2.3.1: HTTP Basic with the form-encoded id and secret.
-    private func addBasicAuthentication(_ clientId: String, to request: inout HTTPRequest) {
+    func addBasicAuthentication(_ clientId: String, to request: inout HTTPRequest) {
         guard let secret = secrets[clientId], secret.method == .basic else { return }
         let pair = HTTPRequest.percentEncode(clientId) + ":" + HTTPRequest.percentEncode(secret.secret)
         request.headers.append(HTTPHeader("Authorization", "Basic " + Data(pair.utf8).base64EncodedString()))

@@ -12,6 +12,8 @@ public struct ProviderMetadata: Sendable, Equatable {
     public var revocationEndpoint: String?
     /// RP-initiated logout; absent when the provider offers none.
     public var endSessionEndpoint: String?
+    /// RFC 8628's device authorization endpoint; absent when the provider offers none.
+    public var deviceAuthorizationEndpoint: String?
     /// OpenID Connect Native SSO (`native_sso_supported`): sign-ins may ask for a device secret.
     public var nativeSSOSupported = false
     /// The grant types the token endpoint takes (`grant_types_supported`); nil when not said.
@@ -82,6 +84,7 @@ public struct ProviderMetadata: Sendable, Equatable {
             userinfoEndpoint: try endpoint("userinfo_endpoint"),
             revocationEndpoint: try endpoint("revocation_endpoint"),
             endSessionEndpoint: try endpoint("end_session_endpoint"))
+        metadata.deviceAuthorizationEndpoint = try endpoint("device_authorization_endpoint")
         metadata.nativeSSOSupported = document["native_sso_supported"] == .bool(true)
         metadata.grantTypesSupported = document["grant_types_supported"]?.array?.compactMap(\.string)
         return metadata

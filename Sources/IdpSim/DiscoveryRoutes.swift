@@ -76,6 +76,13 @@ struct DiscoveryRoutes: Sendable {
                 "authorization_code", "refresh_token", "password", TokenExchange.grantType,
             ]
         }
+        if provider.offers(.deviceCode) {
+            document["device_authorization_endpoint"] = endpoints.url(DeviceAuthorization.authorizationPath)
+            if var grants = document["grant_types_supported"] as? [String] {
+                grants.append(DeviceAuthorization.grantType)
+                document["grant_types_supported"] = grants
+            }
+        }
         return document
     }
 }

@@ -40,6 +40,15 @@ struct IdpSimCommand: AsyncParsableCommand {
     )
     var without: [OptionalFeature] = []
 
+    @Option(help: "Lifetime of device codes (RFC 8628) in seconds.")
+    var deviceCodeLifetime: Int = 900
+
+    @Option(help: "The polling interval, in seconds, a device is given with its device code.")
+    var deviceCodeInterval: Int = 5
+
+    @Option(help: "How many device-code polls to answer slow_down first, whatever their pace (for tests).")
+    var deviceCodeSlowDown: Int = 0
+
     @Flag(
         name: .customLong("entra-common"),
         help: ArgumentHelp(
@@ -54,7 +63,9 @@ struct IdpSimCommand: AsyncParsableCommand {
 
     func validate() throws {
         guard (0...65535).contains(port) else { throw ValidationError("--port must be between 0 and 65535") }
-        guard accessTokenLifetime > 0, refreshTokenLifetime > 0, codeLifetime > 0 else {
+        guard accessTokenLifetime > 0, refreshTokenLifetime > 0, codeLifetime > 0, deviceCodeLifetime > 0,
+            deviceCodeInterval > 0, deviceCodeSlowDown >= 0
+        else {
             throw ValidationError("lifetimes must be positive")
         }
         guard Logger.Level(rawValue: logLevel) != nil else { throw ValidationError("unknown --log-level \(logLevel)") }
@@ -82,7 +93,9 @@ struct IdpSimCommand: AsyncParsableCommand {
 
         var settings = ProviderSettings(
             accessTokenLifetime: accessTokenLifetime, refreshTokenLifetime: refreshTokenLifetime,
-            codeLifetime: codeLifetime, without: Set(without), multiTenant: entraCommon)
+            codeLifetime: codeLifetime, without: Set(without), multiTenant: entraCommon,
+            deviceCodeLifetime: deviceCodeLifetime, deviceCodeInterval: deviceCodeInterval,
+            deviceCodeSlowDowns: deviceCodeSlowDown)
         if entraCommon { settings.without.formUnion([.revocation, .nativeAuth, .nativeSSO, .tokenExchange]) }
         let provider = try await Provider(
             users: directory, settings: settings,

@@ -12,6 +12,11 @@ struct ProviderSettings: Sendable {
     var without: Set<OptionalFeature> = []
     /// Entra's multi-tenant authority (`/common/v2.0`), mimicked exactly (`--entra-common`).
     var multiTenant = false
+    /// The device authorization grant: how long a device code lives, the polling interval the
+    /// device is given, and how many polls are answered `slow_down` (for tests).
+    var deviceCodeLifetime = 900
+    var deviceCodeInterval = 5
+    var deviceCodeSlowDowns = 0
 }
 
 /// What a standards-compliant provider may lack; the broker must work without each.
@@ -28,6 +33,8 @@ enum OptionalFeature: String, Sendable, CaseIterable, ExpressibleByArgument {
     case familyTokens = "family-tokens"
     /// OAuth 2.0 Token Exchange (RFC 8693) of an access or refresh token.
     case tokenExchange = "token-exchange"
+    /// The device authorization grant (RFC 8628).
+    case deviceCode = "device-code"
 }
 
 /// Everything a request handler needs: the directory, keys, and the in-memory state actors.
@@ -44,6 +51,7 @@ struct Provider: Sendable {
     let nativeAuth: NativeAuthStore
     let authorization: AuthorizationStore
     let deviceSecrets: DeviceSecretStore
+    let deviceCodes: DeviceCodeStore
     let logger: Logger
 
     /// Whether an optional part is on.
@@ -62,6 +70,7 @@ struct Provider: Sendable {
         self.nativeAuth = NativeAuthStore(codeLifetime: TimeInterval(settings.codeLifetime))
         self.authorization = AuthorizationStore(codeLifetime: TimeInterval(settings.codeLifetime))
         self.deviceSecrets = DeviceSecretStore(lifetime: TimeInterval(settings.refreshTokenLifetime))
+        self.deviceCodes = DeviceCodeStore(slowDowns: settings.deviceCodeSlowDowns)
         self.logger = logger
     }
 
@@ -71,6 +80,7 @@ struct Provider: Sendable {
         router.add(middleware: ErrorMiddleware())
         DiscoveryRoutes(provider: self).register(on: router)
         TokenRoutes(provider: self).register(on: router)
+        if offers(.deviceCode) { DeviceAuthorization(provider: self).register(on: router) }
         if !settings.without.contains(.revocation) { RevocationRoutes(provider: self).register(on: router) }
         ResourceRoutes(provider: self).register(on: router)
         if !settings.without.contains(.nativeAuth) { NativeAuthRoutes(provider: self).register(on: router) }

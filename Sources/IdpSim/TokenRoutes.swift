@@ -36,6 +36,8 @@ struct TokenRoutes: Sendable {
             signIn = try await AuthorizeRoutes(provider: provider).codeGrant(parameters, client: client)
         case "oob":
             signIn = try await NativeAuthRoutes(provider: provider).oobGrant(parameters, client: client)
+        case DeviceAuthorization.grantType where provider.offers(.deviceCode):
+            signIn = try await DeviceAuthorization(provider: provider).grant(parameters, client: client)
         case TokenExchange.grantType where TokenExchange.offered(by: provider):
             signIn = try await TokenExchange(provider: provider).grant(parameters, client: client)
         case "":
@@ -46,7 +48,8 @@ struct TokenRoutes: Sendable {
                 description: "The provided value for the input parameter 'grant_type' is not valid.", codes: [70003])
         }
         // Native SSO §3.1: a person's sign-in granted `device_sso` (with `openid`) starts a device session.
-        if ["password", "authorization_code", "oob"].contains(grantType), provider.offers(.nativeSSO),
+        if ["password", "authorization_code", "oob", DeviceAuthorization.grantType].contains(grantType),
+            provider.offers(.nativeSSO),
             signIn.scopes.contains("openid"), signIn.scopes.contains("device_sso")
         {
             let (secret, sid) = await provider.deviceSecrets.issue(

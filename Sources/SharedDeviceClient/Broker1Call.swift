@@ -32,6 +32,10 @@ struct Broker1Call: Sendable {
         Self(method: .submitCode, arguments: [.string(flowId), .string(code)])
     }
 
+    static func finishSignIn(flowId: String) -> Self {
+        Self(method: .finishSignIn, arguments: [.string(flowId)])
+    }
+
     static func resendCode(flowId: String) -> Self {
         Self(method: .resendCode, arguments: [.string(flowId)])
     }

@@ -83,6 +83,21 @@ public final class PublicClientApplication: Sendable {
             configuration: configuration)
     }
 
+    /// Starts a device-code sign-in (RFC 8628), for a device without a browser or a person who
+    /// would rather use their phone: show the returned verification URI and user code, then wait
+    /// with ``DeviceCodeSignIn/result()``.
+    public func signInWithDeviceCode(scopes: [String]) async throws(BrokerError) -> DeviceCodeSignIn {
+        let reply = try await link.call(
+            .startSignIn(
+                clientId: clientId, username: "", scopes: scopes,
+                options: [OptionKey.method: .string(SignInMethod.deviceCode.rawValue)]),
+            timeout: configuration.tokenTimeout)
+        guard reply.count == 2, let flowId = reply[0].string, let challenge = reply[1].vardict else {
+            throw ReplyDecoding.malformed("\(Broker1Method.startSignIn.rawValue) did not return (flowId, challenge)")
+        }
+        return try DeviceCodeSignIn(flowId: flowId, challenge: challenge, link: link, configuration: configuration)
+    }
+
     /// Signs in in the system browser (MSAL: `acquireToken(with: MSALInteractiveTokenParameters)`).
     /// Waits up to `configuration.interactiveTimeout` for the person. Cancelling the task ends
     /// the browser flow in the broker and throws ``BrokerError/cancelled(_:)``.

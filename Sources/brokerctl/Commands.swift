@@ -97,6 +97,9 @@ struct SignIn: AsyncCommand {
               echo "$PASSWORD" | brokerctl sign-in --client-id mail-app --username alice@contoso.example --password-stdin
             --interactive opens the provider's sign-in page in the system browser ($BROWSER, else xdg-open):
               brokerctl sign-in --client-id mail-app --interactive --prompt login
+            --device-code, for a device without a browser: brokerctl prints an address and a code (and a \
+            QR code when qrencode is installed); sign in there on any device, and brokerctl waits:
+              brokerctl sign-in --client-id mail-app --device-code
             In shared mode, signing in as someone else while an account is signed in fails with AccountAlreadySignedIn.
             """)
     @OptionGroup var client: ClientOptions
@@ -107,6 +110,8 @@ struct SignIn: AsyncCommand {
         false
     @Flag(help: "Sign in in the system browser (authorization code with PKCE and a loopback redirect).")
     var interactive = false
+    @Flag(help: "Sign in on another device with a code (the device authorization grant, RFC 8628).")
+    var deviceCode = false
     @Option(
         help: ArgumentHelp(
             "With --interactive: "
@@ -120,6 +125,13 @@ struct SignIn: AsyncCommand {
     @OptionGroup var common: CommonOptions
 
     func validate() throws {
+        if deviceCode {
+            if interactive || passwordStdin || codeStdin || username != nil {
+                throw ValidationError(
+                    "--device-code signs in on another device; it takes no --interactive, --username or stdin")
+            }
+            return
+        }
         if interactive {
             if passwordStdin || codeStdin {
                 throw ValidationError(
@@ -140,7 +152,9 @@ struct SignIn: AsyncCommand {
         let app = try common.application(clientId: client.clientId)
         try await reportingErrors {
             let result: TokenResult
-            if interactive {
+            if deviceCode {
+                result = try await signInWithDeviceCode(app.signInWithDeviceCode(scopes: scopes))
+            } else if interactive {
                 if !common.json { Output.note("Opening the sign-in page in the browser; finish signing in there.") }
                 result = try await app.acquireToken(
                     InteractiveTokenParameters(scopes: scopes, promptType: prompt, loginHint: username))
@@ -161,6 +175,29 @@ struct SignIn: AsyncCommand {
                 ("Token expires", Output.expiry(result.expiresOn)),
             ])
         }
+    }
+
+    /// Shows where to sign in, and waits for it, counting down on a terminal.
+    private func signInWithDeviceCode(_ signIn: DeviceCodeSignIn) async throws -> TokenResult {
+        Output.note("To sign in, open \(signIn.verificationUri) and enter the code \(signIn.userCode)")
+        if let complete = signIn.verificationUriComplete {
+            Output.note("or open \(complete)")
+            Output.qrCode(complete)
+        }
+        let countdown = Task {
+            guard isatty(STDERR_FILENO) != 0 else { return }
+            while !Task.isCancelled {
+                let left = max(0, signIn.expiresOn.seconds - UnixTime.now.seconds)
+                let seconds = left % 60
+                Output.prompt("\rWaiting for the sign-in: \(left / 60):\(seconds < 10 ? "0" : "")\(seconds) left ")
+                try? await Task.sleep(for: .seconds(1))
+            }
+        }
+        defer {
+            countdown.cancel()
+            if isatty(STDERR_FILENO) != 0 { Output.prompt("\n") }
+        }
+        return try await signIn.result()
     }
 
     /// Reads codes until one is right, the input ends, or the flow fails for good.

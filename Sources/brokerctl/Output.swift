@@ -50,6 +50,25 @@ enum Output {
         writeStandardError(message + "\n")
     }
 
+    /// A QR code of `text` on standard error, drawn by `qrencode` when it is installed and
+    /// standard error is a terminal; nothing otherwise.
+    static func qrCode(_ text: String) {
+        let candidates: [String] = ["/usr/bin/qrencode", "/usr/local/bin/qrencode"]
+        guard isatty(STDERR_FILENO) != 0, let path = candidates.first(where: { access($0, X_OK) == 0 }) else { return }
+        fflush(nil)
+        var pid = pid_t()
+        let arguments = [path, "-t", "ANSIUTF8", "-o", "-", text]
+        var argv = arguments.map { strdup($0) } + [nil]
+        defer { for argument in argv { free(argument) } }
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_adddup2(&actions, STDERR_FILENO, STDOUT_FILENO)
+        guard posix_spawn(&pid, path, &actions, nil, &argv, environ) == 0 else { return }
+        var status: Int32 = 0
+        while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+    }
+
     /// A question, without a newline, on standard error.
     static func prompt(_ question: String) {
         writeStandardError(question)

@@ -74,6 +74,24 @@ final class ScriptedProvider: IdentityProvider, @unchecked Sendable {
     }
     func endBrowserSession(clientId: String, idTokenHint: String?) async throws -> EndpointOutcome { .notOffered }
 
+    // The device authorization grant, scripted: the first poll is pending, the second signs
+    // `deviceUser` in (nil: every poll is pending).
+    var deviceUser: String? = "alice@contoso.example"
+    private var devicePolls = 0
+    func startDeviceSignIn(clientId: String, scopes: Scopes) async throws -> DeviceAuthorizationGrant {
+        DeviceAuthorizationGrant(
+            deviceCode: "device-code-1", userCode: "BCDFGHJK", verificationUri: "https://login.example/device",
+            verificationUriComplete: nil, expiresIn: 900, interval: 1)
+    }
+    func pollDeviceSignIn(clientId: String, deviceCode: String, scopes: Scopes) async throws -> DeviceCodePoll {
+        let polls = lock.withLock { _ in
+            devicePolls += 1
+            return devicePolls
+        }
+        guard polls >= 2, let user = deviceUser else { return .pending }
+        return .tokens(tokens(for: user, clientId: clientId, scopes: scopes))
+    }
+
     // Single sign-on, scripted: `singleSignOn` is what discovery advertises; `deviceSecrets`
     // issues a device secret with every sign-in, `family` a family with every refresh token.
     var singleSignOn: Set<SingleSignOnMechanism> = []

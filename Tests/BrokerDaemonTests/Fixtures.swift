@@ -18,6 +18,10 @@ struct UnreachableProvider: IdentityProvider {
         -> ProviderTokens
     { throw down }
     func endBrowserSession(clientId: String, idTokenHint: String?) async throws -> EndpointOutcome { throw down }
+    func startDeviceSignIn(clientId: String, scopes: Scopes) async throws -> DeviceAuthorizationGrant { throw down }
+    func pollDeviceSignIn(clientId: String, deviceCode: String, scopes: Scopes) async throws -> DeviceCodePoll {
+        throw down
+    }
     func signInFlows() async throws -> [SignInFlow] { throw down }
     func singleSignOnSupport() async throws -> Set<SingleSignOnMechanism> { throw down }
     var singleSignOnSupportIfKnown: Set<SingleSignOnMechanism>? { nil }

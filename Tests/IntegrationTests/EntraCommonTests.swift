@@ -69,7 +69,7 @@ struct EntraCommonTests {
 
     @Test("the {tenantid} issuer is accepted; users of two tenants sign in; sign-out says there is no revocation")
     func twoTenants() async throws {
-        let setup = try Setup(mode: "default")
+        let setup = try await offThePool { try Setup(mode: "default") }
         let alice = try await setup.signIn(TestUsers.alice, client: "mail-app")
         #expect(alice.status == 0, "\(alice.stderr)")
         #expect(try Self.tenant(of: alice) == TestUsers.tenant)
@@ -93,7 +93,7 @@ struct EntraCommonTests {
     func tenantAllowList() async throws {
         let directory = try TemporaryDirectory()
         let config = try directory.write("brokerd.json", #"{"tenantId": "\#(TestUsers.tenant)"}"#)
-        let setup = try Setup(mode: "shared", brokerArguments: ["--config", config])
+        let setup = try await offThePool { try Setup(mode: "shared", brokerArguments: ["--config", config]) }
         let guest = try await setup.signIn(Self.guest, client: "calendar-app")
         #expect(guest.status == 1)
         #expect(guest.stderr.contains("io.shareddevice.Broker1.Error.AccessDenied"), "\(guest.stderr)")

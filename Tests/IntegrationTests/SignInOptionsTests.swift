@@ -17,14 +17,14 @@ struct SignInOptionsTests {
     func fullProvider() throws {
         let env = try BrokerEnvironment()
         let json = try options(env)
-        #expect(json["flows"] as? [String] == ["password", "email-code", "browser"], "\(json)")
+        #expect(json["flows"] as? [String] == ["password", "email-code", "browser", "device-code"], "\(json)")
         #expect(json["singleSignOn"] as? [String] == ["native-sso"], "\(json)")
 
         let raw = try env.gdbusCall(.getSignInOptions, ["calendar-app"])
         #expect(raw.status == 0, "\(raw.stderr)")
-        #expect(raw.stdout.contains("'flows': <['password', 'email-code', 'browser']>"), "\(raw.stdout)")
+        #expect(raw.stdout.contains("'flows': <['password', 'email-code', 'browser', 'device-code']>"), "\(raw.stdout)")
         let text = try env.brokerctl(["sign-in-options", "--client-id", "mail-app"])
-        #expect(text.stdout.contains("password, email-code, browser"), "\(text.stdout)")
+        #expect(text.stdout.contains("password, email-code, browser, device-code"), "\(text.stdout)")
         #expect(text.stdout.contains("native-sso"), "\(text.stdout)")
     }
 
@@ -35,7 +35,7 @@ struct SignInOptionsTests {
             idpArguments: ["--without", "native-auth"] + SingleSignOnTests.plainProvider)
         // Discovery does not name native authentication's endpoints: until a try, it may be there.
         let before = try options(env)
-        #expect(before["flows"] as? [String] == ["password", "email-code", "browser"], "\(before)")
+        #expect(before["flows"] as? [String] == ["password", "email-code", "browser", "device-code"], "\(before)")
         #expect(before["singleSignOn"] as? [String] == [], "\(before)")
 
         let code = try env.brokerctl(
@@ -45,10 +45,10 @@ struct SignInOptionsTests {
             ], stdin: "")
         #expect(code.status == 1)
         let after = try options(env, client: "calendar-app")
-        #expect(after["flows"] as? [String] == ["password", "browser"], "\(after)")
+        #expect(after["flows"] as? [String] == ["password", "browser", "device-code"], "\(after)")
         // Nothing else changed: the password grant still signs in.
         #expect(try env.signIn(TestUsers.alice, client: "mail-app").status == 0)
-        #expect(try options(env)["flows"] as? [String] == ["password", "browser"])
+        #expect(try options(env)["flows"] as? [String] == ["password", "browser", "device-code"])
     }
 
     @Test(
@@ -61,7 +61,7 @@ struct SignInOptionsTests {
         #expect(down.status == 1)
         #expect(down.stderr.contains("io.shareddevice.Broker1.Error.ServerUnavailable"), "\(down.stderr)")
         try await env.setProviderFault("none")
-        #expect(try options(env)["flows"] as? [String] == ["password", "email-code", "browser"])
+        #expect(try options(env)["flows"] as? [String] == ["password", "email-code", "browser", "device-code"])
 
         let bad = try env.gdbusCall(.getSignInOptions, ["''"])
         #expect(bad.status != 0)

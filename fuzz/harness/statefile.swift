@@ -180,6 +180,12 @@ private struct OfflineProvider: IdentityProvider {
     // Discovery was read before the provider went away: single sign-on is tried with what the
     // state holds, and each exchange meets the outage.
     func singleSignOnSupport() async throws -> Set<SingleSignOnMechanism> { [.nativeSSO] }
+    func startDeviceSignIn(clientId: String, scopes: Scopes) async throws -> DeviceAuthorizationGrant {
+        throw offline
+    }
+    func pollDeviceSignIn(clientId: String, deviceCode: String, scopes: Scopes) async throws -> DeviceCodePoll {
+        throw offline
+    }
     func signInFlows() async throws -> [SignInFlow] { throw offline }
     var singleSignOnSupportIfKnown: Set<SingleSignOnMechanism>? { [.nativeSSO] }
     func exchangeDeviceSecret(clientId: String, deviceSecret: DeviceSecret, scopes: Scopes) async throws

@@ -241,7 +241,7 @@ struct FuzzGenerator: Sendable {
             // This connection never started a flow: every flowId is unknown to it.
             arguments = [.string(someFlowId(&rng)), .string(someCode(&rng))]
             errors = ["InvalidArgument", "InvalidCode", "FlowNotFound"]
-        case .resendCode, .cancelSignIn:
+        case .resendCode, .cancelSignIn, .finishSignIn:
             arguments = [.string(someFlowId(&rng))]
             errors = ["InvalidArgument", "FlowNotFound"]
         case .acquireTokenInteractive:
