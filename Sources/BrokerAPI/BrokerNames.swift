@@ -13,6 +13,8 @@ public enum BrokerNames {
     public static let errorPrefix = "io.shareddevice.Broker1.Error."
     /// The signal sent once per change of the device's account.
     public static let accountChangedSignal = "AccountChanged"
+    /// The signal sent to the caller of an interactive sign-in, once per stage it reaches.
+    public static let signInProgressSignal = "SignInProgress"
 }
 
 /// The annotations of the contract XML that say what its types do not (the XML's header lists
@@ -153,6 +155,25 @@ public enum OptionKey {
     public static let signoutFromBrowser = "signoutFromBrowser"
     /// `s`, StartSignIn: ``SignInMethod``, `email-code` when absent.
     public static let method = "method"
+}
+
+/// Where an interactive sign-in stands, as the `SignInProgress` signal's `stage` spells it.
+public enum SignInStage: String, Sendable, CaseIterable {
+    /// The sign-in page was handed to the browser; `details` carries its `url`, so that an app
+    /// can show it ("Continue in your browser") or a person can open it by hand.
+    case browserOpened = "browser-opened"
+    /// Waiting for the person to finish in the browser.
+    case waiting
+    /// The browser came back with the provider's answer.
+    case codeReceived = "code-received"
+    /// The broker is getting the tokens from the provider.
+    case exchanging
+}
+
+/// Keys of the `SignInProgress` signal's `details`.
+public enum SignInProgressKey {
+    /// `s`, `browser-opened`: the sign-in page's address.
+    public static let url = "url"
 }
 
 /// How `StartSignIn` signs in, as its `method` option spells it.

@@ -233,9 +233,13 @@ extension Broker {
         // account to sign in, so the provider is given it and shows no account picker.
         let holder = account(for: clientId)
         let hint = loginHint.flatMap { $0.isEmpty ? nil : $0 } ?? holder?.username
+        let report = onSignInProgress
         let request = InteractiveRequest(
             prompt: holder != nil && prompt == .selectAccount ? nil : prompt, loginHint: hint,
-            timeout: configuration.interactiveTimeout)
+            timeout: configuration.interactiveTimeout,
+            progress: { stage, details in
+                report(SignInProgress(owner: owner, flowId: id, stage: stage, details: details))
+            })
         let task = Task {
             try await self.provider.signInInteractively(clientId: clientId, scopes: scopes, request: request)
         }

@@ -23,6 +23,8 @@ public actor Broker {
     let clock: any WallClock
     let logger: Logger
     private let onAccountChange: @Sendable (DeviceAccountChange) -> Void
+    /// Told each stage an interactive sign-in reaches, for its caller.
+    let onSignInProgress: @Sendable (SignInProgress) -> Void
 
     /// The state as of the last change; written only by ``commit(_:announcing:)``.
     private let published: Locked<BrokerState>
@@ -47,8 +49,10 @@ public actor Broker {
     public init(
         configuration: BrokerConfiguration, provider: any IdentityProvider, store: any StateStore,
         clock: any WallClock, initialState: BrokerState, logger: Logger,
-        onAccountChange: @escaping @Sendable (DeviceAccountChange) -> Void
+        onAccountChange: @escaping @Sendable (DeviceAccountChange) -> Void,
+        onSignInProgress: @escaping @Sendable (SignInProgress) -> Void = { _ in }
     ) {
+        self.onSignInProgress = onSignInProgress
         self.configuration = configuration
         self.provider = provider
         self.store = store

@@ -11,3 +11,12 @@ public struct DeviceAccountChange: Sendable, Equatable {
         self.reason = reason
     }
 }
+
+/// A stage an interactive sign-in reached, for the caller that started it (`SignInProgress`).
+public struct SignInProgress: Sendable, Equatable {
+    /// The caller (bus connection) the sign-in belongs to: the one the signal goes to.
+    public var owner: String
+    public var flowId: String
+    public var stage: SignInStage
+    public var details: [String: String]
+}

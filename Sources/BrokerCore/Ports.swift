@@ -87,11 +87,17 @@ public struct InteractiveRequest: Sendable {
     public var loginHint: String?
     /// How long a person has to finish in the browser.
     public var timeout: Duration
+    /// Told each stage the sign-in reaches, with its details (the page's `url`).
+    public var progress: @Sendable (SignInStage, [String: String]) -> Void
 
-    public init(prompt: Prompt? = nil, loginHint: String? = nil, timeout: Duration) {
+    public init(
+        prompt: Prompt? = nil, loginHint: String? = nil, timeout: Duration,
+        progress: @escaping @Sendable (SignInStage, [String: String]) -> Void = { _, _ in }
+    ) {
         self.prompt = prompt
         self.loginHint = loginHint
         self.timeout = timeout
+        self.progress = progress
     }
 }
 

@@ -24,6 +24,7 @@ extension DBusInterfaceDescription {
             .init(name: "SignOut", inArguments: [.init("clientId", "s", annotations: [.init("io.shareddevice.Contract.ClientId", "true")]), .init("accountId", "s"), .init("options", "a{sv}")], outArguments: [.init("result", "a{sv}")]),
         ],
         signals: [
+            .init(name: "SignInProgress", arguments: [.init("flowId", "s"), .init("stage", "s"), .init("details", "a{sv}")]),
             .init(name: "AccountChanged", arguments: [.init("current", "a{sv}"), .init("previous", "a{sv}"), .init("reason", "s")]),
         ],
         properties: [

@@ -28,7 +28,8 @@ final class BrokerService: Sendable {
         self.broker = Broker(
             configuration: configuration, provider: provider, store: store, clock: clock,
             initialState: initialState, logger: logger,
-            onAccountChange: Self.announcing(on: channel, properties: properties, logger: logger))
+            onAccountChange: Self.announcing(on: channel, properties: properties, logger: logger),
+            onSignInProgress: Self.reporting(on: channel, logger: logger))
         self.callers = callers
     }
 
@@ -36,6 +37,25 @@ final class BrokerService: Sendable {
     func callerLeft(_ name: String) async {
         callers.forget(name)
         await broker.callerLeft(name)
+    }
+
+    /// `SignInProgress` to the caller that started the sign-in, and to nobody else.
+    private static func reporting(on channel: any AnnouncementChannel, logger: Logger)
+        -> @Sendable (SignInProgress) -> Void
+    {
+        { progress in
+            do {
+                try channel.emitSignal(
+                    path: BrokerNames.objectPath, interface: BrokerNames.interface,
+                    member: BrokerNames.signInProgressSignal,
+                    arguments: [
+                        .string(progress.flowId), .string(progress.stage.rawValue),
+                        .vardict(progress.details.mapValues { .string($0) }),
+                    ], destination: progress.owner)
+            } catch {
+                logger.debug("could not send SignInProgress", metadata: ["error": "\(error)"])
+            }
+        }
     }
 
     /// What the core calls once per change of the device's account, after the change is written

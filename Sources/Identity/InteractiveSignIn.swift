@@ -37,6 +37,8 @@ extension OIDCProvider {
         let url = authorize + (authorize.contains("?") ? "&" : "?") + HTTPRequest.formURLEncoded(query)
 
         try browser.open(url)
+        request.progress(.browserOpened, [SignInProgressKey.url: url])
+        request.progress(.waiting, [:])
         logger.info(
             "interactive sign-in waiting for the browser",
             metadata: ["clientId": "\(clientId)", "port": "\(listener.port)"])
@@ -58,6 +60,8 @@ extension OIDCProvider {
         guard let code = parameters["code"], !code.isEmpty else {
             throw BrokerFailure(.serverError, "the provider's redirect carries neither a code nor an error")
         }
+        request.progress(.codeReceived, [:])
+        request.progress(.exchanging, [:])
         return try await requester.withBudget { () async throws(BrokerFailure) -> ProviderTokens in
             try await grant(
                 .authorizationCode, clientId: clientId, scopes: scopes, nonce: nonce,

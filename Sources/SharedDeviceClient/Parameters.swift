@@ -34,11 +34,18 @@ public struct InteractiveTokenParameters: Sendable {
     public var promptType: PromptType
     /// The username to suggest, if any.
     public var loginHint: String?
+    /// Told each stage the sign-in reaches, the first with the sign-in page's address (for
+    /// "Continue in your browser", or to open it by hand).
+    public var progress: (@Sendable (SignInProgress) -> Void)?
     /// Creates the parameters.
-    public init(scopes: [String], promptType: PromptType = .selectAccount, loginHint: String? = nil) {
+    public init(
+        scopes: [String], promptType: PromptType = .selectAccount, loginHint: String? = nil,
+        progress: (@Sendable (SignInProgress) -> Void)? = nil
+    ) {
         self.scopes = scopes
         self.promptType = promptType
         self.loginHint = loginHint
+        self.progress = progress
     }
 }
 

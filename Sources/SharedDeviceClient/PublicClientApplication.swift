@@ -107,6 +107,8 @@ public final class PublicClientApplication: Sendable {
             OptionKey.prompt: .string(parameters.promptType.rawValue), OptionKey.flowId: .string(flowId),
         ]
         if let hint = parameters.loginHint { options[OptionKey.loginHint] = .string(hint) }
+        let listener = try await progressListener(flowId: flowId, parameters.progress)
+        defer { listener?.cancel() }
         do {
             return try ReplyDecoding.tokenResult(
                 try await link.call(
@@ -121,6 +123,30 @@ public final class PublicClientApplication: Sendable {
                 await Task { _ = try? await link.call(.cancelSignIn(flowId: flowId), timeout: timeout) }.value
             }
             throw error
+        }
+    }
+
+    /// Forwards this flow's `SignInProgress` signals to `progress`; subscribed before the call,
+    /// so the first stage cannot be missed.
+    private func progressListener(flowId: String, _ progress: (@Sendable (SignInProgress) -> Void)?)
+        async throws(BrokerError) -> Task<Void, Never>?
+    {
+        guard let progress else { return nil }
+        let signals: AsyncStream<DBusSignal>
+        do {
+            signals = try await link.connection().signals(
+                matching: DBusMatchRule(
+                    sender: BrokerNames.busName, path: BrokerNames.objectPath, interface: BrokerNames.interface,
+                    member: BrokerNames.signInProgressSignal, arg0: flowId))
+        } catch {
+            throw BusLink.brokerError(error)
+        }
+        return Task {
+            for await signal in signals {
+                guard signal.arguments.count == 3, let stage = signal.arguments[1].string.flatMap(SignInStage.init)
+                else { continue }
+                progress(SignInProgress(stage: stage, url: signal.arguments[2].vardict?[SignInProgressKey.url]?.string))
+            }
         }
     }
 

@@ -155,9 +155,17 @@ struct SignIn: AsyncCommand {
             if deviceCode {
                 result = try await signInWithDeviceCode(app.signInWithDeviceCode(scopes: scopes))
             } else if interactive {
-                if !common.json { Output.note("Opening the sign-in page in the browser; finish signing in there.") }
                 result = try await app.acquireToken(
-                    InteractiveTokenParameters(scopes: scopes, promptType: prompt, loginHint: username))
+                    InteractiveTokenParameters(
+                        scopes: scopes, promptType: prompt, loginHint: username,
+                        progress: { progress in
+                            switch progress.stage {
+                            case .browserOpened:
+                                Output.note("Continue in your browser: \(progress.url ?? "the sign-in page")")
+                            case .exchanging: Output.note("Signed in in the browser; getting the tokens ...")
+                            case .waiting, .codeReceived: break
+                            }
+                        }))
             } else if let username, passwordStdin {
                 guard let password = readLine(strippingNewline: true), !password.isEmpty else {
                     Output.error("no password on standard input")
