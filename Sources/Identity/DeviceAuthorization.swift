@@ -59,14 +59,10 @@ extension OIDCProvider {
 
     public func pollDeviceSignIn(clientId: String, deviceCode: String, scopes: Scopes) async throws -> DeviceCodePoll {
         try await requester.withBudget { () async throws(BrokerFailure) -> DeviceCodePoll in
-            let endpoints = try await endpoints(for: .deviceCode)
-            var request = HTTPRequest.postForm(
-                endpoints.tokenEndpoint,
-                fields: authenticated(
-                    clientId, [("grant_type", Self.deviceCodeGrant), ("device_code", deviceCode)]))
-            addBasicAuthentication(clientId, to: &request)
-            let response = try await send(
-                request, kind: .deviceCode, what: "the device sign-in's poll", replay: .oneTime)
+            // RFC 8628 3.4: the token request carries no scope; the grant's was asked for at the start.
+            let (response, endpoints) = try await postGrant(
+                .deviceCode, clientId: clientId, scope: nil,
+                fields: [("grant_type", Self.deviceCodeGrant), ("device_code", deviceCode)])
             if response.status != 200 {
                 let error = Self.oauthError(response)
                 if case .oauth(_, let code, _, _, _) = error {

@@ -179,14 +179,29 @@ public final class OIDCProvider: IdentityProvider {
     // MARK: Token endpoint
 
     /// Posts one grant to the token endpoint and reads the answer (RFC 6749 5.1, 5.2).
-    ///
-    /// Every grant spends something once (a refresh token, a code, a continuation token), so
-    /// what is needed to check the answer (the signing keys) is fetched first: a provider whose
-    /// JWKS cannot be had fails the call before the grant is spent, not after.
     func grant(
         _ kind: GrantKind, clientId: String, scopes: Scopes, nonce: String? = nil,
         fields: [(String, String)]
     ) async throws(BrokerFailure) -> ProviderTokens {
+        let (response, endpoints) = try await postGrant(kind, clientId: clientId, scope: scopes, fields: fields)
+        guard response.status == 200 else { throw Self.oauthError(response).brokerFailure(during: kind, host: host) }
+        do {
+            return try await tokens(
+                from: response, clientId: clientId, scopes: scopes, nonce: nonce, endpoints: endpoints)
+        } catch {
+            throw error.brokerFailure(during: kind, host: host)
+        }
+    }
+
+    /// Posts one grant to the token endpoint, with `scope` when given, and returns the answer as
+    /// it came, for the caller to read.
+    ///
+    /// Every grant spends something once (a refresh token, a code, a continuation token, a device
+    /// code), so what is needed to check the answer (the signing keys) is fetched first: a provider
+    /// whose JWKS cannot be had fails the call before the grant is spent, not after.
+    func postGrant(_ kind: GrantKind, clientId: String, scope: Scopes?, fields: [(String, String)])
+        async throws(BrokerFailure) -> (response: HTTPResponse, endpoints: ProviderMetadata)
+    {
         let endpoints = try await endpoints(for: kind)
         if endpoints.jwksURI != nil {
             do {
@@ -195,22 +210,11 @@ public final class OIDCProvider: IdentityProvider {
                 throw error.brokerFailure(during: kind, host: host)
             }
         }
+        let scopeField = scope.map { [("scope", Self.scopeParameter($0, kind: kind, endpoints: endpoints))] } ?? []
         var request = HTTPRequest.postForm(
-            endpoints.tokenEndpoint,
-            fields: authenticated(
-                clientId,
-                fields + [
-                    ("scope", Self.scopeParameter(scopes, kind: kind, endpoints: endpoints))
-                ]))
+            endpoints.tokenEndpoint, fields: authenticated(clientId, fields + scopeField))
         addBasicAuthentication(clientId, to: &request)
-        let response = try await send(request, kind: kind, what: kind.request, replay: .oneTime)
-        guard response.status == 200 else { throw Self.oauthError(response).brokerFailure(during: kind, host: host) }
-        do {
-            return try await tokens(
-                from: response, clientId: clientId, scopes: scopes, nonce: nonce, endpoints: endpoints)
-        } catch {
-            throw error.brokerFailure(during: kind, host: host)
-        }
+        return (try await send(request, kind: kind, what: kind.request, replay: .oneTime), endpoints)
     }
 
     func tokens(
