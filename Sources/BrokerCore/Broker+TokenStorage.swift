@@ -5,16 +5,10 @@
 /// without a restart.
 extension Broker {
     /// Says that the token store is locked (`message`: what a person does to unlock it), or that
-    /// it is open again (nil) with the tokens the broker already holds.
+    /// it is open again (nil) with the tokens the broker already holds. The store's owner logs the
+    /// change, in the store's own words (the keyring's name, how to unlock it).
     public nonisolated func tokenStorageLocked(_ message: String?) {
-        let changed = tokenStorageLock.withLock { current in
-            defer { current = message }
-            return (current == nil) != (message == nil)
-        }
-        if changed {
-            logger.notice(
-                message == nil ? "the token store is open again" : "the token store is locked; token calls wait")
-        }
+        tokenStorageLock.withLock { $0 = message }
     }
 
     /// Whether token calls are refused now because the token store is locked.
