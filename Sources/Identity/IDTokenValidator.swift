@@ -18,6 +18,8 @@ struct IDTokenValidator: Sendable {
     let allowedClockSkew: Int64
     /// With a template issuer: the one tenant admitted (the configured `tenantId`), nil for any.
     let allowedTenant: String?
+    /// The text around the template issuer's `{tenantid}`, found once; nil for an exact issuer.
+    private let template: (prefix: String, suffix: String)?
 
     init(
         issuer: String, jwks: JWKSCache, clock: any WallClock, allowedClockSkew: Int64 = 300,
@@ -28,6 +30,7 @@ struct IDTokenValidator: Sendable {
         self.clock = clock
         self.allowedClockSkew = max(0, allowedClockSkew)
         self.allowedTenant = allowedTenant.flatMap { $0.isEmpty ? nil : $0 }
+        template = ProviderMetadata.templateParts(issuer).map { (prefix: $0.0, suffix: $0.1) }
     }
 
     /// Validates `idToken` and returns its claims.
@@ -129,8 +132,8 @@ struct IDTokenValidator: Sendable {
         guard let tokenIssuer = claims["iss"]?.string else {
             throw IdentityError.invalidIDToken("it has no issuer (iss)")
         }
-        if let (prefix, suffix) = ProviderMetadata.templateParts(issuer) {
-            try checkTenant(of: claims, issuer: tokenIssuer, prefix: prefix, suffix: suffix)
+        if let template {
+            try checkTenant(of: claims, issuer: tokenIssuer, prefix: template.prefix, suffix: template.suffix)
         } else if tokenIssuer != issuer {
             throw IdentityError.invalidIDToken("it was issued by someone other than \(issuer)")
         }
