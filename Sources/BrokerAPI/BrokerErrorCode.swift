@@ -22,6 +22,7 @@ public enum BrokerErrorCode: String, Sendable, CaseIterable, Codable {
     case cancelled = "Cancelled"
     case storageFailed = "StorageFailed"
     case storageLocked = "StorageLocked"
+    case browserUnavailable = "BrowserUnavailable"
 
     /// The full D-Bus error name, e.g. `io.shareddevice.Broker1.Error.NoAccount`.
     public var dbusErrorName: String { BrokerNames.errorPrefix + rawValue }

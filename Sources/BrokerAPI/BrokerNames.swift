@@ -162,6 +162,10 @@ public enum SignInStage: String, Sendable, CaseIterable {
     /// The sign-in page was handed to the browser; `details` carries its `url`, so that an app
     /// can show it ("Continue in your browser") or a person can open it by hand.
     case browserOpened = "browser-opened"
+    /// No browser could be opened (no desktop portal, no `xdg-open` or `$BROWSER` that worked);
+    /// `details` carries the page's `url` and the `reason`. The sign-in still waits, until its
+    /// deadline, for a person to open the page by hand in a browser on this device.
+    case browserUnavailable = "browser-unavailable"
     /// Waiting for the person to finish in the browser.
     case waiting
     /// The browser came back with the provider's answer.
@@ -174,6 +178,8 @@ public enum SignInStage: String, Sendable, CaseIterable {
 public enum SignInProgressKey {
     /// `s`, `browser-opened`: the sign-in page's address.
     public static let url = "url"
+    /// `s`, `browser-unavailable`: what was tried, and why it failed.
+    public static let reason = "reason"
 }
 
 /// How `StartSignIn` signs in, as its `method` option spells it.

@@ -43,7 +43,8 @@ public enum Daemon {
         let provider = OIDCProvider(
             authority: authority, clock: clock, logger: logger,
             clientSecrets: try options.configuration.clientSecrets(), tenantId: tenant,
-            allowPasswordGrant: options.configuration.allowPasswordGrant == true)
+            allowPasswordGrant: options.configuration.allowPasswordGrant == true,
+            urlOpener: DesktopPortal(connection: connection, fallback: BrowserCommand(), logger: logger))
         let service = BrokerService(
             configuration: BrokerConfiguration(
                 deviceMode: options.deviceMode, brokerVersion: version, tenantId: tenant,

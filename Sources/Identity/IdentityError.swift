@@ -24,6 +24,8 @@ public enum IdentityError: Error, Sendable, Equatable, CustomStringConvertible {
     case serverFailure(String)
     /// The caller went away while the broker waited for the provider.
     case cancelled
+    /// No browser could be given a page: what was tried and why each failed.
+    case browserUnavailable(String)
 
     public var description: String {
         switch self {
@@ -39,6 +41,7 @@ public enum IdentityError: Error, Sendable, Equatable, CustomStringConvertible {
         case .invalidIDToken(let why): return "the ID token is not valid: \(why)"
         case .unavailable(let text), .serverFailure(let text), .tenantNotAllowed(let text): return text
         case .cancelled: return "the request was cancelled"
+        case .browserUnavailable(let why): return "no browser could be opened: \(why)"
         }
     }
 
@@ -83,6 +86,8 @@ public enum IdentityError: Error, Sendable, Equatable, CustomStringConvertible {
             return BrokerFailure(.accessDenied, text)
         case .cancelled:
             return BrokerFailure(.cancelled, "the request was cancelled")
+        case .browserUnavailable:
+            return BrokerFailure(.browserUnavailable, description)
         case .oauth(let status, let error, _, let codes, let suberror):
             let text = description
             if status >= 500 || status == 429 {

@@ -36,13 +36,32 @@ extension OIDCProvider {
         if let hint = request.loginHint, !hint.isEmpty { query.append(("login_hint", hint)) }
         let url = authorize + (authorize.contains("?") ? "&" : "?") + HTTPRequest.formURLEncoded(query)
 
-        try browser.open(url)
-        request.progress(.browserOpened, [SignInProgressKey.url: url])
+        // Without a browser the page can still be opened by hand (the app is told its address),
+        // so the flow waits as usual; only its deadline's error says what went wrong.
+        var unavailable: String?
+        do {
+            try await urlOpener.open(url)
+            request.progress(.browserOpened, [SignInProgressKey.url: url])
+        } catch .browserUnavailable(let why) {
+            unavailable = why
+            logger.warning("no browser could be opened for an interactive sign-in", metadata: ["why": "\(why)"])
+            request.progress(.browserUnavailable, [SignInProgressKey.url: url, SignInProgressKey.reason: why])
+        } catch {
+            throw error.brokerFailure(during: .authorizationCode, host: host)
+        }
         request.progress(.waiting, [:])
         logger.info(
             "interactive sign-in waiting for the browser",
             metadata: ["clientId": "\(clientId)", "port": "\(listener.port)"])
-        let parameters = try await Self.waitForRedirect(listener, timeout: request.timeout)
+        let parameters: [String: String]
+        do { parameters = try await Self.waitForRedirect(listener, timeout: request.timeout) } catch {
+            guard let unavailable, error.code == .cancelled, !Task.isCancelled else { throw error }
+            throw BrokerFailure(
+                .browserUnavailable,
+                "no browser could be opened (\(unavailable)), and the sign-in page was not opened by hand within "
+                    + "\(request.timeout.components.seconds) s: \(url) . Install a browser or set BROWSER, or sign in "
+                    + "with a device code (brokerctl sign-in --device-code)")
+        }
         guard parameters["state"] == state else {
             throw BrokerFailure(.serverError, "the redirect's state does not match this sign-in; it was refused")
         }
@@ -81,7 +100,12 @@ extension OIDCProvider {
         guard let endSession = endpoints.endSessionEndpoint else { return .notOffered }
         var query = [("client_id", clientId)]
         if let idTokenHint { query.append(("id_token_hint", idTokenHint)) }
-        try browser.open(endSession + (endSession.contains("?") ? "&" : "?") + HTTPRequest.formURLEncoded(query))
+        do {
+            try await urlOpener.open(
+                endSession + (endSession.contains("?") ? "&" : "?") + HTTPRequest.formURLEncoded(query))
+        } catch {
+            throw error.brokerFailure(during: .other, host: host)
+        }
         return .done
     }
 

@@ -40,24 +40,27 @@ public final class OIDCProvider: IdentityProvider {
     let metadata: MetadataCache
     private let signingKeys: SigningKeysCache
     let nativeAuthentication = NativeAuthenticationSupport()
-    let browser = BrowserLauncher()
+    /// Where sign-in and end-session pages go: the desktop portal in brokerd, a browser command otherwise.
+    let urlOpener: any URLOpener
 
     public convenience init(
         authority: Authority, http: HTTPClient = .shared, clock: any WallClock, logger: Logger,
         clientSecrets: [String: ClientSecret] = [:], tenantId: String = "", allowPasswordGrant: Bool = false,
-        retryPolicy: RetryPolicy = .standard
+        retryPolicy: RetryPolicy = .standard, urlOpener: any URLOpener = BrowserCommand()
     ) {
         self.init(
             authority: authority, requester: ProviderHTTP(http: http, policy: retryPolicy, logger: logger),
             clock: clock, logger: logger, clientSecrets: clientSecrets, tenantId: tenantId,
-            allowPasswordGrant: allowPasswordGrant)
+            allowPasswordGrant: allowPasswordGrant, urlOpener: urlOpener)
     }
 
     /// A provider whose requests go through `requester` (tests inject a transport, a clock and a sleeper).
     init(
         authority: Authority, requester: ProviderHTTP, clock: any WallClock, logger: Logger,
-        clientSecrets: [String: ClientSecret] = [:], tenantId: String = "", allowPasswordGrant: Bool = false
+        clientSecrets: [String: ClientSecret] = [:], tenantId: String = "", allowPasswordGrant: Bool = false,
+        urlOpener: any URLOpener = BrowserCommand()
     ) {
+        self.urlOpener = urlOpener
         self.allowPasswordGrant = allowPasswordGrant
         self.authority = authority.url
         self.parsedAuthority = authority

@@ -44,6 +44,10 @@ public enum BrokerError: Error, Sendable, Equatable, CustomStringConvertible {
     /// `StorageLocked`: the keyring the broker keeps tokens in is locked; unlock it (the broker
     /// serves tokens again the moment it is, without a restart). Accounts are answered meanwhile.
     case storageLocked(String)
+    /// `BrowserUnavailable`: the broker could not open a browser for an interactive sign-in
+    /// (no desktop portal, no `xdg-open`, no `$BROWSER`), and nobody opened the sign-in page by hand
+    /// in time. The message has the page's address; a device-code sign-in needs no browser here.
+    case browserUnavailable(String)
     /// No broker answers on the bus (not running, or restarting).
     case brokerUnavailable(String)
     /// The broker did not answer in time.
@@ -73,6 +77,7 @@ public enum BrokerError: Error, Sendable, Equatable, CustomStringConvertible {
         case .cancelled: self = .cancelled(message)
         case .storageFailed: self = .storageFailed(message)
         case .storageLocked: self = .storageLocked(message)
+        case .browserUnavailable: self = .browserUnavailable(message)
         }
     }
 
@@ -127,6 +132,7 @@ public enum BrokerError: Error, Sendable, Equatable, CustomStringConvertible {
         case .cancelled: return .cancelled
         case .storageFailed: return .storageFailed
         case .storageLocked: return .storageLocked
+        case .browserUnavailable: return .browserUnavailable
         case .brokerUnavailable, .timedOut, .dbus: return nil
         }
     }
@@ -138,7 +144,8 @@ public enum BrokerError: Error, Sendable, Equatable, CustomStringConvertible {
             .invalidPassword(let m), .accountAlreadySignedIn(let m), .noAccount(let m), .interactionRequired(let m),
             .serverUnavailable(let m), .serverError(let m), .notSupported(let m), .accessDenied(let m),
             .limitsExceeded(let m), .invalidCode(let m), .codeExpired(let m), .flowNotFound(let m), .cancelled(let m),
-            .storageFailed(let m), .storageLocked(let m), .brokerUnavailable(let m), .timedOut(let m), .dbus(_, let m):
+            .storageFailed(let m), .storageLocked(let m), .browserUnavailable(let m), .brokerUnavailable(let m),
+            .timedOut(let m), .dbus(_, let m):
             return m
         }
     }

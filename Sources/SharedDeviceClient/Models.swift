@@ -28,15 +28,17 @@ public struct SignInOptions: Sendable, Equatable, Codable {
     public var singleSignOn: [SingleSignOnMechanism]
 }
 
-/// Where an interactive sign-in stands: the contract's own values (`browser-opened`, `waiting`,
-/// `code-received`, `exchanging`).
+/// Where an interactive sign-in stands: the contract's own values (`browser-opened`,
+/// `browser-unavailable`, `waiting`, `code-received`, `exchanging`).
 public typealias SignInStage = BrokerAPI.SignInStage
 
 /// One stage an interactive sign-in reached (the broker's `SignInProgress`, sent to this app alone).
 public struct SignInProgress: Sendable, Equatable {
     public var stage: SignInStage
-    /// With `browser-opened`: the sign-in page's address.
+    /// With `browser-opened` and `browser-unavailable`: the sign-in page's address.
     public var url: String?
+    /// With `browser-unavailable`: why no browser could be opened.
+    public var reason: String?
 }
 
 /// What the broker tells about the device.

@@ -145,7 +145,11 @@ public final class PublicClientApplication: Sendable {
             for await signal in signals {
                 guard signal.arguments.count == 3, let stage = signal.arguments[1].string.flatMap(SignInStage.init)
                 else { continue }
-                progress(SignInProgress(stage: stage, url: signal.arguments[2].vardict?[SignInProgressKey.url]?.string))
+                let details = signal.arguments[2].vardict
+                progress(
+                    SignInProgress(
+                        stage: stage, url: details?[SignInProgressKey.url]?.string,
+                        reason: details?[SignInProgressKey.reason]?.string))
             }
         }
     }

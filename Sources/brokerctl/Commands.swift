@@ -95,7 +95,7 @@ struct SignIn: AsyncCommand {
               brokerctl sign-in --client-id mail-app --username bob@contoso.example
             The password is read from standard input, never from the command line:
               echo "$PASSWORD" | brokerctl sign-in --client-id mail-app --username alice@contoso.example --password-stdin
-            --interactive opens the provider's sign-in page in the system browser ($BROWSER, else xdg-open):
+            --interactive opens the provider's sign-in page in the system browser (desktop portal, else $BROWSER or xdg-open):
               brokerctl sign-in --client-id mail-app --interactive --prompt login
             --device-code, for a device without a browser: brokerctl prints an address and a code (and a \
             QR code when qrencode is installed); sign in there on any device, and brokerctl waits:
@@ -162,6 +162,11 @@ struct SignIn: AsyncCommand {
                             switch progress.stage {
                             case .browserOpened:
                                 Output.note("Continue in your browser: \(progress.url ?? "the sign-in page")")
+                            case .browserUnavailable:
+                                Output.note(
+                                    "No browser could be opened (\(progress.reason ?? "no reason given")).\n"
+                                        + "Open this page in a browser on this device to go on: "
+                                        + (progress.url ?? "(the broker gave no address)"))
                             case .exchanging: Output.note("Signed in in the browser; getting the tokens ...")
                             case .waiting, .codeReceived: break
                             }

@@ -110,6 +110,7 @@ struct ActivationTests {
             "Type=dbus", "BusName=io.shareddevice.Broker1", "ExecStart=/usr/bin/brokerd", "Restart=on-failure",
             "StartLimitIntervalSec=60", "StartLimitBurst=5", "NoNewPrivileges=yes", "LockPersonality=yes",
             "SystemCallArchitectures=native", "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6",
+            "MemoryDenyWriteExecute=yes", "RestrictNamespaces=yes",
         ] {
             #expect(settings.contains(expected), "\(expected) missing from \(unit)")
         }

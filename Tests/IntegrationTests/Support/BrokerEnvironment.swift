@@ -46,19 +46,20 @@ extension IdpSim {
 final class Brokerd: @unchecked Sendable {
     let process: ChildProcess
 
-    /// Starts brokerd and waits for its readiness line. `browser` is its `$BROWSER`.
+    /// Starts brokerd and waits for its readiness line. `browser` is its `$BROWSER`; `environment`
+    /// adds to (or overrides) the test's own.
     /// Tokens stay in state.json (`--token-storage plaintext-file`) unless `extraArguments` gives
     /// another `--token-storage` (the last one given wins).
     init(
         bus: PrivateBus, authority: String, stateDirectory: String, mode: String = "shared",
-        browser: String, extraArguments: [String] = []
+        browser: String, extraArguments: [String] = [], environment: [String: String] = [:]
     ) throws {
         process = try ChildProcess(
             "brokerd", executable: Binaries.path("brokerd"),
             arguments: [
                 "--address", bus.address, "--device-mode", mode, "--authority", authority,
                 "--state-dir", stateDirectory, "--log-level", "debug", "--token-storage", "plaintext-file",
-            ] + extraArguments, environment: ["BROWSER": browser])
+            ] + extraArguments, environment: ["BROWSER": browser].merging(environment) { $1 })
         try process.waitForLine(timeout: .seconds(20)) { $0.hasPrefix("brokerd ready:") }
     }
 
@@ -79,21 +80,25 @@ final class BrokerEnvironment: @unchecked Sendable {
     private(set) var brokerd: Brokerd
     let stateDirectory: String
     let mode: String
+    /// What brokerd's environment adds to the test's.
+    let brokerEnvironment: [String: String]
 
     /// `busConfig`, when given, is the text of the private bus's configuration file.
-    init(mode: String = "shared", brokerArguments: [String] = [], idpArguments: [String] = [], busConfig: String? = nil)
-        throws
-    {
+    init(
+        mode: String = "shared", brokerArguments: [String] = [], idpArguments: [String] = [], busConfig: String? = nil,
+        brokerEnvironment: [String: String] = [:]
+    ) throws {
         let directory = try TemporaryDirectory()
         self.directory = directory
         stateDirectory = directory.path + "/state"
         self.mode = mode
+        self.brokerEnvironment = brokerEnvironment
         bus = try PrivateBus(configFile: try busConfig.map { try directory.write("bus.conf", $0) })
         idp = try IdpSim(in: directory, extraArguments: idpArguments)
         browser = try TestBrowser(in: directory)
         brokerd = try Brokerd(
             bus: bus, authority: idp.authority, stateDirectory: stateDirectory, mode: mode,
-            browser: browser.command, extraArguments: brokerArguments)
+            browser: browser.command, extraArguments: brokerArguments, environment: brokerEnvironment)
     }
 
     /// Stops brokerd cleanly and starts a new one on the same state.
@@ -101,7 +106,7 @@ final class BrokerEnvironment: @unchecked Sendable {
         _ = try brokerd.stop()
         brokerd = try Brokerd(
             bus: bus, authority: idp.authority, stateDirectory: stateDirectory, mode: mode,
-            browser: browser.command, extraArguments: extraArguments)
+            browser: browser.command, extraArguments: extraArguments, environment: brokerEnvironment)
     }
 
     /// Starts `brokerctl ARGS --address BUS` with standard input open, for a test to type into.
