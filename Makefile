@@ -81,6 +81,24 @@ install-data:
 		> $(DESTDIR)$(PREFIX)/lib/systemd/user/shared-device-broker.service
 	chmod 0644 $(DESTDIR)$(PREFIX)/lib/systemd/user/shared-device-broker.service
 
+## install-microsoft-broker1: opt-in, after install or install-data: lets apps written for
+## Microsoft's Linux broker start brokerd by the name com.microsoft.identity.broker1 (its D-Bus
+## activation file), as the alias dbus-com.microsoft.identity.broker1.service of the user unit, with a
+## drop-in that adds --compat microsoft-broker1. Not part of install: Microsoft's broker, where
+## installed, keeps its name. See docs/microsoft-broker1.md.
+.PHONY: install-microsoft-broker1
+install-microsoft-broker1:
+	install -d $(DESTDIR)$(PREFIX)/share/dbus-1/services \
+		$(DESTDIR)$(PREFIX)/lib/systemd/user/shared-device-broker.service.d
+	sed -e 's|@PREFIX@|$(PREFIX)|g' dbus/com.microsoft.identity.broker1.service.in \
+		> $(DESTDIR)$(PREFIX)/share/dbus-1/services/com.microsoft.identity.broker1.service
+	chmod 0644 $(DESTDIR)$(PREFIX)/share/dbus-1/services/com.microsoft.identity.broker1.service
+	sed -e 's|@PREFIX@|$(PREFIX)|g' systemd/microsoft-broker1.conf.in \
+		> $(DESTDIR)$(PREFIX)/lib/systemd/user/shared-device-broker.service.d/microsoft-broker1.conf
+	chmod 0644 $(DESTDIR)$(PREFIX)/lib/systemd/user/shared-device-broker.service.d/microsoft-broker1.conf
+	ln -sf shared-device-broker.service \
+		$(DESTDIR)$(PREFIX)/lib/systemd/user/dbus-com.microsoft.identity.broker1.service
+
 ## bench: brokerd against a hand-written C libdbus service, side by side (a few minutes);
 ## BENCH_ARGS=--pin runs the services under taskset -c 0. Results: benchmarks/results/, BENCHMARKS.md.
 bench: deps

@@ -190,3 +190,17 @@ public enum SignInMethod: String, Sendable, CaseIterable {
     /// and `FinishSignIn` waits for it.
     case deviceCode = "device-code"
 }
+
+/// The names of Microsoft's Linux identity broker protocol, which brokerd also serves when asked
+/// (`--compat microsoft-broker1`); its methods are ``MicrosoftBroker1Method``.
+public enum MicrosoftBroker1Names {
+    public static let busName = "com.microsoft.identity.broker1"
+    public static let objectPath = "/com/microsoft/identity/broker1"
+    public static let interface = "com.microsoft.identity.Broker1"
+}
+
+/// Keys of `extraDeviceInformation` that brokerd sets besides the host's facts.
+public enum DeviceFact {
+    /// `s`: the other brokers' bus names brokerd serves (space-separated), when it serves any.
+    public static let compatibility = "compatibility"
+}

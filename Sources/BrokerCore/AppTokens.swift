@@ -12,6 +12,19 @@ public struct AppTokens: Sendable, Equatable {
     /// Names this request in the broker's log, so an app's report can be matched to it.
     public var correlationId: String
 
+    public init(
+        accessToken: String, expiresOn: Int64, idToken: String?, scopes: Scopes, account: Account, authority: String,
+        correlationId: String
+    ) {
+        self.accessToken = accessToken
+        self.expiresOn = expiresOn
+        self.idToken = idToken
+        self.scopes = scopes
+        self.account = account
+        self.authority = authority
+        self.correlationId = correlationId
+    }
+
     /// `Bearer <token>`, ready for an `Authorization` header.
     public var authorizationHeader: String { "Bearer \(accessToken)" }
 }

@@ -28,6 +28,8 @@ public actor Broker {
 
     /// The state as of the last change; written only by ``commit(_:announcing:)``.
     private let published: Locked<BrokerState>
+    /// Facts learnt while running (what brokerd serves besides its interface), added to the configured ones.
+    private let runtimeFacts = Locked<[String: String]>([:])
     nonisolated var state: BrokerState { published.withLock { $0 } }
     /// Bumped whenever the signed-in account changes, so a provider call that straddled a
     /// sign-out or sign-in knows its answer is stale.
@@ -75,8 +77,13 @@ public actor Broker {
             deviceMode: configuration.deviceMode, brokerVersion: configuration.brokerVersion,
             deviceId: state.deviceId, tenantId: configuration.tenantId,
             authority: provider.authority,
-            extraDeviceInformation: configuration.extraDeviceInformation,
+            extraDeviceInformation: configuration.extraDeviceInformation.merging(runtimeFacts.withLock { $0 }) { $1 },
             singleSignOn: knownSingleSignOn())
+    }
+
+    /// Sets (or, with nil, removes) a fact `deviceInformation()` reports in `extraDeviceInformation`.
+    public nonisolated func setDeviceFact(_ key: String, to value: String?) {
+        runtimeFacts.withLock { $0[key] = value }
     }
 
     /// The app's current account and what it saw as current on its previous call.

@@ -62,11 +62,22 @@ public enum Daemon {
         defer { keyringWatch?.cancel() }
         let calls = CallGate(BrokerObject(service: service, logger: logger))
         connection.export(calls, at: BrokerNames.objectPath)
+        // Exported before any name is owned: clients call as soon as a name appears.
+        let compatibility = options.configuration.compatibility ?? []
+        let microsoftCalls =
+            compatibility.contains(.microsoftBroker1)
+            ? CallGate(MicrosoftBroker1Object(service: service, logger: logger)) : nil
+        if let microsoftCalls { connection.export(microsoftCalls, at: MicrosoftBroker1Names.objectPath) }
         let departures = try await watchDepartures(connection, service: service)
         defer { departures.cancel() }
 
         // Catch SIGTERM/SIGINT before anyone can know we are here.
         let stop = StopRequests(connection)
+        // Before brokerd's own name, so that "started" (systemd's Type=dbus, the readiness line)
+        // means every name it serves is there.
+        if microsoftCalls != nil {
+            await serveCompatibility(MicrosoftBroker1Names.busName, on: connection, service: service, logger: logger)
+        }
         let reply: DBusConnection.RequestNameReply
         do { reply = try await connection.requestName(BrokerNames.busName) } catch {
             throw DaemonError.bus("cannot request the name \(BrokerNames.busName): \(error)")
@@ -93,14 +104,62 @@ public enum Daemon {
             // Every caller gets an answer: new calls are refused, those in flight finish (or are
             // cancelled and answered once the grace period is over, or at a second signal). The
             // name goes only then, so a successor never loads the state while a change is in flight.
+            let secondSignal = Task { _ = await stop.next() }
+            defer { secondSignal.cancel() }
+            let grace = options.stopGracePeriod
+            let microsoftStopped = microsoftCalls.map { gate in
+                Task {
+                    await gate.stop(
+                        grace: grace, hurry: { await secondSignal.value },
+                        endSignIns: { await service.broker.callerLeft($0) }, logger: logger)
+                }
+            }
             await calls.stop(
-                grace: options.stopGracePeriod, hurry: { _ = await stop.next() },
+                grace: grace, hurry: { await secondSignal.value },
                 endSignIns: { await service.broker.callerLeft($0) }, logger: logger)
+            await microsoftStopped?.value
             // A round trip after the last reply: once ReleaseName is answered, every reply is on the bus.
+            if microsoftCalls != nil { _ = try? await connection.releaseName(MicrosoftBroker1Names.busName) }
             _ = try? await connection.releaseName(BrokerNames.busName)
         }
         logger.info("stopped")
         return 0
+    }
+
+    /// Owns another broker's name (its object is exported already). A name someone else owns
+    /// stays theirs: brokerd says who has it and goes on serving its own interface.
+    static func serveCompatibility(
+        _ name: String, on connection: DBusConnection, service: BrokerService, logger: Logger
+    ) async {
+        do {
+            if try await connection.requestName(name) == .primaryOwner {
+                service.broker.setDeviceFact(DeviceFact.compatibility, to: name)
+                logger.info("serving a compatibility interface", metadata: ["name": "\(name)"])
+                return
+            }
+            let owner =
+                try await connection.call(
+                    destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
+                    interface: "org.freedesktop.DBus", member: "GetNameOwner", arguments: [.string(name)]
+                ).first?.string ?? "?"
+            let pid = try? await connection.call(
+                destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
+                interface: "org.freedesktop.DBus", member: "GetConnectionUnixProcessID", arguments: [.string(owner)]
+            ).first?.uint32
+            let program = pid.flatMap { try? FileBytes.read("/proc/\($0)/comm") }.map {
+                String(decoding: $0.prefix { $0 != UInt8(ascii: "\n") }, as: UTF8.self)
+            }
+            logger.warning(
+                "another program owns the name; its apps keep talking to it, and brokerd serves its own interface only",
+                metadata: [
+                    "name": "\(name)", "owner": "\(owner)", "pid": "\(pid.map(String.init) ?? "?")",
+                    "program": "\(program ?? "?")",
+                ])
+        } catch {
+            logger.warning(
+                "cannot own the name; brokerd serves its own interface only",
+                metadata: ["name": "\(name)", "error": "\(error)"])
+        }
     }
 
     /// Sign-ins and what the broker knows of a caller belong to its connection: when it leaves the bus, they go.

@@ -12,6 +12,7 @@ import Identity
 ///   "authority": "https://login.example/TENANT/v2.0",
 ///   "tenantId": "TENANT",
 ///   "tokenStorage": "secret-service",
+///   "compatibility": ["microsoft-broker1"],
 ///   "clients": [{"clientId": "mail-app", "name": "Mail"},
 ///               {"clientId": "backoffice", "clientSecretFile": "/etc/shared-device-broker/backoffice.secret",
 ///                "clientSecretMethod": "client_secret_post"},
@@ -23,6 +24,13 @@ import Identity
 /// is a setting the administrator believes in and does not have. A client secret is read from a
 /// file only its owner can read: `clientSecretFile`, or `clientSecret` in a configuration file
 /// that is itself readable by its owner alone.
+/// Another broker's D-Bus protocol brokerd can serve besides its own (`--compat`, `compatibility`).
+public enum CompatibilityProtocol: String, Sendable, Codable, CaseIterable {
+    /// Microsoft's Linux identity broker: `com.microsoft.identity.broker1`
+    /// (docs/microsoft-broker1.md). Off by default: a machine with Microsoft's broker keeps it.
+    case microsoftBroker1 = "microsoft-broker1"
+}
+
 public struct DaemonConfigurationFile: Decodable, Sendable {
     public struct Client: Decodable, Sendable {
         public var clientId: String
@@ -59,9 +67,11 @@ public struct DaemonConfigurationFile: Decodable, Sendable {
     /// Whether a password sign-in may use the resource-owner password grant, which the OAuth 2.0
     /// Security BCP (RFC 9700) deprecates, where the provider offers no native authentication.
     public var allowPasswordGrant: Bool?
+    /// Other brokers' protocols brokerd also serves, over the same state.
+    public var compatibility: [CompatibilityProtocol]?
 
     private enum CodingKeys: String, CodingKey, CaseIterable {
-        case deviceMode, authority, tenantId, clients, tokenStorage, allowPasswordGrant
+        case deviceMode, authority, tenantId, clients, tokenStorage, allowPasswordGrant, compatibility
     }
 
     public init(from decoder: any Decoder) throws {
@@ -73,12 +83,15 @@ public struct DaemonConfigurationFile: Decodable, Sendable {
         clients = try values.decodeIfPresent([Client].self, forKey: .clients)
         tokenStorage = try values.decodeIfPresent(TokenStorage.self, forKey: .tokenStorage)
         allowPasswordGrant = try values.decodeIfPresent(Bool.self, forKey: .allowPasswordGrant)
+        compatibility = try values.decodeIfPresent([CompatibilityProtocol].self, forKey: .compatibility)
     }
 
     public init(
         deviceMode: DeviceMode? = nil, authority: String? = nil, tenantId: String? = nil, clients: [Client]? = nil,
-        tokenStorage: TokenStorage? = nil, allowPasswordGrant: Bool? = nil
+        tokenStorage: TokenStorage? = nil, allowPasswordGrant: Bool? = nil,
+        compatibility: [CompatibilityProtocol]? = nil
     ) {
+        self.compatibility = compatibility
         self.deviceMode = deviceMode
         self.authority = authority
         self.tenantId = tenantId
@@ -123,7 +136,8 @@ public struct DaemonConfigurationFile: Decodable, Sendable {
             tenantId: administrator.tenantId ?? tenantId,
             clients: administrator.clients ?? clients,
             tokenStorage: administrator.tokenStorage ?? tokenStorage,
-            allowPasswordGrant: administrator.allowPasswordGrant ?? allowPasswordGrant)
+            allowPasswordGrant: administrator.allowPasswordGrant ?? allowPasswordGrant,
+            compatibility: administrator.compatibility ?? compatibility)
     }
 
     public static func load(path: String) throws(DaemonError) -> DaemonConfigurationFile {

@@ -67,7 +67,8 @@ struct AuthorizeRoutes: Sendable {
             return fail("invalid_request", "Unsupported prompt value.")
         }
         let pendingRequest = AuthorizationStore.PendingRequest(
-            clientId: client.clientId, redirectUri: redirectUri, scopes: TokenIssuer.scopes(from: query["scope"]),
+            clientId: client.clientId, redirectUri: redirectUri,
+            scopes: TokenIssuer.scopes(from: query["scope"], client: client),
             state: state,
             nonce: query["nonce"], codeChallenge: challenge, loginHint: query["login_hint"], createdAt: Date())
 

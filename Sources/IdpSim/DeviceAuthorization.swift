@@ -30,7 +30,7 @@ struct DeviceAuthorization: Sendable {
         let client = try ClientAuthenticator(users: provider.users).authenticate(request, parameters)
         let settings = provider.settings
         let grant = await provider.deviceCodes.start(
-            clientId: client.clientId, scopes: TokenIssuer.scopes(from: parameters["scope"]),
+            clientId: client.clientId, scopes: TokenIssuer.scopes(from: parameters["scope"], client: client),
             lifetime: TimeInterval(settings.deviceCodeLifetime), interval: settings.deviceCodeInterval)
         let verification = provider.endpoints.baseURL + Self.pagePath
         return JSONBody.response(

@@ -122,7 +122,8 @@ struct NativeAuthRoutes: Sendable {
         }
         await provider.nativeAuth.finish(flowId: flow.id)
         return SignIn(
-            user: user, client: client, scopes: TokenIssuer.scopes(from: parameters["scope"]), nonce: nil,
+            user: user, client: client, scopes: TokenIssuer.scopes(from: parameters["scope"], client: client),
+            nonce: nil,
             authTime: Date())
     }
 

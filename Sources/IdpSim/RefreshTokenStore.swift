@@ -24,6 +24,9 @@ actor RefreshTokenStore {
         case reused
         /// Issued to another client; nothing was consumed. Family refresh tokens are redeemed so.
         case wrongClient(Grant)
+        /// The refresh asked for a scope its grant does not hold; nothing was consumed, so the
+        /// token stays usable (a refused request must not turn the next refresh into a reuse).
+        case scopeNotGranted(String)
     }
 
     private struct Entry {
@@ -51,8 +54,9 @@ actor RefreshTokenStore {
 
     /// Consumes a token: a valid one is marked rotated, so the caller must issue its successor.
     /// A token of another client is not consumed (nor counted as reuse): the caller decides
-    /// whether that client may redeem it, as a family refresh token.
-    func redeem(_ token: String, clientId: String) -> Redemption {
+    /// whether that client may redeem it, as a family refresh token. `scopes`, when given, must
+    /// all be in the grant, or nothing is consumed.
+    func redeem(_ token: String, clientId: String, scopes: [String]? = nil) -> Redemption {
         guard var entry = entries[token] else { return .unknown }
         if revokedFamilies.contains(entry.grant.family) { return .revoked }
         guard entry.grant.expiresAt > Date() else { return .expired }
@@ -61,6 +65,7 @@ actor RefreshTokenStore {
             revokedFamilies.insert(entry.grant.family)
             return .reused
         }
+        if let extra = scopes?.first(where: { !entry.grant.scopes.contains($0) }) { return .scopeNotGranted(extra) }
         entry.rotated = true
         entries[token] = entry
         return .valid(entry.grant)

@@ -124,7 +124,8 @@ struct TokenExchange: Sendable {
         try permitSingleSignOn(client)
         await provider.stats.countExchange("native-sso")
         return SignIn(
-            user: user, client: client, scopes: TokenIssuer.scopes(from: parameters["scope"]), nonce: nil,
+            user: user, client: client, scopes: TokenIssuer.scopes(from: parameters["scope"], client: client),
+            nonce: nil,
             authTime: Date(), deviceSession: DeviceSession(secret: secret, sid: sid, handOutSecret: false),
             isExchange: true)
     }
@@ -165,7 +166,8 @@ struct TokenExchange: Sendable {
         try permitSingleSignOn(client)
         await provider.stats.countExchange("token-exchange")
         return SignIn(
-            user: user, client: client, scopes: TokenIssuer.scopes(from: parameters["scope"]), nonce: nil,
+            user: user, client: client, scopes: TokenIssuer.scopes(from: parameters["scope"], client: client),
+            nonce: nil,
             authTime: Date(), isExchange: true)
     }
 

@@ -132,9 +132,17 @@ struct TokenIssuer: Sendable {
             .replacingOccurrences(of: "=", with: "")
     }
 
-    /// Splits a `scope` parameter; an absent or empty one means the default set.
-    static func scopes(from parameter: String?) -> [String] {
-        let requested = (parameter ?? "").split(separator: " ").map(String.init)
+    /// Graph's `.default` scope, by the resource's URI and by its application id.
+    static let graphDefaultScopes: Set<String> = [
+        "https://graph.microsoft.com/.default", "00000003-0000-0000-c000-000000000000/.default",
+    ]
+
+    /// Splits a `scope` parameter; an absent or empty one means the default set. Like Entra,
+    /// Graph's `.default` stands for every Graph permission the client was granted.
+    static func scopes(from parameter: String?, client: ClientRegistration) -> [String] {
+        let requested = (parameter ?? "").split(separator: " ").flatMap { scope in
+            graphDefaultScopes.contains(String(scope)) ? client.permissions : [String(scope)]
+        }
         var seen = Set<String>()
         let unique = requested.filter { seen.insert($0).inserted }
         return unique.isEmpty ? defaultScopes : unique

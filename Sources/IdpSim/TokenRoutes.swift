@@ -82,7 +82,7 @@ struct TokenRoutes: Sendable {
                 "Error validating credentials due to invalid username or password.", code: 50126)
         }
         return SignIn(
-            user: user, client: client, scopes: TokenIssuer.scopes(from: parameters["scope"]),
+            user: user, client: client, scopes: TokenIssuer.scopes(from: parameters["scope"], client: client),
             nonce: parameters["nonce"], authTime: Date())
     }
 
@@ -92,9 +92,14 @@ struct TokenRoutes: Sendable {
             throw OAuthError.invalidRequest("The request body must contain the following parameter: 'refresh_token'.")
         }
         let grant: RefreshTokenStore.Grant
-        switch await provider.refreshTokens.redeem(token, clientId: client.clientId) {
+        let asked = parameters.nonEmpty("scope").map { TokenIssuer.scopes(from: $0, client: client) }
+        switch await provider.refreshTokens.redeem(token, clientId: client.clientId, scopes: asked) {
         case .valid(let found):
             grant = found
+        case .scopeNotGranted(let extra):
+            throw OAuthError(
+                status: .badRequest, error: "invalid_scope",
+                description: "The scope '\(extra)' was not part of the original grant.", codes: [70011])
         case .unknown:
             throw OAuthError.invalidGrant("The provided value for the refresh token is not valid.", code: 9_002_313)
         case .expired:
@@ -112,16 +117,7 @@ struct TokenRoutes: Sendable {
         guard let user = provider.users.user(named: grant.username) else {
             throw OAuthError.invalidGrant("The user account no longer exists.", code: 50034)
         }
-        var scopes = grant.scopes
-        if let requested = parameters.nonEmpty("scope") {
-            let asked = TokenIssuer.scopes(from: requested)
-            if let extra = asked.first(where: { !grant.scopes.contains($0) }) {
-                throw OAuthError(
-                    status: .badRequest, error: "invalid_scope",
-                    description: "The scope '\(extra)' was not part of the original grant.", codes: [70011])
-            }
-            scopes = asked
-        }
+        let scopes = asked ?? grant.scopes
         return SignIn(
             user: user, client: client, scopes: scopes, nonce: nil, authTime: grant.authTime,
             refreshFamily: grant.family)
@@ -145,7 +141,8 @@ struct TokenRoutes: Sendable {
         }
         await provider.stats.countExchange("family-refresh")
         return SignIn(
-            user: user, client: client, scopes: TokenIssuer.scopes(from: parameters["scope"]), nonce: nil,
+            user: user, client: client, scopes: TokenIssuer.scopes(from: parameters["scope"], client: client),
+            nonce: nil,
             authTime: issued.authTime, refreshFamily: issued.family)
     }
 }

@@ -30,6 +30,9 @@ struct ClientRegistration: Sendable, Equatable {
     /// Whether the client may get tokens through single sign-on (token exchanges, another family
     /// member's refresh token); an administrator's switch per application.
     var singleSignOn = true
+    /// The Graph permissions an administrator granted the application: what Entra's
+    /// `https://graph.microsoft.com/.default` scope stands for.
+    var permissions = UserStore.defaultPermissions
 
     var isConfidential: Bool { clientSecret != nil }
 }
@@ -84,13 +87,19 @@ extension UserStore {
             var redirectUris: [String]?
             var family: String?
             var singleSignOn: Bool?
+            var permissions: [String]?
         }
-        var tenantId: String
+        var tenantId: String?
         var users: [User]
         var clients: [Client]
     }
 
     static let knownAuthMethods: Set<String> = ["password", "emailOtp"]
+    /// The tenant id when the users file names none: a GUID, as Entra's are (clients of
+    /// Microsoft's broker protocol parse the account's realm as one).
+    static let defaultTenantId = "4f1c5a3e-8b2d-4c6f-9a7e-1d3b5c7e9f20"
+    /// A client's Graph permissions when the users file lists none.
+    static let defaultPermissions = ["User.Read"]
 
     /// Reads and validates a users file.
     static func load(path: String) throws -> UserStore {
@@ -112,7 +121,7 @@ extension UserStore {
         } catch {
             throw UsersFileError(description: "invalid users file \(source): \(error)")
         }
-        let tenant = file.tenantId.trimmingCharacters(in: .whitespaces)
+        let tenant = (file.tenantId ?? defaultTenantId).trimmingCharacters(in: .whitespaces)
         guard !tenant.isEmpty, !tenant.contains("/") else {
             throw UsersFileError(description: "invalid users file \(source): tenantId must be a non-empty path segment")
         }
@@ -161,7 +170,7 @@ extension UserStore {
                 ClientRegistration(
                     clientId: client.clientId, clientSecret: client.clientSecret,
                     redirectUris: client.redirectUris ?? [], family: client.family,
-                    singleSignOn: client.singleSignOn ?? true))
+                    singleSignOn: client.singleSignOn ?? true, permissions: client.permissions ?? defaultPermissions))
         }
         return UserStore(tenantId: tenant, users: users, clients: clients)
     }

@@ -63,6 +63,18 @@ struct Brokerd: AsyncParsableCommand {
                 + "authentication (deprecated by RFC 9700; config allowPasswordGrant)."))
     var allowPasswordGrant = false
 
+    @Option(
+        name: .customLong("compat"),
+        help: ArgumentHelp(
+            "Also serve another broker's protocol over the same state: microsoft-broker1 (repeatable; config "
+                + "compatibility).",
+            discussion: """
+                microsoft-broker1: Microsoft's Linux identity broker (com.microsoft.identity.broker1), for apps written \
+                for it (Edge, Teams, the OneDrive client, MSAL Python). If another program owns that name, brokerd \
+                logs who and serves its own interface only.
+                """))
+    var compatibility: [CompatibilityProtocol] = []
+
     @Option(help: "Seconds a person has to finish an interactive sign-in in the browser.")
     var interactiveTimeout: Int = 300
 
@@ -105,6 +117,11 @@ struct Brokerd: AsyncParsableCommand {
             file.tokenStorage = administrator?.tokenStorage ?? tokenStorage ?? file.tokenStorage
             file.allowPasswordGrant =
                 administrator?.allowPasswordGrant ?? (allowPasswordGrant || file.allowPasswordGrant == true)
+            file.compatibility =
+                administrator?.compatibility
+                ?? CompatibilityProtocol.allCases.filter {
+                    compatibility.contains($0) || user.compatibility?.contains($0) == true
+                }
             guard let authority = administrator?.authority ?? authority ?? file.authority else {
                 throw ValidationError("give the provider with --authority URL (or \"authority\" in --config)")
             }
@@ -123,6 +140,7 @@ struct Brokerd: AsyncParsableCommand {
 
 extension DeviceMode: ExpressibleByArgument {}
 extension TokenStorage: ExpressibleByArgument {}
+extension CompatibilityProtocol: ExpressibleByArgument {}
 // --log-level reads straight into swift-log's level; neither package will declare this conformance.
 // swift-format-ignore: AvoidRetroactiveConformances
 extension Logger.Level: @retroactive ExpressibleByArgument {}

@@ -166,4 +166,61 @@ struct ActivationTests {
             }
         }
     }
+
+    @Test(
+        "make install-microsoft-broker1 (opt-in): an app of Microsoft's broker protocol starts brokerd by that name"
+    )
+    func microsoftBrokerActivation() async throws {
+        let directory = try TemporaryDirectory()
+        let prefix = directory.path + "/prefix"
+        for target in ["install-data", "install-microsoft-broker1"] {
+            let make = try runMake([target, "PREFIX=\(prefix)"])
+            try #require(make.status == 0, "\(make.stdout)\n\(make.stderr)")
+        }
+        let units = prefix + "/lib/systemd/user"
+        #expect(
+            try FileManager.default.destinationOfSymbolicLink(
+                atPath: units + "/dbus-com.microsoft.identity.broker1.service") == "shared-device-broker.service")
+        let dropIn = try String(
+            contentsOfFile: units + "/shared-device-broker.service.d/microsoft-broker1.conf", encoding: .utf8)
+        #expect(dropIn.contains("ExecStart=\(prefix)/bin/brokerd --compat microsoft-broker1"), "\(dropIn)")
+        let service = prefix + "/share/dbus-1/services/com.microsoft.identity.broker1.service"
+        let serviceLines = try String(contentsOfFile: service, encoding: .utf8).split(separator: "\n")
+            .map(String.init).filter { !$0.hasPrefix("#") }
+        #expect(
+            serviceLines == [
+                "[D-BUS Service]", "Name=\(MicrosoftBroker1Names.busName)",
+                "Exec=\(prefix)/bin/brokerd --compat microsoft-broker1",
+                "SystemdService=dbus-com.microsoft.identity.broker1.service",
+            ])
+
+        // PREFIX/bin/brokerd: the built brokerd with this test's provider and state directory.
+        let idp = try IdpSim(in: directory, tenant: TestUsers.guidTenant)
+        try FileManager.default.createDirectory(atPath: prefix + "/bin", withIntermediateDirectories: true)
+        let wrapper = prefix + "/bin/brokerd"
+        try """
+        #!/bin/sh
+        exec '\(Binaries.path("brokerd"))' --authority '\(idp.authority)' --state-dir '\(directory.path)/state' --token-storage plaintext-file "$@"
+        """.write(toFile: wrapper, atomically: true, encoding: .utf8)
+        #expect(chmod(wrapper, 0o755) == 0)
+
+        let bus = try ActivatingBus(
+            in: directory, serviceDirectory: prefix + "/share/dbus-1/services", sessionType: true)
+        // What Microsoft's client library does first: Ping the object, which starts the broker.
+        let ping = try await runCommand(
+            "/usr/bin/gdbus",
+            [
+                "call", "--address", bus.address, "--dest", MicrosoftBroker1Names.busName, "--object-path",
+                MicrosoftBroker1Names.objectPath, "--method", "org.freedesktop.DBus.Peer.Ping",
+            ], timeout: .seconds(30))
+        #expect(ping.status == 0, "\(ping.stderr)\n\(bus.daemon.allOutput)")
+        // One brokerd owns both names.
+        let pid = try bus.ownerPID(of: MicrosoftBroker1Names.busName)
+        #expect(try bus.ownerPID(of: BrokerNames.busName) == pid)
+        try await bus.waitForRelease(of: BrokerNames.busName, timeout: .seconds(15)) {
+            guard kill(pid, SIGTERM) == 0 else {
+                throw ProcessFailure("kill \(pid): \(String(cString: strerror(errno)))")
+            }
+        }
+    }
 }

@@ -19,7 +19,12 @@ enum TestUsers {
         (clientId: "backoffice-post", secret: "post-S3cret"),
     ]
 
-    static var usersFile: String {
+    /// A directory id of Entra's kind (a GUID), for clients that parse the account's realm as one.
+    static let guidTenant = "8d6c0f2a-3b1e-4c5d-9e7f-a1b2c3d4e5f6"
+
+    static var usersFile: String { usersFile(tenant: tenant) }
+
+    static func usersFile(tenant: String) -> String {
         """
         {"tenantId": "\(tenant)",
          "users": [
@@ -36,9 +41,11 @@ enum TestUsers {
 
 extension IdpSim {
     /// idp-sim with the integration tests' users and apps.
-    convenience init(in directory: TemporaryDirectory, extraArguments: [String] = []) throws {
+    convenience init(in directory: TemporaryDirectory, tenant: String = TestUsers.tenant, extraArguments: [String] = [])
+        throws
+    {
         try self.init(
-            in: directory, users: TestUsers.usersFile, tenant: TestUsers.tenant, extraArguments: extraArguments)
+            in: directory, users: TestUsers.usersFile(tenant: tenant), tenant: tenant, extraArguments: extraArguments)
     }
 }
 
@@ -86,7 +93,7 @@ final class BrokerEnvironment: @unchecked Sendable {
     /// `busConfig`, when given, is the text of the private bus's configuration file.
     init(
         mode: String = "shared", brokerArguments: [String] = [], idpArguments: [String] = [], busConfig: String? = nil,
-        brokerEnvironment: [String: String] = [:]
+        brokerEnvironment: [String: String] = [:], tenant: String = TestUsers.tenant
     ) throws {
         let directory = try TemporaryDirectory()
         self.directory = directory
@@ -94,7 +101,7 @@ final class BrokerEnvironment: @unchecked Sendable {
         self.mode = mode
         self.brokerEnvironment = brokerEnvironment
         bus = try PrivateBus(configFile: try busConfig.map { try directory.write("bus.conf", $0) })
-        idp = try IdpSim(in: directory, extraArguments: idpArguments)
+        idp = try IdpSim(in: directory, tenant: tenant, extraArguments: idpArguments)
         browser = try TestBrowser(in: directory)
         brokerd = try Brokerd(
             bus: bus, authority: idp.authority, stateDirectory: stateDirectory, mode: mode,
