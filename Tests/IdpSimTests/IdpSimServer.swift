@@ -40,10 +40,13 @@ final class IdpSimServer: Sendable {
 
     /// Writes a users file, starts the binary and waits (at most 30 s) for `listening on …`, on a
     /// thread of its own so that parallel tests do not starve the cooperative thread pool.
-    static func start(users: String = IdpSimServer.defaultUsers, arguments: [String] = []) async throws -> IdpSimServer
+    /// `tenant` is the directory the users file names, or idp-sim's default when it names none.
+    static func start(users: String = IdpSimServer.defaultUsers, arguments: [String] = [], tenant: String? = nil)
+        async throws -> IdpSimServer
     {
         let tenant =
-            (try? JSONSerialization.jsonObject(with: Data(users.utf8)) as? [String: Any])?["tenantId"] as? String ?? ""
+            tenant ?? (try? JSONSerialization.jsonObject(with: Data(users.utf8)) as? [String: Any])?["tenantId"]
+            as? String ?? ""
         return try await offThePool {
             let directory = try TemporaryDirectory()
             let server = try IdpSim(

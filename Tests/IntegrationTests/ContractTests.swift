@@ -7,11 +7,11 @@ import Testing
 /// bad input, and the bus name.
 @Suite("D-Bus contract of the running brokerd", .serialized)
 struct ContractTests {
-    /// The members of the `<interface name="io.shareddevice.Broker1">` element, each method,
-    /// signal and property as one string, in a fixed order; comments and layout left out.
-    static func brokerInterface(in xml: String) throws -> [String] {
+    /// The members of the `<interface name="NAME">` element, each method, signal and property as
+    /// one string, in a fixed order; comments and layout left out.
+    static func interface(_ name: String, in xml: String) throws -> [String] {
         var members: [String] = []
-        for line in try interfaceLines(in: xml) {
+        for line in try interfaceLines(name, in: xml) {
             if line.hasPrefix("<method") || line.hasPrefix("<signal") || line.hasPrefix("<property") {
                 members.append(line)
             } else if !members.isEmpty, !line.hasPrefix("</interface") {
@@ -21,39 +21,41 @@ struct ContractTests {
         return members.sorted()
     }
 
-    static func interfaceLines(in xml: String) throws -> [String] {
+    static func interfaceLines(_ name: String, in xml: String) throws -> [String] {
         var text = xml
         while let start = text.range(of: "<!--"),
             let end = text.range(of: "-->", range: start.upperBound..<text.endIndex)
         {
             text.removeSubrange(start.lowerBound..<end.upperBound)
         }
-        guard let start = text.range(of: "<interface name=\"io.shareddevice.Broker1\">"),
+        guard let start = text.range(of: "<interface name=\"\(name)\">"),
             let end = text.range(of: "</interface>", range: start.upperBound..<text.endIndex)
-        else { throw ProcessFailure("no io.shareddevice.Broker1 interface in:\n\(xml)") }
+        else { throw ProcessFailure("no \(name) interface in:\n\(xml)") }
         return text[start.lowerBound..<end.upperBound]
             .split(separator: "\n").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
     }
 
-    @Test("the live introspection is exactly dbus/io.shareddevice.Broker1.xml")
-    func introspectionMatchesTheContract() throws {
-        let env = try BrokerEnvironment()
-        let process = try ChildProcess(
-            "gdbus introspect", executable: "/usr/bin/gdbus",
-            arguments: [
-                "introspect", "--address", env.bus.address, "--dest", "io.shareddevice.Broker1",
-                "--object-path", "/io/shareddevice/Broker1", "--xml",
-            ])
-        #expect(try process.waitForExit() == 0)
+    @Test(
+        "the live introspection of each interface is exactly its dbus/*.xml",
+        arguments: [
+            (BrokerNames.busName, BrokerNames.objectPath, BrokerNames.interface),
+            (MicrosoftBroker1Names.busName, MicrosoftBroker1Names.objectPath, MicrosoftBroker1Names.interface),
+        ])
+    func introspectionMatchesTheContract(busName: String, path: String, interface: String) async throws {
+        let env = try await offThePool { try BrokerEnvironment(brokerArguments: ["--compat", "microsoft-broker1"]) }
+        let introspection = try await runCommand(
+            "/usr/bin/gdbus",
+            ["introspect", "--address", env.bus.address, "--dest", busName, "--object-path", path, "--xml"])
+        #expect(introspection.status == 0, "\(introspection.stderr)")
         let contractPath = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
-            .appendingPathComponent("../../dbus/io.shareddevice.Broker1.xml").standardized.path
+            .appendingPathComponent("../../dbus/\(interface).xml").standardized.path
         let contract = try String(contentsOfFile: contractPath, encoding: .utf8)
-        #expect(try Self.brokerInterface(in: process.stdoutText) == Self.brokerInterface(in: contract))
+        #expect(try Self.interface(interface, in: introspection.stdout) == Self.interface(interface, in: contract))
         // The standard interfaces are there too.
         for standard in [
             "org.freedesktop.DBus.Introspectable", "org.freedesktop.DBus.Properties", "org.freedesktop.DBus.Peer",
         ] {
-            #expect(process.stdoutText.contains("<interface name=\"\(standard)\">"))
+            #expect(introspection.stdout.contains("<interface name=\"\(standard)\">"))
         }
     }
 
