@@ -123,7 +123,7 @@ clean:
 ## redirect to the loopback listener, FUZZ_SECONDS (default 60) each. Not part of `make test`; see
 ## fuzz/README.md and docs/reliability.md ("Fuzzing").
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS ?= json token jwt jwks discovery statefile redirect
+FUZZ_TARGETS ?= json token jwt jwks discovery statefile redirect msbroker
 .PHONY: fuzz
 fuzz: deps
 	SWIFT=$(SWIFT) bash fuzz/build.sh $(FUZZ_TARGETS)
