@@ -30,6 +30,19 @@ struct DaemonConfigurationTests {
         }
     }
 
+    @Test func compatibilityNamesTheProtocolsToServe() throws {
+        let files = try Files()
+        let asked = try files.write("asked.json", #"{"compatibility": ["microsoft-broker1"]}"#, mode: 0o644)
+        #expect(try DaemonConfigurationFile.load(path: asked).compatibility == [.microsoftBroker1])
+        let unknown = try files.write("unknown.json", #"{"compatibility": ["microsoft-broker2"]}"#, mode: 0o644)
+        let error = try #require(Self.loadError(unknown))
+        #expect(error.contains("microsoft-broker2"), "\(error)")
+        // The administrator's choice wins, an empty list included.
+        let user = DaemonConfigurationFile(compatibility: [.microsoftBroker1])
+        #expect(user.overridden(by: DaemonConfigurationFile(compatibility: [])).compatibility == [])
+        #expect(user.overridden(by: DaemonConfigurationFile()).compatibility == [.microsoftBroker1])
+    }
+
     @Test func anUnknownKeyIsNamedWithWhereItStands() throws {
         let files = try Files()
         let top = try files.write("top.json", #"{"deviceMode": "shared", "tokenStorag": "memory"}"#, mode: 0o644)

@@ -152,6 +152,29 @@ struct MicrosoftBroker1Tests {
         #expect((accounts["accounts"] as? [[String: Any]])?.first?["username"] as? String == TestUsers.alice.username)
     }
 
+    @Test("the native interface's caller checks: a clientId bound to another program is refused, as status 9")
+    func callerChecks() async throws {
+        let files = try TemporaryDirectory()
+        let config = try files.write(
+            "broker.json",
+            """
+            {"compatibility": ["microsoft-broker1"],
+             "clients": [{"clientId": "mail-app", "allowedExecutables": ["\(Binaries.path("brokerctl"))"]},
+                         {"clientId": "calendar-app"}]}
+            """)
+        let env = try await offThePool { try BrokerEnvironment(brokerArguments: ["--config", config]) }
+        let connection = try await connect(env)
+        defer { connection.close() }
+        let bound = try await call(connection, .getAccounts, #"{"clientId": "mail-app"}"#)
+        #expect(errorObject(bound)?["status"] as? Int == 9, "\(bound)")
+        #expect((errorObject(bound)?["context"] as? String)?.contains("mail-app") == true, "\(bound)")
+        let unknown = try await call(
+            connection, .acquireTokenSilently, #"{"authParameters": {"clientId": "notes-app", "requestedScopes": []}}"#)
+        #expect(errorObject(unknown)?["status"] as? Int == 9, "\(unknown)")
+        let free = try await call(connection, .getAccounts, #"{"clientId": "calendar-app"}"#)
+        #expect(free["accounts"] as? [Any] != nil, "\(free)")
+    }
+
     @Test("2,400 malformed requests over the bus: each answered with status 6, the broker's state unchanged")
     func malformedRequests() async throws {
         let (env, _) = try await environment()
