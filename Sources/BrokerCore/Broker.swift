@@ -285,7 +285,8 @@ public actor Broker {
                 outcome = try await self.callProvider(correlationId) {
                     try await self.provider.refresh(clientId: clientId, refreshToken: refreshToken, scopes: scopes)
                 }
-            } catch let error as BrokerFailure where error.code == .interactionRequired {
+            } catch let error as BrokerFailure where error.code == .interactionRequired && !error.refreshTokenStillValid
+            {
                 try self.forgetRejectedRefreshToken(clientId: clientId, refreshToken: refreshToken)
                 throw error
             }

@@ -103,6 +103,13 @@ public enum IdentityError: Error, Sendable, Equatable, CustomStringConvertible {
                 return BrokerFailure(.unknownClient, "the provider does not know this clientId: \(text)")
             case "user_not_found":
                 return BrokerFailure(.userNotFound, text)
+            case "invalid_scope" where kind == .refresh:
+                // Scopes beyond what was consented: a person can grant them in an interactive
+                // sign-in; the refresh token still serves the scopes it has.
+                return BrokerFailure(
+                    .interactionRequired,
+                    "the provider does not give these scopes without the user (\(text)); sign in interactively",
+                    refreshTokenStillValid: true)
             case "invalid_scope":
                 return BrokerFailure(.invalidArgument, text)
             case "interaction_required", "login_required", "consent_required", "redirect":

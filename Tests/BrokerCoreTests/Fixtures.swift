@@ -11,6 +11,8 @@ final class ScriptedProvider: IdentityProvider, @unchecked Sendable {
     private var _revoked: [String] = []
     private var rotation = 0
     var rejectRefresh = false
+    /// Refreshes asking for these scopes are refused as beyond the grant (invalid_scope).
+    var ungrantedScopes: Set<String> = []
     var users: [String: String] = ["alice@contoso.example": "alice-pw", "bob@contoso.example": "bob-pw"]
     /// Set to make refresh wait until the test opens the gate.
     var refreshGate: AsyncStream<Void>?
@@ -40,6 +42,9 @@ final class ScriptedProvider: IdentityProvider, @unchecked Sendable {
         lock.withLock { _ in _refreshCalls += 1 }
         if let gate = refreshGate { for await _ in gate { break } }
         if rejectRefresh { throw BrokerFailure(.interactionRequired, "refresh token revoked") }
+        if !ungrantedScopes.isDisjoint(with: scopes.values) {
+            throw BrokerFailure(.interactionRequired, "not consented", refreshTokenStillValid: true)
+        }
         let username = refreshToken.components(separatedBy: "|")[1]
         return tokens(for: username, clientId: clientId, scopes: scopes)
     }

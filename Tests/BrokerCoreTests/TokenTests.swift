@@ -43,6 +43,22 @@ struct TokenTests {
         #expect(h.broker.deviceAccount != nil)
     }
 
+    @Test func scopesBeyondTheGrantNeedInteractionButKeepTheRefreshToken() async throws {
+        let h = Harness()
+        _ = try await h.signIn()
+        let refreshToken = h.broker.snapshot.clients["mail"]?.refreshToken
+        h.provider.ungrantedScopes = ["Mail.Read"]
+        let code = await failureCode {
+            _ = try await h.broker.acquireTokenSilent(
+                clientId: "mail", scopes: ["Mail.Read"], accountId: "", forceRefresh: false)
+        }
+        #expect(code == .interactionRequired)
+        #expect(h.broker.snapshot.clients["mail"]?.refreshToken == refreshToken)
+        // The scopes it was granted still refresh.
+        _ = try await h.broker.acquireTokenSilent(
+            clientId: "mail", scopes: ["User.Read"], accountId: "", forceRefresh: true)
+    }
+
     @Test func tokensAreNeverHandedToAnotherClientId() async throws {
         let h = Harness()
         _ = try await h.signIn(client: "mail")

@@ -152,6 +152,29 @@ struct MicrosoftBroker1Tests {
         #expect((accounts["accounts"] as? [[String: Any]])?.first?["username"] as? String == TestUsers.alice.username)
     }
 
+    @Test("scopes beyond the grant: status 2, so the app goes interactive, and the grant still serves its own")
+    func scopesBeyondTheGrant() async throws {
+        let (env, _) = try await environment()
+        #expect(try await offThePool { try env.signIn(TestUsers.alice, client: "mail-app") }.status == 0)
+        let connection = try await connect(env)
+        defer { connection.close() }
+        func silent(_ scope: String) async throws -> [String: Any] {
+            try await call(
+                connection, .acquireTokenSilently,
+                #"{"authParameters": {"clientId": "mail-app", "requestedScopes": ["\#(scope)"], "account": null}}"#)
+        }
+        let wider = try await silent("Mail.Read")
+        #expect(errorObject(wider)?["status"] as? Int == 2, "\(wider)")
+        // The refused refresh spent nothing: a forced refresh of the granted scope works, twice.
+        for _ in 0..<2 {
+            let refreshed = try await offThePool {
+                try env.brokerctl(["token", "--client-id", "mail-app", "--scope", "User.Read", "--force-refresh"])
+            }
+            #expect(refreshed.status == 0, "\(refreshed.stderr)")
+        }
+        #expect((try await silent("User.Read")["brokerTokenResponse"] as? [String: Any])?["accessToken"] is String)
+    }
+
     @Test("the native interface's caller checks: a clientId bound to another program is refused, as status 9")
     func callerChecks() async throws {
         let files = try TemporaryDirectory()
