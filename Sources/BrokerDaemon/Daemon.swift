@@ -104,18 +104,23 @@ public enum Daemon {
             // Every caller gets an answer: new calls are refused, those in flight finish (or are
             // cancelled and answered once the grace period is over, or at a second signal). The
             // name goes only then, so a successor never loads the state while a change is in flight.
-            let secondSignal = Task { _ = await stop.next() }
+            // A second SIGTERM or SIGINT hurries the stop of every interface's calls.
+            let hurried = Latch()
+            let secondSignal = Task {
+                _ = await stop.next()
+                hurried.open()
+            }
             defer { secondSignal.cancel() }
             let grace = options.stopGracePeriod
             let microsoftStopped = microsoftCalls.map { gate in
                 Task {
                     await gate.stop(
-                        grace: grace, hurry: { await secondSignal.value },
+                        grace: grace, hurry: { await hurried.wait() },
                         endSignIns: { await service.broker.callerLeft($0) }, logger: logger)
                 }
             }
             await calls.stop(
-                grace: grace, hurry: { await secondSignal.value },
+                grace: grace, hurry: { await hurried.wait() },
                 endSignIns: { await service.broker.callerLeft($0) }, logger: logger)
             await microsoftStopped?.value
             // A round trip after the last reply: once ReleaseName is answered, every reply is on the bus.

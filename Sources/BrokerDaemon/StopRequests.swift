@@ -1,6 +1,7 @@
 import DBus
 import Dispatch
 import Glibc
+import Locking
 
 /// The pipe SIGTERM and SIGINT are written to by ``StopRequests``'s handler (its write end).
 nonisolated(unsafe) private var stopSignalPipe: Int32 = -1
@@ -74,5 +75,45 @@ final class StopRequests: @unchecked Sendable {
     func next() async -> String {
         for await reason in reasons { return reason }
         return "stopped"
+    }
+}
+
+/// Opens once; any number of tasks wait for it, each waiting ending early when its task is
+/// cancelled. A second stop request hurries every gate's stop through one of these.
+final class Latch: Sendable {
+    private struct State {
+        var open = false
+        var waiters: [UInt64: CheckedContinuation<Void, Never>] = [:]
+        var next: UInt64 = 0
+    }
+    private let state = Locked(State())
+
+    func open() {
+        let waiters = state.withLock { state in
+            state.open = true
+            defer { state.waiters = [:] }
+            return state.waiters.values
+        }
+        for waiter in waiters { waiter.resume() }
+    }
+
+    /// Returns once the latch is open, or when the calling task is cancelled.
+    func wait() async {
+        let id = state.withLock { state in
+            state.next &+= 1
+            return state.next
+        }
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                let resumeNow = state.withLock { state in
+                    if state.open || Task.isCancelled { return true }
+                    state.waiters[id] = continuation
+                    return false
+                }
+                if resumeNow { continuation.resume() }
+            }
+        } onCancel: {
+            state.withLock { $0.waiters.removeValue(forKey: id) }?.resume()
+        }
     }
 }
