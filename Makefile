@@ -6,6 +6,11 @@ PREFIX       ?= /usr/local
 CONFIG       ?= debug
 BIN_DIR       = $(shell $(SWIFT) build -c $(CONFIG) --show-bin-path 2>/dev/null)
 APT_PACKAGES  = libdbus-1-dev libcurl4-openssl-dev pkg-config dbus python3 python3-dbus python3-gi gnome-keyring curl
+# The GTK tutorial window (examples/TutorialWindow) and its tests: a headless X server, the
+# accessibility bus and its Python client, screenshots, translations.
+GUI_PACKAGES  = libgtk-4-dev libadwaita-1-dev xvfb x11-apps at-spi2-core python3-pyatspi python3-pil gettext
+WINDOW_DIR    = examples/TutorialWindow
+WINDOW_BIN    = $(shell $(SWIFT) build --package-path $(WINDOW_DIR) -c $(CONFIG) --show-bin-path 2>/dev/null)
 SUDO          = $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # Release builds link the Swift runtime, Concurrency, Dispatch and Foundation statically: brokerctl
 # starts without loading and binding those libraries (most of a one-call run), and an idle brokerd
@@ -13,7 +18,7 @@ SUDO          = $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 RELEASE_FLAGS ?= --static-swift-stdlib
 BUILD_FLAGS   = $(if $(filter release,$(CONFIG)),$(RELEASE_FLAGS))
 
-.PHONY: all deps build demo test contract check-contract lint format install clean bench bench-smoke
+.PHONY: all deps build demo test contract gui-deps gui test-gui demo-gui check-contract lint format install clean bench bench-smoke
 
 all: build
 
@@ -26,6 +31,35 @@ deps:
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES); \
 	fi
+
+## gui-deps: what the GTK tutorial window needs to build and to be tested, when missing.
+gui-deps: deps
+	@if ! pkg-config --exists gtk4 libadwaita-1 2>/dev/null || ! command -v Xvfb >/dev/null \
+		|| ! command -v xwd >/dev/null || ! command -v msgfmt >/dev/null \
+		|| ! /usr/bin/python3 -c 'import pyatspi, PIL' 2>/dev/null; then \
+		echo "Installing $(GUI_PACKAGES) ..."; \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(GUI_PACKAGES); \
+	fi
+
+## gui: build the GTK tutorial window (its own package, on the root one by path) and its translations.
+gui: gui-deps
+	$(SWIFT) build --package-path $(WINDOW_DIR) -c $(CONFIG)
+	@for po in $(WINDOW_DIR)/po/*.po; do \
+		lang=$$(basename $$po .po); mkdir -p "$(WINDOW_BIN)/locale/$$lang/LC_MESSAGES"; \
+		msgfmt -o "$(WINDOW_BIN)/locale/$$lang/LC_MESSAGES/tutorial-window.mo" $$po; \
+	done
+
+## test-gui: the window under Xvfb, driven through AT-SPI with the real brokerd and idp-sim.
+## Screenshots of each state: $(WINDOW_DIR)/.build/test-artifacts/.
+test-gui: build gui
+	/usr/bin/python3 $(WINDOW_DIR)/tests/test_window.py --window-bin "$(WINDOW_BIN)" --broker-bin "$(BIN_DIR)" \
+		--artifacts $(WINDOW_DIR)/.build/test-artifacts
+
+## demo-gui: a private bus, idp-sim, brokerd in shared mode and two windows ("Mail", "Calendar") on
+## your display, with `brokerctl watch` in this terminal.
+demo-gui: build gui
+	BIN_DIR="$(BIN_DIR)" WINDOW_BIN="$(WINDOW_BIN)" bash $(WINDOW_DIR)/demo.sh
 
 ## build: compile brokerd, brokerctl, idp-sim and the examples.
 build: deps
@@ -40,6 +74,7 @@ demo: build
 test: build check-contract lint
 	$(SWIFT) build -c $(CONFIG) $(BUILD_FLAGS) --build-tests
 	$(SWIFT) test -c $(CONFIG) $(BUILD_FLAGS) --skip-build
+	$(MAKE) test-gui
 
 ## contract: regenerate the Swift side of every interface in dbus/*.xml (the interface description
 ## brokerd serves, its handler protocol, the method names both sides use, the client's calls).

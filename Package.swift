@@ -30,6 +30,8 @@ let package = Package(
         .executable(name: "brokerctl", targets: ["brokerctl"]),
         .executable(name: "idp-sim", targets: ["IdpSim"]),
         .library(name: "SharedDeviceClient", targets: ["SharedDeviceClient"]),
+        // For the GTK tutorial window (examples/TutorialWindow, a package of its own).
+        .library(name: "GraphProfile", targets: ["GraphProfile"]),
         .executable(name: "tutorial-app", targets: ["TutorialApp"]),
         .executable(name: "demo-app", targets: ["DemoApp"]),
         .executable(name: "multi-app-demo", targets: ["MultiAppDemo"]),
