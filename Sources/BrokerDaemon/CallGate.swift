@@ -108,7 +108,12 @@ final class CallGate: DBusObject {
             return .success(state.nextId)
         }
         let id = try admitted.get()
-        defer { finished(id) }
+        // Done once the reply is on its way, not when the handler returns: a stop that waits for
+        // the calls in flight must not let brokerd leave the bus before the last reply is queued.
+        if let control {
+            control.whenAnswered { [self] in finished(id) }
+        }
+        defer { if control == nil { finished(id) } }
         let cancelNow = state.withLock { state in
             state.cancelling || (state.stopping && waitingForPeople.contains(member))
         }

@@ -14,7 +14,11 @@ public final class DBusCallControl: Sendable {
     private struct State {
         var task: Task<Void, Never>?
         var cancelled = false
+        /// A reply was claimed (the only one this call gets).
         var answered = false
+        /// That reply is queued on the connection.
+        var delivered = false
+        var whenAnswered: [@Sendable () -> Void] = []
     }
 
     private let state = Locked(State())
@@ -39,6 +43,18 @@ public final class DBusCallControl: Sendable {
         finish(.failure(error))
     }
 
+    /// Runs `body` once the reply is handed to the connection, which sends it before anything
+    /// enqueued later (at once when it was already): what counts a call as done for someone
+    /// who must not let the process end before its callers have their replies.
+    public func whenAnswered(_ body: @escaping @Sendable () -> Void) {
+        let now: Bool = state.withLock { state in
+            if state.delivered { return true }
+            state.whenAnswered.append(body)
+            return false
+        }
+        if now { body() }
+    }
+
     /// The task the handler runs in; cancelled at once when ``cancel()`` came first.
     func attach(_ task: Task<Void, Never>) {
         let cancelled: Bool = state.withLock { state in
@@ -54,6 +70,13 @@ public final class DBusCallControl: Sendable {
             defer { state.answered = true }
             return !state.answered
         }
-        if first { send(result) }
+        guard first else { return }
+        send(result)
+        let waiting: [@Sendable () -> Void] = state.withLock { state in
+            state.delivered = true
+            defer { state.whenAnswered = [] }
+            return state.whenAnswered
+        }
+        for body in waiting { body() }
     }
 }
