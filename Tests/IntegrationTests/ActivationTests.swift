@@ -130,14 +130,7 @@ struct ActivationTests {
         // PREFIX/bin/brokerd: the built brokerd with this test's provider and state directory
         // (what the administrator's configuration gives an installed one).
         let idp = try IdpSim(in: directory)
-        let stateDirectory = directory.path + "/state"
-        try FileManager.default.createDirectory(atPath: prefix + "/bin", withIntermediateDirectories: true)
-        let wrapper = prefix + "/bin/brokerd"
-        try """
-        #!/bin/sh
-        exec '\(Binaries.path("brokerd"))' --authority '\(idp.authority)' --state-dir '\(stateDirectory)' --token-storage plaintext-file "$@"
-        """.write(toFile: wrapper, atomically: true, encoding: .utf8)
-        #expect(chmod(wrapper, 0o755) == 0)
+        try installBrokerdWrapper(in: prefix, authority: idp.authority, stateDirectory: directory.path + "/state")
 
         let unit = prefix + "/lib/systemd/user/shared-device-broker.service"
         if FileManager.default.isExecutableFile(atPath: "/usr/bin/systemd-analyze") {
@@ -196,13 +189,7 @@ struct ActivationTests {
 
         // PREFIX/bin/brokerd: the built brokerd with this test's provider and state directory.
         let idp = try IdpSim(in: directory, tenant: TestUsers.guidTenant)
-        try FileManager.default.createDirectory(atPath: prefix + "/bin", withIntermediateDirectories: true)
-        let wrapper = prefix + "/bin/brokerd"
-        try """
-        #!/bin/sh
-        exec '\(Binaries.path("brokerd"))' --authority '\(idp.authority)' --state-dir '\(directory.path)/state' --token-storage plaintext-file "$@"
-        """.write(toFile: wrapper, atomically: true, encoding: .utf8)
-        #expect(chmod(wrapper, 0o755) == 0)
+        try installBrokerdWrapper(in: prefix, authority: idp.authority, stateDirectory: directory.path + "/state")
 
         let bus = try ActivatingBus(
             in: directory, serviceDirectory: prefix + "/share/dbus-1/services", sessionType: true)
@@ -222,5 +209,17 @@ struct ActivationTests {
                 throw ProcessFailure("kill \(pid): \(String(cString: strerror(errno)))")
             }
         }
+    }
+
+    /// PREFIX/bin/brokerd: the built brokerd with the test's provider and state directory (what the
+    /// administrator's configuration gives an installed one), passing on its own arguments.
+    private func installBrokerdWrapper(in prefix: String, authority: String, stateDirectory: String) throws {
+        try FileManager.default.createDirectory(atPath: prefix + "/bin", withIntermediateDirectories: true)
+        let wrapper = prefix + "/bin/brokerd"
+        try """
+        #!/bin/sh
+        exec '\(Binaries.path("brokerd"))' --authority '\(authority)' --state-dir '\(stateDirectory)' --token-storage plaintext-file "$@"
+        """.write(toFile: wrapper, atomically: true, encoding: .utf8)
+        #expect(chmod(wrapper, 0o755) == 0)
     }
 }
