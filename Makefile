@@ -5,9 +5,20 @@ SWIFT        ?= swift
 PREFIX       ?= /usr/local
 CONFIG       ?= debug
 BIN_DIR       = $(shell $(SWIFT) build -c $(CONFIG) --show-bin-path 2>/dev/null)
-APT_PACKAGES  = libdbus-1-dev libcurl4-openssl-dev pkg-config dbus python3 python3-dbus python3-gi gnome-keyring curl
+APT_PACKAGES  = libdbus-1-dev libcurl4-openssl-dev pkg-config dbus python3 python3-dbus python3-gi gnome-keyring curl scdoc
 # The GTK tutorial window (examples/TutorialWindow) and its tests: a headless X server, the
 # accessibility bus and its Python client, screenshots, translations.
+# What `make install` puts under PREFIX (and `make uninstall` removes), relative to PREFIX.
+INSTALLED_FILES = bin/brokerd bin/brokerctl share/man/man1/brokerctl.1 share/man/man5/broker.conf.5 \
+	share/man/man8/brokerd.8 share/bash-completion/completions/brokerd share/bash-completion/completions/brokerctl \
+	share/zsh/site-functions/_brokerd share/zsh/site-functions/_brokerctl \
+	share/fish/vendor_completions.d/brokerd.fish share/fish/vendor_completions.d/brokerctl.fish \
+	share/dbus-1/interfaces/io.shareddevice.Broker1.xml share/dbus-1/services/io.shareddevice.Broker1.service \
+	lib/systemd/user/shared-device-broker.service share/dbus-1/services/com.microsoft.identity.broker1.service \
+	lib/systemd/user/dbus-com.microsoft.identity.broker1.service \
+	lib/systemd/user/shared-device-broker.service.d/microsoft-broker1.conf
+RELEASE_BIN   = $(shell $(SWIFT) build -c release --show-bin-path 2>/dev/null)
+INSTALL_BIN  ?= $(RELEASE_BIN)
 GUI_PACKAGES  = libgtk-4-dev libadwaita-1-dev xvfb x11-apps at-spi2-core python3-pyatspi python3-pil gettext
 WINDOW_DIR    = examples/TutorialWindow
 WINDOW_BIN    = $(shell $(SWIFT) build --package-path $(WINDOW_DIR) -c $(CONFIG) --show-bin-path 2>/dev/null)
@@ -18,14 +29,14 @@ SUDO          = $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 RELEASE_FLAGS ?= --static-swift-stdlib
 BUILD_FLAGS   = $(if $(filter release,$(CONFIG)),$(RELEASE_FLAGS))
 
-.PHONY: all deps build demo test contract gui-deps gui test-gui demo-gui check-contract lint format install clean bench bench-smoke
+.PHONY: all deps build demo test contract release man completions install uninstall version check-version gui-deps gui test-gui demo-gui check-contract lint format install clean bench bench-smoke
 
 all: build
 
 ## deps: install the system libraries the project builds on, when missing.
 deps:
 	@if ! pkg-config --exists dbus-1 libcurl 2>/dev/null || ! command -v dbus-daemon >/dev/null \
-		|| ! command -v gnome-keyring-daemon >/dev/null || ! command -v curl >/dev/null \
+		|| ! command -v gnome-keyring-daemon >/dev/null || ! command -v curl >/dev/null || ! command -v scdoc >/dev/null \
 		|| ! /usr/bin/python3 -c 'import dbus, gi' 2>/dev/null; then \
 		echo "Installing $(APT_PACKAGES) ..."; \
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
@@ -62,7 +73,7 @@ demo-gui: build gui
 	BIN_DIR="$(BIN_DIR)" WINDOW_BIN="$(WINDOW_BIN)" bash $(WINDOW_DIR)/demo.sh
 
 ## build: compile brokerd, brokerctl, idp-sim and the examples.
-build: deps
+build: deps version
 	$(SWIFT) build -c $(CONFIG) $(BUILD_FLAGS)
 
 ## demo: a private bus, idp-sim, brokerd in shared mode and three app processes (Mail, Calendar, Notes):
@@ -71,10 +82,16 @@ demo: build
 	BIN_DIR="$(BIN_DIR)" bash examples/demo.sh
 
 ## test: the whole suite (unit, D-Bus layer, HTTP, idp-sim and end-to-end over private buses).
-test: build check-contract lint
+test: build check-contract check-version lint
 	$(SWIFT) build -c $(CONFIG) $(BUILD_FLAGS) --build-tests
 	$(SWIFT) test -c $(CONFIG) $(BUILD_FLAGS) --skip-build
 	$(MAKE) test-gui
+
+## version: embed VERSION in the build (Sources/BrokerAPI/BrokerRelease.swift); check-version: they agree.
+version:
+	python3 scripts/generate-version.py
+check-version:
+	python3 scripts/generate-version.py --check
 
 ## contract: regenerate the Swift side of every interface in dbus/*.xml (the interface description
 ## brokerd serves, its handler protocol, the method names both sides use, the client's calls).
@@ -93,13 +110,55 @@ lint:
 format:
 	$(SWIFT) format format --in-place --recursive Sources Tests examples fuzz Package.swift
 
-## install: the binaries, the D-Bus interface, the D-Bus activation file and the systemd user unit,
-## under PREFIX (default /usr/local); DESTDIR stages them elsewhere (packaging).
+## release: the release binaries, with the flags BENCHMARKS.md measured (RELEASE_FLAGS), their
+## manual pages and shell completions. Run it as yourself: `make install` never builds.
+release: deps version
+	$(SWIFT) build -c release $(RELEASE_FLAGS) --product brokerd
+	$(SWIFT) build -c release $(RELEASE_FLAGS) --product brokerctl
+	$(MAKE) man completions INSTALL_BIN="$(RELEASE_BIN)"
+
+## man: the manual pages (man/*.scd, scdoc) in .build/man/.
+man:
+	@command -v scdoc >/dev/null || { $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq scdoc; }
+	mkdir -p .build/man
+	for page in man/*.scd; do scdoc < $$page > .build/man/$$(basename $$page .scd); done
+
+## completions: bash, zsh and fish completions of brokerd and brokerctl (swift-argument-parser's), in
+## .build/completions/, from the binaries in INSTALL_BIN.
+completions:
+	mkdir -p .build/completions
+	for program in brokerd brokerctl; do \
+		"$(INSTALL_BIN)/$$program" --generate-completion-script bash > .build/completions/$$program.bash && \
+		"$(INSTALL_BIN)/$$program" --generate-completion-script zsh > .build/completions/_$$program && \
+		"$(INSTALL_BIN)/$$program" --generate-completion-script fish > .build/completions/$$program.fish \
+		|| exit 1; \
+	done
+
+## install: what `make release` built (INSTALL_BIN, the release binaries by default), its manual pages
+## and completions, the interface XML, the D-Bus activation file and the systemd user unit, under
+## PREFIX (default /usr/local); DESTDIR stages them elsewhere (packaging). It never builds.
 install: install-data
-	$(SWIFT) build -c release $(RELEASE_FLAGS)
-	install -d $(DESTDIR)$(PREFIX)/bin
-	install -m 0755 $$($(SWIFT) build -c release --show-bin-path)/brokerd $(DESTDIR)$(PREFIX)/bin/brokerd
-	install -m 0755 $$($(SWIFT) build -c release --show-bin-path)/brokerctl $(DESTDIR)$(PREFIX)/bin/brokerctl
+	@test -x "$(INSTALL_BIN)/brokerd" && test -x "$(INSTALL_BIN)/brokerctl" \
+		&& test -f .build/man/brokerd.8 && test -f .build/completions/brokerctl.bash \
+		|| { echo "make install: nothing built in $(INSTALL_BIN); run \`make release\` first (as yourself, not root)" >&2; exit 1; }
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man5 \
+		$(DESTDIR)$(PREFIX)/share/man/man8 $(DESTDIR)$(PREFIX)/share/bash-completion/completions \
+		$(DESTDIR)$(PREFIX)/share/zsh/site-functions $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d
+	install -m 0755 "$(INSTALL_BIN)/brokerd" "$(INSTALL_BIN)/brokerctl" $(DESTDIR)$(PREFIX)/bin/
+	install -m 0644 .build/man/brokerctl.1 $(DESTDIR)$(PREFIX)/share/man/man1/
+	install -m 0644 .build/man/broker.conf.5 $(DESTDIR)$(PREFIX)/share/man/man5/
+	install -m 0644 .build/man/brokerd.8 $(DESTDIR)$(PREFIX)/share/man/man8/
+	for program in brokerd brokerctl; do \
+		install -m 0644 .build/completions/$$program.bash $(DESTDIR)$(PREFIX)/share/bash-completion/completions/$$program; \
+		install -m 0644 .build/completions/_$$program $(DESTDIR)$(PREFIX)/share/zsh/site-functions/; \
+		install -m 0644 .build/completions/$$program.fish $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/; \
+	done
+
+## uninstall: removes every file install, install-data and install-microsoft-broker1 put under PREFIX.
+uninstall:
+	rm -f $(addprefix $(DESTDIR)$(PREFIX)/,$(INSTALLED_FILES))
+	-rmdir $(DESTDIR)$(PREFIX)/lib/systemd/user/shared-device-broker.service.d 2>/dev/null
 
 ## install-data: only the data files, without building: the interface XML, and the activation file
 ## and user unit made from their templates (dbus/*.service.in, systemd/*.service.in) with @PREFIX@

@@ -84,7 +84,7 @@ let package = Package(
         .executableTarget(
             name: "brokerctl",
             dependencies: [
-                "SharedDeviceClient", "GraphProfile",
+                "SharedDeviceClient", "GraphProfile", "BrokerAPI",
                 argumentParser,
             ],
             linkerSettings: leanRelease),

@@ -6,7 +6,7 @@ import Logging
 
 /// brokerd: the broker on the session bus, from start to a clean stop.
 public enum Daemon {
-    public static let version = "0.1.0"
+    public static let version = BrokerRelease.version
 
     /// Starts the broker, serves until SIGTERM/SIGINT or until the bus goes away, and returns
     /// the process exit status.

@@ -46,8 +46,11 @@ public struct DaemonConfigurationFile: Decodable, Sendable {
             case clientId, name, clientSecret, clientSecretFile, clientSecretMethod, allowedExecutables
         }
 
+        /// Every key a client's entry may have (broker.conf(5) documents each).
+        static let knownKeys = CodingKeys.allCases.map(\.rawValue)
+
         public init(from decoder: any Decoder) throws {
-            try UnknownKey.check(decoder, known: CodingKeys.allCases.map(\.rawValue))
+            try UnknownKey.check(decoder, known: Self.knownKeys)
             let values = try decoder.container(keyedBy: CodingKeys.self)
             clientId = try values.decode(String.self, forKey: .clientId)
             name = try values.decodeIfPresent(String.self, forKey: .name)
@@ -74,8 +77,11 @@ public struct DaemonConfigurationFile: Decodable, Sendable {
         case deviceMode, authority, tenantId, clients, tokenStorage, allowPasswordGrant, compatibility
     }
 
+    /// Every key the file may have (broker.conf(5) documents each).
+    static let knownKeys = CodingKeys.allCases.map(\.rawValue)
+
     public init(from decoder: any Decoder) throws {
-        try UnknownKey.check(decoder, known: CodingKeys.allCases.map(\.rawValue))
+        try UnknownKey.check(decoder, known: Self.knownKeys)
         let values = try decoder.container(keyedBy: CodingKeys.self)
         deviceMode = try values.decodeIfPresent(DeviceMode.self, forKey: .deviceMode)
         authority = try values.decodeIfPresent(String.self, forKey: .authority)

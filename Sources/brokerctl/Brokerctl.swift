@@ -1,4 +1,5 @@
 import ArgumentParser
+import BrokerAPI
 
 /// brokerctl: the shared-device broker from the command line, built on SharedDeviceClient.
 ///
@@ -21,6 +22,7 @@ struct Brokerctl: ParsableCommand {
               brokerctl me --client-id mail-app
               brokerctl sign-out --client-id calendar-app
             """,
+        version: BrokerRelease.version,
         subcommands: [
             DeviceInfo.self, SignInOptionsCommand.self, CurrentAccount.self, SignIn.self, Token.self, Me.self,
             Accounts.self, SignOut.self, Watch.self,

@@ -30,6 +30,15 @@ struct DaemonConfigurationTests {
         }
     }
 
+    @Test func everyKeyIsInTheManualPage() throws {
+        let page = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
+            .appendingPathComponent("../../man/broker.conf.5.scd").standardized.path
+        let text = try String(contentsOfFile: page, encoding: .utf8)
+        for key in DaemonConfigurationFile.knownKeys + DaemonConfigurationFile.Client.knownKeys {
+            #expect(text.contains("*\(key)*"), "broker.conf(5) does not document \(key)")
+        }
+    }
+
     @Test func compatibilityNamesTheProtocolsToServe() throws {
         let files = try Files()
         let asked = try files.write("asked.json", #"{"compatibility": ["microsoft-broker1"]}"#, mode: 0o644)
