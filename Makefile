@@ -29,7 +29,7 @@ SUDO          = $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 RELEASE_FLAGS ?= --static-swift-stdlib
 BUILD_FLAGS   = $(if $(filter release,$(CONFIG)),$(RELEASE_FLAGS))
 
-.PHONY: all deps build demo test contract release man completions install uninstall version check-version gui-deps gui test-gui demo-gui check-contract lint format install clean bench bench-smoke
+.PHONY: all deps build demo test contract release deb deb-test man completions install uninstall version check-version gui-deps gui test-gui demo-gui check-contract lint format install clean bench bench-smoke
 
 all: build
 
@@ -81,11 +81,13 @@ build: deps version
 demo: build
 	BIN_DIR="$(BIN_DIR)" bash examples/demo.sh
 
-## test: the whole suite (unit, D-Bus layer, HTTP, idp-sim and end-to-end over private buses).
+## test: the whole suite (unit, D-Bus layer, HTTP, idp-sim and end-to-end over private buses), then
+## the GTK window under Xvfb and the Debian package (built, installed, upgraded, purged).
 test: build check-contract check-version lint
 	$(SWIFT) build -c $(CONFIG) $(BUILD_FLAGS) --build-tests
 	$(SWIFT) test -c $(CONFIG) $(BUILD_FLAGS) --skip-build
 	$(MAKE) test-gui
+	$(MAKE) deb-test
 
 ## version: embed VERSION in the build (Sources/BrokerAPI/BrokerRelease.swift); check-version: they agree.
 version:
@@ -117,6 +119,15 @@ release: deps version
 	$(SWIFT) build -c release $(RELEASE_FLAGS) --product brokerctl
 	$(MAKE) man completions INSTALL_BIN="$(RELEASE_BIN)"
 
+## deb: shared-device-broker_VERSION_ARCH.deb in .build/deb/, from `make release` (packaging/build-deb.sh).
+deb: release
+	bash packaging/build-deb.sh "$(RELEASE_BIN)" .build/deb
+
+## deb-test: the package checked with lintian, installed, started by D-Bus activation, upgraded with a
+## changed conffile and purged (packaging/test-deb.sh). It installs a package on this machine: root.
+deb-test: deb build
+	bash packaging/test-deb.sh "$(RELEASE_BIN)" .build/deb "$(BIN_DIR)"
+
 ## man: the manual pages (man/*.scd, scdoc) in .build/man/.
 man:
 	@command -v scdoc >/dev/null || { $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
@@ -129,7 +140,8 @@ man:
 completions:
 	mkdir -p .build/completions
 	for program in brokerd brokerctl; do \
-		"$(INSTALL_BIN)/$$program" --generate-completion-script bash > .build/completions/$$program.bash && \
+		"$(INSTALL_BIN)/$$program" --generate-completion-script bash | sed '1{/^#!/d}' \
+			> .build/completions/$$program.bash && \
 		"$(INSTALL_BIN)/$$program" --generate-completion-script zsh > .build/completions/_$$program && \
 		"$(INSTALL_BIN)/$$program" --generate-completion-script fish > .build/completions/$$program.fish \
 		|| exit 1; \

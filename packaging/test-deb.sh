@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# The package test (`make deb-test`): the .deb `make deb` built is checked with lintian (no
+# errors), installed with its dependencies, started by D-Bus activation on a private bus and asked
+# for the device information with the installed brokerctl, upgraded to a newer build with its
+# conffile changed by the administrator (the change is kept), and purged (nothing left in /etc).
+# It installs a package: it needs root, and refuses to touch a machine where the package or
+# /etc/shared-device-broker already is.
+#
+#   packaging/test-deb.sh INSTALL_BIN DEB_DIR DEBUG_BIN
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN=${1:?usage: test-deb.sh INSTALL_BIN DEB_DIR DEBUG_BIN}
+DEBS=${2:?usage: test-deb.sh INSTALL_BIN DEB_DIR DEBUG_BIN}
+DEBUG_BIN=${3:?usage: test-deb.sh INSTALL_BIN DEB_DIR DEBUG_BIN}
+VERSION=$(cat VERSION)
+ARCH=$(dpkg --print-architecture)
+DEB=$DEBS/shared-device-broker_${VERSION}_${ARCH}.deb
+PACKAGE=shared-device-broker
+CONF=/etc/shared-device-broker/broker.conf
+SUDO=$([ "$(id -u)" = 0 ] || echo sudo)
+WORK=$(mktemp -d)
+PIDS=()
+failures=0
+check() { # check DESCRIPTION COMMAND...
+    local what=$1; shift
+    if "$@"; then echo "ok - $what"; else echo "not ok - $what"; failures=$((failures + 1)); fi
+}
+
+if dpkg-query -W -f='${Status}' "$PACKAGE" 2>/dev/null | grep -q installed || [ -e /etc/shared-device-broker ]; then
+    echo "deb-test: $PACKAGE or /etc/shared-device-broker is already on this machine; not touching it" >&2
+    exit 2
+fi
+cleanup() {
+    for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+    $SUDO dpkg --purge "$PACKAGE" >/dev/null 2>&1 || true
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+command -v lintian >/dev/null || { $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq &&
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq lintian >/dev/null; }
+# lintian's view, every tag shown; errors fail the test.
+lintian --tag-display-limit 0 "$DEB" > "$WORK/lintian" 2>&1 || true
+sed 's/^/  lintian: /' "$WORK/lintian"
+check "lintian reports no errors" bash -c "! grep -q '^E: ' '$WORK/lintian'"
+
+$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$(readlink -f "$DEB")" >/dev/null
+check "installed: /usr/bin/brokerd and the activation file" test -x /usr/bin/brokerd -a \
+    -f /usr/share/dbus-1/services/io.shareddevice.Broker1.service
+check "the manual pages are installed" test -f /usr/share/man/man5/broker.conf.5.gz
+check "brokerd --version says $VERSION" test "$(/usr/bin/brokerd --version)" = "$VERSION"
+
+# A provider, and the administrator's file naming it (the conffile, changed).
+"$DEBUG_BIN/idp-sim" --port 0 --users examples/demo-users.json > "$WORK/idp" 2>&1 &
+PIDS+=($!)
+for _ in $(seq 200); do grep -q '^listening on ' "$WORK/idp" && break; sleep 0.05; done
+IDP=$(sed -n 's/^listening on //p' "$WORK/idp")
+echo "{\"deviceMode\": \"shared\", \"authority\": \"$IDP/contoso-demo/v2.0\", \"tokenStorage\": \"memory\"}" |
+    $SUDO tee "$CONF" >/dev/null
+
+# A private bus that starts brokerd from the installed activation file.
+cat > "$WORK/bus.conf" <<CONFIG
+<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
+ "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+<busconfig>
+  <type>session</type>
+  <listen>unix:path=$WORK/bus</listen>
+  <auth>EXTERNAL</auth>
+  <servicedir>/usr/share/dbus-1/services</servicedir>
+  <policy context="default">
+    <allow send_destination="*" eavesdrop="true"/><allow eavesdrop="true"/><allow own="*"/>
+  </policy>
+</busconfig>
+CONFIG
+XDG_STATE_HOME=$WORK/state dbus-daemon --config-file="$WORK/bus.conf" --nofork --print-address > "$WORK/address" \
+    2> "$WORK/bus.log" &
+PIDS+=($!)
+for _ in $(seq 200); do [ -s "$WORK/address" ] && break; sleep 0.05; done
+ADDRESS=unix:path=$WORK/bus
+info=$(/usr/bin/brokerctl device-info --json --address "$ADDRESS" 2>&1) || true
+echo "$info" | sed 's/^/  brokerctl: /' 
+check "D-Bus activation starts the installed brokerd, which answers brokerctl" \
+    grep -q "\"brokerVersion\" *: *\"$VERSION\"" <<<"$info"
+check "the installed brokerd reads the administrator's file" grep -q "$IDP/contoso-demo/v2.0" <<<"$info"
+kill "${PIDS[-1]}"; wait "${PIDS[-1]}" 2>/dev/null || true
+pkill -f "^/usr/bin/brokerd" || true
+
+# Upgrade to a newer build: the administrator's change to the conffile stays.
+NEWER=$VERSION+test1
+bash packaging/build-deb.sh "$BIN" "$WORK/newer" "$NEWER" >/dev/null
+$SUDO env DEBIAN_FRONTEND=noninteractive dpkg -i "$WORK/newer/${PACKAGE}_${NEWER}_${ARCH}.deb" >/dev/null
+check "upgraded to $NEWER" test "$(dpkg-query -W -f='${Version}' "$PACKAGE")" = "$NEWER"
+check "the changed conffile is kept across the upgrade" grep -q "$IDP/contoso-demo/v2.0" "$CONF"
+
+$SUDO dpkg --purge "$PACKAGE" >/dev/null
+check "purged: no brokerd, nothing in /etc" bash -c "! test -e /usr/bin/brokerd && ! test -e /etc/shared-device-broker"
+
+echo "# package test: $failures failed"
+[ "$failures" = 0 ]
