@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * ccurl.c - libcurl, opened with dlopen on first use; see ccurl.h.
  */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Thin shim over libdbus for Swift: constants for macros that do not import
  * (they contain casts) and typed wrappers for the void*-based basic-value
  * accessors. No logic lives here. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * ccurl.h - a thin shim over libcurl for Swift, loaded on first use.
  *

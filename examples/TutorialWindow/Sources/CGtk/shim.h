@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // GTK 4 and libadwaita for Swift: what their C macros and variadic functions do, as typed
 // inline functions (Swift imports neither), prefixed tw_. Nothing else lives here.
 #pragma once
