@@ -245,7 +245,7 @@ struct IDTokenValidator: Sendable {
 }
 
 /// Strict base64url without padding (RFC 7515, section 2 and appendix C).
-enum Base64URL {
+public enum Base64URL {
     static func decode(_ text: Substring) -> [UInt8]? {
         decode(text.utf8)
     }
@@ -278,7 +278,8 @@ enum Base64URL {
         return output
     }
 
-    static func encode<Bytes: Sequence>(_ bytes: Bytes) -> String where Bytes.Element == UInt8 {
+    /// `bytes` in base64url, without padding.
+    public static func encode<Bytes: Sequence>(_ bytes: Bytes) -> String where Bytes.Element == UInt8 {
         let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".utf8)
         var output: [UInt8] = []
         var accumulator: UInt32 = 0

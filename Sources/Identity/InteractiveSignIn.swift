@@ -29,7 +29,7 @@ extension OIDCProvider {
             ("client_id", clientId), ("response_type", "code"), ("redirect_uri", listener.redirectURI),
             ("scope", Self.scopeParameter(scopes, kind: .authorizationCode, endpoints: endpoints)), ("state", state),
             ("nonce", nonce),
-            ("code_challenge", Self.base64URL(Array(SHA256.hash(data: Array(verifier.utf8))))),
+            ("code_challenge", Base64URL.encode(Array(SHA256.hash(data: Array(verifier.utf8))))),
             ("code_challenge_method", "S256"),
         ]
         if let prompt = request.prompt { query.append(("prompt", prompt.rawValue)) }
@@ -139,10 +139,6 @@ extension OIDCProvider {
 
     static func randomURLSafe(bytes count: Int) -> String {
         var generator = SystemRandomNumberGenerator()
-        return base64URL((0..<count).map { _ in UInt8.random(in: 0...255, using: &generator) })
-    }
-
-    static func base64URL(_ bytes: [UInt8]) -> String {
-        Data(bytes).base64EncodedString().replacing("+", with: "-").replacing("/", with: "_").replacing("=", with: "")
+        return Base64URL.encode((0..<count).map { _ in UInt8.random(in: 0...255, using: &generator) })
     }
 }

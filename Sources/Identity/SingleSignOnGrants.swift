@@ -120,7 +120,7 @@ extension OIDCProvider {
     /// `ds_hash`: the left half of the SHA-256 of the secret's ASCII octets, base64url. The
     /// broker accepts ID tokens signed with ES256 and RS256 only, both of which hash with SHA-256.
     static func deviceSecretHash(_ secret: String) -> String {
-        base64URL(Array(SHA256.hash(data: Array(secret.utf8)).prefix(16)))
+        Base64URL.encode(Array(SHA256.hash(data: Array(secret.utf8)).prefix(16)))
     }
 
     /// Entra's `foci`: the family the answer's refresh token belongs to (a string, "1" today).

@@ -58,7 +58,7 @@ final class MicrosoftBroker1Object: DBusObject, MicrosoftBroker1Handler {
             let tokens = try await self.core(namedAccount: request.account != nil) { () async throws(BrokerFailure) in
                 try await self.broker.acquireTokenSilent(
                     clientId: clientId, scopes: request.scopes ?? [],
-                    accountId: try self.accountId(request), forceRefresh: false)
+                    accountId: self.accountId(request), forceRefresh: false)
             }
             return MicrosoftBrokerResponse.token(tokens, clientId: clientId)
         }
@@ -98,7 +98,7 @@ final class MicrosoftBroker1Object: DBusObject, MicrosoftBroker1Handler {
         await answer(.removeAccount, correlationId, requestJSON, caller) { request throws(MicrosoftBrokerFailure) in
             do throws(BrokerFailure) {
                 _ = try await self.broker.signOut(
-                    clientId: request.clientId ?? "", accountId: try self.accountId(request))
+                    clientId: request.clientId ?? "", accountId: self.accountId(request))
             } catch {
                 // Nobody (or another account) is signed in: the account is already gone.
                 guard error.code == .noAccount else { throw MicrosoftBrokerFailure(error) }
@@ -201,7 +201,7 @@ final class MicrosoftBroker1Object: DBusObject, MicrosoftBroker1Handler {
 
     /// The account a request names, as the core knows it: its `homeAccountId` ("" for the
     /// signed-in account, when the request names none).
-    private func accountId(_ request: MicrosoftBrokerRequest) throws(BrokerFailure) -> String {
+    private func accountId(_ request: MicrosoftBrokerRequest) -> String {
         request.account?.homeAccountId ?? ""
     }
 

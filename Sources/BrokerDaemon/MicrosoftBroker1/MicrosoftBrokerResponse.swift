@@ -1,6 +1,7 @@
 import BrokerAPI
 import BrokerCore
 import FoundationEssentials
+import Identity
 
 /// A failure as Microsoft's broker protocol reports it: a JSON error object in a normal reply
 /// (`context`, `errorCode`, `status`, `subStatus`, `tag`, all five always present), never a D-Bus
@@ -126,8 +127,8 @@ enum MicrosoftBrokerResponse {
             username = account.username
             name = account.name
             // base64url, no padding, of {"uid": oid, "utid": tid}.
-            clientInfo = MicrosoftBrokerResponse.base64URL(
-                MicrosoftBrokerResponse.encode(["uid": objectId, "utid": account.tenantId]))
+            clientInfo = Base64URL.encode(
+                MicrosoftBrokerResponse.encode(["uid": objectId, "utid": account.tenantId]).utf8)
         }
     }
 
@@ -160,7 +161,7 @@ enum MicrosoftBrokerResponse {
             IDTokenClaims(
                 aud: clientId, iss: tokens.authority, sub: account.localAccountId, oid: account.localAccountId,
                 tid: account.realm, preferredUsername: account.username, name: account.name, exp: tokens.expiresOn))
-        return base64URL(header) + "." + base64URL(claims) + "."
+        return Base64URL.encode(header.utf8) + "." + Base64URL.encode(claims.utf8) + "."
     }
 
     struct IDTokenClaims: Encodable, Sendable {
@@ -179,10 +180,5 @@ enum MicrosoftBrokerResponse {
         // Strings, integers and these structs always encode; "{}" keeps the reply JSON regardless.
         guard let data = try? encoder.encode(value) else { return empty }
         return String(decoding: data, as: UTF8.self)
-    }
-
-    static func base64URL(_ text: String) -> String {
-        Data(text.utf8).base64EncodedString()
-            .replacing("+", with: "-").replacing("/", with: "_").replacing("=", with: "")
     }
 }
