@@ -20,17 +20,13 @@ struct DesktopPortal: URLOpener {
     var responseTimeout: Duration = .seconds(60)
 
     func open(_ url: String) async throws(IdentityError) {
+        let outcome: Outcome
+        do { outcome = try await openThroughPortal(url) } catch { outcome = .failed("\(error)") }
         let portalFailure: String
-        do {
-            switch try await openThroughPortal(url) {
-            case .opened: return
-            case .declined: throw IdentityError.cancelled
-            case .failed(let why): portalFailure = why
-            }
-        } catch let error as IdentityError {
-            throw error
-        } catch {
-            portalFailure = "\(error)"
+        switch outcome {
+        case .opened: return
+        case .declined: throw .cancelled
+        case .failed(let why): portalFailure = why
         }
         logger.debug(
             "the desktop portal did not open the page; trying a browser command", metadata: ["why": "\(portalFailure)"])

@@ -311,7 +311,7 @@ def scenario(run):
     # Calendar signs out, from the browser too; Mail goes back to the sign-in page.
     switch = calendar.find("check box", "Also sign out of the browser")
     switch.queryAction().doAction(0)
-    wait_until(lambda: switch.getState().contains(run_pyatspi().STATE_CHECKED), 10, "the browser switch to be on")
+    wait_until(lambda: switch.getState().contains(calendar.pyatspi.STATE_CHECKED), 10, "the browser switch to be on")
     started = time.monotonic()
     calendar.click("Sign Out")
     mail.wait_for_account("Nobody is signed in", timeout=20)
@@ -346,11 +346,6 @@ def scenario(run):
         run.check(set(expected) <= names, "LANGUAGE=%s shows translated labels" % language, str(expected))
         run.snap("7-%s" % language, [window])
         window.close()
-
-
-def run_pyatspi():
-    import pyatspi
-    return pyatspi
 
 
 def main():
