@@ -234,9 +234,13 @@ extension Broker {
         let holder = account(for: clientId)
         let hint = loginHint.flatMap { $0.isEmpty ? nil : $0 } ?? holder?.username
         let report = onSignInProgress
+        // Shared mode: the person at the device must prove who they are now. The browser may still
+        // hold the provider's session of the last person (a sign-out need not have ended it), and
+        // a provider that is only asked to sign someone in would sign that person in again.
+        let shared = configuration.deviceMode == .shared
         let request = InteractiveRequest(
-            prompt: holder != nil && prompt == .selectAccount ? nil : prompt, loginHint: hint,
-            timeout: configuration.interactiveTimeout,
+            prompt: shared ? .login : (holder != nil && prompt == .selectAccount ? nil : prompt), loginHint: hint,
+            maxAge: shared ? 0 : nil, timeout: configuration.interactiveTimeout,
             progress: { stage, details in
                 report(SignInProgress(owner: owner, flowId: id, stage: stage, details: details))
             })

@@ -85,17 +85,22 @@ public enum Prompt: String, Sendable, CaseIterable {
 public struct InteractiveRequest: Sendable {
     public var prompt: Prompt?
     public var loginHint: String?
+    /// OpenID Connect's `max_age`: the provider must have authenticated the person at most this
+    /// many seconds before the request, and the ID token's `auth_time` must show it. 0 (shared
+    /// mode) means "now": a browser session left behind by someone else cannot sign anyone in.
+    public var maxAge: Int64?
     /// How long a person has to finish in the browser.
     public var timeout: Duration
     /// Told each stage the sign-in reaches, with its details (the page's `url`).
     public var progress: @Sendable (SignInStage, [String: String]) -> Void
 
     public init(
-        prompt: Prompt? = nil, loginHint: String? = nil, timeout: Duration,
+        prompt: Prompt? = nil, loginHint: String? = nil, maxAge: Int64? = nil, timeout: Duration,
         progress: @escaping @Sendable (SignInStage, [String: String]) -> Void = { _, _ in }
     ) {
         self.prompt = prompt
         self.loginHint = loginHint
+        self.maxAge = maxAge
         self.timeout = timeout
         self.progress = progress
     }

@@ -42,9 +42,11 @@ struct IDTokenValidator: Sendable {
     /// - Throws: ``IdentityError/invalidIDToken(_:)`` when the token fails a check;
     ///   ``IdentityError/unreachable(_:)`` or ``IdentityError/badResponse(_:)`` when the provider's
     ///   signing keys could not be fetched.
-    func validate(_ idToken: String, clientId: String, expectedNonce: String?) async throws(IdentityError)
-        -> IdentityClaims
-    {
+    ///   - recency: what the authorization request's `max_age` asked of the person's
+    ///     authentication; the token's `auth_time` must show it was met.
+    func validate(
+        _ idToken: String, clientId: String, expectedNonce: String?, recency: AuthenticationRecency? = nil
+    ) async throws(IdentityError) -> IdentityClaims {
         // 1. Shape: header.payload.signature, each base64url without padding.
         let parts = idToken.utf8.split(separator: UInt8(ascii: "."), omittingEmptySubsequences: false)
         guard parts.count == 3 else {
@@ -94,7 +96,7 @@ struct IDTokenValidator: Sendable {
 
         // 4. Claims.
         let claims = try Self.object(payloadBytes, what: "its payload")
-        try check(claims, clientId: clientId, expectedNonce: expectedNonce)
+        try check(claims, clientId: clientId, expectedNonce: expectedNonce, recency: recency)
         return IdentityClaims(claims: claims)
     }
 
@@ -128,7 +130,9 @@ struct IDTokenValidator: Sendable {
     }
 
     /// The claim checks (section 3.1.3.7, steps 2–4, 9–11), on a payload whose signature verified.
-    private func check(_ claims: JSONValue, clientId: String, expectedNonce: String?) throws(IdentityError) {
+    private func check(_ claims: JSONValue, clientId: String, expectedNonce: String?, recency: AuthenticationRecency?)
+        throws(IdentityError)
+    {
         guard let tokenIssuer = claims["iss"]?.string else {
             throw IdentityError.invalidIDToken("it has no issuer (iss)")
         }
@@ -189,6 +193,8 @@ struct IDTokenValidator: Sendable {
             }
         }
 
+        if let recency { try checkAuthenticationTime(claims, issuedAt: iat, now: now, recency: recency) }
+
         if let expectedNonce {
             guard let nonce = claims["nonce"] else {
                 throw IdentityError.invalidIDToken("it carries no nonce, but the sign-in sent one")
@@ -196,6 +202,38 @@ struct IDTokenValidator: Sendable {
             guard nonce.string == expectedNonce else {
                 throw IdentityError.invalidIDToken("its nonce is not the one the sign-in sent")
             }
+        }
+    }
+
+    /// OpenID Connect Core 3.1.2.1: with `max_age`, the token must carry `auth_time`, and the
+    /// person must have authenticated within `max_age` seconds of the request.
+    ///
+    /// `auth_time` is read on the provider's clock, against its `iat`: the token was issued just
+    /// now, so `iat - auth_time` is how long ago the person authenticated, whatever the offset
+    /// between the two clocks. No skew allowance is needed, and none is given to an old session.
+    private func checkAuthenticationTime(
+        _ claims: JSONValue, issuedAt iat: Int64, now: Int64, recency: AuthenticationRecency
+    )
+        throws(IdentityError)
+    {
+        guard let authTime = try Self.numericDate(claims, "auth_time") else {
+            throw IdentityError.invalidIDToken(
+                "it has no authentication time (auth_time), which OpenID Connect requires when the sign-in asks "
+                    + "for max_age")
+        }
+        let (age, overflowed) = iat.subtractingReportingOverflow(authTime)
+        let authenticatedAt = overflowed ? Int64.min : now.addingClamped(-max(age, 0))
+        // Whole seconds on both clocks: the estimate errs by less than two seconds, so a person who
+        // authenticated after the request is never placed more than one whole second before it.
+        let earliest = recency.requestedAt.addingClamped(-recency.maxAge).addingClamped(-1)
+        guard authenticatedAt >= earliest else {
+            let before = overflowed ? "long" : "\(recency.requestedAt.addingClamped(-authenticatedAt)) s"
+            throw IdentityError.staleAuthentication(
+                "the provider signed the person in from an earlier browser session, without asking for their "
+                    + "credentials: they authenticated \(before) before this sign-in began, although the broker asked "
+                    + "for max_age=\(recency.maxAge) and prompt=login. On a shared device that session may be the "
+                    + "last person's, so the sign-in was refused. Sign out in the browser and sign in again; if it "
+                    + "persists, the provider ignores max_age (OpenID Connect Core 3.1.2.1): tell its administrator")
         }
     }
 
@@ -296,6 +334,14 @@ public enum Base64URL {
         if bits > 0 { output.append(alphabet[Int((accumulator << UInt32(6 - bits)) & 63)]) }
         return String(decoding: output, as: UTF8.self)
     }
+}
+
+/// What an authorization request's `max_age` asked of the person's authentication.
+struct AuthenticationRecency: Sendable, Equatable {
+    /// Seconds, as sent in `max_age`.
+    var maxAge: Int64
+    /// When the request was made, on the broker's clock (seconds since the epoch).
+    var requestedAt: Int64
 }
 
 extension Int64 {

@@ -17,6 +17,9 @@ public enum IdentityError: Error, Sendable, Equatable, CustomStringConvertible {
     case invalidIDToken(String)
     /// The account belongs to a tenant the configuration does not admit (a multi-tenant authority).
     case tenantNotAllowed(String)
+    /// The provider signed the person in without the fresh authentication the request asked for
+    /// (`auth_time` older than `max_age` allows): the text says so.
+    case staleAuthentication(String)
     /// The provider is down, too slow, or says it is unavailable (503, 429, 502, 504), after the
     /// retries the policy allows; the text says where, what, how long and how often.
     case unavailable(String)
@@ -39,7 +42,9 @@ public enum IdentityError: Error, Sendable, Equatable, CustomStringConvertible {
                 : "the provider answered \(status) \(error): \(description)"
         case .badResponse(let why): return "the identity provider's answer is not valid: \(why)"
         case .invalidIDToken(let why): return "the ID token is not valid: \(why)"
-        case .unavailable(let text), .serverFailure(let text), .tenantNotAllowed(let text): return text
+        case .unavailable(let text), .serverFailure(let text), .tenantNotAllowed(let text),
+            .staleAuthentication(let text):
+            return text
         case .cancelled: return "the request was cancelled"
         case .browserUnavailable(let why): return "no browser could be opened: \(why)"
         }
@@ -82,7 +87,7 @@ public enum IdentityError: Error, Sendable, Equatable, CustomStringConvertible {
             return BrokerFailure(.serverUnavailable, text)
         case .serverFailure(let text):
             return BrokerFailure(.serverError, text)
-        case .tenantNotAllowed(let text):
+        case .tenantNotAllowed(let text), .staleAuthentication(let text):
             return BrokerFailure(.accessDenied, text)
         case .cancelled:
             return BrokerFailure(.cancelled, "the request was cancelled")

@@ -2,6 +2,7 @@ import BrokerCore
 import Crypto
 import FoundationEssentials
 import HTTP
+import Locking
 
 /// Authorization code with PKCE in the system browser (OAuth 2.0 for native apps, RFC 8252):
 /// a loopback redirect on 127.0.0.1 with a port chosen per flow, `state` against forgery,
@@ -18,13 +19,15 @@ extension OIDCProvider {
         guard let authorize = endpoints.authorizationEndpoint else {
             throw BrokerFailure(.notSupported, "the provider's discovery document names no authorization_endpoint")
         }
-        let listener: LoopbackRedirectListener
-        do { listener = try LoopbackRedirectListener() } catch { throw BrokerFailure(.serverError, "\(error)") }
-        defer { listener.shutDown() }
-
         let verifier = Self.randomURLSafe(bytes: 32)
         let state = Self.randomURLSafe(bytes: 16)
         let nonce = Self.randomURLSafe(bytes: 16)
+        let listener: LoopbackRedirectListener
+        do { listener = try LoopbackRedirectListener(expectedState: state) } catch {
+            throw BrokerFailure(.serverError, "\(error)")
+        }
+        defer { listener.shutDown() }
+
         var query: [(String, String)] = [
             ("client_id", clientId), ("response_type", "code"), ("redirect_uri", listener.redirectURI),
             ("scope", Self.scopeParameter(scopes, kind: .authorizationCode, endpoints: endpoints)), ("state", state),
@@ -33,38 +36,65 @@ extension OIDCProvider {
             ("code_challenge_method", "S256"),
         ]
         if let prompt = request.prompt { query.append(("prompt", prompt.rawValue)) }
+        if let maxAge = request.maxAge { query.append(("max_age", String(maxAge))) }
         if let hint = request.loginHint, !hint.isEmpty { query.append(("login_hint", hint)) }
         let url = authorize + (authorize.contains("?") ? "&" : "?") + HTTPRequest.formURLEncoded(query)
+        let recency = request.maxAge.map { AuthenticationRecency(maxAge: $0, requestedAt: clock.now()) }
 
-        // Without a browser the page can still be opened by hand (the app is told its address),
-        // so the flow waits as usual; only its deadline's error says what went wrong.
-        var unavailable: String?
-        do {
-            try await urlOpener.open(url)
-            request.progress(.browserOpened, [SignInProgressKey.url: url])
-        } catch .browserUnavailable(let why) {
-            unavailable = why
-            logger.warning("no browser could be opened for an interactive sign-in", metadata: ["why": "\(why)"])
-            request.progress(.browserUnavailable, [SignInProgressKey.url: url, SignInProgressKey.reason: why])
-        } catch {
-            throw error.brokerFailure(during: .authorizationCode, host: host)
+        // The page goes to the browser while the listener already serves: a desktop that is slow
+        // to say it opened the page (or never says so) must not hold back a browser that came back.
+        let opening = Locked<PageOpening?>(nil)
+        let redirected = Locked(false)
+        let opener = urlOpener
+        let logger = self.logger
+        let pageTask = Task {
+            let outcome: PageOpening
+            do throws(IdentityError) {
+                try await opener.open(url)
+                outcome = .opened
+            } catch .browserUnavailable(let why) {
+                outcome = .unavailable(why)
+            } catch {
+                outcome = .failed(error)
+            }
+            opening.withLock { $0 = outcome }
+            let late = redirected.withLock { $0 }
+            switch outcome {
+            case .opened:
+                if !late { request.progress(.browserOpened, [SignInProgressKey.url: url]) }
+            case .unavailable(let why):
+                // Without a browser the page can still be opened by hand (the app is told its
+                // address), so the flow waits as usual; only its deadline's error says what went wrong.
+                logger.warning("no browser could be opened for an interactive sign-in", metadata: ["why": "\(why)"])
+                if !late {
+                    request.progress(.browserUnavailable, [SignInProgressKey.url: url, SignInProgressKey.reason: why])
+                }
+            case .failed:
+                listener.shutDown()
+                return
+            }
+            if !late { request.progress(.waiting, [:]) }
         }
-        request.progress(.waiting, [:])
+        defer { pageTask.cancel() }
         logger.info(
             "interactive sign-in waiting for the browser",
             metadata: ["clientId": "\(clientId)", "port": "\(listener.port)"])
         let parameters: [String: String]
         do { parameters = try await Self.waitForRedirect(listener, timeout: request.timeout) } catch {
-            guard let unavailable, error.code == .cancelled, !Task.isCancelled else { throw error }
-            throw BrokerFailure(
-                .browserUnavailable,
-                "no browser could be opened (\(unavailable)), and the sign-in page was not opened by hand within "
-                    + "\(request.timeout.components.seconds) s: \(url) . Install a browser or set BROWSER, or sign in "
-                    + "with a device code (brokerctl sign-in --device-code)")
+            switch opening.withLock({ $0 }) {
+            case .failed(let why)? where !Task.isCancelled:
+                throw why.brokerFailure(during: .authorizationCode, host: host)
+            case .unavailable(let why)? where error.code == .cancelled && !Task.isCancelled:
+                throw BrokerFailure(
+                    .browserUnavailable,
+                    "no browser could be opened (\(why)), and the sign-in page was not opened by hand within "
+                        + "\(request.timeout.components.seconds) s: \(url) . Install a browser or set BROWSER, or sign "
+                        + "in with a device code (brokerctl sign-in --device-code)")
+            default:
+                throw error
+            }
         }
-        guard parameters["state"] == state else {
-            throw BrokerFailure(.serverError, "the redirect's state does not match this sign-in; it was refused")
-        }
+        redirected.withLock { $0 = true }
         if let error = parameters["error"] {
             let description = parameters["error_description"].map { ": \($0.prefix(200))" } ?? ""
             switch error {
@@ -83,7 +113,7 @@ extension OIDCProvider {
         request.progress(.exchanging, [:])
         return try await requester.withBudget { () async throws(BrokerFailure) -> ProviderTokens in
             try await grant(
-                .authorizationCode, clientId: clientId, scopes: scopes, nonce: nonce,
+                .authorizationCode, clientId: clientId, scopes: scopes, nonce: nonce, recency: recency,
                 fields: [
                     ("grant_type", "authorization_code"), ("code", code), ("redirect_uri", listener.redirectURI),
                     ("code_verifier", verifier),
@@ -135,6 +165,13 @@ extension OIDCProvider {
                 .cancelled, "nobody finished the sign-in in the browser within \(timeout.components.seconds) s")
         }
         return outcome
+    }
+
+    /// How handing the sign-in page to the browser ended.
+    private enum PageOpening: Sendable {
+        case opened
+        case unavailable(String)
+        case failed(IdentityError)
     }
 
     static func randomURLSafe(bytes count: Int) -> String {

@@ -1,16 +1,68 @@
 import Glibc
 import Locking
 
-/// The loopback redirect of RFC 8252 (7.3): a one-shot HTTP listener on 127.0.0.1 with a port
-/// the system picks per flow. It waits for the browser's `GET /?code=...&state=...`, answers
-/// with a short page, and hands the query parameters over. Other requests (a favicon) get 404.
+/// The loopback redirect of RFC 8252 (7.3): an HTTP listener on 127.0.0.1 with a port the system
+/// picks per flow. It serves from the moment it exists (the browser may come back before the
+/// desktop has said that it opened the page), answers every request with a short page, and hands
+/// over the query parameters of the one redirect that carries this flow's `state`.
+///
+/// Any program on the machine can find the port and connect. So connections are served
+/// concurrently, each for at most ``connectionDeadlineSeconds``: idle ones cannot hold the
+/// browser's redirect back. Past ``maximumConnections`` at once, new ones wait in the kernel's
+/// queue, in order, for a slot (never refused: the browser's may be among them). A request with
+/// another `state` is answered and ignored: it cannot end the flow.
 final class LoopbackRedirectListener: Sendable {
+    static let maximumConnections = 64
+    static let connectionDeadlineSeconds = 5
+
     /// The port the system chose.
     let port: UInt16
-    private let socket: Int32
-    private let closed = Locked(false)
+    private let expectedState: String
+    private let shared: Shared
 
-    init() throws(IdentityError) {
+    /// What the accepting thread, the connections' threads and the waiter share.
+    /// `@unchecked`: its semaphore is thread-safe by POSIX; the rest is behind `state`'s lock.
+    private final class Shared: @unchecked Sendable {
+        struct State {
+            var closed = false
+            var redirect: [String: String]?
+            var waiter: CheckedContinuation<[String: String]?, Never>?
+        }
+        let socket: Int32
+        let state = Locked(State())
+        /// Free connection slots; the accepting thread takes one before each accept.
+        private let slots: UnsafeMutablePointer<sem_t>
+
+        init(socket: Int32) {
+            self.socket = socket
+            slots = .allocate(capacity: 1)
+            sem_init(slots, 0, UInt32(LoopbackRedirectListener.maximumConnections))
+        }
+
+        deinit {
+            sem_destroy(slots)
+            slots.deallocate()
+        }
+
+        func takeSlot() { while sem_wait(slots) != 0 && errno == EINTR {} }
+        func releaseSlot() { sem_post(slots) }
+
+        /// Ends the wait with `redirect` (nil: shut down) and stops accepting; the first call wins.
+        func finish(with redirect: [String: String]?) {
+            let waiter = state.withLock { state -> CheckedContinuation<[String: String]?, Never>? in
+                guard !state.closed else { return nil }
+                state.closed = true
+                state.redirect = redirect
+                defer { state.waiter = nil }
+                return state.waiter
+            }
+            // Wakes accept(); the accepting thread closes the socket, so its number is not reused under it.
+            Glibc.shutdown(socket, Int32(SHUT_RDWR))
+            waiter?.resume(returning: redirect)
+        }
+    }
+
+    init(expectedState: String) throws(IdentityError) {
         let fd = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw IdentityError.badResponse("cannot open a loopback socket for the redirect") }
         var address = sockaddr_in()
@@ -26,12 +78,15 @@ final class LoopbackRedirectListener: Sendable {
         let named = withUnsafeMutablePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
         }
-        guard bound == 0, named == 0, listen(fd, 8) == 0 else {
+        guard bound == 0, named == 0, listen(fd, 64) == 0 else {
             close(fd)
             throw IdentityError.badResponse("cannot listen on a loopback port for the redirect")
         }
-        socket = fd
         port = UInt16(bigEndian: address.sin_port)
+        self.expectedState = expectedState
+        let shared = Shared(socket: fd)
+        self.shared = shared
+        Thread.detach { Self.accept(shared, expectedState: expectedState) }
     }
 
     deinit { shutDown() }
@@ -39,58 +94,89 @@ final class LoopbackRedirectListener: Sendable {
     /// `http://127.0.0.1:PORT/`.
     var redirectURI: String { "http://127.0.0.1:\(port)/" }
 
-    /// Waits for the redirect and returns its query parameters; nil when the listener was shut
-    /// down (timeout or cancellation) first.
+    /// Waits for the redirect with this flow's `state` and returns its query parameters; nil when
+    /// the listener was shut down (timeout or cancellation) first.
     func waitForRedirect() async -> [String: String]? {
         await withCheckedContinuation { continuation in
-            Thread.detach { [self] in continuation.resume(returning: acceptRedirect()) }
+            let done = shared.state.withLock { state -> (Bool, [String: String]?) in
+                guard !state.closed else { return (true, state.redirect) }
+                state.waiter = continuation
+                return (false, nil)
+            }
+            if done.0 { continuation.resume(returning: done.1) }
         }
     }
 
     /// Stops waiting; `waitForRedirect` returns nil.
-    func shutDown() {
-        let first = closed.withLock { wasClosed in
-            defer { wasClosed = true }
-            return !wasClosed
-        }
-        if first {
-            Glibc.shutdown(socket, Int32(SHUT_RDWR))
-            close(socket)
+    func shutDown() { shared.finish(with: nil) }
+
+    private static func accept(_ shared: Shared, expectedState: String) {
+        defer { close(shared.socket) }
+        while true {
+            shared.takeSlot()
+            // brokerd starts programs with every inherited descriptor closed, so no CLOEXEC is needed.
+            let client = Glibc.accept(shared.socket, nil, nil)
+            if client < 0 {
+                shared.releaseSlot()
+                if errno == EINTR || errno == ECONNABORTED { continue }
+                return
+            }
+            Thread.detach {
+                defer {
+                    close(client)
+                    shared.releaseSlot()
+                }
+                serve(client, shared: shared, expectedState: expectedState)
+            }
         }
     }
 
-    private func acceptRedirect() -> [String: String]? {
-        while true {
-            let client = accept(socket, nil, nil)
-            if client < 0 {
-                if errno == EINTR { continue }
-                return nil
-            }
-            defer { close(client) }
-            // A browser sends the request at once; do not let a stray connection hold the flow.
-            var timeout = timeval(tv_sec: 5, tv_usec: 0)
-            setsockopt(client, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-            guard let target = Self.readRequestTarget(client) else { continue }
-            let (path, query) = Self.split(target)
-            guard path == "/", let parameters = query.map(FormDecoding.decode), parameters["state"] != nil else {
-                Self.respond(client, status: "404 Not Found", body: "Not found.")
-                continue
-            }
-            let failed = parameters["error"] != nil
-            Self.respond(
-                client, status: "200 OK",
-                body: failed
-                    ? "Sign-in did not complete. You can close this window and return to the app."
-                    : "You are signed in. You can close this window and return to the app.")
-            return parameters
+    private static func serve(_ client: Int32, shared: Shared, expectedState: String) {
+        // A browser sends its request at once; a connection that does not is dropped.
+        var timeout = timeval(tv_sec: connectionDeadlineSeconds, tv_usec: 0)
+        setsockopt(client, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        setsockopt(client, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        guard let target = readRequestTarget(client, deadline: monotonicSeconds() + connectionDeadlineSeconds) else {
+            return
         }
+        let (path, query) = split(target)
+        guard path == "/", let parameters = query.map(FormDecoding.decode), let state = parameters["state"] else {
+            respond(client, status: "404 Not Found", body: "Not found.")
+            return
+        }
+        guard constantTimeEqual(state, expectedState) else {
+            respond(
+                client, status: "400 Bad Request",
+                body: "This address does not belong to the sign-in in progress. Return to the app.")
+            return
+        }
+        let failed = parameters["error"] != nil
+        respond(
+            client, status: "200 OK",
+            body: failed
+                ? "Sign-in did not complete. You can close this window and return to the app."
+                : "You are signed in. You can close this window and return to the app.")
+        shared.finish(with: parameters)
+    }
+
+    private static func constantTimeEqual(_ a: String, _ b: String) -> Bool {
+        let x = Array(a.utf8)
+        let y = Array(b.utf8)
+        guard x.count == y.count else { return false }
+        return zip(x, y).reduce(UInt8(0)) { $0 | ($1.0 ^ $1.1) } == 0
+    }
+
+    private static func monotonicSeconds() -> Int {
+        var now = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &now)
+        return now.tv_sec
     }
 
     /// The request target of `GET <target> HTTP/1.1`, reading at most 16 KiB of headers.
-    private static func readRequestTarget(_ fd: Int32) -> String? {
+    private static func readRequestTarget(_ fd: Int32, deadline: Int) -> String? {
         var request: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 4096)
-        while request.count < 16384 {
+        while request.count < 16384, monotonicSeconds() < deadline {
             let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
             if n <= 0 { return nil }
             request += buffer[0..<n]

@@ -30,7 +30,7 @@ public final class OIDCProvider: IdentityProvider {
     public let authority: String
     private let parsedAuthority: Authority
     let requester: ProviderHTTP
-    private let clock: any WallClock
+    let clock: any WallClock
     let logger: Logger
     private let secrets: [String: ClientSecret]
     private let fallbackTenant: String
@@ -184,13 +184,14 @@ public final class OIDCProvider: IdentityProvider {
     /// Posts one grant to the token endpoint and reads the answer (RFC 6749 5.1, 5.2).
     func grant(
         _ kind: GrantKind, clientId: String, scopes: Scopes, nonce: String? = nil,
-        fields: [(String, String)]
+        recency: AuthenticationRecency? = nil, fields: [(String, String)]
     ) async throws(BrokerFailure) -> ProviderTokens {
         let (response, endpoints) = try await postGrant(kind, clientId: clientId, scope: scopes, fields: fields)
         guard response.status == 200 else { throw Self.oauthError(response).brokerFailure(during: kind, host: host) }
         do {
             return try await tokens(
-                from: response, clientId: clientId, scopes: scopes, nonce: nonce, endpoints: endpoints)
+                from: response, clientId: clientId, scopes: scopes, nonce: nonce, recency: recency,
+                endpoints: endpoints)
         } catch {
             throw error.brokerFailure(during: kind, host: host)
         }
@@ -222,7 +223,7 @@ public final class OIDCProvider: IdentityProvider {
 
     func tokens(
         from response: HTTPResponse, clientId: String, scopes: Scopes, nonce: String?,
-        endpoints: ProviderMetadata
+        recency: AuthenticationRecency? = nil, endpoints: ProviderMetadata
     ) async throws(IdentityError) -> ProviderTokens {
         let body = try JSONParsing.object(response.body, what: "the token response")
         guard let accessToken = body["access_token"]?.string, !accessToken.isEmpty else {
@@ -245,7 +246,10 @@ public final class OIDCProvider: IdentityProvider {
         if let idToken {
             // OpenID Connect Core 3.1.3.7: signature, issuer, audience, expiry and nonce.
             let validator = try await signingKeys.validator(for: endpoints)
-            claims = try await validator.validate(idToken, clientId: clientId, expectedNonce: nonce)
+            claims = try await validator.validate(idToken, clientId: clientId, expectedNonce: nonce, recency: recency)
+        } else if recency != nil {
+            throw IdentityError.badResponse(
+                "it carries no ID token, so the broker cannot tell whether the person authenticated for this sign-in")
         } else {
             // No ID token (allowed for refresh, RFC 6749 6): ask userinfo who this is.
             claims = try await userinfo(accessToken: accessToken, endpoints: endpoints)
@@ -334,7 +338,7 @@ actor NativeAuthenticationSupport {
 /// One ID-token validator per provider, made once discovery has named the JWKS.
 actor SigningKeysCache {
     private let requester: ProviderHTTP
-    private let clock: any WallClock
+    let clock: any WallClock
     private let logger: Logger
     private var validator: IDTokenValidator?
     private let allowedTenant: String?

@@ -83,6 +83,13 @@ actor AuthorizationStore {
         sessions[id] = nil
     }
 
+    /// Moves every browser session's authentication back by `seconds` (for tests: "signed in an
+    /// hour ago"); returns how many there are.
+    func ageSessions(by seconds: TimeInterval) -> Int {
+        for id in sessions.keys { sessions[id]?.authTime.addTimeInterval(-seconds) }
+        return sessions.count
+    }
+
     func issueCode(for request: PendingRequest, session: Session) -> String {
         let code = RandomToken.make(bytes: 32)
         codes[code] = CodeGrant(

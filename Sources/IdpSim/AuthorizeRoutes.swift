@@ -62,9 +62,20 @@ struct AuthorizeRoutes: Sendable {
         guard query["code_challenge_method"] == "S256" else {
             return fail("invalid_request", "code_challenge_method must be S256.")
         }
-        let prompt = query["prompt"] ?? ""
-        guard ["", "none", "login", "select_account", "consent"].contains(prompt) else {
+        // OpenID Connect Core 3.1.2.1: prompt is a space-separated list; none goes alone.
+        let prompts = Set((query["prompt"] ?? "").split(separator: " ").map(String.init))
+        guard prompts.isSubset(of: ["none", "login", "select_account", "consent"]) else {
             return fail("invalid_request", "Unsupported prompt value.")
+        }
+        guard !prompts.contains("none") || prompts.count == 1 else {
+            return fail("invalid_request", "prompt=none cannot be combined with other values.")
+        }
+        var maxAge: Int?
+        if let text = query["max_age"] {
+            guard let seconds = Int(text), seconds >= 0 else {
+                return fail("invalid_request", "max_age must be a non-negative number of seconds.")
+            }
+            maxAge = seconds
         }
         let pendingRequest = AuthorizationStore.PendingRequest(
             clientId: client.clientId, redirectUri: redirectUri,
@@ -72,21 +83,31 @@ struct AuthorizeRoutes: Sendable {
             state: state,
             nonce: query["nonce"], codeChallenge: challenge, loginHint: query["login_hint"], createdAt: Date())
 
-        let session = await currentSession(request)
-        if let session = session?.session, prompt != "login", prompt != "select_account" {
+        if let session = await currentSession(request)?.session, !prompts.contains("select_account"),
+            provider.settings.ignoresReauthentication || !Self.mustReauthenticate(session, prompts, maxAge: maxAge)
+        {
             let hintMatches = pendingRequest.loginHint.map { $0.lowercased() == session.username.lowercased() } ?? true
-            if hintMatches || prompt == "none" {
+            if hintMatches || prompts.contains("none") {
                 guard hintMatches else {
                     return fail("login_required", "The signed-in user does not match login_hint.")
                 }
                 return await complete(pendingRequest, session: session)
             }
         }
-        if prompt == "none" {
+        if prompts.contains("none") {
             return fail("login_required", "AADSTS50058: A silent sign-in request was sent but no user is signed in.")
         }
         let flowId = await provider.authorization.addPending(pendingRequest)
         return signInForm(flowId: flowId, username: pendingRequest.loginHint ?? "", error: nil)
+    }
+
+    /// Whether the browser session may not sign the person in without their credentials:
+    /// `prompt=login`, or a session older than `max_age` (0: always, as OpenID Connect says).
+    static func mustReauthenticate(_ session: AuthorizationStore.Session, _ prompts: Set<String>, maxAge: Int?) -> Bool
+    {
+        if prompts.contains("login") { return true }
+        guard let maxAge else { return false }
+        return maxAge == 0 || Date().timeIntervalSince(session.authTime) > Double(maxAge)
     }
 
     private func submit(_ request: Request) async throws -> Response {

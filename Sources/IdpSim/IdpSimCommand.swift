@@ -58,6 +58,12 @@ struct IdpSimCommand: AsyncParsableCommand {
                 + "sign-on by token exchange."))
     var entraCommon = false
 
+    @Flag(
+        help: ArgumentHelp(
+            "Misbehave: ignore prompt=login and max_age, so that a browser session signs in again at once with "
+                + "its old auth_time (to test that the broker refuses it)."))
+    var ignoreReauthentication = false
+
     @Option(help: "trace, debug, info, notice, warning, error or critical.")
     var logLevel: String = "info"
 
@@ -95,7 +101,7 @@ struct IdpSimCommand: AsyncParsableCommand {
             accessTokenLifetime: accessTokenLifetime, refreshTokenLifetime: refreshTokenLifetime,
             codeLifetime: codeLifetime, without: Set(without), multiTenant: entraCommon,
             deviceCodeLifetime: deviceCodeLifetime, deviceCodeInterval: deviceCodeInterval,
-            deviceCodeSlowDowns: deviceCodeSlowDown)
+            deviceCodeSlowDowns: deviceCodeSlowDown, ignoresReauthentication: ignoreReauthentication)
         if entraCommon { settings.without.formUnion([.revocation, .nativeAuth, .nativeSSO, .tokenExchange]) }
         let provider = try await Provider(
             users: directory, settings: settings,

@@ -17,6 +17,9 @@ struct ProviderSettings: Sendable {
     var deviceCodeLifetime = 900
     var deviceCodeInterval = 5
     var deviceCodeSlowDowns = 0
+    /// Misbehave as a provider that ignores `prompt=login` and `max_age`: a browser session signs
+    /// in again at once, with its old `auth_time` (for tests of the broker's check).
+    var ignoresReauthentication = false
 }
 
 /// What a standards-compliant provider may lack; the broker must work without each.

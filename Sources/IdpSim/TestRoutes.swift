@@ -39,6 +39,13 @@ struct TestRoutes: Sendable {
                 "admin revocation of device secrets", metadata: ["user": "\(username)", "deviceSecrets": "\(secrets)"])
             return JSONBody.response(["username": username, "revokedDeviceSecrets": secrets])
         }
+        router.post("/test/age-sessions") { request, _ in
+            guard let seconds = request.queryParameters["seconds"].flatMap(Double.init), seconds >= 0 else {
+                throw OAuthError.invalidRequest("seconds query parameter (a non-negative number) is required")
+            }
+            let sessions = await provider.authorization.ageSessions(by: seconds)
+            return JSONBody.response(["agedSessions": sessions])
+        }
         router.get("/test/faults") { request, _ in
             let name = request.queryParameters["endpoint"] ?? "token"
             guard let endpoint = FaultInjector.Endpoint(rawValue: name) else {

@@ -181,7 +181,8 @@ struct SingleSignOnTests {
                 flowId: "", owner: ":1.1")
         }
         #expect(h.provider.interactiveRequests.map(\.loginHint) == ["alice@contoso.example"])
-        #expect(h.provider.interactiveRequests.map(\.prompt) == [nil])
+        // Shared mode asks the provider to authenticate the person now, whatever the app asked.
+        #expect(h.provider.interactiveRequests.map(\.prompt) == [.login])
     }
 }
 

@@ -51,6 +51,18 @@ struct DesktopPortalTests {
         #expect(env.browser.openedCount == 0)
     }
 
+    @Test("a portal that never answers does not hold back a sign-in whose browser came back")
+    func portalThatNeverAnswers() async throws {
+        let env = try await offThePool { try BrokerEnvironment() }
+        let portal = try await FakePortal(bus: env.bus, response: nil)
+        let signIn = signInInteractively(try application(env))
+        let page = try await portal.nextURL()
+        _ = try await env.browser.signIn(
+            at: page, username: TestUsers.alice.username, password: TestUsers.alice.password)
+        #expect(try await signIn.value.account.username == TestUsers.alice.username)
+        #expect(env.browser.openedCount == 0)
+    }
+
     @Test("a portal that fails to open the page hands it to $BROWSER")
     func portalFailureFallsBack() async throws {
         let env = try await offThePool { try BrokerEnvironment() }

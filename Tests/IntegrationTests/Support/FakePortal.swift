@@ -8,13 +8,13 @@ import TestSupport
 /// nothing: the test then acts as the person's browser with the recorded URL.
 final class FakePortal: DBusObject, @unchecked Sendable {
     let connection: DBusConnection
-    /// What `Response` carries: 0 opened, 1 the person declined, 2 it failed.
-    let response: UInt32
+    /// What `Response` carries: 0 opened, 1 the person declined, 2 it failed; nil: it never answers.
+    let response: UInt32?
     private let state = NSCondition()
     private var opened: [String] = []
     private var taken = 0
 
-    init(bus: PrivateBus, response: UInt32 = 0) async throws {
+    init(bus: PrivateBus, response: UInt32? = 0) async throws {
         self.response = response
         connection = try await offThePool { try DBusConnection(address: bus.address) }
         connection.export(self, at: "/org/freedesktop/portal/desktop")
@@ -48,9 +48,11 @@ final class FakePortal: DBusObject, @unchecked Sendable {
             state.broadcast()
         }
         // Before the reply: the caller must have subscribed before it called.
-        try connection.emitSignal(
-            path: handle, interface: "org.freedesktop.portal.Request", member: "Response",
-            arguments: [.uint32(response), .vardict([:])], destination: call.sender)
+        if let response {
+            try connection.emitSignal(
+                path: handle, interface: "org.freedesktop.portal.Request", member: "Response",
+                arguments: [.uint32(response), .vardict([:])], destination: call.sender)
+        }
         return [.objectPath(handle)]
     }
 
