@@ -369,8 +369,8 @@ public actor Broker {
 
     /// Shared mode: signs the whole device out (every app's tokens go, refresh tokens are
     /// revoked where the provider offers it, `AccountChanged` goes out). Default mode: removes
-    /// the account for this clientId only. `fromBrowser` also ends the provider's browser
-    /// session, so the next interactive sign-in asks for credentials again.
+    /// the account for this clientId only. The provider's browser session is ended as the
+    /// configuration's ``BrowserSignOutPolicy`` says, given `fromBrowser` (what the app asked).
     /// The account is signed out once the state is written; what the provider could not do
     /// afterwards (revocation, ending the browser session) is reported in the outcome, not thrown.
     @discardableResult
@@ -441,7 +441,7 @@ public actor Broker {
             outcome.tokensRevoked = false
             outcome.note("the keyring is locked: the tokens it keeps are revoked once it is unlocked")
         }
-        if fromBrowser {
+        if configuration.browserSignOut.endsBrowserSession(appAsked: fromBrowser) {
             do {
                 if try await provider.endBrowserSession(clientId: clientId, idTokenHint: idTokenHint) == .done {
                     outcome.browserSessionEnded = true
@@ -449,8 +449,12 @@ public actor Broker {
                     outcome.note("the provider offers no end_session_endpoint; its browser session stays")
                 }
             } catch {
-                outcome.note("the browser session could not be ended: \(Self.describe(error))")
+                outcome.note(
+                    "the provider's browser session may still be open: its end-session page could not be opened "
+                        + "(\(Self.describe(error)))")
             }
+        } else if fromBrowser {
+            outcome.note("the administrator's browserSignOut is never: the provider's browser session stays")
         }
         for note in outcome.notes { logger.notice("sign-out: \(note)", metadata: ["clientId": "\(clientId)"]) }
         return outcome

@@ -1,3 +1,29 @@
+/// When a sign-out also ends the provider's browser session (OpenID Connect RP-initiated logout).
+public enum BrowserSignOutPolicy: String, Sendable, CaseIterable, Codable {
+    /// Every sign-out, whoever or whatever caused it: the default in shared mode, where the next
+    /// person at the browser must not find the last one's session.
+    case always
+    /// Only when the app asks (`signoutFromBrowser`): the default in default mode.
+    case whenAsked = "when-asked"
+    /// Never, even when the app asks (the browser is not shared, or the provider's session is
+    /// ended some other way).
+    case never
+
+    /// The default for a device mode.
+    public static func defaultPolicy(for mode: DeviceMode) -> BrowserSignOutPolicy {
+        mode == .shared ? .always : .whenAsked
+    }
+
+    /// Whether a sign-out ends the browser session, given what the app asked.
+    func endsBrowserSession(appAsked: Bool) -> Bool {
+        switch self {
+        case .always: true
+        case .whenAsked: appAsked
+        case .never: false
+        }
+    }
+}
+
 /// How one broker behaves; fixed for its lifetime.
 public struct BrokerConfiguration: Sendable {
     public var deviceMode: DeviceMode
@@ -12,13 +38,17 @@ public struct BrokerConfiguration: Sendable {
     public var extraDeviceInformation: [String: String]
     /// How long a person has to finish an interactive sign-in in the browser.
     public var interactiveTimeout: Duration
+    /// When a sign-out also ends the provider's browser session.
+    public var browserSignOut: BrowserSignOutPolicy
 
     public init(
         deviceMode: DeviceMode, brokerVersion: String, tenantId: String = "",
         knownClientIds: Set<String>? = nil, expiryMarginSeconds: Int64 = 300,
-        extraDeviceInformation: [String: String] = [:], interactiveTimeout: Duration = .seconds(300)
+        extraDeviceInformation: [String: String] = [:], interactiveTimeout: Duration = .seconds(300),
+        browserSignOut: BrowserSignOutPolicy? = nil
     ) {
         self.interactiveTimeout = interactiveTimeout
+        self.browserSignOut = browserSignOut ?? .defaultPolicy(for: deviceMode)
         self.deviceMode = deviceMode
         self.brokerVersion = brokerVersion
         self.tenantId = tenantId

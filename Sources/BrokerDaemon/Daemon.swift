@@ -49,7 +49,8 @@ public enum Daemon {
             configuration: BrokerConfiguration(
                 deviceMode: options.deviceMode, brokerVersion: version, tenantId: tenant,
                 knownClientIds: options.configuration.clients.map { Set($0.map(\.clientId)) },
-                extraDeviceInformation: deviceFacts(), interactiveTimeout: options.interactiveTimeout),
+                extraDeviceInformation: deviceFacts(), interactiveTimeout: options.interactiveTimeout,
+                browserSignOut: options.configuration.browserSignOut),
             provider: provider, store: tokenStore, clock: clock, initialState: initialState, channel: connection,
             callers: CallerPolicy(
                 connection: connection, allowedExecutables: options.configuration.allowedExecutables(), logger: logger),

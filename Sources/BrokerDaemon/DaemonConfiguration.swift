@@ -13,6 +13,7 @@ import Identity
 ///   "tenantId": "TENANT",
 ///   "tokenStorage": "secret-service",
 ///   "compatibility": ["microsoft-broker1"],
+///   "browserSignOut": "always",
 ///   "clients": [{"clientId": "mail-app", "name": "Mail"},
 ///               {"clientId": "backoffice", "clientSecretFile": "/etc/shared-device-broker/backoffice.secret",
 ///                "clientSecretMethod": "client_secret_post"},
@@ -72,9 +73,12 @@ public struct DaemonConfigurationFile: Decodable, Sendable {
     public var allowPasswordGrant: Bool?
     /// Other brokers' protocols brokerd also serves, over the same state.
     public var compatibility: [CompatibilityProtocol]?
+    /// When a sign-out also ends the provider's browser session (default: `always` in shared
+    /// mode, `when-asked` in default mode).
+    public var browserSignOut: BrowserSignOutPolicy?
 
     private enum CodingKeys: String, CodingKey, CaseIterable {
-        case deviceMode, authority, tenantId, clients, tokenStorage, allowPasswordGrant, compatibility
+        case deviceMode, authority, tenantId, clients, tokenStorage, allowPasswordGrant, compatibility, browserSignOut
     }
 
     /// Every key the file may have (broker.conf(5) documents each).
@@ -90,14 +94,16 @@ public struct DaemonConfigurationFile: Decodable, Sendable {
         tokenStorage = try values.decodeIfPresent(TokenStorage.self, forKey: .tokenStorage)
         allowPasswordGrant = try values.decodeIfPresent(Bool.self, forKey: .allowPasswordGrant)
         compatibility = try values.decodeIfPresent([CompatibilityProtocol].self, forKey: .compatibility)
+        browserSignOut = try values.decodeIfPresent(BrowserSignOutPolicy.self, forKey: .browserSignOut)
     }
 
     public init(
         deviceMode: DeviceMode? = nil, authority: String? = nil, tenantId: String? = nil, clients: [Client]? = nil,
         tokenStorage: TokenStorage? = nil, allowPasswordGrant: Bool? = nil,
-        compatibility: [CompatibilityProtocol]? = nil
+        compatibility: [CompatibilityProtocol]? = nil, browserSignOut: BrowserSignOutPolicy? = nil
     ) {
         self.compatibility = compatibility
+        self.browserSignOut = browserSignOut
         self.deviceMode = deviceMode
         self.authority = authority
         self.tenantId = tenantId
@@ -143,7 +149,8 @@ public struct DaemonConfigurationFile: Decodable, Sendable {
             clients: administrator.clients ?? clients,
             tokenStorage: administrator.tokenStorage ?? tokenStorage,
             allowPasswordGrant: administrator.allowPasswordGrant ?? allowPasswordGrant,
-            compatibility: administrator.compatibility ?? compatibility)
+            compatibility: administrator.compatibility ?? compatibility,
+            browserSignOut: administrator.browserSignOut ?? browserSignOut)
     }
 
     public static func load(path: String) throws(DaemonError) -> DaemonConfigurationFile {

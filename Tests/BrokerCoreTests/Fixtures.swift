@@ -77,7 +77,14 @@ final class ScriptedProvider: IdentityProvider, @unchecked Sendable {
         lock.withLock { _ in _interactiveRequests.append(request) }
         throw BrokerFailure(.notSupported, "not scripted")
     }
-    func endBrowserSession(clientId: String, idTokenHint: String?) async throws -> EndpointOutcome { .notOffered }
+    /// What ending the browser session does: nil offers no end_session_endpoint; a failure throws it.
+    var endSession: Result<EndpointOutcome, BrokerFailure> = .success(.notOffered)
+    private var _endSessionCalls = 0
+    var endSessionCalls: Int { lock.withLock { _ in _endSessionCalls } }
+    func endBrowserSession(clientId: String, idTokenHint: String?) async throws -> EndpointOutcome {
+        lock.withLock { _ in _endSessionCalls += 1 }
+        return try endSession.get()
+    }
 
     // The device authorization grant, scripted: the first poll is pending, the second signs
     // `deviceUser` in (nil: every poll is pending).
@@ -230,14 +237,17 @@ struct Harness {
     let changes = ChangeRecorder()
     let broker: Broker
 
-    init(mode: DeviceMode = .shared, knownClients: Set<String>? = nil, state: BrokerState? = nil) {
+    init(
+        mode: DeviceMode = .shared, knownClients: Set<String>? = nil, state: BrokerState? = nil,
+        browserSignOut: BrowserSignOutPolicy? = nil
+    ) {
         provider = ScriptedProvider(clock: clock)
         let changes = self.changes
         let store = self.store
         broker = Broker(
             configuration: BrokerConfiguration(
                 deviceMode: mode, brokerVersion: "test", tenantId: "tenant",
-                knownClientIds: knownClients),
+                knownClientIds: knownClients, browserSignOut: browserSignOut),
             provider: provider, store: store, clock: clock,
             initialState: state ?? BrokerState(deviceId: "device-1"),
             logger: Logger(label: "test"),

@@ -69,6 +69,8 @@ struct SecretsTests {
 
         // Interactive: the authorization code and the PKCE verifier travel only between browser, broker and provider.
         #expect(try env.brokerctl(["sign-out", "--client-id", "mail-app"]).status == 0)
+        // Shared mode ends the browser session on every sign-out: the browser loads the end-session page.
+        try await env.browser.visit(try await env.browser.nextURL())
         let interactive = try env.startBrokerctl(["sign-in", "--client-id", "mail-app", "--interactive", "--json"])
         try await env.browser.signIn(
             at: try await env.browser.nextURL(), username: alice.username, password: alice.password)

@@ -80,6 +80,8 @@ struct SingleSignOnTests {
             try JWT.claims(try #require(try afterCode.json()["accessToken"] as? String))["preferred_username"]
                 as? String == carol)
         #expect(try env.brokerctl(["sign-out", "--client-id", "mail-app"]).status == 0)
+        // Shared mode ends the browser session on every sign-out: the browser loads the end-session page.
+        #expect(try await env.browser.nextURL().hasPrefix(env.idp.authority + "/oauth2/v2.0/logout?"))
 
         let browser = try env.startBrokerctl([
             "sign-in", "--client-id", "notes-app", "--interactive", "--scope", "User.Read",

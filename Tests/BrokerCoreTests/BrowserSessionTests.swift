@@ -1,0 +1,76 @@
+import BrokerCore
+import Testing
+
+/// The provider's browser session and the next person: in shared mode every interactive sign-in
+/// asks the provider to authenticate the person now (`prompt=login`, `max_age=0`), and a
+/// sign-out ends the browser session as the device's `browserSignOut` policy says.
+@Suite struct BrowserSessionTests {
+    @Test func sharedModeAsksForTheCredentialsEveryTime() async {
+        let h = Harness()
+        for prompt in [nil, Prompt.selectAccount, .consent, Prompt.none] {
+            _ = await failureCode {
+                _ = try await h.broker.acquireTokenInteractive(
+                    clientId: "mail", scopes: [], prompt: prompt, loginHint: nil, flowId: "", owner: ":1.1")
+            }
+        }
+        #expect(h.provider.interactiveRequests.map(\.prompt) == [.login, .login, .login, .login])
+        #expect(h.provider.interactiveRequests.map(\.maxAge) == [0, 0, 0, 0])
+    }
+
+    @Test func defaultModeLeavesThePromptToTheApp() async {
+        let h = Harness(mode: .default)
+        _ = await failureCode {
+            _ = try await h.broker.acquireTokenInteractive(
+                clientId: "mail", scopes: [], prompt: .selectAccount, loginHint: nil, flowId: "", owner: ":1.1")
+        }
+        #expect(h.provider.interactiveRequests.map(\.prompt) == [.selectAccount])
+        #expect(h.provider.interactiveRequests.map(\.maxAge) == [nil])
+    }
+
+    @Test func sharedModeEndsTheBrowserSessionOnEverySignOutByDefault() async throws {
+        let h = Harness()
+        h.provider.endSession = .success(.done)
+        _ = try await h.signIn(client: "mail")
+        let outcome = try await h.broker.signOut(clientId: "calendar", accountId: "", fromBrowser: false)
+        #expect(h.provider.endSessionCalls == 1)
+        #expect(outcome.browserSessionEnded)
+        #expect(outcome.notes.isEmpty, "\(outcome.notes)")
+    }
+
+    @Test func whenAskedEndsItOnlyWhenTheAppAsks() async throws {
+        let h = Harness(browserSignOut: .whenAsked)
+        h.provider.endSession = .success(.done)
+        _ = try await h.signIn(client: "mail")
+        #expect(try await h.broker.signOut(clientId: "calendar", accountId: "").browserSessionEnded == false)
+        #expect(h.provider.endSessionCalls == 0)
+        _ = try await h.signIn(client: "mail")
+        #expect(try await h.broker.signOut(clientId: "calendar", accountId: "", fromBrowser: true).browserSessionEnded)
+        #expect(h.provider.endSessionCalls == 1)
+    }
+
+    @Test func neverKeepsItAndSaysSoWhenTheAppAsked() async throws {
+        let h = Harness(browserSignOut: .never)
+        h.provider.endSession = .success(.done)
+        _ = try await h.signIn(client: "mail")
+        let outcome = try await h.broker.signOut(clientId: "mail", accountId: "", fromBrowser: true)
+        #expect(h.provider.endSessionCalls == 0)
+        #expect(!outcome.browserSessionEnded)
+        #expect(outcome.notes.contains { $0.contains("browserSignOut is never") }, "\(outcome.notes)")
+    }
+
+    @Test func anEndSessionPageThatCannotBeOpenedLeavesTheSignOutStanding() async throws {
+        let h = Harness()
+        h.provider.endSession = .failure(BrokerFailure(.browserUnavailable, "no browser could be opened"))
+        _ = try await h.signIn(client: "mail")
+        let outcome = try await h.broker.signOut(clientId: "mail", accountId: "")
+        #expect(!outcome.browserSessionEnded)
+        #expect(outcome.notes.contains { $0.contains("browser session may still be open") }, "\(outcome.notes)")
+        #expect(h.broker.deviceAccount == nil)
+        #expect(h.changes.changes.last?.current == nil)
+    }
+
+    @Test func theDefaultPolicyFollowsTheDeviceMode() {
+        #expect(BrowserSignOutPolicy.defaultPolicy(for: .shared) == .always)
+        #expect(BrowserSignOutPolicy.defaultPolicy(for: .default) == .whenAsked)
+    }
+}
