@@ -38,18 +38,19 @@ extension Broker {
         try InputRules.scopes(requested)
         try checkTokenStorage()
         if let holder = account(for: clientId), !holder.hasUsername(username) { throw alreadySignedIn(holder) }
-        try flows.admit(owner: owner, now: clock.now())
+        try admitFlow(owner: owner)
         let correlationId = Self.newCorrelationId()
         let challenge = try await callProvider(correlationId) {
             try await self.provider.startCodeSignIn(clientId: clientId, username: username)
         }
         // The limits again: other flows may have started while the provider answered.
-        try flows.admit(owner: owner, now: clock.now())
+        try admitFlow(owner: owner)
         let flowId = Self.newCorrelationId()
         flows.addCode(
             .init(
-                owner: owner, clientId: clientId, username: username, scopes: Scopes(requested),
-                continuationToken: challenge.continuationToken, startedAt: clock.now()), id: flowId)
+                clientId: clientId, username: username, scopes: Scopes(requested),
+                continuationToken: challenge.continuationToken, startedAt: clock.now()), id: flowId, owner: owner)
+        try await endIfCallerLeft(owner)
         logger.info(
             "code sign-in started",
             metadata: [
@@ -83,14 +84,14 @@ extension Broker {
         try checkClient(clientId)
         try InputRules.scopes(requested)
         try checkTokenStorage()
-        try flows.admit(owner: owner, now: clock.now())
+        try admitFlow(owner: owner)
         let scopes = Scopes(requested)
         let correlationId = Self.newCorrelationId()
         let provider = self.provider
         let grant = try await callProvider(correlationId) {
             try await provider.startDeviceSignIn(clientId: clientId, scopes: scopes)
         }
-        try flows.admit(owner: owner, now: clock.now())
+        try admitFlow(owner: owner)
         let flowId = Self.newCorrelationId()
         let startGeneration = generation
         let deadline = clock.now() + max(1, grant.expiresIn)
@@ -99,7 +100,8 @@ extension Broker {
                 grant, clientId: clientId, scopes: scopes, correlationId: correlationId, deadline: deadline,
                 startGeneration: startGeneration)
         }
-        flows.addDevice(.init(owner: owner, task: task), id: flowId)
+        flows.addDevice(.init(task: task), id: flowId, owner: owner)
+        try await endIfCallerLeft(owner)
         logger.info(
             "device sign-in started",
             metadata: ["clientId": "\(clientId)", "flowId": "\(flowId)", "correlationId": "\(correlationId)"])
@@ -116,10 +118,12 @@ extension Broker {
         startGeneration: UInt64
     ) async throws(BrokerFailure) -> AppTokens {
         var interval = max(1, grant.interval)
+        // After a provider outage the polls slow down, up to this, until the provider answers again.
+        var wait = interval
         let provider = self.provider
         while true {
             do {
-                try await Task.sleep(for: .seconds(interval))
+                try await Task.sleep(for: .seconds(wait))
             } catch {
                 throw BrokerFailure(.cancelled, "the device sign-in was cancelled")
             }
@@ -127,14 +131,28 @@ extension Broker {
                 throw BrokerFailure(
                     .codeExpired, "nobody signed in with the code \(grant.userCode) in time; start the sign-in again")
             }
-            let poll = try await callProvider(correlationId) {
-                try await provider.pollDeviceSignIn(clientId: clientId, deviceCode: grant.deviceCode, scopes: scopes)
+            let poll: DeviceCodePoll
+            do throws(BrokerFailure) {
+                poll = try await callProvider(correlationId) {
+                    try await provider.pollDeviceSignIn(
+                        clientId: clientId, deviceCode: grant.deviceCode, scopes: scopes)
+                }
+            } catch  where error.code == .serverUnavailable {
+                // The person may be signing in on their phone right now: an outage of the provider
+                // is waited out for the code's lifetime, not turned into a failed sign-in.
+                wait = min(max(wait * 2, interval), Self.longestDevicePollWait)
+                logger.notice(
+                    "the provider is unavailable; the device sign-in polls again later",
+                    metadata: ["correlationId": "\(correlationId)", "seconds": "\(wait)"])
+                continue
             }
+            wait = interval
             switch poll {
             case .pending:
                 continue
             case .slowDown:
                 interval += 5
+                wait = interval
             case .tokens(let tokens):
                 return try await adoptSignIn(
                     tokens, clientId: clientId, scopes: scopes, correlationId: correlationId,
@@ -143,12 +161,15 @@ extension Broker {
         }
     }
 
+    /// The longest pause between device-code polls while the provider is unavailable.
+    static let longestDevicePollWait: Int64 = 60
+
     /// Waits for the device-code sign-in `flowId` of `owner` to end, and returns its tokens.
     public func finishSignIn(flowId: String, owner: String) async throws(BrokerFailure) -> AppTokens {
         try InputRules.flowId(flowId)
         let flow = try flows.deviceFlow(flowId, owner: owner)
         let outcome = await flow.task.result
-        flows.removeDevice(flowId)
+        flows.removeDevice(flowId, owner: owner)
         switch outcome {
         case .success(let tokens):
             return tokens
@@ -174,14 +195,16 @@ extension Broker {
                     clientId: flow.clientId, continuationToken: flow.continuationToken,
                     code: code, scopes: flow.scopes)
             }
-            flows.removeCode(flowId)
+            flows.removeCode(flowId, owner: owner)
             return try await adoptSignIn(
                 tokens, clientId: flow.clientId, scopes: flow.scopes, correlationId: correlationId,
                 startGeneration: startGeneration)
-        } catch  where error.code == .invalidCode || error.code == .codeExpired {
+        } catch  where [.invalidCode, .codeExpired, .serverUnavailable].contains(error.code) {
+            // The person can type the code again, ask for a new one, or try again once the
+            // provider is back: the flow lives on until its lifetime ends.
             throw error
         } catch {
-            flows.removeCode(flowId)
+            flows.removeCode(flowId, owner: owner)
             throw error
         }
     }
@@ -193,7 +216,7 @@ extension Broker {
         let challenge = try await callProvider(Self.newCorrelationId()) {
             try await self.provider.resendCode(clientId: flow.clientId, continuationToken: flow.continuationToken)
         }
-        flows.updateContinuation(flowId, challenge.continuationToken)
+        flows.updateContinuation(flowId, owner: owner, challenge.continuationToken)
         return SignInChallenge(channel: challenge.channel, sentTo: challenge.sentTo, codeLength: challenge.codeLength)
     }
 
@@ -202,6 +225,21 @@ extension Broker {
         try InputRules.flowId(flowId)
         try flows.cancel(flowId, owner: owner)
         logger.info("sign-in cancelled", metadata: ["flowId": "\(flowId)"])
+    }
+
+    /// Admits a new flow of `owner` within the limits (per caller, per process, in all).
+    private func admitFlow(owner: String) throws(BrokerFailure) {
+        try flows.admit(owner: owner, process: callers.process(of: owner), now: clock.now())
+    }
+
+    /// Called once a flow of `owner` is registered: a caller whose departure was handled while
+    /// its call was on its way (a provider round trip, the hop to this actor) takes the flow with
+    /// it now, so that no flow outlives its caller.
+    private func endIfCallerLeft(_ owner: String) async throws(BrokerFailure) {
+        guard await callers.isConnected(owner) else {
+            callerLeft(owner)
+            throw BrokerFailure(.cancelled, "the caller left the bus; its sign-in was ended")
+        }
     }
 
     /// Forgets every flow of a caller that left the bus.
@@ -224,7 +262,7 @@ extension Broker {
         if !flowId.isEmpty { try InputRules.flowId(flowId) }
         if let loginHint, !loginHint.isEmpty { try InputRules.username(loginHint) }
         try checkTokenStorage()
-        try flows.admit(owner: owner, now: clock.now())
+        try admitFlow(owner: owner)
         let scopes = Scopes(requested)
         let startGeneration = generation
         let correlationId = Self.newCorrelationId()
@@ -254,7 +292,8 @@ extension Broker {
                 "clientId": "\(clientId)", "flowId": "\(id)",
                 "correlationId": "\(correlationId)",
             ])
-        defer { flows.removeInteractive(id) }
+        defer { flows.removeInteractive(id, owner: owner) }
+        try await endIfCallerLeft(owner)
         // The flow runs in a task of its own (CancelSignIn and the caller leaving cancel it);
         // cancelling this call, as brokerd does when it stops, cancels it too.
         let tokens = try await callProvider(correlationId) {

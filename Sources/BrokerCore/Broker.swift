@@ -22,6 +22,8 @@ public actor Broker {
     private let store: any StateStore
     let clock: any WallClock
     let logger: Logger
+    /// Who is still connected, and which process each caller is.
+    let callers: any CallerDirectory
     private let onAccountChange: @Sendable (DeviceAccountChange) -> Void
     /// Told each stage an interactive sign-in reaches, for its caller.
     let onSignInProgress: @Sendable (SignInProgress) -> Void
@@ -37,7 +39,7 @@ public actor Broker {
     /// At most one refresh per clientId at a time: refresh tokens rotate, so two refreshes with
     /// one token would race (and a provider that detects reuse would revoke them all).
     private var refreshes: [String: (scopes: Scopes, task: Task<AppTokens, any Error>)] = [:]
-    /// Sign-ins waiting for a code or for the browser, by flowId.
+    /// Sign-ins waiting for a code, the browser or a person elsewhere, by caller and flowId.
     var flows = SignInFlows()
     /// A token response showed a family (`foci`): the provider offers family refresh tokens.
     let singleSignOnFamilySeen = Locked(false)
@@ -51,9 +53,11 @@ public actor Broker {
     public init(
         configuration: BrokerConfiguration, provider: any IdentityProvider, store: any StateStore,
         clock: any WallClock, initialState: BrokerState, logger: Logger,
+        callers: any CallerDirectory = EveryCallerConnected(),
         onAccountChange: @escaping @Sendable (DeviceAccountChange) -> Void,
         onSignInProgress: @escaping @Sendable (SignInProgress) -> Void = { _ in }
     ) {
+        self.callers = callers
         self.onSignInProgress = onSignInProgress
         self.configuration = configuration
         self.provider = provider

@@ -209,6 +209,24 @@ extension StateStore {
     public func sync() throws {}
 }
 
+/// What the core may ask about its callers. The outer layer knows the bus; the core only the
+/// callers' names (a bus connection's unique name, never reused).
+public protocol CallerDirectory: Sendable {
+    /// Whether `owner` is still connected. A sign-in registered after its caller left (the call
+    /// was on its way when the caller's departure was handled) is ended at once.
+    func isConnected(_ owner: String) async -> Bool
+    /// The process behind `owner` (any stable text naming it), so that one program's many
+    /// connections share one bound; nil when unknown.
+    func process(of owner: String) -> String?
+}
+
+/// Callers as the core's tests and a bus-less broker see them: always connected, process unknown.
+public struct EveryCallerConnected: CallerDirectory {
+    public init() {}
+    public func isConnected(_ owner: String) async -> Bool { true }
+    public func process(of owner: String) -> String? { nil }
+}
+
 /// The time, in unix seconds.
 public protocol WallClock: Sendable {
     func now() -> Int64

@@ -1,16 +1,24 @@
-/// The sign-ins in progress: email-code flows waiting for their code, and interactive flows
-/// waiting for the browser. Each belongs to the caller (bus connection) that started it; only
-/// that caller may use it, and it goes when that caller leaves the bus. Bounded per caller and
-/// in total, so no caller can make the broker grow.
+/// The sign-ins in progress: email-code flows waiting for their code, interactive flows waiting
+/// for the browser, device-code flows polling the provider. Each belongs to the caller (bus
+/// connection) that started it; only that caller may use it, and it goes when that caller leaves
+/// the bus. Flow ids are the caller's own: one caller's ids say nothing about another's flows.
+/// Bounded per caller, per process (one program may open many connections) and in total, so
+/// that no caller can make the broker grow or take every sign-in of the device.
 public struct SignInFlows: Sendable {
-    /// At most this many flows per caller, and in all.
+    /// At most this many flows per caller, per process, and in all.
     public static let maxPerOwner = 8
+    public static let maxPerProcess = 16
     public static let maxTotal = 256
     /// A code flow nobody finishes is forgotten after this long (the provider's code has expired by then).
     public static let codeFlowLifetime: Int64 = 30 * 60
 
-    struct CodeFlow: Sendable {
+    /// A flow's id within its caller's.
+    struct Key: Hashable, Sendable {
         var owner: String
+        var id: String
+    }
+
+    struct CodeFlow: Sendable {
         var clientId: String
         var username: String
         var scopes: Scopes
@@ -20,103 +28,120 @@ public struct SignInFlows: Sendable {
     }
 
     struct InteractiveFlow: Sendable {
-        var owner: String
         var cancel: @Sendable () -> Void
     }
 
     /// A device-code sign-in (RFC 8628): the broker polls the provider while a person signs in
     /// elsewhere; the task ends with the sign-in's tokens.
     struct DeviceFlow: Sendable {
-        var owner: String
         var task: Task<AppTokens, any Error>
     }
 
-    private(set) var codeFlows: [String: CodeFlow] = [:]
-    private(set) var interactiveFlows: [String: InteractiveFlow] = [:]
-    private(set) var deviceFlows: [String: DeviceFlow] = [:]
+    private(set) var codeFlows: [Key: CodeFlow] = [:]
+    private(set) var interactiveFlows: [Key: InteractiveFlow] = [:]
+    private(set) var deviceFlows: [Key: DeviceFlow] = [:]
+    /// The process behind each caller with flows, where the bus told it.
+    private var processes: [String: String] = [:]
 
     var count: Int { codeFlows.count + interactiveFlows.count + deviceFlows.count }
 
-    /// Refuses a new flow for `owner` beyond the limits; first forgets code flows older than their lifetime.
-    mutating func admit(owner: String, now: Int64) throws(BrokerFailure) {
+    private var owners: [String] {
+        codeFlows.keys.map(\.owner) + interactiveFlows.keys.map(\.owner) + deviceFlows.keys.map(\.owner)
+    }
+
+    /// Refuses a new flow for `owner` (of `process`, when known) beyond the limits; first
+    /// forgets code flows older than their lifetime.
+    mutating func admit(owner: String, process: String?, now: Int64) throws(BrokerFailure) {
         codeFlows = codeFlows.filter { now - $0.value.startedAt < Self.codeFlowLifetime }
-        let mine =
-            codeFlows.values.filter { $0.owner == owner }.count
-            + interactiveFlows.values.filter { $0.owner == owner }.count
-            + deviceFlows.values.filter { $0.owner == owner }.count
+        let all = owners
+        let mine = all.filter { $0 == owner }.count
         if mine >= Self.maxPerOwner {
             throw BrokerFailure(
                 .limitsExceeded, "this caller has \(mine) sign-ins in progress; finish or cancel one first")
         }
-        if count >= Self.maxTotal {
-            throw BrokerFailure(.limitsExceeded, "the broker has \(count) sign-ins in progress; try again later")
+        if let process {
+            let theirs = all.filter { processes[$0] == process }.count
+            if theirs >= Self.maxPerProcess {
+                throw BrokerFailure(
+                    .limitsExceeded,
+                    "this program has \(theirs) sign-ins in progress over its connections; finish or cancel one first")
+            }
+            processes[owner] = process
+        }
+        if all.count >= Self.maxTotal {
+            throw BrokerFailure(.limitsExceeded, "the broker has \(all.count) sign-ins in progress; try again later")
         }
     }
 
-    mutating func addCode(_ flow: CodeFlow, id: String) { codeFlows[id] = flow }
+    mutating func addCode(_ flow: CodeFlow, id: String, owner: String) {
+        codeFlows[Key(owner: owner, id: id)] = flow
+    }
 
-    /// The code flow `id` if `owner` started it; others get `.flowNotFound`, as if it did not exist.
+    /// The code flow `id` of `owner`; `.flowNotFound` when that caller has none.
     func codeFlow(_ id: String, owner: String) throws(BrokerFailure) -> CodeFlow {
-        guard let flow = codeFlows[id], flow.owner == owner else {
+        guard let flow = codeFlows[Key(owner: owner, id: id)] else {
             throw BrokerFailure(.flowNotFound, "there is no sign-in \(id) of this caller; start a new one")
         }
         return flow
     }
 
-    mutating func updateContinuation(_ id: String, _ token: String) { codeFlows[id]?.continuationToken = token }
-    mutating func removeCode(_ id: String) { codeFlows[id] = nil }
+    mutating func updateContinuation(_ id: String, owner: String, _ token: String) {
+        codeFlows[Key(owner: owner, id: id)]?.continuationToken = token
+    }
+
+    mutating func removeCode(_ id: String, owner: String) { codeFlows[Key(owner: owner, id: id)] = nil }
 
     mutating func addInteractive(_ id: String, owner: String, cancel: @escaping @Sendable () -> Void)
         throws(BrokerFailure)
     {
-        if interactiveFlows[id] != nil || codeFlows[id] != nil {
+        let key = Key(owner: owner, id: id)
+        if interactiveFlows[key] != nil || codeFlows[key] != nil || deviceFlows[key] != nil {
             throw BrokerFailure(.invalidArgument, "a sign-in with flowId \(id) is already in progress")
         }
-        interactiveFlows[id] = InteractiveFlow(owner: owner, cancel: cancel)
+        interactiveFlows[key] = InteractiveFlow(cancel: cancel)
     }
 
-    mutating func removeInteractive(_ id: String) { interactiveFlows[id] = nil }
+    mutating func removeInteractive(_ id: String, owner: String) { interactiveFlows[Key(owner: owner, id: id)] = nil }
 
-    mutating func addDevice(_ flow: DeviceFlow, id: String) { deviceFlows[id] = flow }
+    mutating func addDevice(_ flow: DeviceFlow, id: String, owner: String) {
+        deviceFlows[Key(owner: owner, id: id)] = flow
+    }
 
-    /// The device flow `id` if `owner` started it; others get `.flowNotFound`.
+    /// The device flow `id` of `owner`; `.flowNotFound` when that caller has none.
     func deviceFlow(_ id: String, owner: String) throws(BrokerFailure) -> DeviceFlow {
-        guard let flow = deviceFlows[id], flow.owner == owner else {
+        guard let flow = deviceFlows[Key(owner: owner, id: id)] else {
             throw BrokerFailure(.flowNotFound, "there is no device sign-in \(id) of this caller; start a new one")
         }
         return flow
     }
 
-    mutating func removeDevice(_ id: String) { deviceFlows[id] = nil }
+    mutating func removeDevice(_ id: String, owner: String) { deviceFlows[Key(owner: owner, id: id)] = nil }
 
     /// Ends the flow `id` of `owner`, whichever kind it is.
     mutating func cancel(_ id: String, owner: String) throws(BrokerFailure) {
-        if let flow = interactiveFlows[id], flow.owner == owner {
-            interactiveFlows[id] = nil
+        let key = Key(owner: owner, id: id)
+        if let flow = interactiveFlows.removeValue(forKey: key) {
             flow.cancel()
-            return
-        }
-        if let flow = deviceFlows[id], flow.owner == owner {
-            deviceFlows[id] = nil
+        } else if let flow = deviceFlows.removeValue(forKey: key) {
             flow.task.cancel()
-            return
+        } else if codeFlows.removeValue(forKey: key) == nil {
+            throw BrokerFailure(.flowNotFound, "there is no sign-in \(id) of this caller; start a new one")
         }
-        _ = try codeFlow(id, owner: owner)
-        codeFlows[id] = nil
     }
 
-    /// Drops every flow of a caller that left the bus; returns how many.
+    /// Ends every flow of a caller that left the bus (its polling with it); returns how many.
     mutating func dropAll(owner: String) -> Int {
-        let code = codeFlows.filter { $0.value.owner == owner }
-        let interactive = interactiveFlows.filter { $0.value.owner == owner }
-        for key in code.keys { codeFlows[key] = nil }
-        for (id, flow) in interactive {
-            interactiveFlows[id] = nil
+        processes[owner] = nil
+        let code = codeFlows.keys.filter { $0.owner == owner }
+        for key in code { codeFlows[key] = nil }
+        let interactive = interactiveFlows.filter { $0.key.owner == owner }
+        for (key, flow) in interactive {
+            interactiveFlows[key] = nil
             flow.cancel()
         }
-        let device = deviceFlows.filter { $0.value.owner == owner }
-        for (id, flow) in device {
-            deviceFlows[id] = nil
+        let device = deviceFlows.filter { $0.key.owner == owner }
+        for (key, flow) in device {
+            deviceFlows[key] = nil
             flow.task.cancel()
         }
         return code.count + interactive.count + device.count

@@ -27,7 +27,7 @@ final class BrokerService: Sendable {
         self.properties = properties
         self.broker = Broker(
             configuration: configuration, provider: provider, store: store, clock: clock,
-            initialState: initialState, logger: logger,
+            initialState: initialState, logger: logger, callers: callers,
             onAccountChange: Self.announcing(on: channel, properties: properties, logger: logger),
             onSignInProgress: Self.reporting(on: channel, logger: logger))
         self.callers = callers

@@ -21,11 +21,14 @@ final class CallerPolicy: Sendable {
 
     /// Asks the bus daemon for a connection's credentials.
     typealias Lookup = @Sendable (String) async throws -> Credentials
+    /// Asks the bus daemon whether a connection is still there.
+    typealias Presence = @Sendable (String) async -> Bool
 
     private let ownUserId: UInt32
     /// clientId -> executables allowed to use it (absolute, symlinks resolved).
     private let allowedExecutables: [String: Set<String>]
     private let lookup: Lookup
+    private let presence: Presence
     private let logger: Logger
     private let known = Locked<[String: Entry]>([:])
 
@@ -37,17 +40,25 @@ final class CallerPolicy: Sendable {
 
     init(
         ownUserId: UInt32 = getuid(), allowedExecutables: [String: Set<String>], logger: Logger,
-        lookup: @escaping Lookup
+        presence: @escaping Presence = { _ in true }, lookup: @escaping Lookup
     ) {
         self.ownUserId = ownUserId
         self.allowedExecutables = allowedExecutables.mapValues { Set($0.map(Self.resolved)) }
         self.logger = logger
+        self.presence = presence
         self.lookup = lookup
     }
 
     /// A policy that asks `connection`'s bus daemon.
     convenience init(connection: DBusConnection, allowedExecutables: [String: Set<String>], logger: Logger) {
-        self.init(allowedExecutables: allowedExecutables, logger: logger) { sender in
+        let presence: Presence = { sender in
+            // A bus that cannot answer is taken to say yes: the caller's departure still ends its flows.
+            let reply = try? await connection.call(
+                destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
+                member: "NameHasOwner", arguments: [.string(sender)], timeout: .seconds(5))
+            return reply?.first?.bool ?? true
+        }
+        self.init(allowedExecutables: allowedExecutables, logger: logger, presence: presence) { sender in
             let reply = try await connection.call(
                 destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
                 member: "GetConnectionCredentials", arguments: [.string(sender)], timeout: .seconds(5))
@@ -149,5 +160,16 @@ final class CallerPolicy: Sendable {
         guard let real = realpath(path, nil) else { return path }
         defer { free(real) }
         return String(cString: real)
+    }
+}
+
+/// The core asks the bus, through the policy, whether a caller is still there and which process
+/// it is (one process's connections share one bound on sign-ins).
+extension CallerPolicy: CallerDirectory {
+    func isConnected(_ owner: String) async -> Bool { await presence(owner) }
+
+    func process(of owner: String) -> String? {
+        guard case .known(let credentials)? = known.withLock({ $0[owner] }) else { return nil }
+        return credentials.processId.map { "process \($0)" }
     }
 }

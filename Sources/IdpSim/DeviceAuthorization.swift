@@ -26,6 +26,13 @@ struct DeviceAuthorization: Sendable {
 
     /// RFC 8628 §3.1–3.2.
     private func authorize(_ request: Request) async throws -> Response {
+        await provider.stats.count("devicecode")
+        let (fault, replacement) = await FaultResponses.before(.deviceAuthorization, provider: provider)
+        if let replacement { return replacement }
+        return FaultResponses.after(fault, try await startDeviceAuthorization(request))
+    }
+
+    private func startDeviceAuthorization(_ request: Request) async throws -> Response {
         let parameters = try await request.formParameters()
         let client = try ClientAuthenticator(users: provider.users).authenticate(request, parameters)
         let settings = provider.settings

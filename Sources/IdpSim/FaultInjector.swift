@@ -9,6 +9,8 @@ actor FaultInjector {
     /// The endpoints a fault can be put on.
     enum Endpoint: String, Sendable, Codable, CaseIterable {
         case token, discovery, jwks, userinfo, revoke
+        /// The device authorization endpoint (RFC 8628 3.1).
+        case deviceAuthorization = "devicecode"
     }
 
     enum Mode: String, Sendable, Codable, CaseIterable {

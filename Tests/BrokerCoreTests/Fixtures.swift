@@ -239,7 +239,7 @@ struct Harness {
 
     init(
         mode: DeviceMode = .shared, knownClients: Set<String>? = nil, state: BrokerState? = nil,
-        browserSignOut: BrowserSignOutPolicy? = nil
+        browserSignOut: BrowserSignOutPolicy? = nil, callers: any CallerDirectory = EveryCallerConnected()
     ) {
         provider = ScriptedProvider(clock: clock)
         let changes = self.changes
@@ -250,7 +250,7 @@ struct Harness {
                 knownClientIds: knownClients, browserSignOut: browserSignOut),
             provider: provider, store: store, clock: clock,
             initialState: state ?? BrokerState(deviceId: "device-1"),
-            logger: Logger(label: "test"),
+            logger: Logger(label: "test"), callers: callers,
             onAccountChange: {
                 store.note("announce")
                 changes.record($0)
@@ -275,4 +275,12 @@ func failureCode(_ body: () async throws -> Void) async -> BrokerErrorCode? {
     } catch {
         return .serverError
     }
+}
+
+/// Callers as a test says: these have left the bus; every caller is the one process.
+struct ScriptedCallers: CallerDirectory {
+    var departed: Set<String> = []
+    var process = "process 1"
+    func isConnected(_ owner: String) async -> Bool { !departed.contains(owner) }
+    func process(of owner: String) -> String? { process }
 }
