@@ -25,21 +25,6 @@ extension Broker {
         tokenStorageLocked(nil)
     }
 
-    /// Best effort: revokes tokens the store held for sign-ins that ended while it was locked
-    /// (the sign-out could not revoke what it could not read).
-    public func revokeForgotten(_ tokens: [(clientId: String, token: RevocableToken)]) async {
-        let provider = self.provider
-        for (clientId, token) in tokens {
-            do {
-                _ = try await provider.revoke(clientId: clientId, token: token)
-            } catch {
-                logger.notice(
-                    "a token of a sign-in that ended while the token store was locked could not be revoked",
-                    metadata: ["clientId": "\(clientId)", "error": "\(Self.describe(error))"])
-            }
-        }
-    }
-
     nonisolated func checkTokenStorage() throws(BrokerFailure) {
         if let message = tokenStorageLock.withLock({ $0 }) { throw BrokerFailure(.storageLocked, message) }
     }

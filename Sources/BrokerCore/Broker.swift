@@ -41,6 +41,9 @@ public actor Broker {
     private var refreshes: [String: (scopes: Scopes, task: Task<AppTokens, any Error>)] = [:]
     /// Sign-ins waiting for a code, the browser or a person elsewhere, by caller and flowId.
     var flows = SignInFlows()
+    /// The armed retry of owed revocations, and the delay it waited (doubled at each failure).
+    var revocationRetry: Task<Void, Never>?
+    var revocationRetryDelay: Duration?
     /// A token response showed a family (`foci`): the provider offers family refresh tokens.
     let singleSignOnFamilySeen = Locked(false)
     /// Why token calls are refused now (the keyring that holds the tokens is locked), or nil.
@@ -385,14 +388,16 @@ public actor Broker {
         try InputRules.accountId(accountId)
         let account = try signedInAccount(clientId: clientId, accountId: accountId)
         var next = state
-        var revoke: [(clientId: String, token: RevocableToken)] = []
+        var revoke: [PendingRevocation] = []
         let affected = configuration.deviceMode == .shared ? Array(next.clients.keys) : [clientId]
         let idTokenHint =
             (next.clients[clientId].map { [$0] } ?? []).flatMap { $0.accessTokens.values }.compactMap(\.idToken).first
             ?? affected.lazy.compactMap { next.clients[$0] }.flatMap { $0.accessTokens.values }.compactMap(\.idToken)
             .first
         for id in affected {
-            if let token = next.clients[id]?.refreshToken { revoke.append((id, .refreshToken(token))) }
+            if let token = next.clients[id]?.refreshToken {
+                revoke.append(.init(clientId: id, token: .refreshToken(token)))
+            }
             next.clients[id]?.dropTokens()
             next.clients[id]?.dropIfEmpty(in: &next, clientId: id)
         }
@@ -401,11 +406,14 @@ public actor Broker {
         for (identifier, grant) in next.singleSignOn
         where configuration.deviceMode == .shared || grant.anchorClientId == clientId {
             if let deviceSecret = grant.deviceSecret {
-                revoke.append((grant.anchorClientId, .deviceSecret(deviceSecret.secret)))
+                revoke.append(.init(clientId: grant.anchorClientId, token: .deviceSecret(deviceSecret.secret)))
             }
             next.singleSignOn[identifier] = nil
         }
         if configuration.deviceMode == .shared { next.current = nil }
+        // Owed to the provider from the moment the sign-out is written: a crash or an outage
+        // before the provider confirms leaves them pending, never forgotten.
+        next.owe(revoke)
         // Default mode: the app's own account changed, which no other app sees, so no signal.
         try commit(
             next,
@@ -419,25 +427,7 @@ public actor Broker {
                 "mode": "\(configuration.deviceMode.rawValue)",
             ])
         var outcome = SignOutOutcome()
-        // Every app's refresh token at once: the sign-out answers within one provider call's bound.
-        let provider = self.provider
-        let problems = await withTaskGroup(of: String?.self) { group in
-            for (id, token) in revoke {
-                group.addTask {
-                    do {
-                        let done = try await provider.revoke(clientId: id, token: token)
-                        return done == .notOffered
-                            ? "the provider offers no token revocation; refresh tokens expire on their own" : nil
-                    } catch {
-                        return "a token could not be revoked at the provider: \(Self.describe(error))"
-                    }
-                }
-            }
-            return await group.reduce(into: [String]()) { problems, problem in
-                if let problem { problems.append(problem) }
-            }
-        }
-        for problem in problems {
+        for problem in await revokeOwed(revoke) {
             outcome.tokensRevoked = false
             outcome.note(problem)
         }

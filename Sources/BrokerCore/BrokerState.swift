@@ -11,15 +11,31 @@ public struct BrokerState: Sendable, Equatable {
     /// Per account `identifier`: what lets other apps get tokens of their own for that account
     /// without a person. In shared mode there is at most one, the device's sign-in.
     public var singleSignOn: [String: SingleSignOnGrant]
+    /// Tokens of sign-ins that ended whose revocation the provider has not confirmed yet: kept
+    /// (with the other tokens, as secrets) until it does, so that neither a crash nor an outage
+    /// leaves them valid at the provider. Oldest first.
+    public var pendingRevocations: [PendingRevocation]
 
     public init(
         deviceId: String, current: Account? = nil, clients: [String: ClientRecord] = [:],
-        singleSignOn: [String: SingleSignOnGrant] = [:]
+        singleSignOn: [String: SingleSignOnGrant] = [:], pendingRevocations: [PendingRevocation] = []
     ) {
         self.deviceId = deviceId
         self.current = current
         self.clients = clients
         self.singleSignOn = singleSignOn
+        self.pendingRevocations = pendingRevocations
+    }
+}
+
+/// A token the broker owes the provider a revocation of (RFC 7009), with the client it was issued to.
+public struct PendingRevocation: Sendable, Equatable {
+    public var clientId: String
+    public var token: RevocableToken
+
+    public init(clientId: String, token: RevocableToken) {
+        self.clientId = clientId
+        self.token = token
     }
 }
 

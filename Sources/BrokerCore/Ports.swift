@@ -40,6 +40,30 @@ public enum RevocableToken: Sendable, Equatable {
     case refreshToken(String)
     /// Native SSO's device secret: revoking it ends single sign-on for every app.
     case deviceSecret(String)
+
+    /// Its kind as stored: `refresh_token` or `device_secret`.
+    public var kind: String {
+        switch self {
+        case .refreshToken: "refresh_token"
+        case .deviceSecret: "device_secret"
+        }
+    }
+
+    /// The token itself (a secret).
+    public var value: String {
+        switch self {
+        case .refreshToken(let value), .deviceSecret(let value): value
+        }
+    }
+
+    /// A token of a stored `kind`; nil for a kind this broker does not know.
+    public init?(kind: String, value: String) {
+        switch kind {
+        case "refresh_token": self = .refreshToken(value)
+        case "device_secret": self = .deviceSecret(value)
+        default: return nil
+        }
+    }
 }
 
 /// What an OAuth 2.0 token exchange (RFC 8693) presents as the signed-in user's token.

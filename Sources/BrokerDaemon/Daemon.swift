@@ -98,6 +98,9 @@ public enum Daemon {
             "brokerd ready: \(BrokerNames.busName) as \(connection.uniqueName), device mode "
                 + "\(options.deviceMode.rawValue)"
         )
+        // Revocations a previous run owed the provider (it was killed, or the provider was down).
+        let owed = Task { await service.broker.resumePendingRevocations() }
+        defer { owed.cancel() }
 
         let reason = await stop.next()
         logger.info("stopping", metadata: ["reason": "\(reason)"])

@@ -122,6 +122,19 @@ struct JSONReader {
         return key
     }
 
+    mutating func openArray() throws(Problem) { try consume(UInt8(ascii: "[")) }
+
+    /// Whether the array being read has another element (which comes next); false at its end.
+    mutating func nextElement(first: Bool) throws(Problem) -> Bool {
+        skipWhitespace()
+        if position < bytes.count, bytes[position] == UInt8(ascii: "]") {
+            position += 1
+            return false
+        }
+        if !first { try consume(UInt8(ascii: ",")) }
+        return true
+    }
+
     /// Whether a key `nextKeyRange` gave is `name` (written without escapes, as brokerd writes keys).
     func key(_ key: (Range<Int>, escaped: Bool), is name: StaticString) -> Bool {
         guard !key.escaped, key.0.count == name.utf8CodeUnitCount, let base = bytes.baseAddress else { return false }

@@ -50,14 +50,15 @@ final class LockedKeyring: Sendable {
 
     /// Reads the keyring's tokens into the broker's state; false when it locked again meanwhile.
     private func adoptTokens(_ broker: Broker, logger: Logger) async -> Bool {
-        let forgotten = Locked<[(clientId: String, token: RevocableToken)]>([])
         do {
             try await broker.tokenStorageOpened { state in
                 let (tokens, known) = try readTokens(deviceId: state.deviceId, logger: logger)
                 // Before the commit that follows, so that it compares with what the vault holds.
                 if let known { store.vaultOpened(holding: known) }
-                let merged = TokenProtectingStore.merge(state, with: tokens, logger: logger)
-                forgotten.withLock { $0 = Self.forgotten(tokens, adopted: merged) }
+                var merged = TokenProtectingStore.merge(state, with: tokens, logger: logger)
+                // Tokens of sign-ins that ended while the keyring was locked: the sign-out could
+                // not revoke what it could not read, so they are owed now.
+                merged.owe(Self.forgotten(tokens, adopted: merged))
                 return merged
             }
         } catch SecretServiceError.locked {
@@ -68,7 +69,7 @@ final class LockedKeyring: Sendable {
             broker.tokenStorageLocked("the keyring is unlocked, but brokerd could not read its tokens: \(error)")
             return false
         }
-        await broker.revokeForgotten(forgotten.withLock { $0 })
+        await broker.resumePendingRevocations()
         logger.notice("the keyring is unlocked: tokens are served again")
         return true
     }
@@ -89,11 +90,11 @@ final class LockedKeyring: Sendable {
     /// keyring was locked (a sign-out could not revoke what it could not read).
     static func forgotten(
         _ tokens: StoredTokens?, adopted state: BrokerState
-    ) -> [(clientId: String, token: RevocableToken)] {
+    ) -> [PendingRevocation] {
         (tokens?.clients ?? [:]).sorted { $0.key < $1.key }.compactMap { clientId, entry in
             guard let refreshToken = entry.refreshToken, state.clients[clientId]?.refreshToken != refreshToken
             else { return nil }
-            return (clientId, .refreshToken(refreshToken))
+            return PendingRevocation(clientId: clientId, token: .refreshToken(refreshToken))
         }
     }
 }

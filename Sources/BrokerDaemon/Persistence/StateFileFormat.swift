@@ -10,6 +10,7 @@ import Glibc
 ///  "clients": {"<clientId>": {"account": "<key>", "lastSeen": "<key>", "refreshToken": "…"}},
 ///  "current": {"environment": …, "identifier": …, …},
 ///  "deviceId": "…",
+///  "pendingRevocations": [{"clientId": "…", "kind": "refresh_token", "token": "…"}],
 ///  "singleSignOn": {"<identifier>": {"anchor": "<clientId>", "family": "1", "deviceSecret": "…", "idToken": "…"}},
 ///  "version": 2}
 /// ```
@@ -27,6 +28,10 @@ import Glibc
 /// app that made it, its family, and with `--token-storage plaintext-file` only, Native SSO's
 /// device secret and ID token. An older brokerd of version 2 skips it, as it skips any key it does
 /// not know, and loses only single sign-on until the next sign-in.
+///
+/// `pendingRevocations` (optional, with `--token-storage plaintext-file` only: they are secrets)
+/// lists the tokens of ended sign-ins that the provider has not yet confirmed revoked, oldest
+/// first; `kind` is `refresh_token` or `device_secret`. An older brokerd skips it and forgets them.
 ///
 /// Version 1 (read, never written): `lastSeen` and `account` were whole account objects in each
 /// client, and each client had `accessTokens`; those are dropped on load.
@@ -135,6 +140,19 @@ enum StateFileFormat {
         }
         out.raw(",\"deviceId\":")
         out.string(state.deviceId)
+        if !state.pendingRevocations.isEmpty {
+            out.raw(",\"pendingRevocations\":[")
+            for (index, owed) in state.pendingRevocations.enumerated() {
+                out.raw(index > 0 ? ",{\"clientId\":" : "{\"clientId\":")
+                out.string(owed.clientId)
+                out.raw(",\"kind\":")
+                out.string(owed.token.kind)
+                out.raw(",\"token\":")
+                out.string(owed.token.value)
+                out.raw("}")
+            }
+            out.raw("]")
+        }
         if !state.singleSignOn.isEmpty {
             out.raw(",\"singleSignOn\":{")
             for (index, (identifier, grant)) in state.singleSignOn.sorted(by: { $0.key < $1.key }).enumerated() {
@@ -268,9 +286,45 @@ enum StateFileFormat {
         }
         let clients = try readClients(&reader, at: offsets["clients"], account: reference)
         let singleSignOn = try reader.at(offsets["singleSignOn"], readSingleSignOn) ?? [:]
+        let owed = try reader.at(offsets["pendingRevocations"], readPendingRevocations) ?? []
         return Loaded(
-            state: BrokerState(deviceId: deviceId, current: current, clients: clients, singleSignOn: singleSignOn),
+            state: BrokerState(
+                deviceId: deviceId, current: current, clients: clients, singleSignOn: singleSignOn,
+                pendingRevocations: owed),
             version: 2, droppedAccessTokens: 0)
+    }
+
+    /// The `pendingRevocations` array: objects with `clientId`, `kind` and `token`, all required.
+    private static func readPendingRevocations(_ reader: inout JSONReader) throws(JSONReader.Problem)
+        -> [PendingRevocation]
+    {
+        try reader.expect(.array, "pendingRevocations")
+        try reader.openArray()
+        var owed: [PendingRevocation] = []
+        var first = true
+        while try reader.nextElement(first: first) {
+            let path = "pendingRevocations[\(owed.count)]"
+            first = false
+            try reader.expect(.object, path)
+            try reader.openObject()
+            var fields: [String: String] = [:]
+            var firstField = true
+            while let field = try reader.nextKey(first: firstField) {
+                firstField = false
+                switch field {
+                case "clientId", "kind", "token": fields[field] = try reader.readString("\(path).\(field)")
+                default: try reader.skipValue()
+                }
+            }
+            guard let clientId = fields["clientId"], let kind = fields["kind"], let value = fields["token"] else {
+                throw .shape("\(path) lacks its clientId, kind or token")
+            }
+            guard let token = RevocableToken(kind: kind, value: value) else {
+                throw .shape("\(path) has the kind \(kind), which is neither refresh_token nor device_secret")
+            }
+            owed.append(PendingRevocation(clientId: clientId, token: token))
+        }
+        return owed
     }
 
     /// The `singleSignOn` object: per account identifier, `anchor` (required), `family`, and

@@ -65,18 +65,29 @@ struct StoredTokens: Codable, Equatable, Sendable {
         var idToken: String
     }
 
+    /// A token owed a revocation at the provider (``PendingRevocation``).
+    struct Revocation: Codable, Equatable, Sendable {
+        var clientId: String
+        /// `refresh_token` or `device_secret`, as RFC 7009's `token_type_hint` and Native SSO name them.
+        var kind: String
+        var token: String
+    }
+
     var version = Self.currentVersion
     var clients: [String: Client] = [:]
     /// Per account identifier (absent from items that older brokerds wrote).
     var singleSignOn: [String: DeviceSecretEntry]? = nil
+    /// Absent when none (and from items that older brokerds wrote, which skip it).
+    var pendingRevocations: [Revocation]? = nil
 
-    var isEmpty: Bool { clients.isEmpty && (singleSignOn ?? [:]).isEmpty }
+    var isEmpty: Bool { clients.isEmpty && (singleSignOn ?? [:]).isEmpty && (pendingRevocations ?? []).isEmpty }
 
     /// Access tokens a version 1 item held, not kept.
     var droppedAccessTokens: Int { clients.values.reduce(0) { $0 + $1.droppedAccessTokens } }
 
     static func == (a: StoredTokens, b: StoredTokens) -> Bool {
         a.clients == b.clients && (a.singleSignOn ?? [:]) == (b.singleSignOn ?? [:])
+            && (a.pendingRevocations ?? []) == (b.pendingRevocations ?? [])
     }
 }
 
@@ -154,6 +165,11 @@ final class TokenProtectingStore: StateStore {
             publicPart.singleSignOn[identifier]?.deviceSecret = nil
         }
         tokens.singleSignOn = deviceSecrets.isEmpty ? nil : deviceSecrets
+        let owed = state.pendingRevocations.map {
+            StoredTokens.Revocation(clientId: $0.clientId, kind: $0.token.kind, token: $0.token.value)
+        }
+        tokens.pendingRevocations = owed.isEmpty ? nil : owed
+        publicPart.pendingRevocations = []
         return (publicPart, tokens)
     }
 
@@ -188,13 +204,20 @@ final class TokenProtectingStore: StateStore {
             merged.singleSignOn[identifier]?.deviceSecret = DeviceSecret(
                 secret: entry.deviceSecret, idToken: entry.idToken)
         }
+        // Owed whatever the state file says: they belong to sign-ins that are over.
+        merged.owe(
+            (tokens.pendingRevocations ?? []).compactMap { entry in
+                RevocableToken(kind: entry.kind, value: entry.token).map {
+                    PendingRevocation(clientId: entry.clientId, token: $0)
+                }
+            })
         return merged
     }
 
     /// Whether `state` holds any token (a state file written by `--token-storage plaintext-file`).
     static func hasTokens(_ state: BrokerState) -> Bool {
         state.clients.values.contains { $0.refreshToken != nil || !$0.accessTokens.isEmpty }
-            || state.singleSignOn.values.contains { $0.deviceSecret != nil }
+            || state.singleSignOn.values.contains { $0.deviceSecret != nil } || !state.pendingRevocations.isEmpty
     }
 }
 
