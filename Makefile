@@ -20,6 +20,9 @@ INSTALLED_FILES = bin/brokerd bin/brokerctl share/man/man1/brokerctl.1 share/man
 RELEASE_BIN   = $(shell $(SWIFT) build -c release --show-bin-path 2>/dev/null)
 INSTALL_BIN  ?= $(RELEASE_BIN)
 GUI_PACKAGES  = libgtk-4-dev libadwaita-1-dev xvfb x11-apps at-spi2-core python3-pyatspi python3-pil gettext
+# The browser suite (Tests/Browser): a real Chromium driven by Selenium under Xvfb, pages opened by
+# the real desktop portal (with its GTK backend) on a private bus.
+BROWSER_PACKAGES = chromium chromium-driver python3-selenium xdg-desktop-portal xdg-desktop-portal-gtk xvfb
 WINDOW_DIR    = examples/TutorialWindow
 WINDOW_BIN    = $(shell $(SWIFT) build --package-path $(WINDOW_DIR) -c $(CONFIG) --show-bin-path 2>/dev/null)
 SUDO          = $(shell [ "$$(id -u)" = 0 ] || echo sudo)
@@ -67,6 +70,22 @@ test-gui: build gui
 	/usr/bin/python3 $(WINDOW_DIR)/tests/test_window.py --window-bin "$(WINDOW_BIN)" --broker-bin "$(BIN_DIR)" \
 		--artifacts $(WINDOW_DIR)/.build/test-artifacts
 
+## browser-deps: what the browser suite needs, when missing.
+.PHONY: browser-deps test-browser
+browser-deps: deps
+	@if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null || ! command -v Xvfb >/dev/null \
+		|| ! test -x /usr/libexec/xdg-desktop-portal || ! test -x /usr/libexec/xdg-desktop-portal-gtk \
+		|| ! test -x /usr/libexec/xdg-permission-store || ! /usr/bin/python3 -c 'import selenium' 2>/dev/null; then \
+		echo "Installing $(BROWSER_PACKAGES) ..."; \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(BROWSER_PACKAGES); \
+	fi
+
+## test-browser: sign-in and sign-out in a real Chromium (Selenium) under Xvfb, pages opened by brokerd
+## through the real desktop portal on a private bus, with idp-sim. Screenshots: .build/browser-artifacts/.
+test-browser: build browser-deps
+	/usr/bin/python3 Tests/Browser/test_browser.py --broker-bin "$(BIN_DIR)" --artifacts .build/browser-artifacts
+
 ## demo-gui: a private bus, idp-sim, brokerd in shared mode and two windows ("Mail", "Calendar") on
 ## your display, with `brokerctl watch` in this terminal.
 demo-gui: build gui
@@ -82,11 +101,13 @@ demo: build
 	BIN_DIR="$(BIN_DIR)" bash examples/demo.sh
 
 ## test: the whole suite (unit, D-Bus layer, HTTP, idp-sim and end-to-end over private buses), then
-## the GTK window under Xvfb and the Debian package (built, installed, upgraded, purged).
+## the GTK window under Xvfb, the browser suite (Chromium, the desktop portal) and the Debian package
+## (built, installed, upgraded, purged).
 test: build check-contract check-version lint
 	$(SWIFT) build -c $(CONFIG) $(BUILD_FLAGS) --build-tests
 	$(SWIFT) test -c $(CONFIG) $(BUILD_FLAGS) --skip-build
 	$(MAKE) test-gui
+	$(MAKE) test-browser
 	$(MAKE) deb-test
 
 ## version: embed VERSION in the build (Sources/BrokerAPI/BrokerRelease.swift); check-version: they agree.
