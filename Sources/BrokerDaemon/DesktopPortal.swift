@@ -54,7 +54,7 @@ struct DesktopPortal: URLOpener {
                 try await connection.call(
                     destination: Self.busName, path: Self.objectPath, interface: Self.openURIInterface,
                     member: "OpenURI",
-                    arguments: [.string(""), .string(url), .vardict(["handle_token": .variant(.string(token))])],
+                    arguments: [.string(""), .string(url), .vardict(["handle_token": .string(token)])],
                     timeout: .seconds(10)
                 ).first?.objectPath ?? requestPath
         } catch let error as DBusError {

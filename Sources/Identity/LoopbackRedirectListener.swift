@@ -155,7 +155,7 @@ final class LoopbackRedirectListener: Sendable {
             client, status: "200 OK",
             body: failed
                 ? "Sign-in did not complete. You can close this window and return to the app."
-                : "You are signed in. You can close this window and return to the app.")
+                : "Return to the app to finish signing in. You can close this window.")
         shared.finish(with: parameters)
     }
 
