@@ -83,7 +83,7 @@ extension Broker {
     }
 
     /// One retry at a time, after a delay that doubles with each failure: a timer, never a poll.
-    private func armRevocationRetry() {
+    func armRevocationRetry() {
         guard revocationRetry == nil else { return }
         let delay = revocationRetryDelay.map { min($0 * 2, Self.longestRevocationRetry) } ?? Self.firstRevocationRetry
         revocationRetryDelay = delay

@@ -44,6 +44,10 @@ public actor Broker {
     /// The armed retry of owed revocations, and the delay it waited (doubled at each failure).
     var revocationRetry: Task<Void, Never>?
     var revocationRetryDelay: Duration?
+    /// When each clientId's record last changed, on a counter of changes: who is forgotten first
+    /// when there are too many. Records from before a start count as the least recent.
+    var clientActivity: [String: UInt64] = [:]
+    var activityCounter: UInt64 = 0
     /// A token response showed a family (`foci`): the provider offers family refresh tokens.
     let singleSignOnFamilySeen = Locked(false)
     /// Why token calls are refused now (the keyring that holds the tokens is locked), or nil.
@@ -509,7 +513,9 @@ public actor Broker {
     /// It is safe: once `save` returned, a restarted brokerd reads the new state; only a power
     /// loss in the next instant could bring back the old one, which the file system's ordered
     /// rename keeps whole.
-    func commit(_ next: BrokerState, announcing change: DeviceAccountChange? = nil) throws(BrokerFailure) {
+    func commit(_ proposed: BrokerState, announcing change: DeviceAccountChange? = nil) throws(BrokerFailure) {
+        var next = proposed
+        noteActiveClients(from: state, to: &next)
         do {
             try store.save(next)
         } catch {

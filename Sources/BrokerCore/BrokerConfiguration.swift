@@ -40,13 +40,19 @@ public struct BrokerConfiguration: Sendable {
     public var interactiveTimeout: Duration
     /// When a sign-out also ends the provider's browser session.
     public var browserSignOut: BrowserSignOutPolicy
+    /// At most this many clientIds are remembered (the least recently active are forgotten
+    /// first): any app may name a new one, and every one costs memory and state file.
+    public var maxClients: Int
+    public static let defaultMaxClients = 1000
 
     public init(
         deviceMode: DeviceMode, brokerVersion: String, tenantId: String = "",
         knownClientIds: Set<String>? = nil, expiryMarginSeconds: Int64 = 300,
         extraDeviceInformation: [String: String] = [:], interactiveTimeout: Duration = .seconds(300),
-        browserSignOut: BrowserSignOutPolicy? = nil
+        browserSignOut: BrowserSignOutPolicy? = nil, maxClients: Int = BrokerConfiguration.defaultMaxClients
     ) {
+        // Every configured client is kept, however many the administrator named.
+        self.maxClients = max(1, maxClients, knownClientIds?.count ?? 0)
         self.interactiveTimeout = interactiveTimeout
         self.browserSignOut = browserSignOut ?? .defaultPolicy(for: deviceMode)
         self.deviceMode = deviceMode

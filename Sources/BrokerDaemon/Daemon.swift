@@ -50,7 +50,8 @@ public enum Daemon {
                 deviceMode: options.deviceMode, brokerVersion: version, tenantId: tenant,
                 knownClientIds: options.configuration.clients.map { Set($0.map(\.clientId)) },
                 extraDeviceInformation: deviceFacts(), interactiveTimeout: options.interactiveTimeout,
-                browserSignOut: options.configuration.browserSignOut),
+                browserSignOut: options.configuration.browserSignOut,
+                maxClients: options.configuration.maxClients ?? BrokerConfiguration.defaultMaxClients),
             provider: provider, store: tokenStore, clock: clock, initialState: initialState, channel: connection,
             callers: CallerPolicy(
                 connection: connection, allowedExecutables: options.configuration.allowedExecutables(), logger: logger),

@@ -76,9 +76,12 @@ public struct DaemonConfigurationFile: Decodable, Sendable {
     /// When a sign-out also ends the provider's browser session (default: `always` in shared
     /// mode, `when-asked` in default mode).
     public var browserSignOut: BrowserSignOutPolicy?
+    /// At most this many clientIds are remembered (default 1000; never fewer than `clients` names).
+    public var maxClients: Int?
 
     private enum CodingKeys: String, CodingKey, CaseIterable {
         case deviceMode, authority, tenantId, clients, tokenStorage, allowPasswordGrant, compatibility, browserSignOut
+        case maxClients
     }
 
     /// Every key the file may have (broker.conf(5) documents each).
@@ -95,13 +98,20 @@ public struct DaemonConfigurationFile: Decodable, Sendable {
         allowPasswordGrant = try values.decodeIfPresent(Bool.self, forKey: .allowPasswordGrant)
         compatibility = try values.decodeIfPresent([CompatibilityProtocol].self, forKey: .compatibility)
         browserSignOut = try values.decodeIfPresent(BrowserSignOutPolicy.self, forKey: .browserSignOut)
+        maxClients = try values.decodeIfPresent(Int.self, forKey: .maxClients)
+        if let maxClients, !(1...1_000_000).contains(maxClients) {
+            throw DecodingError.dataCorruptedError(
+                forKey: .maxClients, in: values, debugDescription: "maxClients must be between 1 and 1000000")
+        }
     }
 
     public init(
         deviceMode: DeviceMode? = nil, authority: String? = nil, tenantId: String? = nil, clients: [Client]? = nil,
         tokenStorage: TokenStorage? = nil, allowPasswordGrant: Bool? = nil,
-        compatibility: [CompatibilityProtocol]? = nil, browserSignOut: BrowserSignOutPolicy? = nil
+        compatibility: [CompatibilityProtocol]? = nil, browserSignOut: BrowserSignOutPolicy? = nil,
+        maxClients: Int? = nil
     ) {
+        self.maxClients = maxClients
         self.compatibility = compatibility
         self.browserSignOut = browserSignOut
         self.deviceMode = deviceMode
@@ -150,7 +160,8 @@ public struct DaemonConfigurationFile: Decodable, Sendable {
             tokenStorage: administrator.tokenStorage ?? tokenStorage,
             allowPasswordGrant: administrator.allowPasswordGrant ?? allowPasswordGrant,
             compatibility: administrator.compatibility ?? compatibility,
-            browserSignOut: administrator.browserSignOut ?? browserSignOut)
+            browserSignOut: administrator.browserSignOut ?? browserSignOut,
+            maxClients: administrator.maxClients ?? maxClients)
     }
 
     public static func load(path: String) throws(DaemonError) -> DaemonConfigurationFile {

@@ -239,7 +239,8 @@ struct Harness {
 
     init(
         mode: DeviceMode = .shared, knownClients: Set<String>? = nil, state: BrokerState? = nil,
-        browserSignOut: BrowserSignOutPolicy? = nil, callers: any CallerDirectory = EveryCallerConnected()
+        browserSignOut: BrowserSignOutPolicy? = nil, callers: any CallerDirectory = EveryCallerConnected(),
+        maxClients: Int = BrokerConfiguration.defaultMaxClients
     ) {
         provider = ScriptedProvider(clock: clock)
         let changes = self.changes
@@ -247,7 +248,7 @@ struct Harness {
         broker = Broker(
             configuration: BrokerConfiguration(
                 deviceMode: mode, brokerVersion: "test", tenantId: "tenant",
-                knownClientIds: knownClients, browserSignOut: browserSignOut),
+                knownClientIds: knownClients, browserSignOut: browserSignOut, maxClients: maxClients),
             provider: provider, store: store, clock: clock,
             initialState: state ?? BrokerState(deviceId: "device-1"),
             logger: Logger(label: "test"), callers: callers,

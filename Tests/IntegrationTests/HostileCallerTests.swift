@@ -131,6 +131,30 @@ struct HostileCallerTests {
         #expect(await a.value == BrokerErrorCode.cancelled.dbusErrorName)
     }
 
+    @Test("300 new clientIds from one app: at most maxClients are remembered, the signed-in app keeps its tokens")
+    func aFloodOfClientIdsIsBounded() async throws {
+        let directory = try TemporaryDirectory()
+        let config = try directory.write("broker.conf", #"{"maxClients": 50}"#)
+        chmod(config, 0o600)
+        let env = try await offThePool { try BrokerEnvironment(brokerArguments: ["--config", config]) }
+        #expect(try await offThePool { try env.signIn(TestUsers.alice, client: "mail-app") }.status == 0)
+        let connection = try await offThePool { try DBusConnection(address: env.bus.address) }
+        defer { connection.close() }
+        for index in 0..<300 {
+            // Each first call records what the app saw: a write of the whole state.
+            _ = try await connection.call(
+                destination: BrokerNames.busName, path: BrokerNames.objectPath, interface: BrokerNames.interface,
+                member: Broker1Method.getCurrentAccount.rawValue, arguments: [.string("flood-\(index)")])
+        }
+        let clients = try env.stateFile()["clients"] as? [String: Any] ?? [:]
+        #expect(clients.count <= 50, "\(clients.count) clients remembered")
+        #expect((clients["mail-app"] as? [String: Any])?["refreshToken"] != nil, "the signed-in app was kept")
+        let token = try await offThePool {
+            try env.brokerctl(["token", "--client-id", "mail-app", "--scope", "User.Read", "--force-refresh"])
+        }
+        #expect(token.status == 0, "\(token.stderr)")
+    }
+
     @Test("a provider outage during a device-code sign-in is waited out; the person's approval still counts")
     func deviceCodeSurvivesAnOutage() async throws {
         let env = try await offThePool { try BrokerEnvironment(idpArguments: ["--device-code-interval", "1"]) }
