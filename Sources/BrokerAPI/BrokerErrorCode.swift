@@ -23,6 +23,7 @@ public enum BrokerErrorCode: String, Sendable, CaseIterable, Codable {
     case storageFailed = "StorageFailed"
     case storageLocked = "StorageLocked"
     case browserUnavailable = "BrowserUnavailable"
+    case notConfigured = "NotConfigured"
 
     /// The full D-Bus error name, e.g. `io.shareddevice.Broker1.Error.NoAccount`.
     public var dbusErrorName: String { BrokerNames.errorPrefix + rawValue }

@@ -203,4 +203,6 @@ public enum MicrosoftBroker1Names {
 public enum DeviceFact {
     /// `s`: the other brokers' bus names brokerd serves (space-separated), when it serves any.
     public static let compatibility = "compatibility"
+    /// `s`: present when no identity provider is configured, saying what to set and where.
+    public static let providerNotConfigured = "providerNotConfigured"
 }

@@ -25,7 +25,10 @@ extension Broker {
         tokenStorageLocked(nil)
     }
 
+    /// Refuses a sign-in or token call that cannot be served now: no provider is configured, or
+    /// the token store is locked.
     nonisolated func checkTokenStorage() throws(BrokerFailure) {
+        if let remedy = configuration.providerNotConfigured { throw BrokerFailure(.notConfigured, remedy) }
         if let message = tokenStorageLock.withLock({ $0 }) { throw BrokerFailure(.storageLocked, message) }
     }
 }

@@ -44,13 +44,18 @@ public struct BrokerConfiguration: Sendable {
     /// first): any app may name a new one, and every one costs memory and state file.
     public var maxClients: Int
     public static let defaultMaxClients = 1000
+    /// Set when no identity provider is configured: what the administrator does about it. Sign-ins
+    /// and token calls are then refused with `NotConfigured` and this text.
+    public var providerNotConfigured: String?
 
     public init(
         deviceMode: DeviceMode, brokerVersion: String, tenantId: String = "",
         knownClientIds: Set<String>? = nil, expiryMarginSeconds: Int64 = 300,
         extraDeviceInformation: [String: String] = [:], interactiveTimeout: Duration = .seconds(300),
-        browserSignOut: BrowserSignOutPolicy? = nil, maxClients: Int = BrokerConfiguration.defaultMaxClients
+        browserSignOut: BrowserSignOutPolicy? = nil, maxClients: Int = BrokerConfiguration.defaultMaxClients,
+        providerNotConfigured: String? = nil
     ) {
+        self.providerNotConfigured = providerNotConfigured
         // Every configured client is kept, however many the administrator named.
         self.maxClients = max(1, maxClients, knownClientIds?.count ?? 0)
         self.interactiveTimeout = interactiveTimeout

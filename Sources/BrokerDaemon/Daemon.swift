@@ -14,9 +14,9 @@ public enum Daemon {
         var options = options
         // Started by D-Bus activation: serve the bus that started us.
         if options.busAddress == nil { options.busAddress = activationBusAddress() }
-        let authority: Authority
-        do { authority = try Authority(options.authority) } catch {
-            throw DaemonError.configuration("--authority \(options.authority): \(error)")
+        let authority: Authority?
+        do { authority = try options.authority.map(Authority.init) } catch {
+            throw DaemonError.configuration("--authority \(options.authority ?? ""): \(error)")
         }
         let store: FileStateStore
         do { store = try FileStateStore(directory: options.stateDirectory) } catch {
@@ -40,24 +40,34 @@ public enum Daemon {
 
         let tenant = options.configuration.tenantId ?? ""
         let clock = SystemClock()
-        let provider = OIDCProvider(
-            authority: authority, clock: clock, logger: logger,
-            clientSecrets: try options.configuration.clientSecrets(), tenantId: tenant,
-            allowPasswordGrant: options.configuration.allowPasswordGrant == true,
-            urlOpener: DesktopPortal(connection: connection, fallback: BrowserCommand(), logger: logger))
+        let provider: any IdentityProvider
+        if let authority {
+            provider = OIDCProvider(
+                authority: authority, clock: clock, logger: logger,
+                clientSecrets: try options.configuration.clientSecrets(), tenantId: tenant,
+                allowPasswordGrant: options.configuration.allowPasswordGrant == true,
+                urlOpener: DesktopPortal(connection: connection, fallback: BrowserCommand(), logger: logger))
+        } else {
+            logger.warning("\(UnconfiguredProvider.remedy); until then sign-ins and tokens get NotConfigured")
+            provider = UnconfiguredProvider()
+        }
         let service = BrokerService(
             configuration: BrokerConfiguration(
                 deviceMode: options.deviceMode, brokerVersion: version, tenantId: tenant,
                 knownClientIds: options.configuration.clients.map { Set($0.map(\.clientId)) },
                 extraDeviceInformation: deviceFacts(), interactiveTimeout: options.interactiveTimeout,
                 browserSignOut: options.configuration.browserSignOut,
-                maxClients: options.configuration.maxClients ?? BrokerConfiguration.defaultMaxClients),
+                maxClients: options.configuration.maxClients ?? BrokerConfiguration.defaultMaxClients,
+                providerNotConfigured: authority == nil ? UnconfiguredProvider.remedy : nil),
             provider: provider, store: tokenStore, clock: clock, initialState: initialState, channel: connection,
             callers: CallerPolicy(
                 connection: connection, allowedExecutables: options.configuration.allowedExecutables(), logger: logger),
             logger: logger)
         // Before anyone can call: token calls wait for a keyring locked at start.
         if let lockedKeyring { service.broker.tokenStorageLocked(lockedKeyring.message) }
+        if authority == nil {
+            service.broker.setDeviceFact(DeviceFact.providerNotConfigured, to: UnconfiguredProvider.remedy)
+        }
         let keyringWatch = lockedKeyring.map { keyring in
             Task { await keyring.serveWhenUnlocked(service.broker, logger: logger) }
         }
@@ -91,7 +101,7 @@ public enum Daemon {
         logger.info(
             "serving",
             metadata: [
-                "mode": "\(options.deviceMode.rawValue)", "authority": "\(authority)",
+                "mode": "\(options.deviceMode.rawValue)", "authority": "\(authority.map { "\($0)" } ?? "none")",
                 "state": "\(store.path)",
             ])
         // The readiness line scripts and tests wait for.

@@ -4,7 +4,8 @@ import Glibc
 /// What `brokerd` was asked to do, after its command line and configuration are read.
 public struct DaemonOptions: Sendable {
     public var deviceMode: DeviceMode
-    public var authority: String
+    /// The provider's issuer; nil when none is configured (served, refusing what needs one).
+    public var authority: String?
     public var stateDirectory: String
     public var configuration: DaemonConfigurationFile
     public var busAddress: String?
@@ -15,7 +16,7 @@ public struct DaemonOptions: Sendable {
     public var stopGracePeriod: Duration = .seconds(10)
 
     public init(
-        deviceMode: DeviceMode, authority: String, stateDirectory: String,
+        deviceMode: DeviceMode, authority: String?, stateDirectory: String,
         configuration: DaemonConfigurationFile, busAddress: String? = nil,
         interactiveTimeout: Duration = .seconds(300)
     ) {

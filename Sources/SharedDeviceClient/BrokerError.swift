@@ -48,6 +48,9 @@ public enum BrokerError: Error, Sendable, Equatable, CustomStringConvertible {
     /// (no desktop portal, no `xdg-open`, no `$BROWSER`), and nobody opened the sign-in page by hand
     /// in time. The message has the page's address; a device-code sign-in needs no browser here.
     case browserUnavailable(String)
+    /// `NotConfigured`: no identity provider is configured on this device yet; the message says
+    /// which file the administrator edits. Device mode and accounts are answered meanwhile.
+    case notConfigured(String)
     /// No broker answers on the bus (not running, or restarting).
     case brokerUnavailable(String)
     /// The broker did not answer in time.
@@ -78,6 +81,7 @@ public enum BrokerError: Error, Sendable, Equatable, CustomStringConvertible {
         case .storageFailed: self = .storageFailed(message)
         case .storageLocked: self = .storageLocked(message)
         case .browserUnavailable: self = .browserUnavailable(message)
+        case .notConfigured: self = .notConfigured(message)
         }
     }
 
@@ -92,6 +96,11 @@ public enum BrokerError: Error, Sendable, Equatable, CustomStringConvertible {
             "org.freedesktop.DBus.Error.Disconnected", "org.freedesktop.DBus.Error.FileNotFound",
             "org.freedesktop.DBus.Error.NoServer", "org.freedesktop.DBus.Error.SpawnFailed":
             self = .brokerUnavailable("the broker is not running on this bus (\(error.message))")
+        case let name where name.hasPrefix("org.freedesktop.DBus.Error.Spawn."):
+            // The bus tried to start it and it failed: its own words are in its log.
+            self = .brokerUnavailable(
+                "the broker could not be started (\(error.message)); its log says why: journalctl --user -u "
+                    + "shared-device-broker (under systemd), else the session's log")
         case "org.freedesktop.DBus.Error.NoReply", "org.freedesktop.DBus.Error.Timeout",
             "org.freedesktop.DBus.Error.TimedOut":
             self = .timedOut("the broker did not answer in time (\(error.message))")
@@ -133,6 +142,7 @@ public enum BrokerError: Error, Sendable, Equatable, CustomStringConvertible {
         case .storageFailed: return .storageFailed
         case .storageLocked: return .storageLocked
         case .browserUnavailable: return .browserUnavailable
+        case .notConfigured: return .notConfigured
         case .brokerUnavailable, .timedOut, .dbus: return nil
         }
     }
@@ -144,7 +154,8 @@ public enum BrokerError: Error, Sendable, Equatable, CustomStringConvertible {
             .invalidPassword(let m), .accountAlreadySignedIn(let m), .noAccount(let m), .interactionRequired(let m),
             .serverUnavailable(let m), .serverError(let m), .notSupported(let m), .accessDenied(let m),
             .limitsExceeded(let m), .invalidCode(let m), .codeExpired(let m), .flowNotFound(let m), .cancelled(let m),
-            .storageFailed(let m), .storageLocked(let m), .browserUnavailable(let m), .brokerUnavailable(let m),
+            .storageFailed(let m), .storageLocked(let m), .browserUnavailable(let m), .notConfigured(let m),
+            .brokerUnavailable(let m),
             .timedOut(let m), .dbus(_, let m):
             return m
         }

@@ -122,9 +122,9 @@ struct Brokerd: AsyncParsableCommand {
                 ?? CompatibilityProtocol.allCases.filter {
                     compatibility.contains($0) || user.compatibility?.contains($0) == true
                 }
-            guard let authority = administrator?.authority ?? authority ?? file.authority else {
-                throw ValidationError("give the provider with --authority URL (or \"authority\" in --config)")
-            }
+            // Without one the broker still starts: a fresh install activated by an app must answer
+            // it (device mode, and an error that names the file to edit), not exit with a status.
+            let authority = administrator?.authority ?? authority ?? file.authority
             let options = DaemonOptions(
                 deviceMode: administrator?.deviceMode ?? deviceMode ?? file.deviceMode ?? .shared, authority: authority,
                 stateDirectory: stateDir ?? DaemonOptions.defaultStateDirectory(), configuration: file,

@@ -42,7 +42,8 @@ struct MicrosoftBrokerFailure: Error, Sendable, Equatable {
         case .serverUnavailable: status = .serverTemporarilyUnavailable
         case .invalidArgument, .invalidUsername: status = .apiContractViolation
         case .cancelled: status = .userCanceled
-        case .unknownClient, .notSupported, .accessDenied, .browserUnavailable: status = .incorrectConfiguration
+        case .unknownClient, .notSupported, .accessDenied, .browserUnavailable, .notConfigured:
+            status = .incorrectConfiguration
         case .limitsExceeded, .storageFailed, .storageLocked: status = .transientError
         case .invalidPassword, .invalidCode, .codeExpired, .flowNotFound, .serverError: status = .unexpected
         }
