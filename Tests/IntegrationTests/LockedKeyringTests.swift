@@ -77,4 +77,29 @@ struct LockedKeyringTests {
         let token = try env.brokerctl(["token", "--client-id", "mail-app", "--scope", "User.Read"])
         #expect(token.stderr.contains("io.shareddevice.Broker1.Error.NoAccount"), "\(token.stderr)")
     }
+
+    @Test("no keyring at all: everything but tokens is served, and a keyring made the default is used at once")
+    func noKeyringAtAll() async throws {
+        let env = try BrokerEnvironment(busConfig: TestKeyring.busWithoutActivation)
+        let keyring = try await TestKeyring.start(on: env.bus, in: env.directory, loginKeyring: false)
+        defer { withExtendedLifetime(keyring) {} }
+        try env.restartBroker(extraArguments: ["--token-storage", "secret-service"])
+        #expect(try env.brokerctl(["device-info", "--json"]).json()["deviceMode"] as? String == "shared")
+        let refused = try env.signIn(TestUsers.alice, client: "mail-app")
+        #expect(refused.status == 1)
+        #expect(refused.stderr.contains("io.shareddevice.Broker1.Error.StorageLocked"), "\(refused.stderr)")
+        #expect(
+            refused.stderr.contains("no default keyring") && refused.stderr.contains("Set as Default"),
+            "\(refused.stderr)")
+
+        try await keyring.createDefault()
+        // A new default announces nothing itself: its first lock and unlock (a login) do.
+        try await keyring.lockDefault()
+        try await keyring.unlockDefault()
+        try env.brokerd.process.waitForLine(timeout: .seconds(45), stderr: true) {
+            $0.contains("tokens are served again")
+        }
+        #expect(try env.signIn(TestUsers.alice, client: "mail-app").status == 0)
+        #expect(!(try await keyring.items([("application", TokenStorageTests.application)])).isEmpty)
+    }
 }

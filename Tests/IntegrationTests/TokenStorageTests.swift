@@ -284,7 +284,10 @@ final class TestKeyring: @unchecked Sendable {
         process.kill()
     }
 
-    static func start(on bus: PrivateBus, in directory: TemporaryDirectory) async throws -> TestKeyring {
+    /// `loginKeyring` off: a Secret Service with no keyring at all (a user who never had one).
+    static func start(on bus: PrivateBus, in directory: TemporaryDirectory, loginKeyring: Bool = true) async throws
+        -> TestKeyring
+    {
         guard FileManager.default.isExecutableFile(atPath: executable) else {
             try Test.cancel("\(executable) is not installed (the Debian package gnome-keyring; make deps installs it)")
         }
@@ -302,17 +305,15 @@ final class TestKeyring: @unchecked Sendable {
                 member: "NameOwnerChanged", arg0: service))
         let process = try ChildProcess(
             "gnome-keyring-daemon", executable: executable,
-            arguments: [
-                "--unlock", "--components=secrets", "--foreground",
-            ],
+            arguments: (loginKeyring ? ["--unlock"] : []) + ["--components=secrets", "--foreground"],
             environment: [
                 "HOME": home, "XDG_DATA_HOME": home + "/data", "XDG_CONFIG_HOME": home + "/config",
                 "XDG_CACHE_HOME": home + "/cache", "XDG_RUNTIME_DIR": home + "/run",
                 "DBUS_SESSION_BUS_ADDRESS": bus.address,
-            ], stdin: password)
+            ], stdin: loginKeyring ? password : nil)
         let keyring = TestKeyring(process: process, connection: connection)
         do {
-            try await keyring.waitUntilServing(owners, timeout: .seconds(20))
+            try await keyring.waitUntilServing(owners, timeout: .seconds(20), withDefault: loginKeyring)
         } catch {
             try Test.cancel("gnome-keyring-daemon did not start: \(error); output:\n\(process.allOutput)")
         }
@@ -320,7 +321,8 @@ final class TestKeyring: @unchecked Sendable {
     }
 
     /// Until the service's name is owned and its default collection (the login keyring) exists.
-    private func waitUntilServing(_ owners: AsyncStream<DBusSignal>, timeout: Duration) async throws {
+    private func waitUntilServing(_ owners: AsyncStream<DBusSignal>, timeout: Duration, withDefault: Bool) async throws
+    {
         let connection = self.connection
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask {
@@ -345,8 +347,27 @@ final class TestKeyring: @unchecked Sendable {
             try await group.next()
             group.cancelAll()
         }
+        guard withDefault else { return }
         let alias = try await serviceCall("ReadAlias", [.string("default")]).first?.objectPath
         guard let alias, alias != "/" else { throw ProcessFailure("gnome-keyring-daemon has no default keyring") }
+    }
+
+    /// Makes a keyring with the password and makes it the default, as a person does in their
+    /// keyring app, through gnome-keyring's own interface (the standard one needs a prompt).
+    func createDefault() async throws {
+        let opened = try await serviceCall("OpenSession", [.string("plain"), .variant(.string(""))])
+        let session = try #require(opened.last?.objectPath)
+        let master: DBusValue = .structure([
+            .objectPath(session), .array(elementSignature: "y", []),
+            .array(elementSignature: "y", Array(Self.password.utf8).map { .byte($0) }), .string("text/plain"),
+        ])
+        let created = try await connection.call(
+            destination: Self.service, path: "/org/freedesktop/secrets",
+            interface: "org.gnome.keyring.InternalUnsupportedGuiltRiddenInterface", member: "CreateWithMasterPassword",
+            arguments: [.vardict(["org.freedesktop.Secret.Collection.Label": .string("Login")]), master],
+            timeout: .seconds(10))
+        let collection = try #require(created.first?.objectPath)
+        _ = try await serviceCall("SetAlias", [.string("default"), .objectPath(collection)])
     }
 
     private func serviceCall(_ member: String, _ arguments: [DBusValue]) async throws -> [DBusValue] {

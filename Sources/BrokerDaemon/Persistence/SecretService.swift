@@ -211,11 +211,14 @@ final class SecretService: Sendable {
         let prompt = reply.dropFirst().first?.objectPath ?? "/"
         guard collection != "/" else {
             dismiss(prompt)
-            throw .failed(
-                "the Secret Service has no default keyring, and making one needs a prompt (for its password) that "
-                    + "brokerd "
-                    + "does not show. Create one and make it the default (log in to a desktop session with the keyring "
-                    + "unlocked, or use your keyring app, e.g. Seahorse), \(Self.alternatives)")
+            // Like a locked keyring: nothing can be read or kept yet, everything else is served, and
+            // the keyring is used the moment one becomes the default.
+            throw .locked(
+                "the Secret Service has no default keyring (nobody has made one on this device), and making one "
+                    + "needs a prompt for its password that brokerd does not show. Create one and make it the default: "
+                    + "in Passwords and Keys (Seahorse), File > New > Password Keyring, then right-click it > Set as "
+                    + "Default (or log in once to a desktop session, which makes the login keyring); brokerd uses it "
+                    + "at once, \(Self.alternatives)")
         }
         return collection
     }
