@@ -64,9 +64,10 @@ gui: gui-deps
 		msgfmt -o "$(WINDOW_BIN)/locale/$$lang/LC_MESSAGES/tutorial-window.mo" $$po; \
 	done
 
-## test-gui: the window under Xvfb, driven through AT-SPI with the real brokerd and idp-sim.
+## test-gui: the window under Xvfb, driven through AT-SPI with the real brokerd and idp-sim; its
+## "Sign in with browser" through the real desktop portal into Chromium (Selenium), as test-browser.
 ## Screenshots of each state: $(WINDOW_DIR)/.build/test-artifacts/.
-test-gui: build gui
+test-gui: build gui browser-deps
 	/usr/bin/python3 $(WINDOW_DIR)/tests/test_window.py --window-bin "$(WINDOW_BIN)" --broker-bin "$(BIN_DIR)" \
 		--artifacts $(WINDOW_DIR)/.build/test-artifacts
 

@@ -109,20 +109,13 @@ class Run:
         env.update({
             "XDG_RUNTIME_DIR": self.path("runtime"),
             "HOME": self.path("home"),
-            # The kiosk's default browser: mimeapps.list here names DESKTOP_ID, found in
-            # XDG_DATA_DIRS' first entry; /usr/share stays for the portal's and GTK's own files.
-            "XDG_CONFIG_HOME": self.path("config"),
             "XDG_DATA_HOME": self.path("home/.local/share"),
-            "XDG_DATA_DIRS": self.path("data") + ":/usr/local/share:/usr/share",
-            # gtk.portal says UseIn=gnome: the portal then takes its backends from
-            # xdg-desktop-portal-gtk by name rather than as a fallback.
-            "XDG_CURRENT_DESKTOP": "GNOME",
-            "GSETTINGS_BACKEND": "memory",
             # No accessibility bus here (test_window.py tests that); GTK would only warn about it.
             "NO_AT_BRIDGE": "1",
             "LANG": "C.UTF-8",
             "LANGUAGE": "",
         })
+        env.update(desktop_environment(self.directory))
         self.env = env
 
     def path(self, *parts):
@@ -187,6 +180,87 @@ class Run:
         print("# " + text, flush=True)
 
 
+# The pieces of the private desktop, for a test that starts its own display and bus (the GTK
+# window's test, examples/TutorialWindow/tests/test_window.py, whose bus also has the
+# accessibility bus): its environment, its default browser, the portal's activation files and the
+# bus configuration that makes them activatable.
+
+PORTAL_SERVICES = {
+    "org.freedesktop.portal.Desktop": "/usr/libexec/xdg-desktop-portal",
+    "org.freedesktop.impl.portal.desktop.gtk": "/usr/libexec/xdg-desktop-portal-gtk",
+    "org.freedesktop.impl.portal.PermissionStore": "/usr/libexec/xdg-permission-store",
+}
+
+
+def desktop_environment(root):
+    """The variables of the kiosk's desktop under the directory `root` (its `config` and `data`
+    subdirectories, which write_default_browser fills), for every process of the private desktop."""
+    return {
+        # The kiosk's default browser: mimeapps.list here names DESKTOP_ID, found in
+        # XDG_DATA_DIRS' first entry; /usr/share stays for the portal's and GTK's own files.
+        "XDG_CONFIG_HOME": os.path.join(root, "config"),
+        "XDG_DATA_DIRS": os.path.join(root, "data") + ":/usr/local/share:/usr/share",
+        # gtk.portal says UseIn=gnome: the portal then takes its backends from
+        # xdg-desktop-portal-gtk by name rather than as a fallback.
+        "XDG_CURRENT_DESKTOP": "GNOME",
+        "GSETTINGS_BACKEND": "memory",
+    }
+
+
+def write_default_browser(root, profile):
+    """Makes DESKTOP_ID, a Chromium with `profile`, the default browser of desktop_environment(root)."""
+    # The command a desktop runs for a link: Chromium's launcher with the kiosk's profile. When
+    # that profile's browser is running (the Selenium-driven one), Chromium's process singleton
+    # hands the URL to it as a new tab and the launched process exits, as on a real desktop.
+    # As root Chromium refuses to start without --no-sandbox, even just to hand a URL on; a
+    # kiosk's user is not root, so the flag is added only here.
+    applications = os.path.join(root, "data", "applications")
+    config = os.path.join(root, "config")
+    os.makedirs(applications, exist_ok=True)
+    os.makedirs(config, exist_ok=True)
+    sandbox = " --no-sandbox" if os.geteuid() == 0 else ""
+    with open(os.path.join(applications, DESKTOP_ID), "w") as out:
+        out.write("[Desktop Entry]\nType=Application\nVersion=1.0\nName=Kiosk browser (Chromium)\n"
+                  "Exec=chromium --user-data-dir=%s%s %%U\nTerminal=false\n"
+                  "MimeType=x-scheme-handler/http;x-scheme-handler/https;text/html;\n"
+                  "Categories=Network;WebBrowser;\n" % (profile, sandbox))
+    with open(os.path.join(config, "mimeapps.list"), "w") as out:
+        out.write("[Default Applications]\n")
+        for kind in ("x-scheme-handler/http", "x-scheme-handler/https", "text/html"):
+            out.write("%s=%s\n" % (kind, DESKTOP_ID))
+
+
+def write_portal_services(directory, extra=None):
+    """Activation files in `directory` for the real portal, its GTK backend and the permission
+    store, and for `extra` ({bus name: executable}), started by the bus with its environment."""
+    os.makedirs(directory, exist_ok=True)
+    for name, executable in dict(PORTAL_SERVICES, **(extra or {})).items():
+        with open(os.path.join(directory, name + ".service"), "w") as out:
+            out.write("[D-BUS Service]\nName=%s\nExec=%s\n" % (name, executable))
+
+
+def write_bus_config(path, listen_directory, service_directory):
+    """A session bus configuration at `path` listening in `listen_directory`, whose only activatable
+    services are those of `service_directory`; returns `path`."""
+    with open(path, "w") as out:
+        out.write("""<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
+ "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+<busconfig>
+  <type>session</type>
+  <keep_umask/>
+  <listen>unix:dir=%s</listen>
+  <auth>EXTERNAL</auth>
+  <servicedir>%s</servicedir>
+  <policy context="default">
+    <allow send_destination="*" eavesdrop="true"/>
+    <allow eavesdrop="true"/>
+    <allow own="*"/>
+  </policy>
+</busconfig>
+""" % (listen_directory, service_directory))
+    return path
+
+
 class PrivateDesktop:
     """Xvfb, a private session bus whose only activatable services are the real portal, its GTK
     backend and the permission store, and the default browser set as a kiosk sets it."""
@@ -210,53 +284,15 @@ class PrivateDesktop:
         self.run.env["DISPLAY"] = display
 
     def _write_default_browser(self, profile):
-        run = self.run
-        # The command a desktop runs for a link: Chromium's launcher with the kiosk's profile. When
-        # that profile's browser is running (the Selenium-driven one), Chromium's process singleton
-        # hands the URL to it as a new tab and the launched process exits, as on a real desktop.
-        # As root Chromium refuses to start without --no-sandbox, even just to hand a URL on; a
-        # kiosk's user is not root, so the flag is added only here.
-        sandbox = " --no-sandbox" if os.geteuid() == 0 else ""
-        with open(run.path("data", "applications", DESKTOP_ID), "w") as out:
-            out.write("[Desktop Entry]\nType=Application\nVersion=1.0\nName=Kiosk browser (Chromium)\n"
-                      "Exec=chromium --user-data-dir=%s%s %%U\nTerminal=false\n"
-                      "MimeType=x-scheme-handler/http;x-scheme-handler/https;text/html;\n"
-                      "Categories=Network;WebBrowser;\n" % (profile, sandbox))
-        with open(run.path("config", "mimeapps.list"), "w") as out:
-            out.write("[Default Applications]\n")
-            for kind in ("x-scheme-handler/http", "x-scheme-handler/https", "text/html"):
-                out.write("%s=%s\n" % (kind, DESKTOP_ID))
+        write_default_browser(self.run.directory, profile)
 
     def _start_bus(self):
         run = self.run
         # Activation files of our own: the portal and what it needs, started by this bus with its
         # environment (the display, XDG_CURRENT_DESKTOP, the private XDG directories), and nothing
         # else from the machine's service directories.
-        services = {
-            "org.freedesktop.portal.Desktop": "/usr/libexec/xdg-desktop-portal",
-            "org.freedesktop.impl.portal.desktop.gtk": "/usr/libexec/xdg-desktop-portal-gtk",
-            "org.freedesktop.impl.portal.PermissionStore": "/usr/libexec/xdg-permission-store",
-        }
-        for name, executable in services.items():
-            with open(run.path("services", name + ".service"), "w") as out:
-                out.write("[D-BUS Service]\nName=%s\nExec=%s\n" % (name, executable))
-        config = run.path("bus.conf")
-        with open(config, "w") as out:
-            out.write("""<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
- "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
-<busconfig>
-  <type>session</type>
-  <keep_umask/>
-  <listen>unix:dir=%s</listen>
-  <auth>EXTERNAL</auth>
-  <servicedir>%s</servicedir>
-  <policy context="default">
-    <allow send_destination="*" eavesdrop="true"/>
-    <allow eavesdrop="true"/>
-    <allow own="*"/>
-  </policy>
-</busconfig>
-""" % (run.path("runtime"), run.path("services")))
+        write_portal_services(run.path("services"))
+        config = write_bus_config(run.path("bus.conf"), run.path("runtime"), run.path("services"))
         _, address = run.start("dbus-daemon", ["dbus-daemon", "--config-file", config, "--nofork", "--print-address"],
                                ready="unix:")
         run.env["DBUS_SESSION_BUS_ADDRESS"] = address
@@ -264,6 +300,14 @@ class PrivateDesktop:
         os.environ.clear()
         os.environ.update(run.env)
         self.address = address
+
+    @classmethod
+    def on_bus(cls, run, address):
+        """The portal's calls (start_portal, name_owner) on a bus another test started itself, with
+        write_portal_services and write_bus_config."""
+        desktop = cls(run)
+        desktop.address = address
+        return desktop
 
     def bus(self):
         """This process's connection to the private bus (python3-dbus, blocking calls only)."""

@@ -6,9 +6,22 @@ brokerd, and two windows of tutorial-window acting as two apps ("Mail" and "Cale
 through AT-SPI (pyatspi): buttons are clicked with their accessible action, text is typed with
 EditableText, and what the windows show is read from their accessible tree.
 
+"Sign in with browser" is tested through the real desktop portal, as the browser suite does it
+(Tests/Browser/harness.py, imported from here): the private bus also activates xdg-desktop-portal,
+xdg-desktop-portal-gtk and xdg-permission-store; brokerd has no BROWSER (and a tripwire xdg-open),
+so it opens pages with org.freedesktop.portal.OpenURI; the portal launches the kiosk's default
+browser (a private mimeapps.list and .desktop file), which hands each page to the one Chromium under
+the same Xvfb, driven by Selenium (chromedriver). Selenium types alice's password into idp-sim's
+sign-in form, the redirect reaches brokerd's loopback listener, and both windows show alice; Sign
+Out in Mail puts both back on the sign-in page and, shared mode's browserSignOut being "always",
+loads idp-sim's end-session page in Chromium. The portal's OpenURI calls are read with dbus-monitor.
+
 Usage: test_window.py --window-bin DIR --broker-bin DIR [--artifacts DIR]
   DIR of tutorial-window (with locale/ beside it), DIR of brokerd, idp-sim and brokerctl.
+  Needs what `make gui-deps` and `make browser-deps` install (`make test-gui` runs both).
 Prints one line per check (ok / not ok) and the figures; exit status 0 when every check passed.
+Screenshots of the windows in each state (N-state.png) and of Chromium's pages (N-chromium-*.png)
+are saved in ARTIFACTS.
 """
 import argparse
 import json
@@ -19,23 +32,28 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
+import urllib.parse
 import urllib.request
 
-import screenshot
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+# The browser suite's pieces (Tests/Browser/harness.py): the real desktop portal on a private bus,
+# the kiosk's default browser, and the Selenium-driven Chromium the portal hands pages to.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "Tests", "Browser"))
 
+import harness  # noqa: E402
+import screenshot  # noqa: E402
+from harness import Failure  # noqa: E402
+
+ALICE = ("alice@contoso.example", "alice-Passw0rd!")
 USERS = {
     "users": [
         {"username": "carol@contoso.example", "displayName": "Carol Example", "email": "carol@contoso.example",
          "authMethods": ["emailOtp"]},
-        {"username": "alice@contoso.example", "password": "alice-Passw0rd!", "displayName": "Alice Example",
-         "email": "alice@contoso.example"},
+        {"username": ALICE[0], "password": ALICE[1], "displayName": "Alice Example", "email": ALICE[0]},
     ],
     "clients": [{"clientId": c, "family": "1"} for c in ("mail-app", "calendar-app", "notes-app")],
 }
-
-
-class Failure(Exception):
-    pass
 
 
 class Run:
@@ -44,27 +62,45 @@ class Run:
     def __init__(self, args):
         self.args = args
         self.directory = tempfile.mkdtemp(prefix="tutorial-window-test-")
-        self.artifacts = args.artifacts or os.path.join(self.directory, "artifacts")
+        self.artifacts = os.path.abspath(args.artifacts or os.path.join(self.directory, "artifacts"))
         os.makedirs(self.artifacts, exist_ok=True)
+        for old in os.listdir(self.artifacts):
+            if old.endswith(".png"):
+                os.remove(os.path.join(self.artifacts, old))
         self.processes = []
         self.failures = 0
         self.checks = 0
         self.last_screen = None
+        self.broker_names = set()
         self.env = dict(os.environ)
-        for key in ("DBUS_SESSION_BUS_ADDRESS", "WAYLAND_DISPLAY", "AT_SPI_BUS_ADDRESS", "NO_AT_BRIDGE", "GTK_A11Y"):
+        # BROWSER too: brokerd opens pages through the desktop portal on the private bus.
+        for key in ("DBUS_SESSION_BUS_ADDRESS", "WAYLAND_DISPLAY", "AT_SPI_BUS_ADDRESS", "NO_AT_BRIDGE", "GTK_A11Y",
+                    "BROWSER", "XDG_SESSION_TYPE", "XDG_SESSION_DESKTOP", "DESKTOP_SESSION", "XDG_CONFIG_DIRS",
+                    "XDG_STATE_HOME", "XDG_CACHE_HOME", "XDG_DATA_HOME", "GIO_LAUNCHED_DESKTOP_FILE"):
             self.env.pop(key, None)
         runtime = os.path.join(self.directory, "runtime")
         os.makedirs(runtime, mode=0o700)
-        self.env.update({"XDG_RUNTIME_DIR": runtime, "GSETTINGS_BACKEND": "memory", "LANG": "C.UTF-8",
-                         "LANGUAGE": "", "HOME": self.directory})
+        self.env.update({"XDG_RUNTIME_DIR": runtime, "LANG": "C.UTF-8", "LANGUAGE": "", "HOME": self.directory})
+        # The kiosk's desktop (XDG_CURRENT_DESKTOP, GSETTINGS_BACKEND=memory, a private XDG_CONFIG_HOME
+        # and XDG_DATA_DIRS) whose default browser is the Chromium of this profile.
+        self.profile = self.path("profiles", "kiosk")
+        self.env.update(harness.desktop_environment(self.directory))
+        harness.write_default_browser(self.directory, self.profile)
+        os.makedirs(self.path("tripwire"))
+        self.tripwire = harness.install_tripwire(self)
+
+    def path(self, *parts):
+        return os.path.join(self.directory, *parts)
 
     # Processes
 
     def start(self, name, argv, env=None, ready=None, timeout=30):
         """Starts argv; with `ready`, waits (bounded) for a line of its standard output that starts so."""
-        log = open(os.path.join(self.directory, name + ".log"), "w")
+        log_path = os.path.join(self.directory, name + ".log")
+        log = open(log_path, "w")
         process = subprocess.Popen(argv, env=env or self.env, stdout=subprocess.PIPE if ready else log,
                                    stderr=log, stdin=subprocess.DEVNULL, close_fds=True, text=True)
+        process.log_path = log_path
         self.processes.append((name, process))
         if ready:
             deadline = time.monotonic() + timeout
@@ -77,14 +113,21 @@ class Run:
             raise Failure("%s was not ready within %d s" % (name, timeout))
         return process, None
 
+    def add(self, name, process):
+        """Something to stop with the processes (the kiosk's Chromium: poll, terminate, wait, kill)."""
+        self.processes.append((name, process))
+
     def stop_all(self):
         for _, process in reversed(self.processes):
-            if process.poll() is None:
-                process.terminate()
-                try:
-                    process.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    process.kill()
+            try:
+                if process.poll() is None:
+                    process.terminate()
+                    try:
+                        process.wait(timeout=10)
+                    except subprocess.TimeoutExpired:
+                        process.kill()
+            except Exception:
+                pass
 
     def start_display(self):
         for number in range(90, 190):
@@ -97,11 +140,17 @@ class Run:
         self.env["DISPLAY"] = display
 
     def start_bus(self):
-        # A private bus with the standard session configuration: org.a11y.Bus (the accessibility
-        # bus) is activatable on it, as on a desktop.
-        _, address = self.start("dbus-daemon", ["dbus-daemon", "--session", "--nofork", "--print-address"],
-                                ready="unix:")
+        # A private bus whose activatable services are those of a desktop that matter here:
+        # org.a11y.Bus (the accessibility bus), and the real desktop portal with its GTK backend
+        # and the permission store (the browser suite's activation files), started by this bus
+        # with its environment (the display, the kiosk's desktop and default browser).
+        services = self.path("services")
+        harness.write_portal_services(services, {"org.a11y.Bus": a11y_bus_launcher()})
+        config = harness.write_bus_config(self.path("bus.conf"), self.env["XDG_RUNTIME_DIR"], services)
+        _, address = self.start("dbus-daemon", ["dbus-daemon", "--config-file", config, "--nofork",
+                                                "--print-address"], ready="unix:")
         self.env["DBUS_SESSION_BUS_ADDRESS"] = address
+        self.desktop = harness.PrivateDesktop.on_bus(self, address)
         # This process reads the windows through AT-SPI on that bus and display, never the developer's.
         os.environ.clear()
         os.environ.update(self.env)
@@ -115,13 +164,36 @@ class Run:
         self.idp = line[len("listening on "):]
         # The users file names no tenant: idp-sim's default, a GUID.
         self.authority = self.idp + "/4f1c5a3e-8b2d-4c6f-9a7e-1d3b5c7e9f20/v2.0"
+        with urllib.request.urlopen(self.authority + "/.well-known/openid-configuration", timeout=10) as response:
+            metadata = json.load(response)
+        self.authorize = metadata["authorization_endpoint"]
+        self.logout = metadata["end_session_endpoint"]
 
     def start_broker(self):
         binary = os.path.join(self.args.broker_bin, "brokerd")
+        # No BROWSER (see __init__); a tripwire xdg-open first on PATH records any fallback from the portal.
+        env = dict(self.env, PATH=self.path("tripwire") + ":" + self.env.get("PATH", "/usr/bin:/bin"))
         self.broker, _ = self.start(
-            "brokerd", [binary, "--device-mode", "shared", "--authority", self.authority, "--state-dir",
-                        os.path.join(self.directory, "state"), "--token-storage", "plaintext-file"],
-            ready="brokerd ready:")
+            "brokerd-%d" % (len(self.broker_names) + 1),
+            [binary, "--device-mode", "shared", "--authority", self.authority, "--state-dir",
+             os.path.join(self.directory, "state"), "--token-storage", "plaintext-file", "--log-level", "debug"],
+            env=env, ready="brokerd ready:")
+        self.broker_names.add(self.desktop.name_owner(harness.BROKER_NAME))
+
+    def start_kiosk_browser(self):
+        """The real portal (activated, bounded), a bus monitor of its OpenURI calls, and the kiosk's
+        Chromium under this display, driven by Selenium, which the portal's launches hand pages to."""
+        self.monitor = harness.BusMonitor(self, self.env["DBUS_SESSION_BUS_ADDRESS"])
+        version = self.desktop.start_portal()
+        self.check(version >= 3, "the real xdg-desktop-portal serves OpenURI (version %d) on the private bus, beside "
+                   "the accessibility bus" % version)
+        self.kiosk = harness.Browser(self, "kiosk", self.profile)
+        print("# Chromium %s under the same Xvfb, its profile the default browser's" % self.kiosk.version, flush=True)
+
+    def opened_by_broker(self, prefix, since):
+        """Addresses brokerd handed to the portal's OpenURI, starting with `prefix`, after the first `since` calls."""
+        return [url for sender, url, _ in self.monitor.open_uri_calls()[since:]
+                if sender in self.broker_names and url and url.startswith(prefix)]
 
     def start_window(self, app_name, client_id, language=""):
         env = dict(self.env)
@@ -161,6 +233,18 @@ class Run:
             sent = json.load(response)
         codes = [entry["code"] for entry in sent if entry.get("username") == username]
         return codes[-1] if codes else None
+
+
+def a11y_bus_launcher():
+    """What the machine's activation file of org.a11y.Bus runs (at-spi2-core's launcher)."""
+    try:
+        with open("/usr/share/dbus-1/services/org.a11y.Bus.service") as service:
+            for line in service:
+                if line.startswith("Exec="):
+                    return line[len("Exec="):].strip()
+    except OSError:
+        pass
+    return "/usr/libexec/at-spi-bus-launcher"
 
 
 def wait_until(predicate, timeout, what, interval=0.02):
@@ -273,6 +357,7 @@ def scenario(run):
 
     run.start_display()
     run.start_bus()
+    run.start_kiosk_browser()
     run.start_provider()
     run.start_broker()
     mail = run.start_window("Mail", "mail-app")
@@ -312,6 +397,7 @@ def scenario(run):
     switch = calendar.find("check box", "Also sign out of the browser")
     switch.queryAction().doAction(0)
     wait_until(lambda: switch.getState().contains(calendar.pyatspi.STATE_CHECKED), 10, "the browser switch to be on")
+    known = run.kiosk.handles()
     started = time.monotonic()
     calendar.click("Sign Out")
     mail.wait_for_account("Nobody is signed in", timeout=20)
@@ -322,6 +408,11 @@ def scenario(run):
     run.check(True, "Sign Out in Calendar puts Mail on the sign-in page")
     run.check(not any(t.startswith("Name: ") for t in calendar.labels()), "the profile is cleared after sign-out")
     run.snap("5-signed-out", [mail, calendar])
+    # Carol signed in with a code, but the provider's end-session page is opened all the same:
+    # through the portal, in the kiosk's Chromium (closed here; the browser part below checks it).
+    run.check(bool(wait_quietly(lambda: run.kiosk.wait_for_tab(known, run.logout, 20, "the end-session page"), 25)),
+              "Calendar's sign-out opened idp-sim's end-session page in Chromium, through the portal")
+    run.kiosk.close_tabs()
 
     # The broker stops: the window says so and offers to retry; it recovers when the broker is back.
     run.broker.send_signal(signal.SIGTERM)
@@ -334,6 +425,9 @@ def scenario(run):
     mail.click("Retry")
     mail.wait_for_account("Nobody is signed in")
     run.check(True, "Retry after the broker is back shows the sign-in page again")
+    calendar.wait_for_account("Nobody is signed in")
+
+    browser_sign_in_and_out(run, mail, calendar)
 
     # Translations, read through the accessible tree.
     mail.close()
@@ -344,8 +438,126 @@ def scenario(run):
         names = wait_until(lambda: set(n.name for n in window.nodes()) >= set(expected) and
                            set(n.name for n in window.nodes()), 20, "the %s labels" % language)
         run.check(set(expected) <= names, "LANGUAGE=%s shows translated labels" % language, str(expected))
-        run.snap("7-%s" % language, [window])
+        run.snap("10-%s" % language, [window])
         window.close()
+
+
+def browser_sign_in_and_out(run, mail, calendar):
+    """"Sign in with browser" in Mail: brokerd opens the sign-in page through the real desktop portal,
+    which hands it to the kiosk's Chromium; Selenium types there as a person would; the redirect
+    comes back to brokerd and both windows show the account. Then Sign Out in Mail: both windows go
+    back to the sign-in page, and (shared mode's browserSignOut "always") the provider's end-session
+    page loads in Chromium."""
+    started = time.monotonic()
+    kiosk = run.kiosk
+    kiosk.close_tabs()
+    known = kiosk.handles()
+    since = len(run.monitor.open_uri_calls())
+    kiosk.drain_console()
+
+    mail.type("text", "Email", ALICE[0])
+    mail.click("Sign in with browser")
+    mail.find("label", "Continue in your browser")
+    run.check(True, "Mail shows it waits for the browser after \"Sign in with browser\"")
+    tab = kiosk.wait_for_tab(known, run.authorize, 30, "the sign-in page as a new tab of the kiosk's Chromium")
+    urls = wait_until(lambda: run.opened_by_broker(run.authorize, since), 10, "brokerd's OpenURI call on the bus")
+    url = urls[-1]
+    query = urllib.parse.parse_qs(urllib.parse.urlparse(url).query)
+    run.check(len(urls) == 1 and query.get("client_id") == ["mail-app"] and query.get("login_hint") == [ALICE[0]]
+              and query.get("code_challenge_method") == ["S256"],
+              "brokerd asked the portal (OpenURI) to open idp-sim's authorization page for mail-app, with the "
+              "Email field as login_hint", url)
+    kiosk.switch(tab)
+    run.check(kiosk.url() == url and len(kiosk.handles()) == len(known) + 1,
+              "the page arrived as a new tab of the Selenium-driven Chromium, at the address brokerd opened",
+              kiosk.url())
+    wait_until(kiosk.login_form, 15, "idp-sim's sign-in form in Chromium")
+    run.check(kiosk.field("username").get_attribute("value") == ALICE[0],
+              "Chromium shows idp-sim's sign-in form, the username filled from login_hint")
+    log = wait_until(lambda: next((n for n in mail.nodes("text") if n.name == "Log"), None), 10, "Mail's log")
+    text = log.queryText().getText(0, -1)
+    run.check("Continue in your browser: " + url in text, "Mail's log names the page brokerd opened",
+              text[-300:])
+    run.snap("7-browser-waiting", [mail, calendar])
+    page_screenshot(run, "7-chromium-sign-in-page")
+
+    # As a person types: the username field cleared and typed again, the password, the button.
+    kiosk.fill([("username", ALICE[0]), ("password", ALICE[1])])
+    redirect = query.get("redirect_uri", ["?"])[0]
+    wait_until(lambda: kiosk.url().startswith(redirect) and kiosk.loaded() and kiosk.text(), 20,
+               "the redirect to brokerd's loopback listener")
+    run.check(redirect.startswith("http://127.0.0.1:") and "return to the app" in kiosk.text().lower(),
+              "the provider's redirect reached brokerd's loopback listener (%s)" % redirect, kiosk.text())
+    page_screenshot(run, "8-chromium-redirect")
+    mail.wait_for_account("Signed in: " + ALICE[0])
+    run.check(True, "Mail shows alice, signed in in the browser")
+    calendar.wait_for_account("Signed in: " + ALICE[0])
+    run.check(True, "Calendar shows alice too, without signing in itself")
+    run.check(not any(n.name == "Continue in your browser" for n in mail.nodes("label")),
+              "Mail no longer shows it waits for the browser")
+    run.snap("8-browser-signed-in", [mail, calendar])
+    run.check(bool(session_cookies(run)), "Chromium holds idp-sim's session cookie")
+    kiosk.close_tabs()
+
+    # Sign Out in Mail, its browser switch left off: shared mode's browserSignOut "always" opens
+    # the end-session page all the same.
+    known = kiosk.handles()
+    since = len(run.monitor.open_uri_calls())
+    switch = mail.find("check box", "Also sign out of the browser")
+    run.check(not switch.getState().contains(mail.pyatspi.STATE_CHECKED), "Mail's browser sign-out switch is off")
+    mail.click("Sign Out")
+    mail.wait_for_account("Nobody is signed in")
+    calendar.wait_for_account("Nobody is signed in")
+    run.check(True, "Sign Out in Mail puts both windows back on the sign-in page")
+    wait_until(lambda: run.opened_by_broker(run.logout, since), 20, "brokerd's OpenURI call of the end-session page")
+    run.check(True, "brokerd asked the portal to open idp-sim's end-session page (browserSignOut always)")
+    kiosk.wait_for_tab(known, run.logout, 20, "the end-session page as a new tab of the kiosk's Chromium")
+    wait_until(lambda: kiosk.loaded() and "signed out" in kiosk.text().lower(), 15, "the end-session page's text")
+    run.check(True, "the end-session page loaded in Chromium", kiosk.url())
+    page_screenshot(run, "9-chromium-end-session-page")
+    run.check(bool(wait_quietly(lambda: not session_cookies(run), 10)), "idp-sim's session cookie is gone from "
+              "Chromium")
+    run.snap("9-browser-signed-out", [mail, calendar])
+    kiosk.close_tabs()
+
+    # Every page of brokerd went through the portal, which launched the default browser.
+    calls = [call for call in run.monitor.open_uri_calls() if call[0] in run.broker_names]
+    responses = [code for destination, _, code in run.monitor.responses() if destination in run.broker_names]
+    run.check(calls and len(responses) == len(calls) and set(responses) == {0},
+              "the portal answered each of brokerd's %d OpenURI calls with Response 0 (no chooser, no failure)"
+              % len(calls), "response codes %s" % responses)
+    with open("/proc/%d/environ" % run.broker.pid, "rb") as environ:
+        names = [item.split(b"=", 1)[0] for item in environ.read().split(b"\0")]
+    run.check(b"BROWSER" not in names, "BROWSER is not set in brokerd's environment")
+    run.check(not os.path.exists(run.tripwire), "brokerd used no xdg-open fallback",
+              open(run.tripwire).read() if os.path.exists(run.tripwire) else "")
+    logs = "".join(open(run.path(name), errors="replace").read() for name in os.listdir(run.directory)
+                   if name.startswith("brokerd-") and name.endswith(".log"))
+    run.check("trying a browser command" not in logs and "no browser could be opened" not in logs,
+              "brokerd's debug log shows no fallback from the portal")
+    severe = kiosk.severe_from(run.idp)
+    run.check(not severe, "no SEVERE console entry from idp-sim in Chromium",
+              "; ".join(entry.get("message", "") for entry in severe))
+    print("# figure: %.1f s for the browser part (sign-in through the portal and Chromium, sign-out, end-session "
+          "page)" % (time.monotonic() - started), flush=True)
+
+
+def page_screenshot(run, name):
+    path = run.kiosk.screenshot(name)
+    run.check(path is not None and os.path.getsize(path) > 1000, "screenshot %s of Chromium's page saved" % name)
+
+
+def session_cookies(run):
+    path = urllib.parse.urlparse(run.authority).path
+    return [c for c in run.kiosk.cookies() if c.get("name") == "idpsim_session" and c.get("path", "").startswith(path)
+            and c.get("value")]
+
+
+def wait_quietly(predicate, timeout):
+    try:
+        return wait_until(predicate, timeout, "")
+    except Failure:
+        return None
 
 
 def main():
@@ -355,21 +567,37 @@ def main():
     parser.add_argument("--artifacts")
     args = parser.parse_args()
     run = Run(args)
+    started = time.monotonic()
     try:
         scenario(run)
-    except Failure as failure:
-        run.check(False, "the scenario ran to the end", str(failure))
+    except Exception as failure:  # a Failure (a wait ran out), or a broken step (Selenium, AT-SPI)
+        detail = str(failure) if isinstance(failure, Failure) else "".join(
+            traceback.format_exception(failure)[-2:]).strip()
+        run.check(False, "the scenario ran to the end", detail)
         try:
             screenshot.save(run.env["DISPLAY"], os.path.join(run.artifacts, "failure-screen.png"))
         except Exception:
             pass
+        try:
+            run.kiosk.screenshot("failure-chromium")
+        except Exception:
+            pass
     finally:
         run.stop_all()
+    print("# the window test took %.1f s" % (time.monotonic() - started), flush=True)
     print("# %d checks, %d failed; screenshots in %s" % (run.checks, run.failures, run.artifacts), flush=True)
     if run.failures:
         print("# logs in %s" % run.directory, flush=True)
+    elif args.artifacts:
+        shutil.rmtree(run.directory, ignore_errors=True)
     else:
-        shutil.rmtree(run.directory, ignore_errors=True) if not args.artifacts else None
+        # The screenshots are in the run's directory: only the rest goes (the Chromium profile's megabytes).
+        for name in os.listdir(run.directory):
+            if name != "artifacts":
+                if os.path.isdir(run.path(name)):
+                    shutil.rmtree(run.path(name), ignore_errors=True)
+                else:
+                    os.remove(run.path(name))
     return 1 if run.failures else 0
 
 
