@@ -42,6 +42,21 @@ public enum AccountChangeReason: String, Sendable, CaseIterable, Codable {
     case signedOut = "signed-out"
 }
 
+/// Why the device was signed out (`signOutCause` in the sign-out's `AccountChanged` and result),
+/// so that an app can say "You were signed out after 5 minutes without activity".
+public enum SignOutCause: String, Sendable, CaseIterable, Codable {
+    /// An app called `SignOut`.
+    case app
+    /// The person was inactive past the administrator's limit.
+    case idle
+    /// The screen was locked.
+    case lock
+    /// The device restarted since the sign-in.
+    case reboot
+    /// The identity provider ended the session.
+    case provider
+}
+
 /// How the provider lets one app's sign-in give other apps tokens of their own, as
 /// `GetDeviceInformation`'s `singleSignOn` spells them, in the order the broker tries them.
 public enum SingleSignOnMechanism: String, Sendable, CaseIterable, Codable, Comparable {
@@ -64,6 +79,8 @@ public enum AccountKey {
     public static let tenantId = "tenantId"
     public static let environment = "environment"
     public static let name = "name"
+    /// `s`, in `AccountChanged`'s `previous` on a sign-out only: why (``SignOutCause``).
+    public static let signOutCause = "signOutCause"
 }
 
 /// Keys of the token result dictionary (`a{sv}`).
@@ -139,6 +156,11 @@ public enum SignOutResultKey {
     public static let browserSessionEnded = "browserSessionEnded"
     /// `as`: what the broker could not do at the provider, in words; empty when it did everything.
     public static let notes = "notes"
+    /// `s`: why the device was signed out (``SignOutCause``; `app` for `SignOut`).
+    public static let cause = "cause"
+    /// `as`: what the administrator's `clearOnSignOut` removed, and what it could not (paths).
+    public static let cleanedUp = "cleanedUp"
+    public static let notCleanedUp = "notCleanedUp"
 }
 
 /// Keys of the options dictionaries (`a{sv}`) methods accept.

@@ -24,6 +24,8 @@ public actor Broker {
     let logger: Logger
     /// Who is still connected, and which process each caller is.
     let callers: any CallerDirectory
+    /// What is cleared after every sign-out of the device.
+    let cleaner: any DeviceCleaner
     private let onAccountChange: @Sendable (DeviceAccountChange) -> Void
     /// Told each stage an interactive sign-in reaches, for its caller.
     let onSignInProgress: @Sendable (SignInProgress) -> Void
@@ -60,11 +62,12 @@ public actor Broker {
     public init(
         configuration: BrokerConfiguration, provider: any IdentityProvider, store: any StateStore,
         clock: any WallClock, initialState: BrokerState, logger: Logger,
-        callers: any CallerDirectory = EveryCallerConnected(),
+        callers: any CallerDirectory = EveryCallerConnected(), cleaner: any DeviceCleaner = NothingToClean(),
         onAccountChange: @escaping @Sendable (DeviceAccountChange) -> Void,
         onSignInProgress: @escaping @Sendable (SignInProgress) -> Void = { _ in }
     ) {
         self.callers = callers
+        self.cleaner = cleaner
         self.onSignInProgress = onSignInProgress
         self.configuration = configuration
         self.provider = provider
@@ -192,6 +195,7 @@ public actor Broker {
         let signedIn = configuration.deviceMode == .shared && next.current == nil
         if signedIn {
             next.current = tokens.account
+            next.signedInBoot = configuration.bootId
             // The device's sign-in is the only one other apps build on.
             next.singleSignOn = [:]
         }
@@ -391,6 +395,59 @@ public actor Broker {
         try checkClient(clientId)
         try InputRules.accountId(accountId)
         let account = try signedInAccount(clientId: clientId, accountId: accountId)
+        return try await end(account, for: clientId, fromBrowser: fromBrowser, cause: .app)
+    }
+
+    /// Ends the shift (shared mode) without an app asking: inactivity, the screen lock, a
+    /// reboot, the provider. The same sign-out as ``signOut(clientId:accountId:fromBrowser:)``,
+    /// with its cause. Nil when nobody is signed in (or in default mode, where there is no shift).
+    @discardableResult
+    public func endShift(cause: SignOutCause) async throws(BrokerFailure) -> SignOutOutcome? {
+        guard configuration.deviceMode == .shared, let account = state.current else { return nil }
+        return try await end(account, for: shiftClientId(for: account), fromBrowser: false, cause: cause)
+    }
+
+    /// At start, before anyone is served: with `signOutAfterReboot`, a sign-in made in another
+    /// boot ends (cause `reboot`), written at once; what is left to do at the provider and on the
+    /// device runs in the returned task. A sign-in whose boot is unknown (made by a broker that
+    /// did not record it) counts as another boot's. A restart of brokerd alone keeps the sign-in.
+    public func endShiftIfRebooted() throws(BrokerFailure) -> Task<SignOutOutcome, Never>? {
+        guard configuration.signOutAfterReboot, configuration.deviceMode == .shared, let account = state.current,
+            let boot = configuration.bootId, state.signedInBoot != boot
+        else { return nil }
+        let clientId = shiftClientId(for: account)
+        let ended = try write(end: account, for: clientId, cause: .reboot)
+        return Task { await self.followUp(ended, fromBrowser: false) }
+    }
+
+    /// The app whose sign-in the device's is (its ID token is the end-session page's hint).
+    private func shiftClientId(for account: Account) -> String {
+        state.singleSignOn[account.identifier]?.anchorClientId
+            ?? state.clients.keys.sorted().first { state.clients[$0]?.refreshToken != nil } ?? ""
+    }
+
+    /// Every way the device's sign-in ends comes here: the state written (the revocations owed
+    /// with it) before `AccountChanged`, then the revocations, the browser policy and the
+    /// clean-up list, each reported in the outcome, none undoing the sign-out.
+    private func end(_ account: Account, for clientId: String, fromBrowser: Bool, cause: SignOutCause)
+        async throws(BrokerFailure) -> SignOutOutcome
+    {
+        await followUp(try write(end: account, for: clientId, cause: cause), fromBrowser: fromBrowser)
+    }
+
+    /// A sign-in ended and written, with what is left to do at the provider and on the device.
+    struct EndedSignIn: Sendable {
+        var account: Account
+        var clientId: String
+        var cause: SignOutCause
+        var revoke: [PendingRevocation]
+        var idTokenHint: String?
+    }
+
+    /// The sign-out's change of state: written and announced before anything else happens.
+    private func write(end account: Account, for clientId: String, cause: SignOutCause) throws(BrokerFailure)
+        -> EndedSignIn
+    {
         var next = state
         var revoke: [PendingRevocation] = []
         let affected = configuration.deviceMode == .shared ? Array(next.clients.keys) : [clientId]
@@ -414,7 +471,10 @@ public actor Broker {
             }
             next.singleSignOn[identifier] = nil
         }
-        if configuration.deviceMode == .shared { next.current = nil }
+        if configuration.deviceMode == .shared {
+            next.current = nil
+            next.signedInBoot = nil
+        }
         // Owed to the provider from the moment the sign-out is written: a crash or an outage
         // before the provider confirms leaves them pending, never forgotten.
         next.owe(revoke)
@@ -422,15 +482,22 @@ public actor Broker {
         try commit(
             next,
             announcing: configuration.deviceMode == .shared
-                ? DeviceAccountChange(current: nil, previous: account, reason: .signedOut) : nil)
+                ? DeviceAccountChange(current: nil, previous: account, reason: .signedOut, cause: cause) : nil)
         generation &+= 1
         logger.info(
             "signed out",
             metadata: [
                 "clientId": "\(clientId)", "account": "\(account.identifier)",
-                "mode": "\(configuration.deviceMode.rawValue)",
+                "mode": "\(configuration.deviceMode.rawValue)", "cause": "\(cause.rawValue)",
             ])
+        return EndedSignIn(account: account, clientId: clientId, cause: cause, revoke: revoke, idTokenHint: idTokenHint)
+    }
+
+    /// What a written sign-out still does: revocations, the browser session, the clean-up list.
+    private func followUp(_ ended: EndedSignIn, fromBrowser: Bool) async -> SignOutOutcome {
+        let (clientId, revoke, idTokenHint) = (ended.clientId, ended.revoke, ended.idTokenHint)
         var outcome = SignOutOutcome()
+        outcome.cause = ended.cause
         for problem in await revokeOwed(revoke) {
             outcome.tokensRevoked = false
             outcome.note(problem)
@@ -453,6 +520,12 @@ public actor Broker {
             }
         } else if fromBrowser {
             outcome.note("the administrator's browserSignOut is never: the provider's browser session stays")
+        }
+        if configuration.deviceMode == .shared {
+            (outcome.cleanedUp, outcome.notCleanedUp) = await cleaner.clean()
+            if !outcome.notCleanedUp.isEmpty {
+                outcome.note("some of what the device clears after a sign-out could not be removed")
+            }
         }
         for note in outcome.notes { logger.notice("sign-out: \(note)", metadata: ["clientId": "\(clientId)"]) }
         return outcome

@@ -40,21 +40,28 @@ public struct BrokerConfiguration: Sendable {
     public var interactiveTimeout: Duration
     /// When a sign-out also ends the provider's browser session.
     public var browserSignOut: BrowserSignOutPolicy
-    /// At most this many clientIds are remembered (the least recently active are forgotten
-    /// first): any app may name a new one, and every one costs memory and state file.
+    /// At most this many clientIds that hold nothing but what they saw last are remembered (the
+    /// least recently active are forgotten first): any app may name a new one, and every one
+    /// costs memory and state file. Apps holding a sign-in or tokens are always kept.
     public var maxClients: Int
     public static let defaultMaxClients = 1000
     /// Set when no identity provider is configured: what the administrator does about it. Sign-ins
     /// and token calls are then refused with `NotConfigured` and this text.
     public var providerNotConfigured: String?
+    /// This boot of the device (the kernel's boot id), when known; kept with each sign-in.
+    public var bootId: String?
+    /// Whether a sign-in made in another boot ends when the broker starts (`signOutAfterReboot`).
+    public var signOutAfterReboot: Bool
 
     public init(
         deviceMode: DeviceMode, brokerVersion: String, tenantId: String = "",
         knownClientIds: Set<String>? = nil, expiryMarginSeconds: Int64 = 300,
         extraDeviceInformation: [String: String] = [:], interactiveTimeout: Duration = .seconds(300),
         browserSignOut: BrowserSignOutPolicy? = nil, maxClients: Int = BrokerConfiguration.defaultMaxClients,
-        providerNotConfigured: String? = nil
+        providerNotConfigured: String? = nil, bootId: String? = nil, signOutAfterReboot: Bool = false
     ) {
+        self.bootId = bootId
+        self.signOutAfterReboot = signOutAfterReboot
         self.providerNotConfigured = providerNotConfigured
         // Every configured client is kept, however many the administrator named.
         self.maxClients = max(1, maxClients, knownClientIds?.count ?? 0)

@@ -15,11 +15,15 @@ public struct BrokerState: Sendable, Equatable {
     /// (with the other tokens, as secrets) until it does, so that neither a crash nor an outage
     /// leaves them valid at the provider. Oldest first.
     public var pendingRevocations: [PendingRevocation]
+    /// The boot (the kernel's boot id) the device's sign-in was made in, when it is known.
+    public var signedInBoot: String?
 
     public init(
         deviceId: String, current: Account? = nil, clients: [String: ClientRecord] = [:],
-        singleSignOn: [String: SingleSignOnGrant] = [:], pendingRevocations: [PendingRevocation] = []
+        singleSignOn: [String: SingleSignOnGrant] = [:], pendingRevocations: [PendingRevocation] = [],
+        signedInBoot: String? = nil
     ) {
+        self.signedInBoot = signedInBoot
         self.deviceId = deviceId
         self.current = current
         self.clients = clients

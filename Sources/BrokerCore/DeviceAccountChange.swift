@@ -4,11 +4,14 @@ public struct DeviceAccountChange: Sendable, Equatable {
     public var current: Account?
     public var previous: Account?
     public var reason: AccountChangeReason
+    /// Why, for a sign-out.
+    public var cause: SignOutCause?
 
-    public init(current: Account?, previous: Account?, reason: AccountChangeReason) {
+    public init(current: Account?, previous: Account?, reason: AccountChangeReason, cause: SignOutCause? = nil) {
         self.current = current
         self.previous = previous
         self.reason = reason
+        self.cause = cause
     }
 }
 

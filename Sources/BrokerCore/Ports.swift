@@ -251,6 +251,20 @@ public struct EveryCallerConnected: CallerDirectory {
     public func process(of owner: String) -> String? { nil }
 }
 
+/// What the device clears after every sign-out (the administrator's `clearOnSignOut`: a
+/// browser profile's cookies, the downloads), so that the next person finds none of it.
+public protocol DeviceCleaner: Sendable {
+    /// Removes what is listed; says what it removed and what it could not. Never throws: a
+    /// failure to clean never undoes a sign-out.
+    func clean() async -> (removed: [String], failed: [String])
+}
+
+/// Nothing to clear.
+public struct NothingToClean: DeviceCleaner {
+    public init() {}
+    public func clean() async -> (removed: [String], failed: [String]) { ([], []) }
+}
+
 /// The time, in unix seconds.
 public protocol WallClock: Sendable {
     func now() -> Int64

@@ -17,7 +17,8 @@ final class BrokerService: Sendable {
     /// who may call.
     init(
         configuration: BrokerConfiguration, provider: any IdentityProvider, store: any StateStore, clock: any WallClock,
-        initialState: BrokerState, channel: any AnnouncementChannel, callers: CallerPolicy, logger: Logger
+        initialState: BrokerState, cleaner: any DeviceCleaner = NothingToClean(), channel: any AnnouncementChannel,
+        callers: CallerPolicy, logger: Logger
     ) {
         let properties = PropertyCache([
             "DeviceMode": .string(configuration.deviceMode.rawValue),
@@ -27,7 +28,7 @@ final class BrokerService: Sendable {
         self.properties = properties
         self.broker = Broker(
             configuration: configuration, provider: provider, store: store, clock: clock,
-            initialState: initialState, logger: logger, callers: callers,
+            initialState: initialState, logger: logger, callers: callers, cleaner: cleaner,
             onAccountChange: Self.announcing(on: channel, properties: properties, logger: logger),
             onSignInProgress: Self.reporting(on: channel, logger: logger))
         self.callers = callers

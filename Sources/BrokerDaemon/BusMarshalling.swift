@@ -60,7 +60,13 @@ enum BusMarshalling {
     }
 
     static func accountChanged(_ change: DeviceAccountChange) -> [DBusValue] {
-        [account(change.current), account(change.previous), .string(change.reason.rawValue)]
+        var previous = account(change.previous)
+        if let cause = change.cause, case .dictionary(let keys, let values, var entries) = previous {
+            entries.append(
+                DBusDictEntry(key: .string(AccountKey.signOutCause), value: .variant(.string(cause.rawValue))))
+            previous = .dictionary(keySignature: keys, valueSignature: values, entries)
+        }
+        return [account(change.current), previous, .string(change.reason.rawValue)]
     }
 
     /// A boolean option: absent is false, any other type is the caller's mistake.
@@ -94,6 +100,9 @@ enum BusMarshalling {
     static func signOutOutcome(_ outcome: SignOutOutcome) -> DBusValue {
         .vardict(inOrder: [
             SignOutResultKey.browserSessionEnded: .bool(outcome.browserSessionEnded),
+            SignOutResultKey.cause: .string(outcome.cause.rawValue),
+            SignOutResultKey.cleanedUp: .strings(outcome.cleanedUp),
+            SignOutResultKey.notCleanedUp: .strings(outcome.notCleanedUp),
             SignOutResultKey.notes: .strings(outcome.notes),
             SignOutResultKey.tokensRevoked: .bool(outcome.tokensRevoked),
         ])

@@ -40,6 +40,9 @@ public enum Daemon {
 
         let tenant = options.configuration.tenantId ?? ""
         let clock = SystemClock()
+        let cleaner = try HomeCleaner(
+            listed: options.configuration.clearOnSignOut ?? [],
+            home: getenv("HOME").map { String(cString: $0) } ?? "", logger: logger)
         let provider: any IdentityProvider
         if let authority {
             provider = OIDCProvider(
@@ -58,13 +61,21 @@ public enum Daemon {
                 extraDeviceInformation: deviceFacts(), interactiveTimeout: options.interactiveTimeout,
                 browserSignOut: options.configuration.browserSignOut,
                 maxClients: options.configuration.maxClients ?? BrokerConfiguration.defaultMaxClients,
-                providerNotConfigured: authority == nil ? UnconfiguredProvider.remedy : nil),
-            provider: provider, store: tokenStore, clock: clock, initialState: initialState, channel: connection,
+                providerNotConfigured: authority == nil ? UnconfiguredProvider.remedy : nil, bootId: bootId(),
+                signOutAfterReboot: options.configuration.signOutAfterReboot == true),
+            provider: provider, store: tokenStore, clock: clock, initialState: initialState, cleaner: cleaner,
+            channel: connection,
             callers: CallerPolicy(
                 connection: connection, allowedExecutables: options.configuration.allowedExecutables(), logger: logger),
             logger: logger)
         // Before anyone can call: token calls wait for a keyring locked at start.
         if let lockedKeyring { service.broker.tokenStorageLocked(lockedKeyring.message) }
+        // Before anyone is served: a sign-in made before the device restarted ends now.
+        let rebooted: Task<SignOutOutcome, Never>?
+        do { rebooted = try await service.broker.endShiftIfRebooted() } catch {
+            throw DaemonError.state("cannot sign out the sign-in of an earlier boot: \(error.message)")
+        }
+        if rebooted != nil { logger.notice("signed out: the device restarted since the sign-in (signOutAfterReboot)") }
         if authority == nil {
             service.broker.setDeviceFact(DeviceFact.providerNotConfigured, to: UnconfiguredProvider.remedy)
         }
@@ -235,6 +246,15 @@ public enum Daemon {
     }
 
     /// Host and OS facts for `extraDeviceInformation`.
+    /// This boot's id (`/proc/sys/kernel/random/boot_id`); for tests only, the file
+    /// `BROKERD_BOOT_ID_FILE` names instead, so that a test can be "another boot".
+    static func bootId() -> String? {
+        let path = getenv("BROKERD_BOOT_ID_FILE").map { String(cString: $0) } ?? "/proc/sys/kernel/random/boot_id"
+        guard let bytes = try? FileBytes.read(path, limit: 4096) else { return nil }
+        let id = String(decoding: bytes.prefix { $0 > 0x20 }, as: UTF8.self)
+        return id.isEmpty ? nil : id
+    }
+
     static func deviceFacts() -> [String: String] {
         var facts: [String: String] = [:]
         var names = utsname()

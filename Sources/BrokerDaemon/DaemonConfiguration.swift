@@ -78,10 +78,14 @@ public struct DaemonConfigurationFile: Decodable, Sendable {
     public var browserSignOut: BrowserSignOutPolicy?
     /// At most this many clientIds are remembered (default 1000; never fewer than `clients` names).
     public var maxClients: Int?
+    /// Whether a sign-in made before the device restarted ends when brokerd starts (shared mode).
+    public var signOutAfterReboot: Bool?
+    /// Paths under the user's home (globs allowed) removed after every sign-out of the device.
+    public var clearOnSignOut: [String]?
 
     private enum CodingKeys: String, CodingKey, CaseIterable {
         case deviceMode, authority, tenantId, clients, tokenStorage, allowPasswordGrant, compatibility, browserSignOut
-        case maxClients
+        case maxClients, signOutAfterReboot, clearOnSignOut
     }
 
     /// Every key the file may have (broker.conf(5) documents each).
@@ -99,6 +103,8 @@ public struct DaemonConfigurationFile: Decodable, Sendable {
         compatibility = try values.decodeIfPresent([CompatibilityProtocol].self, forKey: .compatibility)
         browserSignOut = try values.decodeIfPresent(BrowserSignOutPolicy.self, forKey: .browserSignOut)
         maxClients = try values.decodeIfPresent(Int.self, forKey: .maxClients)
+        signOutAfterReboot = try values.decodeIfPresent(Bool.self, forKey: .signOutAfterReboot)
+        clearOnSignOut = try values.decodeIfPresent([String].self, forKey: .clearOnSignOut)
         if let maxClients, !(1...1_000_000).contains(maxClients) {
             throw DecodingError.dataCorruptedError(
                 forKey: .maxClients, in: values, debugDescription: "maxClients must be between 1 and 1000000")
@@ -109,9 +115,11 @@ public struct DaemonConfigurationFile: Decodable, Sendable {
         deviceMode: DeviceMode? = nil, authority: String? = nil, tenantId: String? = nil, clients: [Client]? = nil,
         tokenStorage: TokenStorage? = nil, allowPasswordGrant: Bool? = nil,
         compatibility: [CompatibilityProtocol]? = nil, browserSignOut: BrowserSignOutPolicy? = nil,
-        maxClients: Int? = nil
+        maxClients: Int? = nil, signOutAfterReboot: Bool? = nil, clearOnSignOut: [String]? = nil
     ) {
         self.maxClients = maxClients
+        self.signOutAfterReboot = signOutAfterReboot
+        self.clearOnSignOut = clearOnSignOut
         self.compatibility = compatibility
         self.browserSignOut = browserSignOut
         self.deviceMode = deviceMode
@@ -161,7 +169,9 @@ public struct DaemonConfigurationFile: Decodable, Sendable {
             allowPasswordGrant: administrator.allowPasswordGrant ?? allowPasswordGrant,
             compatibility: administrator.compatibility ?? compatibility,
             browserSignOut: administrator.browserSignOut ?? browserSignOut,
-            maxClients: administrator.maxClients ?? maxClients)
+            maxClients: administrator.maxClients ?? maxClients,
+            signOutAfterReboot: administrator.signOutAfterReboot ?? signOutAfterReboot,
+            clearOnSignOut: administrator.clearOnSignOut ?? clearOnSignOut)
     }
 
     public static func load(path: String) throws(DaemonError) -> DaemonConfigurationFile {

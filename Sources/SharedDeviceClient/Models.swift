@@ -15,6 +15,9 @@ public typealias DeviceMode = BrokerAPI.DeviceMode
 /// own values (`native-sso`, `family-refresh-token`, `token-exchange`).
 public typealias SingleSignOnMechanism = BrokerAPI.SingleSignOnMechanism
 
+/// Why the device was signed out: an app, inactivity, the screen lock, a reboot, the provider.
+public typealias SignOutCause = BrokerAPI.SignOutCause
+
 /// A way to sign in: the contract's own values (`password`, `email-code`, `browser`).
 public typealias SignInFlow = BrokerAPI.SignInFlow
 
@@ -68,11 +71,22 @@ public struct SignOutResult: Sendable, Equatable, Codable {
     public var browserSessionEnded: Bool
     /// What the broker could not do at the provider, in words; empty when it did everything.
     public var notes: [String]
+    /// Why the device was signed out (`app` for a `SignOut`).
+    public var cause: SignOutCause
+    /// What the administrator's `clearOnSignOut` removed, and what it could not (paths).
+    public var cleanedUp: [String]
+    public var notCleanedUp: [String]
 
-    public init(tokensRevoked: Bool, browserSessionEnded: Bool, notes: [String]) {
+    public init(
+        tokensRevoked: Bool, browserSessionEnded: Bool, notes: [String], cause: SignOutCause = .app,
+        cleanedUp: [String] = [], notCleanedUp: [String] = []
+    ) {
         self.tokensRevoked = tokensRevoked
         self.browserSessionEnded = browserSessionEnded
         self.notes = notes
+        self.cause = cause
+        self.cleanedUp = cleanedUp
+        self.notCleanedUp = notCleanedUp
     }
 }
 
@@ -141,10 +155,14 @@ public struct AccountChange: Sendable, Equatable {
     public var previous: Account?
     /// Why.
     public var reason: Reason
+    /// For a sign-out, what caused it (an app, inactivity, the screen lock, a reboot, the
+    /// provider), so that an app can tell the person; nil when the broker did not say.
+    public var cause: SignOutCause?
     /// Creates a change value.
-    public init(current: Account?, previous: Account?, reason: Reason) {
+    public init(current: Account?, previous: Account?, reason: Reason, cause: SignOutCause? = nil) {
         self.current = current
         self.previous = previous
         self.reason = reason
+        self.cause = cause
     }
 }

@@ -24,7 +24,10 @@ enum ReplyDecoding {
         return SignOutResult(
             tokensRevoked: dict[SignOutResultKey.tokensRevoked]?.bool ?? true,
             browserSessionEnded: dict[SignOutResultKey.browserSessionEnded]?.bool ?? false,
-            notes: dict[SignOutResultKey.notes]?.stringArray ?? [])
+            notes: dict[SignOutResultKey.notes]?.stringArray ?? [],
+            cause: dict[SignOutResultKey.cause]?.string.flatMap(SignOutCause.init(rawValue:)) ?? .app,
+            cleanedUp: dict[SignOutResultKey.cleanedUp]?.stringArray ?? [],
+            notCleanedUp: dict[SignOutResultKey.notCleanedUp]?.stringArray ?? [])
     }
 
     static func tokenResult(_ value: DBusValue?) throws(BrokerError) -> TokenResult {
@@ -73,7 +76,8 @@ enum ReplyDecoding {
         }
         let current = try account(arguments[0])
         let reason = AccountChange.Reason(rawValue: reasonText) ?? (current == nil ? .signedOut : .signedIn)
-        return AccountChange(current: current, previous: try account(arguments[1]), reason: reason)
+        let cause = arguments[1].vardict?[AccountKey.signOutCause]?.string.flatMap(SignOutCause.init(rawValue:))
+        return AccountChange(current: current, previous: try account(arguments[1]), reason: reason, cause: cause)
     }
 
     static func challenge(_ value: DBusValue?) throws(BrokerError) -> CodeChallenge {

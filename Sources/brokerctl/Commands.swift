@@ -345,6 +345,7 @@ struct SignOut: AsyncCommand {
             if common.json { return Output.json(SignOutOutput(signedOut: true, result: result)) }
             print("Signed out.")
             for note in result.notes { Output.note("Note: \(note).") }
+            for path in result.notCleanedUp { Output.note("Not cleared: \(path)") }
         }
     }
 }
@@ -364,11 +365,13 @@ struct Watch: AsyncCommand {
             for try await change in changes {
                 if common.json {
                     Output.jsonLine(
-                        WatchLine(reason: change.reason.rawValue, current: change.current, previous: change.previous))
+                        WatchLine(
+                            reason: change.reason.rawValue, current: change.current, previous: change.previous,
+                            cause: change.cause?.rawValue))
                 } else {
                     print(
-                        "\(change.reason.rawValue): current \(Output.account(change.current)), previous "
-                            + "\(Output.account(change.previous))"
+                        "\(change.reason.rawValue)\(change.cause.map { " (\($0.rawValue))" } ?? ""): current "
+                            + "\(Output.account(change.current)), previous \(Output.account(change.previous))"
                     )
                 }
                 Output.flush()
@@ -381,13 +384,16 @@ struct WatchLine: Encodable {
     var reason: String
     var current: Account?
     var previous: Account?
+    /// Why, for a sign-out.
+    var cause: String?
     func encode(to encoder: any Encoder) throws {
         var container = encoder.container(keyedBy: CodingKeys.self)
         try container.encode(reason, forKey: .reason)
         try container.encode(current, forKey: .current)
         try container.encode(previous, forKey: .previous)
+        try container.encodeIfPresent(cause, forKey: .cause)
     }
-    enum CodingKeys: String, CodingKey { case reason, current, previous }
+    enum CodingKeys: String, CodingKey { case reason, current, previous, cause }
 }
 
 extension InteractiveTokenParameters.PromptType: ExpressibleByArgument {}

@@ -87,15 +87,21 @@ enum Output {
 /// `sign-out --json`.
 struct SignOutOutput: Encodable {
     var signedOut: Bool
+    var cause: String
     var tokensRevoked: Bool
     var browserSessionEnded: Bool
     var notes: [String]
+    var cleanedUp: [String]
+    var notCleanedUp: [String]
 
     init(signedOut: Bool, result: SignOutResult) {
         self.signedOut = signedOut
+        cause = result.cause.rawValue
         tokensRevoked = result.tokensRevoked
         browserSessionEnded = result.browserSessionEnded
         notes = result.notes
+        cleanedUp = result.cleanedUp
+        notCleanedUp = result.notCleanedUp
     }
 }
 

@@ -60,7 +60,7 @@ struct AccountTests {
         #expect(
             h.changes.changes == [
                 DeviceAccountChange(current: alice, previous: nil, reason: .signedIn),
-                DeviceAccountChange(current: nil, previous: alice, reason: .signedOut),
+                DeviceAccountChange(current: nil, previous: alice, reason: .signedOut, cause: .app),
             ])
         #expect(h.provider.revoked.count == 2)
         let state = h.broker.snapshot

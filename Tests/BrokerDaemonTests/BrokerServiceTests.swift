@@ -68,7 +68,12 @@ struct BrokerServiceTests {
         let emitted = channel.emitted.withLock { $0 }
         #expect(emitted.map(\.member) == [BrokerNames.accountChangedSignal, "PropertiesChanged"])
         let nobody = BusMarshalling.account(nil)
-        #expect(emitted.first?.arguments == [nobody, BusMarshalling.account(Self.alice), .string("signed-out")])
+        let arguments = emitted.first?.arguments ?? []
+        #expect(arguments.first == nobody && arguments.last == .string("signed-out"))
+        // previous: the account, and why it was signed out.
+        var previous = BusMarshalling.account(Self.alice).vardict ?? [:]
+        previous[AccountKey.signOutCause] = .string(SignOutCause.app.rawValue)
+        #expect(arguments.dropFirst().first?.vardict == previous)
         #expect(emitted.last?.arguments == [.vardict(["CurrentAccount": nobody])])
         // Whoever reads the property on hearing the signal reads the new account.
         #expect(emitted.allSatisfy { $0.propertyAtEmission == nobody })

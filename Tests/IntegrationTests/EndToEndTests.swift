@@ -32,7 +32,7 @@ struct EndToEndTests {
         let second = try env.brokerctl(["current-account", "--client-id", "mail-app", "--json"]).json()
         #expect(second["current"] is NSNull && second["previous"] is NSNull)
 
-        try watcher.waitForLine(timeout: .seconds(10)) { $0.hasPrefix("signed-out:") }
+        try watcher.waitForLine(timeout: .seconds(10)) { $0.hasPrefix("signed-out") }
         let changes = watcher.stdoutLines.filter { $0.hasPrefix("signed-") }
         #expect(changes.count == 2)
         #expect(changes.first?.hasPrefix("signed-in: current \(TestUsers.alice.username)") == true)

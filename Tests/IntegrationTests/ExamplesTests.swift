@@ -75,8 +75,10 @@ struct ExamplesTests {
             graph == "graph: displayName=\(TestUsers.alice.name) userPrincipalName=\(TestUsers.alice.username)",
             "\(app.allOutput)")
 
-        // Another app signs the device out; the tutorial app learns it on its next load.
+        // Another app signs the device out; the tutorial app learns it on its next load. The
+        // browser loads the provider's end-session page (shared mode's browserSignOut).
         #expect(try env.brokerctl(["sign-out", "--client-id", "calendar-app"]).status == 0)
+        try await env.browser.visit(try await env.browser.nextURL())
         mark = app.mark
         try app.type("refresh")
         try app.waitForLine(after: mark) { $0 == "account \(TestUsers.alice.username) has been signed out" }

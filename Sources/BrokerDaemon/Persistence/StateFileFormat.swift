@@ -29,6 +29,9 @@ import Glibc
 /// device secret and ID token. An older brokerd of version 2 skips it, as it skips any key it does
 /// not know, and loses only single sign-on until the next sign-in.
 ///
+/// `signedInBoot` (optional) is the kernel's boot id when the device's sign-in was made
+/// (`signOutAfterReboot`); an older brokerd skips it.
+///
 /// `pendingRevocations` (optional, with `--token-storage plaintext-file` only: they are secrets)
 /// lists the tokens of ended sign-ins that the provider has not yet confirmed revoked, oldest
 /// first; `kind` is `refresh_token` or `device_secret`. An older brokerd skips it and forgets them.
@@ -152,6 +155,10 @@ enum StateFileFormat {
                 out.raw("}")
             }
             out.raw("]")
+        }
+        if let boot = state.signedInBoot {
+            out.raw(",\"signedInBoot\":")
+            out.string(boot)
         }
         if !state.singleSignOn.isEmpty {
             out.raw(",\"singleSignOn\":{")
@@ -287,10 +294,14 @@ enum StateFileFormat {
         let clients = try readClients(&reader, at: offsets["clients"], account: reference)
         let singleSignOn = try reader.at(offsets["singleSignOn"], readSingleSignOn) ?? [:]
         let owed = try reader.at(offsets["pendingRevocations"], readPendingRevocations) ?? []
+        let boot =
+            try reader.at(offsets["signedInBoot"]) { (reader: inout JSONReader) throws(JSONReader.Problem) in
+                try reader.readStringOrNull("signedInBoot")
+            } ?? nil
         return Loaded(
             state: BrokerState(
                 deviceId: deviceId, current: current, clients: clients, singleSignOn: singleSignOn,
-                pendingRevocations: owed),
+                pendingRevocations: owed, signedInBoot: boot),
             version: 2, droppedAccessTokens: 0)
     }
 

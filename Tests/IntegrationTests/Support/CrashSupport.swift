@@ -62,6 +62,7 @@ struct StateFileSnapshot: CustomStringConvertible {
         if withoutCurrent {
             object["current"] = nil
             object["singleSignOn"] = nil
+            object["signedInBoot"] = nil
         }
         var clients: [String: Any] = [:]
         for (id, record) in self.clients {
