@@ -87,6 +87,16 @@ def app_sign_out(client_id, from_browser):
     return sign_out
 
 
+def reboot_sign_out(suite):
+    """The device restarts: a new boot id, and brokerd, started again with signOutAfterReboot, ends
+    the earlier boot's sign-in before it serves anyone (the browser, a kiosk's, stays open)."""
+    with open(suite.run.env["BROKERD_BOOT_ID_FILE"], "w") as boot:
+        boot.write("%032x\n" % time.monotonic_ns())
+    suite.broker.stop()
+    suite.broker = None
+    suite.use_broker({"signOutAfterReboot": True})
+
+
 # Hooks for later: an "idle" cause (brokerd signs the device out after inactivity) and a "provider"
 # cause (the provider ends the session) are one SignOutCause each, with the function that brings
 # them about.
@@ -97,6 +107,8 @@ SIGN_OUT_CAUSES = [
                  app_sign_out("calendar-app", False), {"browserSignOut": "when-asked"}, False),
     SignOutCause("b", "an app's sign-out with the browser sign-out (--from-browser)",
                  app_sign_out("calendar-app", True), {"browserSignOut": "when-asked"}, True),
+    SignOutCause("r", "a restart of the device (signOutAfterReboot), the default browserSignOut",
+                 reboot_sign_out, {"signOutAfterReboot": True}, True),
 ]
 
 
@@ -580,6 +592,11 @@ def main():
     for old in os.listdir(run.artifacts):
         if old.endswith(".png"):
             os.remove(os.path.join(run.artifacts, old))
+    # The kernel's boot id, as brokerd reads it in tests (BROKERD_BOOT_ID_FILE): the reboot cause
+    # writes a new one.
+    run.env["BROKERD_BOOT_ID_FILE"] = run.path("boot_id")
+    with open(run.env["BROKERD_BOOT_ID_FILE"], "w") as boot:
+        boot.write("%032x\n" % 1)
     suite = Suite(run)
     steps = [("setup", suite.setup), ("1 PKCE sign-in", suite.scenario_pkce_sign_in),
              ("1b tutorial app", suite.scenario_tutorial_app)]
