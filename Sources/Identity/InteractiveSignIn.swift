@@ -43,8 +43,8 @@ extension OIDCProvider {
 
         // The page goes to the browser while the listener already serves: a desktop that is slow
         // to say it opened the page (or never says so) must not hold back a browser that came back.
-        let opening = Locked<PageOpening?>(nil)
-        let redirected = Locked(false)
+        // How the opening ended, and whether the browser came back first (then it says nothing more).
+        let page = Locked<(opening: PageOpening?, redirected: Bool)>((nil, false))
         let opener = urlOpener
         let logger = self.logger
         let pageTask = Task {
@@ -57,8 +57,10 @@ extension OIDCProvider {
             } catch {
                 outcome = .failed(error)
             }
-            opening.withLock { $0 = outcome }
-            let late = redirected.withLock { $0 }
+            let late = page.withLock { page in
+                page.opening = outcome
+                return page.redirected
+            }
             switch outcome {
             case .opened:
                 if !late { request.progress(.browserOpened, [SignInProgressKey.url: url]) }
@@ -81,7 +83,7 @@ extension OIDCProvider {
             metadata: ["clientId": "\(clientId)", "port": "\(listener.port)"])
         let parameters: [String: String]
         do { parameters = try await Self.waitForRedirect(listener, timeout: request.timeout) } catch {
-            switch opening.withLock({ $0 }) {
+            switch page.withLock({ $0.opening }) {
             case .failed(let why)? where !Task.isCancelled:
                 throw why.brokerFailure(during: .authorizationCode, host: host)
             case .unavailable(let why)? where error.code == .cancelled && !Task.isCancelled:
@@ -94,7 +96,7 @@ extension OIDCProvider {
                 throw error
             }
         }
-        redirected.withLock { $0 = true }
+        page.withLock { $0.redirected = true }
         if let error = parameters["error"] {
             let description = parameters["error_description"].map { ": \($0.prefix(200))" } ?? ""
             switch error {
