@@ -2,7 +2,6 @@ import BrokerCore
 import Crypto
 import FoundationEssentials
 import HTTP
-import Locking
 
 /// Authorization code with PKCE in the system browser (OAuth 2.0 for native apps, RFC 8252):
 /// a loopback redirect on 127.0.0.1 with a port chosen per flow, `state` against forgery,
@@ -43,60 +42,72 @@ extension OIDCProvider {
 
         // The page goes to the browser while the listener already serves: a desktop that is slow
         // to say it opened the page (or never says so) must not hold back a browser that came back.
-        // How the opening ended, and whether the browser came back first (then it says nothing more).
-        let page = Locked<(opening: PageOpening?, redirected: Bool)>((nil, false))
+        // One loop reports the stages, in order, whichever of the two ends first.
         let opener = urlOpener
-        let logger = self.logger
-        let pageTask = Task {
-            let outcome: PageOpening
-            do throws(IdentityError) {
-                try await opener.open(url)
-                outcome = .opened
-            } catch .browserUnavailable(let why) {
-                outcome = .unavailable(why)
-            } catch {
-                outcome = .failed(error)
-            }
-            let late = page.withLock { page in
-                page.opening = outcome
-                return page.redirected
-            }
-            switch outcome {
-            case .opened:
-                if !late { request.progress(.browserOpened, [SignInProgressKey.url: url]) }
-            case .unavailable(let why):
-                // Without a browser the page can still be opened by hand (the app is told its
-                // address), so the flow waits as usual; only its deadline's error says what went wrong.
-                logger.warning("no browser could be opened for an interactive sign-in", metadata: ["why": "\(why)"])
-                if !late {
-                    request.progress(.browserUnavailable, [SignInProgressKey.url: url, SignInProgressKey.reason: why])
-                }
-            case .failed:
-                listener.shutDown()
-                return
-            }
-            if !late { request.progress(.waiting, [:]) }
-        }
-        defer { pageTask.cancel() }
+        let timeout = request.timeout
         logger.info(
             "interactive sign-in waiting for the browser",
             metadata: ["clientId": "\(clientId)", "port": "\(listener.port)"])
-        let parameters: [String: String]
-        do { parameters = try await Self.waitForRedirect(listener, timeout: request.timeout) } catch {
-            switch page.withLock({ $0.opening }) {
-            case .failed(let why)? where !Task.isCancelled:
-                throw why.brokerFailure(during: .authorizationCode, host: host)
-            case .unavailable(let why)? where error.code == .cancelled && !Task.isCancelled:
-                throw BrokerFailure(
-                    .browserUnavailable,
-                    "no browser could be opened (\(why)), and the sign-in page was not opened by hand within "
-                        + "\(request.timeout.components.seconds) s: \(url) . Install a browser or set BROWSER, or sign "
-                        + "in with a device code (brokerctl sign-in --device-code)")
-            default:
-                throw error
+        let waited: Result<[String: String], BrokerFailure> = await withTaskGroup(of: PageEvent.self) { group in
+            group.addTask {
+                do throws(IdentityError) {
+                    try await opener.open(url)
+                    return .opening(.opened)
+                } catch .browserUnavailable(let why) {
+                    return .opening(.unavailable(why))
+                } catch {
+                    return .opening(.failed(error))
+                }
             }
+            group.addTask {
+                do throws(BrokerFailure) {
+                    return .redirect(.success(try await Self.waitForRedirect(listener, timeout: timeout)))
+                } catch {
+                    return .redirect(.failure(error))
+                }
+            }
+            defer { group.cancelAll() }
+            var opening: PageOpening?
+            while let event = await group.next() {
+                switch event {
+                case .opening(let outcome):
+                    opening = outcome
+                    switch outcome {
+                    case .opened:
+                        request.progress(.browserOpened, [SignInProgressKey.url: url])
+                    case .unavailable(let why):
+                        // Without a browser the page can still be opened by hand (the app is told its
+                        // address), so the flow waits as usual; only its deadline's error says what went wrong.
+                        logger.warning(
+                            "no browser could be opened for an interactive sign-in", metadata: ["why": "\(why)"])
+                        request.progress(
+                            .browserUnavailable, [SignInProgressKey.url: url, SignInProgressKey.reason: why])
+                    case .failed(let why):
+                        return .failure(why.brokerFailure(during: .authorizationCode, host: host))
+                    }
+                    request.progress(.waiting, [:])
+                case .redirect(.success(let parameters)):
+                    // The browser came back before the desktop said it opened the page: it evidently did.
+                    if opening == nil {
+                        request.progress(.browserOpened, [SignInProgressKey.url: url])
+                        request.progress(.waiting, [:])
+                    }
+                    return .success(parameters)
+                case .redirect(.failure(let error)):
+                    guard case .unavailable(let why)? = opening, error.code == .cancelled, !Task.isCancelled else {
+                        return .failure(error)
+                    }
+                    return .failure(
+                        BrokerFailure(
+                            .browserUnavailable,
+                            "no browser could be opened (\(why)), and the sign-in page was not opened by hand within "
+                                + "\(timeout.components.seconds) s: \(url) . Install a browser or set BROWSER, or sign "
+                                + "in with a device code (brokerctl sign-in --device-code)"))
+                }
+            }
+            return .failure(BrokerFailure(.cancelled, "the interactive sign-in was cancelled"))
         }
-        page.withLock { $0.redirected = true }
+        let parameters = try waited.get()
         if let error = parameters["error"] {
             let description = parameters["error_description"].map { ": \($0.prefix(200))" } ?? ""
             switch error {
@@ -174,6 +185,12 @@ extension OIDCProvider {
         case opened
         case unavailable(String)
         case failed(IdentityError)
+    }
+
+    /// What ends first: the page's opening, or the wait for the browser's redirect.
+    private enum PageEvent: Sendable {
+        case opening(PageOpening)
+        case redirect(Result<[String: String], BrokerFailure>)
     }
 
     static func randomURLSafe(bytes count: Int) -> String {
