@@ -115,28 +115,28 @@ public struct DaemonConfigurationFile: Decodable, Sendable {
     /// Where the administrator's configuration lives. It wins over the user's file and flags.
     public static let administratorPath = "/etc/shared-device-broker/broker.conf"
 
+    /// Whose a configuration file is, which decides who may own it. Nobody else may write either:
+    /// whoever can write one decides the provider brokerd trusts, the apps it serves and, in the
+    /// administrator's, the device mode.
+    enum Author {
+        /// `/etc/shared-device-broker/broker.conf` (or `--admin-config`): root's alone.
+        case administrator
+        /// `--config`: the user's own, or root's.
+        case user
+    }
+
     /// The administrator's configuration: `administratorPath` when it exists, else `fallback`
     /// (for tests and staged installs; it never hides an existing administrator file), else none.
     /// The file must belong to root and be writable by nobody else, or brokerd refuses to start:
-    /// a device mode anyone could have written is no administrator's decision.
+    /// a device mode anyone could have written is no administrator's decision. One that exists
+    /// but cannot be read stops the start too, rather than leave the user's file in charge.
     public static func loadAdministrator(fallback: String? = nil) throws(DaemonError) -> DaemonConfigurationFile? {
-        var info = stat()
-        let path: String
-        if stat(administratorPath, &info) == 0 {
-            path = administratorPath
-        } else if let fallback, stat(fallback, &info) == 0 {
-            path = fallback
-        } else {
-            return nil
+        for path in [administratorPath] + (fallback.map { [$0] } ?? []) {
+            if let file = try readChecked(path, by: .administrator) {
+                return try parse(file.bytes, path: path, permissions: file.permissions)
+            }
         }
-        guard info.st_uid == 0, info.st_mode & (S_IWGRP | S_IWOTH) == 0 else {
-            throw DaemonError.configuration(
-                "the administrator's configuration \(path) must belong to root and be writable by nobody else (owner "
-                    + "\(info.st_uid), mode \(String(info.st_mode & 0o777, radix: 8))); fix it with: chown root:root "
-                    + "\(path) && chmod 644 \(path)"
-            )
-        }
-        return try load(path: path)
+        return nil
     }
 
     /// This configuration with every setting `administrator` makes taking its place.
@@ -153,13 +153,65 @@ public struct DaemonConfigurationFile: Decodable, Sendable {
             browserSignOut: administrator.browserSignOut ?? browserSignOut)
     }
 
+    /// The user's configuration (`--config`): a regular file of the user's or root's that nobody
+    /// else may write.
     public static func load(path: String) throws(DaemonError) -> DaemonConfigurationFile {
-        let bytes: [UInt8]
-        do {
-            bytes = try FileBytes.read(path)
-        } catch {
-            throw DaemonError.configuration("cannot read the configuration file \(path): \(error)")
+        guard let file = try readChecked(path, by: .user) else {
+            throw DaemonError.configuration(
+                "cannot read the configuration file \(path): \(String(cString: strerror(ENOENT)))")
         }
+        return try parse(file.bytes, path: path, permissions: file.permissions)
+    }
+
+    /// Reads a configuration file once it is known to be a regular file that only its owner may
+    /// change, that owner being one `author` allows; nil when there is no file at `path`.
+    static func readChecked(_ path: String, by author: Author) throws(DaemonError) -> FileBytes.RegularFile? {
+        let what =
+            author == .administrator ? "the administrator's configuration \(path)" : "the configuration file \(path)"
+        let file: FileBytes.RegularFile
+        do {
+            file = try FileBytes.readRegularFile(path)
+        } catch {
+            switch error {
+            case .open(let code) where code == ENOENT || code == ENOTDIR:
+                return nil
+            case .notRegular(let kind):
+                let fix =
+                    author == .administrator
+                    ? "replace it with a regular file owned by root (chmod 644)" : "give --config a regular file"
+                throw DaemonError.configuration("\(what) is \(kind), not a regular file: \(fix)")
+            case .open(let code), .read(let code):
+                let fix =
+                    code == EACCES
+                    ? "; brokerd runs as uid \(getuid()) and must be able to read it (chmod 644 \(path))" : ""
+                throw DaemonError.configuration("cannot read \(what): \(String(cString: strerror(code)))\(fix)")
+            }
+        }
+        let user = getuid()
+        let owners: [uid_t] = author == .administrator ? [0] : [user, 0]
+        if owners.contains(file.owner), file.permissions & 0o022 == 0 { return file }
+        let state = "owner \(file.owner), mode \(String(file.permissions, radix: 8))"
+        switch author {
+        case .administrator:
+            throw DaemonError.configuration(
+                "\(what) must belong to root and be writable by nobody else (\(state)); fix it with: chown root:root "
+                    + "\(path) && chmod 644 \(path)")
+        case .user:
+            let fix =
+                owners.contains(file.owner)
+                ? "chmod go-w \(path)"
+                : "copy it to a file of your own (uid \(user)), chmod 644 that copy and give it to --config"
+            throw DaemonError.configuration(
+                "\(what) must belong to this user (uid \(user)) or root and be writable by nobody else (\(state)): "
+                    + "whoever else can write it decides the provider and the apps brokerd serves; fix it with: \(fix)")
+        }
+    }
+
+    /// Reads a configuration file's text (`path` names it in messages). `permissions` are the
+    /// file's: an inline client secret is accepted only where nobody but its owner can read it.
+    static func parse(_ bytes: [UInt8], path: String, permissions: UInt32) throws(DaemonError)
+        -> DaemonConfigurationFile
+    {
         let file: DaemonConfigurationFile
         do {
             file = try JSONDecoder().decode(DaemonConfigurationFile.self, from: Data(bytes))
@@ -168,12 +220,11 @@ public struct DaemonConfigurationFile: Decodable, Sendable {
         } catch {
             throw DaemonError.configuration("the configuration file \(path) is not valid: \(error)")
         }
-        if let inline = file.clients?.first(where: { $0.clientSecret != nil }), let mode = try SecretFile.openMode(path)
-        {
+        if let inline = file.clients?.first(where: { $0.clientSecret != nil }), permissions & 0o077 != 0 {
             throw DaemonError.configuration(
                 "the configuration file \(path) holds the client secret of \(inline.clientId), but others can read it "
-                    + "(mode \(String(mode, radix: 8))): put the secret in a file of its own that only brokerd's user "
-                    + "can read (chmod 600) and name it with clientSecretFile, or chmod 600 \(path)")
+                    + "(mode \(String(permissions, radix: 8))): put the secret in a file of its own that only "
+                    + "brokerd's user can read (chmod 600) and name it with clientSecretFile, or chmod 600 \(path)")
         }
         return file
     }
@@ -243,31 +294,20 @@ struct UnknownKey: Error, CustomStringConvertible {
 
 /// A client secret's file, and the rule for any file that holds one: only its owner may read it.
 enum SecretFile {
-    /// The permission bits of `path` when its group or others may read or write it; nil when
-    /// only its owner can.
-    static func openMode(_ path: String) throws(DaemonError) -> UInt32? {
-        var info = stat()
-        guard stat(path, &info) == 0 else {
-            throw DaemonError.configuration("cannot read \(path): \(String(cString: strerror(errno)))")
-        }
-        let mode = UInt32(info.st_mode) & 0o777
-        return mode & 0o077 == 0 ? nil : mode
-    }
-
     /// The secret `path` holds, without surrounding white space.
     static func read(_ path: String) throws(DaemonError) -> String {
-        if let mode = try openMode(path) {
-            throw DaemonError.configuration(
-                "the client secret file \(path) can be read by others (mode \(String(mode, radix: 8))): "
-                    + "chmod 600 \(path)")
-        }
-        let bytes: [UInt8]
+        let file: FileBytes.RegularFile
         do {
-            bytes = try FileBytes.read(path, limit: 4096)
+            file = try FileBytes.readRegularFile(path, limit: 4096)
         } catch {
             throw DaemonError.configuration("cannot read the client secret file \(path): \(error)")
         }
-        let text = String(decoding: bytes, as: UTF8.self)
+        guard file.permissions & 0o077 == 0 else {
+            throw DaemonError.configuration(
+                "the client secret file \(path) can be read by others (mode \(String(file.permissions, radix: 8))): "
+                    + "chmod 600 \(path)")
+        }
+        let text = String(decoding: file.bytes, as: UTF8.self)
         let secret = String(text.drop { $0.isWhitespace }.reversed().drop { $0.isWhitespace }.reversed())
         guard !secret.isEmpty else { throw DaemonError.configuration("the client secret file \(path) is empty") }
         return secret

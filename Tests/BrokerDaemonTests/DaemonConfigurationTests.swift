@@ -110,4 +110,63 @@ struct DaemonConfigurationTests {
         )
         #expect(throws: DaemonError.self) { try DaemonConfigurationFile.load(path: both).clientSecrets() }
     }
+
+    /// What a file someone else could write would decide, were brokerd to read it.
+    static let takeover =
+        #"{"authority": "https://attacker.example/v2.0", "allowPasswordGrant": true, "clients": [{"clientId": "a"}]}"#
+
+    @Test("the user's file: refused when others may write it or another user owns it, as the administrator's is")
+    func theUsersFileIsCheckedLikeTheAdministrators() throws {
+        let files = try Files()
+        let user = getuid()
+        for mode: mode_t in [0o666, 0o646, 0o620] {
+            let path = try files.write("writable-\(String(mode, radix: 8)).json", Self.takeover, mode: mode)
+            let refused = try #require(Self.loadError(path), "mode \(String(mode, radix: 8)) was accepted")
+            #expect(
+                refused.contains(
+                    "the configuration file \(path) must belong to this user (uid \(user)) or root and be writable by "
+                        + "nobody else (owner \(user), mode \(String(mode, radix: 8)))"), "\(refused)")
+            #expect(refused.contains("fix it with: chmod go-w \(path)"), "\(refused)")
+        }
+        for mode: mode_t in [0o644, 0o600, 0o444] {
+            let path = try files.write("fine-\(String(mode, radix: 8)).json", Self.takeover, mode: mode)
+            #expect(Self.loadError(path) == nil, "mode \(String(mode, radix: 8))")
+        }
+    }
+
+    @Test(
+        "the user's file: refused when it belongs to another user, even read-only",
+        .enabled(if: getuid() == 0, "needs root to give a file to another uid"))
+    func anotherUsersFile() throws {
+        let files = try Files()
+        let path = try files.write("foreign.json", Self.takeover, mode: 0o644)
+        #expect(chown(path, 4242, 4242) == 0)
+        let refused = try #require(Self.loadError(path))
+        #expect(refused.contains("(owner 4242, mode 644)"), "\(refused)")
+        #expect(refused.contains("copy it to a file of your own (uid 0)"), "\(refused)")
+    }
+
+    @Test("a named pipe, a device or a directory is refused at once, named, for either file")
+    func notARegularFile() throws {
+        let files = try Files()
+        let fifo = files.path + "/fifo.json"
+        #expect(mkfifo(fifo, 0o644) == 0)
+        // Without a writer, reading a FIFO would wait for ever: the start hung.
+        let fifoError = try #require(Self.loadError(fifo))
+        #expect(fifoError.contains("\(fifo) is a named pipe (FIFO), not a regular file"), "\(fifoError)")
+        let device = try #require(Self.loadError("/dev/zero"))
+        #expect(device.contains("/dev/zero is a character device, not a regular file"), "\(device)")
+        let directory = try #require(Self.loadError(files.path))
+        #expect(directory.contains("is a directory, not a regular file: give --config a regular file"), "\(directory)")
+
+        guard !FileManager.default.fileExists(atPath: DaemonConfigurationFile.administratorPath) else { return }
+        do {
+            _ = try DaemonConfigurationFile.loadAdministrator(fallback: fifo)
+            Issue.record("an administrator's FIFO was accepted")
+        } catch {
+            #expect(
+                error.description.contains("the administrator's configuration \(fifo) is a named pipe (FIFO)"),
+                "\(error)")
+        }
+    }
 }

@@ -36,6 +36,32 @@ struct CallerPolicyTests {
         #expect(other.stdout.contains(TestUsers.alice.username))
     }
 
+    @Test("a --config file brokerd refuses stops the start at once, with status 1, before anything is written")
+    func userConfigurationRefused() throws {
+        let directory = try TemporaryDirectory()
+        // What another user (or app) who could write the file would set.
+        let takeover = #"{"authority": "https://attacker.example/v2.0", "allowPasswordGrant": true}"#
+        let writable = try directory.write("writable.json", takeover)
+        #expect(chmod(writable, 0o666) == 0)
+        let fifo = directory.path + "/fifo.json"
+        #expect(mkfifo(fifo, 0o600) == 0)
+        for (index, (config, why)) in [
+            (writable, "\(writable) must belong to this user (uid \(getuid())) or root and be writable by nobody else"),
+            (fifo, "\(fifo) is a named pipe (FIFO), not a regular file"),
+        ].enumerated() {
+            let state = directory.path + "/state-\(index)"
+            let brokerd = try ChildProcess(
+                "brokerd", executable: Binaries.path("brokerd"),
+                arguments: [
+                    "--address", "unix:path=\(directory.path)/no-bus", "--authority", "http://127.0.0.1:9",
+                    "--state-dir", state, "--config", config,
+                ])
+            #expect(try brokerd.waitForExit(timeout: .seconds(10)) == 1, "\(config)")
+            #expect(brokerd.stderrText.contains("brokerd: the configuration file \(why)"), "\(brokerd.stderrText)")
+            #expect(!FileManager.default.fileExists(atPath: state), "brokerd wrote its state for \(config)")
+        }
+    }
+
     @Test(
         "a caller of another user is refused with AccessDenied, on a bus that lets it connect",
         .enabled(if: isRoot, "needs root to run a client as another user"))
