@@ -212,6 +212,11 @@ public struct DaemonConfigurationFile: Decodable, Sendable {
     static func parse(_ bytes: [UInt8], path: String, permissions: UInt32) throws(DaemonError)
         -> DaemonConfigurationFile
     {
+        do {
+            try StrictJSON.check(bytes, rules: .configuration)
+        } catch {
+            throw DaemonError.configuration("the configuration file \(path) \(error)")
+        }
         let file: DaemonConfigurationFile
         do {
             file = try JSONDecoder().decode(DaemonConfigurationFile.self, from: Data(bytes))
@@ -220,6 +225,7 @@ public struct DaemonConfigurationFile: Decodable, Sendable {
         } catch {
             throw DaemonError.configuration("the configuration file \(path) is not valid: \(error)")
         }
+        try file.checkClients(path)
         if let inline = file.clients?.first(where: { $0.clientSecret != nil }), permissions & 0o077 != 0 {
             throw DaemonError.configuration(
                 "the configuration file \(path) holds the client secret of \(inline.clientId), but others can read it "
@@ -227,6 +233,50 @@ public struct DaemonConfigurationFile: Decodable, Sendable {
                     + "brokerd's user can read (chmod 600) and name it with clientSecretFile, or chmod 600 \(path)")
         }
         return file
+    }
+
+    /// What JSON's types do not say about `clients`: each app once, under a clientId an app can
+    /// send; programs and files named by absolute paths (a relative one would never match
+    /// `/proc/PID/exe`, or would be looked for wherever brokerd happened to start); and no setting
+    /// that cannot take effect.
+    func checkClients(_ path: String) throws(DaemonError) {
+        var firstIndex: [String: Int] = [:]
+        for (index, client) in (clients ?? []).enumerated() {
+            let place = "clients[\(index)]"
+            func refuse(_ why: String) -> DaemonError { .configuration("the configuration file \(path): \(why)") }
+            do {
+                try InputRules.clientId(client.clientId)
+            } catch {
+                throw refuse("\(place).clientId is not one an app can send (\(error.message)): fix it")
+            }
+            if let earlier = firstIndex[client.clientId] {
+                throw refuse(
+                    "clients[\(earlier)] and \(place) both have clientId \"\(client.clientId)\": keep one entry "
+                        + "per app")
+            }
+            firstIndex[client.clientId] = index
+            if let executables = client.allowedExecutables {
+                guard !executables.isEmpty else {
+                    throw refuse(
+                        "\(place).allowedExecutables is empty, so no program could use \(client.clientId): list its "
+                            + "programs, or remove \(client.clientId) from clients")
+                }
+                for (number, executable) in executables.enumerated() where !executable.hasPrefix("/") {
+                    throw refuse(
+                        "\(place).allowedExecutables[\(number)] is \"\(executable)\", not an absolute path, so it "
+                            + "would never match a program: give the program's full path, as /proc/PID/exe shows it")
+                }
+            }
+            if let file = client.clientSecretFile, !file.hasPrefix("/") {
+                throw refuse(
+                    "\(place).clientSecretFile is \"\(file)\", not an absolute path: give the file's full path")
+            }
+            do throws(Client.SecretProblem) {
+                _ = try client.secretMethod()
+            } catch {
+                throw refuse("\(place) (clientId \(client.clientId)) \(error.why)")
+            }
+        }
     }
 
     /// clientId -> the executables allowed to use it, for the clients that are bound.
@@ -242,9 +292,12 @@ public struct DaemonConfigurationFile: Decodable, Sendable {
     public func clientSecrets() throws(DaemonError) -> [String: ClientSecret] {
         var secrets: [String: ClientSecret] = [:]
         for client in clients ?? [] {
-            if client.clientSecret != nil && client.clientSecretFile != nil {
-                throw DaemonError.configuration(
-                    "client \(client.clientId): give clientSecret or clientSecretFile, not both")
+            let method: ClientSecret.Method
+            do throws(Client.SecretProblem) {
+                guard let known = try client.secretMethod() else { continue }
+                method = known
+            } catch {
+                throw DaemonError.configuration("the configuration's client \(client.clientId) \(error.why)")
             }
             let secret: String
             if let inline = client.clientSecret {
@@ -254,14 +307,36 @@ public struct DaemonConfigurationFile: Decodable, Sendable {
             } else {
                 continue
             }
-            let method = ClientSecret.Method(rawValue: client.clientSecretMethod ?? "client_secret_basic")
-            guard let method else {
-                throw DaemonError.configuration(
-                    "client \(client.clientId): clientSecretMethod must be client_secret_basic or client_secret_post")
-            }
             secrets[client.clientId] = ClientSecret(secret: secret, method: method)
         }
         return secrets
+    }
+}
+
+extension DaemonConfigurationFile.Client {
+    /// Why a client's secret settings cannot be what was meant, worded to follow the client's name.
+    struct SecretProblem: Error {
+        var why: String
+    }
+
+    /// How this client sends its secret; nil for a public client (no secret). A method without a
+    /// secret, an unknown method, or a secret given twice is a ``SecretProblem``.
+    func secretMethod() throws(SecretProblem) -> ClientSecret.Method? {
+        let hasSecret = clientSecret != nil || clientSecretFile != nil
+        if clientSecret != nil && clientSecretFile != nil {
+            throw SecretProblem(why: "gives both clientSecret and clientSecretFile: keep one")
+        }
+        guard let name = clientSecretMethod else { return hasSecret ? .basic : nil }
+        guard let method = ClientSecret.Method(rawValue: name) else {
+            throw SecretProblem(
+                why: "has clientSecretMethod \"\(name)\": it must be client_secret_basic or client_secret_post")
+        }
+        guard hasSecret else {
+            throw SecretProblem(
+                why: "has a clientSecretMethod but no clientSecret or clientSecretFile: add the secret, or remove "
+                    + "clientSecretMethod")
+        }
+        return method
     }
 }
 

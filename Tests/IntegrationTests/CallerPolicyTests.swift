@@ -45,9 +45,14 @@ struct CallerPolicyTests {
         #expect(chmod(writable, 0o666) == 0)
         let fifo = directory.path + "/fifo.json"
         #expect(mkfifo(fifo, 0o600) == 0)
+        let everyApp = try directory.write("null.json", #"{"clients": null}"#)
+        let twice = try directory.write(
+            "twice.json", #"{"clients": [{"clientId": "a", "allowedExecutables": ["/usr/bin/a"]}], "clients": []}"#)
         for (index, (config, why)) in [
             (writable, "\(writable) must belong to this user (uid \(getuid())) or root and be writable by nobody else"),
             (fifo, "\(fifo) is a named pipe (FIFO), not a regular file"),
+            (everyApp, "\(everyApp) has null for clients"),
+            (twice, #"\#(twice) has the key "clients" twice at the top level"#),
         ].enumerated() {
             let state = directory.path + "/state-\(index)"
             let brokerd = try ChildProcess(

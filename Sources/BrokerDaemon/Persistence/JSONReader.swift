@@ -122,6 +122,19 @@ struct JSONReader {
         return key
     }
 
+    mutating func openArray() throws(Problem) { try consume(UInt8(ascii: "[")) }
+
+    /// Whether the array being read has another element (its value comes next); false at its end.
+    mutating func nextElement(first: Bool) throws(Problem) -> Bool {
+        skipWhitespace()
+        if position < bytes.count, bytes[position] == UInt8(ascii: "]") {
+            position += 1
+            return false
+        }
+        if !first { try consume(UInt8(ascii: ",")) }
+        return true
+    }
+
     /// Whether a key `nextKeyRange` gave is `name` (written without escapes, as brokerd writes keys).
     func key(_ key: (Range<Int>, escaped: Bool), is name: StaticString) -> Bool {
         guard !key.escaped, key.0.count == name.utf8CodeUnitCount, let base = bytes.baseAddress else { return false }
@@ -140,21 +153,11 @@ struct JSONReader {
                 try skipValue(depth: depth + 1)
             }
         case .array:
-            position += 1
-            skipWhitespace()
-            if position < bytes.count, bytes[position] == UInt8(ascii: "]") {
-                position += 1
-                return
-            }
-            while true {
+            try openArray()
+            var first = true
+            while try nextElement(first: first) {
+                first = false
                 try skipValue(depth: depth + 1)
-                skipWhitespace()
-                guard position < bytes.count else { throw syntax }
-                if bytes[position] == UInt8(ascii: "]") {
-                    position += 1
-                    return
-                }
-                try consume(UInt8(ascii: ","))
             }
         case .string:
             _ = try stringRange()
