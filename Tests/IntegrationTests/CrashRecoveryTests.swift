@@ -647,6 +647,36 @@ extension CrashRecoveryTests {
             }
         }
 
+        @Test("a hard-linked state file is kept aside and the file it shares keeps its mode and bytes")
+        func hardLinked() throws {
+            let env = try BrokerEnvironment()
+            #expect(try env.brokerd.stop() == 0)
+            let path = env.stateDirectory + "/state.json"
+            try? FileManager.default.removeItem(atPath: path)
+            // Another file of the user's that others may read (a shell profile, say): moved aside
+            // and made private, state.json would have taken that file's mode with it.
+            let other = try env.directory.write("profile", Self.validState)
+            #expect(chmod(other, 0o644) == 0)
+            #expect(link(other, path) == 0)
+
+            try env.restartBroker()
+            let log = env.brokerd.process.stderrText
+            #expect(log.contains("the saved state cannot be used; starting signed out"), "\(log)")
+            #expect(log.contains("\(path) has 2 hard links: another name shares the file"), "\(log)")
+            let mode = try FileManager.default.attributesOfItem(atPath: other)[.posixPermissions] as? Int
+            #expect(mode == 0o644, "the other file's mode was changed")
+            #expect(try String(contentsOfFile: other, encoding: .utf8) == Self.validState)
+            #expect(StateFileSnapshot.brokenFiles(in: env.stateDirectory).count == 1)
+            let seen = try env.brokerctl(["current-account", "--client-id", "mail-app", "--json"]).json()
+            #expect(seen["current"] is NSNull, "the linked file's account was not adopted: \(seen)")
+
+            // The next save writes a file of the broker's own; the other file stays as it was.
+            #expect(try env.signIn(TestUsers.bob, client: "calendar-app").status == 0)
+            var info = stat()
+            #expect(lstat(path, &info) == 0 && info.st_nlink == 1)
+            #expect(try String(contentsOfFile: other, encoding: .utf8) == Self.validState)
+        }
+
         @Test(
             "another user's file: skipped when not root",
             .enabled(if: getuid() != 0, "runs as root: the uid 4242 variant of keptAside covers it"))

@@ -83,7 +83,7 @@ public final class FileStateStore: StateStore {
     public var loadReport: LoadReport? { written.withLock { $0.report } }
 
     /// The saved state, or nil when there is none. Throws ``StoreError/unsafe(_:)`` for a file
-    /// that is not a regular file of this user's with mode 0600 (or stricter),
+    /// that is not a regular file of this user's with one name and mode 0600 (or stricter),
     /// ``StoreError/corrupt(_:)`` for one that is not a whole state file, and
     /// ``StoreError/newerFormat(_:)`` for one written by a newer brokerd. A version 1 file is
     /// read (its access tokens dropped) and written as version 2 at the next save.
@@ -100,6 +100,12 @@ public final class FileStateStore: StateStore {
         var info = stat()
         guard fstat(fd, &info) == 0 else { throw StoreError.io("cannot stat \(path)", errno) }
         guard info.st_mode & S_IFMT == S_IFREG else { throw StoreError.unsafe("\(path) is not a regular file") }
+        // Another name for the same file (a hard link someone made) would be changed with it: its
+        // mode, when the file is moved aside and made private.
+        guard info.st_nlink == 1 else {
+            throw StoreError.unsafe(
+                "\(path) has \(info.st_nlink) hard links: another name shares the file, so it is not the broker's own")
+        }
         guard info.st_uid == getuid() else {
             throw StoreError.unsafe(
                 "\(path) belongs to uid \(info.st_uid), not to this user (uid \(getuid())): someone else wrote it")
@@ -225,7 +231,8 @@ public final class FileStateStore: StateStore {
                 guard rename(path, aside) == 0 else { return nil }
             }
             var info = stat()
-            if lstat(aside, &info) == 0, info.st_mode & S_IFMT == S_IFREG, info.st_uid == getuid() {
+            // Not when the file has another name (a hard link): that file's mode is not the broker's to change.
+            if lstat(aside, &info) == 0, info.st_mode & S_IFMT == S_IFREG, info.st_uid == getuid(), info.st_nlink == 1 {
                 chmod(aside, 0o600)
             }
             syncDirectory()
@@ -278,9 +285,11 @@ public final class FileStateStore: StateStore {
             throw StoreError.io("cannot open \(path)", errno)
         }
         var info = stat()
-        guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG, info.st_uid == getuid() else {
+        // One name only: the pid written below would overwrite whatever file a hard link shares.
+        guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG, info.st_uid == getuid(), info.st_nlink == 1
+        else {
             close(fd)
-            throw StoreError.unsafe("\(path) is not a regular file of this user's; remove it")
+            throw StoreError.unsafe("\(path) is not a regular file of this user's with one name; remove it")
         }
         guard system.flock(fd, LOCK_EX | LOCK_NB) == 0 else {
             let code = errno
