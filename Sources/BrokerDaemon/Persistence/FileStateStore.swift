@@ -51,7 +51,8 @@ public final class FileStateStore: StateStore {
 
     private let written = Locked(Written())
 
-    /// Creates the directory (0700) when missing and refuses one that others can read. Locks it
+    /// Creates the directory (0700) when missing, refuses one of another user's or one that others
+    /// can write, and makes one that others can only read private. Locks it
     /// (`brokerd.lock`, held until the process ends) so that no second brokerd, on this bus or
     /// another, writes the same state. Removes the temporary files of brokerd processes that died
     /// in the middle of a save.
@@ -324,6 +325,15 @@ public final class FileStateStore: StateStore {
         guard info.st_uid == getuid() else {
             throw StoreError.unsafe("\(directory) belongs to uid \(info.st_uid), not to this user")
         }
+        // Others who can write the directory could have put, replaced or linked any file in it:
+        // nothing in it can be trusted, and making it 0700 now would hide that.
+        if info.st_mode & 0o022 != 0 {
+            throw StoreError.unsafe(
+                "\(directory) is writable by others (mode \(String(info.st_mode & 0o7777, radix: 8))), so anyone "
+                    + "could have put or replaced the files in it; check what it holds (remove what you did not put "
+                    + "there), then chmod 700 \(directory); or give brokerd another --state-dir")
+        }
+        // Readable by others only: nothing in it was changed by them, and its files are 0600.
         if info.st_mode & 0o077 != 0 {
             guard chmod(directory, 0o700) == 0 else { throw StoreError.io("cannot make \(directory) private", errno) }
         }
