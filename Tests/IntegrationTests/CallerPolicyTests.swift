@@ -36,6 +36,59 @@ struct CallerPolicyTests {
         #expect(other.stdout.contains(TestUsers.alice.username))
     }
 
+    @Test(
+        "a connection kept open across an exec, or handed over and left by its opener, gets no bound clientId's token"
+    )
+    func handedConnection() throws {
+        // The allowed program is a copy of Python (so that the attacker's script runs in it); the
+        // attacker's own program is the system's Python, another executable file.
+        let directory = try TemporaryDirectory()
+        let python = "/usr/bin/python3"
+        let allowed = directory.path + "/kiosk-app"
+        try FileManager.default.copyItem(
+            atPath: URL(fileURLWithPath: python).resolvingSymlinksInPath().path, toPath: allowed)
+        let config = try directory.write(
+            "brokerd.json",
+            #"{"clients": [{"clientId": "notes-app", "allowedExecutables": ["\#(allowed)"]}, {"clientId": "mail-app"}]}"#
+        )
+        let env = try BrokerEnvironment(brokerArguments: ["--config", config])
+        #expect(try env.signIn(TestUsers.alice, client: "mail-app").status == 0)
+        let script = Repository.root + "/Tests/Hostile/handed_connection.py"
+
+        // The allowed program is served, then execs another program that keeps the connection.
+        let exec = try ChildProcess(
+            "kiosk-app, then exec", executable: allowed,
+            arguments: [script, "exec", env.bus.address, "notes-app", python])
+        try exec.waitForLine { $0.hasPrefix("after exec:") }
+        #expect(try exec.waitForExit(timeout: .seconds(30)) == 0, "\(exec.stderrText)")
+        #expect(exec.stdoutText.contains("checked program: answer with a token"), "\(exec.stdoutText)")
+        #expect(
+            exec.stdoutText.contains("after exec: error io.shareddevice.Broker1.Error.AccessDenied"),
+            "\(exec.stdoutText)")
+        #expect(exec.stdoutText.contains("has run another program"), "\(exec.stdoutText)")
+
+        // The allowed program hands its connection to another one (SCM_RIGHTS). While the opener
+        // is there, the receiver is served: peer credentials bind a connection, not the code that
+        // uses it (broker.conf(5) says so). Once the opener is gone, the connection is refused.
+        let receiver = try ChildProcess(
+            "receiver", executable: python, arguments: [script, "receive", env.bus.address, "notes-app", allowed])
+        try receiver.waitForLine { $0.hasPrefix("handed over, its opener gone:") }
+        #expect(try receiver.waitForExit(timeout: .seconds(30)) == 0, "\(receiver.stderrText)")
+        let lines = receiver.stdoutText
+        #expect(lines.contains("checked program: answer with a token"), "\(lines)")
+        #expect(lines.contains("handed over, its opener still there: answer with a token"), "\(lines)")
+        #expect(
+            lines.contains("handed over, its opener gone: error io.shareddevice.Broker1.Error.AccessDenied"),
+            "\(lines)")
+        #expect(lines.contains("has exited"), "\(lines)")
+
+        #expect(
+            env.brokerd.process.stderrText.contains("refused a connection whose process exited or ran another program"))
+        // Nothing changed: the device is still signed in.
+        #expect(
+            try env.brokerctl(["current-account", "--client-id", "mail-app"]).stdout.contains(TestUsers.alice.username))
+    }
+
     @Test("a --config file brokerd refuses stops the start at once, with status 1, before anything is written")
     func userConfigurationRefused() throws {
         let directory = try TemporaryDirectory()
