@@ -247,11 +247,12 @@ clean:
 	rm -rf .build
 
 ## fuzz: coverage-guided fuzzing (libFuzzer, swiftc -sanitize=fuzzer) of every parser of outside data:
-## provider JSON, token responses, ID tokens, JWKS, discovery documents, the state file and the browser's
-## redirect to the loopback listener, FUZZ_SECONDS (default 60) each. Not part of `make test`; see
+## provider JSON, token responses, ID tokens, JWKS, discovery documents, the state file, Microsoft's broker
+## requests, the configuration file and the browser's redirect to the loopback listener, FUZZ_SECONDS (default
+## 60) each. Not part of `make test`; see
 ## fuzz/README.md and docs/reliability.md ("Fuzzing").
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS ?= json token jwt jwks discovery statefile redirect msbroker
+FUZZ_TARGETS ?= json token jwt jwks discovery statefile redirect msbroker config
 .PHONY: fuzz
 fuzz: deps
 	SWIFT=$(SWIFT) bash fuzz/build.sh $(FUZZ_TARGETS)

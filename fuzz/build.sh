@@ -17,7 +17,7 @@ SCRATCH=$(cd "$(dirname "$SCRATCH")" && pwd)/$(basename "$SCRATCH")
 SWIFT=${SWIFT:-swift}
 SWIFTC=${SWIFTC:-$(dirname "$(command -v "$SWIFT")")/swiftc}
 SANITIZE=${FUZZ_SANITIZE:-fuzzer}
-ALL_TARGETS="json token jwt jwks discovery statefile redirect msbroker"
+ALL_TARGETS="json token jwt jwks discovery statefile redirect msbroker config"
 TARGETS=${*:-$ALL_TARGETS}
 OUT=$SCRATCH/fuzz
 mkdir -p "$OUT/mod" "$OUT/obj" "$OUT/bin"

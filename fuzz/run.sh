@@ -4,11 +4,11 @@
 #   fuzz/run.sh TARGET [SECONDS]    fuzz TARGET for SECONDS (default $FUZZ_SECONDS, else 60)
 #   fuzz/run.sh TARGET replay       run the seed corpus and fuzz/regressions/TARGET once, no fuzzing
 #
-# Targets: json token jwt jwks discovery statefile redirect msbroker (see fuzz/README.md). Builds first (fuzz/build.sh;
-# FUZZ_SKIP_BUILD=1 to skip). Runs libFuzzer in fork mode, so a crash is recorded and fuzzing goes
-# on; the corpus grows in $FUZZ_SCRATCH/fuzz/corpus/TARGET (seeded from fuzz/corpus/TARGET) and
-# crash inputs land in $FUZZ_SCRATCH/fuzz/artifacts/TARGET. Prints one summary line; exits 1 when
-# the run found a crash, a hang (timeout) or an out-of-memory.
+# Targets: json token jwt jwks discovery statefile redirect msbroker config (see fuzz/README.md).
+# Builds first (fuzz/build.sh; FUZZ_SKIP_BUILD=1 to skip). Runs libFuzzer in fork mode, so a crash
+# is recorded and fuzzing goes on; the corpus grows in $FUZZ_SCRATCH/fuzz/corpus/TARGET (seeded
+# from fuzz/corpus/TARGET) and crash inputs land in $FUZZ_SCRATCH/fuzz/artifacts/TARGET. Prints
+# one summary line; exits 1 when the run found a crash, a hang (timeout) or an out-of-memory.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TARGET=${1:?usage: fuzz/run.sh TARGET [SECONDS|replay]}

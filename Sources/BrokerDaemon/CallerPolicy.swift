@@ -11,41 +11,80 @@ import Logging
 /// A session bus normally admits only its user, so the user check is a second lock for buses
 /// configured otherwise. Credentials are looked up once per connection (unique names are never
 /// reused on a bus) and forgotten when the connection leaves.
+///
+/// The bus names the process that opened the connection, which need not be the code that uses
+/// it: a process can hand its socket to another (SCM_RIGHTS, or a descriptor kept across fork
+/// or exec), and code loaded into it (LD_PRELOAD) is the process. What can be checked is that
+/// the process is still the one whose program was checked: on every call for a bound clientId,
+/// and every later call naming no clientId (a sign-in flow's), its start time (a reused pid has
+/// another) and its executable's file (exec changes it; replacing the file on disk does not)
+/// must be those seen at the lookup. A connection whose process has exited or run another
+/// program is refused bound clientIds from then on. libdbus and GDBus open their sockets
+/// close-on-exec, so a connection outlives an exec only when someone kept it open on purpose.
 final class CallerPolicy: Sendable {
     struct Credentials: Sendable, Equatable {
         var userId: UInt32
         var processId: UInt32?
         /// The caller's executable, resolved from its process id once; nil when unknown.
         var executable: String?
+        /// The process behind `processId` when the executable was read; nil when unknown.
+        var process: ProcessIdentity? = nil
+    }
+
+    /// One process, as `/proc` shows it: what stays the same for the life of a process, and what
+    /// an exec changes.
+    struct ProcessIdentity: Sendable, Equatable {
+        /// `starttime` of `/proc/PID/stat` (clock ticks after boot): a pid is reused, a pid with
+        /// its start time is not.
+        var startTime: UInt64
+        /// The device and inode `/proc/PID/exe` leads to, even once the file is deleted.
+        var executableDevice: UInt64
+        var executableInode: UInt64
     }
 
     /// Asks the bus daemon for a connection's credentials.
     typealias Lookup = @Sendable (String) async throws -> Credentials
     /// Asks the bus daemon whether a connection is still there.
     typealias Presence = @Sendable (String) async -> Bool
+    /// What a process is now; nil when it is gone (or cannot be read).
+    typealias ProcessProbe = @Sendable (UInt32) -> ProcessIdentity?
 
     private let ownUserId: UInt32
     /// clientId -> executables allowed to use it (absolute, symlinks resolved).
     private let allowedExecutables: [String: Set<String>]
     private let lookup: Lookup
     private let presence: Presence
+    private let probe: ProcessProbe
     private let logger: Logger
     private let known = Locked<[String: Entry]>([:])
 
     /// What is known of a caller: its credentials, or the one lookup its first calls all wait for.
     private enum Entry {
-        case known(Credentials)
+        case known(Caller)
         case lookingUp(Task<Credentials, any Error>)
+    }
+
+    /// A caller whose credentials are known.
+    private struct Caller {
+        var credentials: Credentials
+        /// A bound clientId was served on this connection: later calls naming no clientId (a
+        /// flow it started) check the process too.
+        var servedBound = false
+        /// What happened to the process behind the connection, once seen: it is refused bound
+        /// clientIds for good, even should a later look find nothing amiss.
+        var changed: String?
     }
 
     init(
         ownUserId: UInt32 = getuid(), allowedExecutables: [String: Set<String>], logger: Logger,
-        presence: @escaping Presence = { _ in true }, lookup: @escaping Lookup
+        presence: @escaping Presence = { _ in true }, probe: @escaping ProcessProbe = CallerPolicy.identity(of:),
+        lookup: @escaping Lookup
     ) {
         self.ownUserId = ownUserId
         self.allowedExecutables = allowedExecutables.mapValues { Set($0.map(Self.resolved)) }
         self.logger = logger
         self.presence = presence
+        self.probe = probe
         self.lookup = lookup
     }
 
@@ -66,30 +105,33 @@ final class CallerPolicy: Sendable {
                 throw BrokerFailure(.accessDenied, "the bus did not say which user the caller runs as")
             }
             let processId = credentials["ProcessID"]?.uint32
-            return Credentials(
-                userId: userId, processId: processId, executable: processId.flatMap(Self.executable(of:)))
+            guard let processId, let (executable, process) = Self.program(of: processId) else {
+                return Credentials(userId: userId, processId: processId, executable: nil)
+            }
+            return Credentials(userId: userId, processId: processId, executable: executable, process: process)
         }
     }
 
     /// Refuses `sender` with `AccessDenied` unless it runs as the broker's user and, when
-    /// `clientId` is bound to executables, runs one of them.
+    /// `clientId` is bound to executables, runs one of them, in the process that connected.
     func authorize(sender: String, clientId: String?) async throws(BrokerFailure) {
-        try check(try await credentials(of: sender), sender: sender, clientId: clientId)
+        try check(try await caller(sender), sender: sender, clientId: clientId)
     }
 
     /// ``authorize(sender:clientId:)`` without waiting: nil when the caller's credentials are
     /// not known yet (its first call), which only the async form can look up.
     func authorizeKnownCaller(sender: String, clientId: String?) -> Result<Void, BrokerFailure>? {
-        guard case .known(let credentials)? = known.withLock({ $0[sender] }) else { return nil }
+        guard case .known(let caller)? = known.withLock({ $0[sender] }) else { return nil }
         do throws(BrokerFailure) {
-            try check(credentials, sender: sender, clientId: clientId)
+            try check(caller, sender: sender, clientId: clientId)
             return .success(())
         } catch {
             return .failure(error)
         }
     }
 
-    private func check(_ credentials: Credentials, sender: String, clientId: String?) throws(BrokerFailure) {
+    private func check(_ caller: Caller, sender: String, clientId: String?) throws(BrokerFailure) {
+        let credentials = caller.credentials
         guard credentials.userId == ownUserId else {
             logger.warning(
                 "refused a caller of another user", metadata: ["sender": "\(sender)", "uid": "\(credentials.userId)"])
@@ -97,19 +139,65 @@ final class CallerPolicy: Sendable {
                 .accessDenied,
                 "the broker serves only user \(ownUserId); this caller runs as user \(credentials.userId)")
         }
-        guard let clientId, let allowed = allowedExecutables[clientId] else { return }
-        guard let executable = credentials.executable, allowed.contains(executable) else {
-            logger.warning(
-                "refused a caller for a bound clientId",
-                metadata: [
-                    "sender": "\(sender)", "clientId": "\(clientId)",
-                    "executable": "\(credentials.executable ?? "unknown")",
-                ])
+        let allowed = clientId.flatMap { allowedExecutables[$0] }
+        guard allowed != nil || (clientId == nil && caller.servedBound) else { return }
+        if let clientId, let allowed {
+            guard let executable = credentials.executable, allowed.contains(executable) else {
+                logger.warning(
+                    "refused a caller for a bound clientId",
+                    metadata: [
+                        "sender": "\(sender)", "clientId": "\(clientId)",
+                        "executable": "\(credentials.executable ?? "unknown")",
+                    ])
+                throw BrokerFailure(
+                    .accessDenied,
+                    "the configuration allows clientId \(clientId) only to "
+                        + "\(allowed.sorted().joined(separator: ", ")); this caller is "
+                        + "\(credentials.executable ?? "an unknown program")"
+                )
+            }
+        }
+        let change = caller.changed ?? processChange(credentials)
+        if let change {
+            if caller.changed == nil {
+                update(sender) { $0.changed = change }
+                logger.warning(
+                    "refused a connection whose process exited or ran another program",
+                    metadata: [
+                        "sender": "\(sender)", "pid": "\(credentials.processId.map(String.init) ?? "unknown")",
+                        "clientId": "\(clientId ?? "")", "change": "\(change)",
+                    ])
+            }
             throw BrokerFailure(
                 .accessDenied,
-                "the configuration allows clientId \(clientId) only to \(allowed.sorted().joined(separator: ", ")); "
-                    + "this caller is \(credentials.executable ?? "an unknown program")"
-            )
+                "the process that opened this connection (\(credentials.executable ?? "an unknown program"), pid "
+                    + "\(credentials.processId.map(String.init) ?? "unknown")) \(change) since the broker checked its "
+                    + "program, so whoever uses the connection now is not that program; a clientId bound to programs "
+                    + "is served only to the process that connected: connect again")
+        }
+        if allowed != nil, !caller.servedBound { update(sender) { $0.servedBound = true } }
+    }
+
+    /// How the process behind a connection differs from the one its credentials describe; nil
+    /// when it is the same process, running the same executable.
+    private func processChange(_ credentials: Credentials) -> String? {
+        guard let processId = credentials.processId, let then = credentials.process else {
+            return "could not be identified"
+        }
+        guard let now = probe(processId) else { return "has exited" }
+        if now.startTime != then.startTime { return "has exited, and its pid is another process's now" }
+        if now.executableDevice != then.executableDevice || now.executableInode != then.executableInode {
+            return "has run another program (\(Self.executable(of: processId) ?? "unknown"))"
+        }
+        return nil
+    }
+
+    /// Changes what is known of a caller that is still known (not gone, nor looked up again).
+    private func update(_ sender: String, _ change: (inout Caller) -> Void) {
+        known.withLock { known in
+            guard case .known(var caller)? = known[sender] else { return }
+            change(&caller)
+            known[sender] = .known(caller)
         }
     }
 
@@ -118,7 +206,7 @@ final class CallerPolicy: Sendable {
         _ = known.withLock { $0.removeValue(forKey: sender) }
     }
 
-    private func credentials(of sender: String) async throws(BrokerFailure) -> Credentials {
+    private func caller(_ sender: String) async throws(BrokerFailure) -> Caller {
         let lookup = self.lookup
         let entry: Entry = known.withLock { known in
             if let entry = known[sender] { return entry }
@@ -127,16 +215,17 @@ final class CallerPolicy: Sendable {
             return .lookingUp(task)
         }
         guard case .lookingUp(let task) = entry else {
-            if case .known(let credentials) = entry { return credentials }
+            if case .known(let caller) = entry { return caller }
             throw BrokerFailure(.accessDenied, "the broker could not learn who the caller is")
         }
         do {
             let found = try await task.value
-            known.withLock { known in
+            return known.withLock { known in
                 // Unless the caller left (or failed) meanwhile, which drops the entry.
-                if case .lookingUp? = known[sender] { known[sender] = .known(found) }
+                if case .lookingUp? = known[sender] { known[sender] = .known(Caller(credentials: found)) }
+                if case .known(let caller)? = known[sender] { return caller }
+                return Caller(credentials: found)
             }
-            return found
         } catch {
             // A failed lookup is not remembered: the caller's next call asks again.
             known.withLock { known in
@@ -145,6 +234,36 @@ final class CallerPolicy: Sendable {
             if let failure = error as? BrokerFailure { throw failure }
             throw BrokerFailure(.accessDenied, "the broker could not learn who the caller is: \(error)")
         }
+    }
+
+    /// A process's executable and identity, read so that both belong to one process running one
+    /// program: its start time and executable's file before and after the path are the same.
+    static func program(of processId: UInt32) -> (String, ProcessIdentity)? {
+        guard let before = identity(of: processId), let executable = executable(of: processId),
+            let after = identity(of: processId), before == after
+        else { return nil }
+        return (executable, before)
+    }
+
+    /// The process `processId` is now, from `/proc`; nil when it is gone.
+    static func identity(of processId: UInt32) -> ProcessIdentity? {
+        guard let started = startTime(of: processId) else { return nil }
+        var info = stat()
+        guard stat("/proc/\(processId)/exe", &info) == 0, startTime(of: processId) == started else { return nil }
+        return ProcessIdentity(
+            startTime: started, executableDevice: UInt64(info.st_dev), executableInode: UInt64(info.st_ino))
+    }
+
+    /// Field 22 of `/proc/PID/stat`, `starttime`. The fields are counted after the last ")", as
+    /// the program's name before it may hold spaces and parentheses.
+    static func startTime(of processId: UInt32) -> UInt64? {
+        guard let bytes = try? FileBytes.read("/proc/\(processId)/stat", limit: 4096),
+            let close = bytes.lastIndex(of: UInt8(ascii: ")"))
+        else { return nil }
+        // After ") ": field 3 (state) onwards, so starttime is the 20th.
+        let fields = bytes[(close + 1)...].split(separator: UInt8(ascii: " "))
+        guard fields.count >= 20 else { return nil }
+        return UInt64(String(decoding: fields[fields.startIndex + 19], as: UTF8.self))
     }
 
     /// `/proc/PID/exe`, the executable the kernel started (a deleted file keeps its " (deleted)" mark).
@@ -169,7 +288,7 @@ extension CallerPolicy: CallerDirectory {
     func isConnected(_ owner: String) async -> Bool { await presence(owner) }
 
     func process(of owner: String) -> String? {
-        guard case .known(let credentials)? = known.withLock({ $0[owner] }) else { return nil }
-        return credentials.processId.map { "process \($0)" }
+        guard case .known(let caller)? = known.withLock({ $0[owner] }) else { return nil }
+        return caller.credentials.processId.map { "process \($0)" }
     }
 }

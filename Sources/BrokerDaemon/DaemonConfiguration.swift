@@ -133,28 +133,28 @@ public struct DaemonConfigurationFile: Decodable, Sendable {
     /// Where the administrator's configuration lives. It wins over the user's file and flags.
     public static let administratorPath = "/etc/shared-device-broker/broker.conf"
 
+    /// Whose a configuration file is, which decides who may own it. Nobody else may write either:
+    /// whoever can write one decides the provider brokerd trusts, the apps it serves and, in the
+    /// administrator's, the device mode.
+    enum Author {
+        /// `/etc/shared-device-broker/broker.conf` (or `--admin-config`): root's alone.
+        case administrator
+        /// `--config`: the user's own, or root's.
+        case user
+    }
+
     /// The administrator's configuration: `administratorPath` when it exists, else `fallback`
     /// (for tests and staged installs; it never hides an existing administrator file), else none.
     /// The file must belong to root and be writable by nobody else, or brokerd refuses to start:
-    /// a device mode anyone could have written is no administrator's decision.
+    /// a device mode anyone could have written is no administrator's decision. One that exists
+    /// but cannot be read stops the start too, rather than leave the user's file in charge.
     public static func loadAdministrator(fallback: String? = nil) throws(DaemonError) -> DaemonConfigurationFile? {
-        var info = stat()
-        let path: String
-        if stat(administratorPath, &info) == 0 {
-            path = administratorPath
-        } else if let fallback, stat(fallback, &info) == 0 {
-            path = fallback
-        } else {
-            return nil
+        for path in [administratorPath] + (fallback.map { [$0] } ?? []) {
+            if let file = try readChecked(path, by: .administrator) {
+                return try parse(file.bytes, path: path, permissions: file.permissions)
+            }
         }
-        guard info.st_uid == 0, info.st_mode & (S_IWGRP | S_IWOTH) == 0 else {
-            throw DaemonError.configuration(
-                "the administrator's configuration \(path) must belong to root and be writable by nobody else (owner "
-                    + "\(info.st_uid), mode \(String(info.st_mode & 0o777, radix: 8))); fix it with: chown root:root "
-                    + "\(path) && chmod 644 \(path)"
-            )
-        }
-        return try load(path: path)
+        return nil
     }
 
     /// This configuration with every setting `administrator` makes taking its place.
@@ -174,12 +174,69 @@ public struct DaemonConfigurationFile: Decodable, Sendable {
             clearOnSignOut: administrator.clearOnSignOut ?? clearOnSignOut)
     }
 
+    /// The user's configuration (`--config`): a regular file of the user's or root's that nobody
+    /// else may write.
     public static func load(path: String) throws(DaemonError) -> DaemonConfigurationFile {
-        let bytes: [UInt8]
+        guard let file = try readChecked(path, by: .user) else {
+            throw DaemonError.configuration(
+                "cannot read the configuration file \(path): \(String(cString: strerror(ENOENT)))")
+        }
+        return try parse(file.bytes, path: path, permissions: file.permissions)
+    }
+
+    /// Reads a configuration file once it is known to be a regular file that only its owner may
+    /// change, that owner being one `author` allows; nil when there is no file at `path`.
+    static func readChecked(_ path: String, by author: Author) throws(DaemonError) -> FileBytes.RegularFile? {
+        let what =
+            author == .administrator ? "the administrator's configuration \(path)" : "the configuration file \(path)"
+        let file: FileBytes.RegularFile
         do {
-            bytes = try FileBytes.read(path)
+            file = try FileBytes.readRegularFile(path)
         } catch {
-            throw DaemonError.configuration("cannot read the configuration file \(path): \(error)")
+            switch error {
+            case .open(let code) where code == ENOENT || code == ENOTDIR:
+                return nil
+            case .notRegular(let kind):
+                let fix =
+                    author == .administrator
+                    ? "replace it with a regular file owned by root (chmod 644)" : "give --config a regular file"
+                throw DaemonError.configuration("\(what) is \(kind), not a regular file: \(fix)")
+            case .open(let code), .read(let code):
+                let fix =
+                    code == EACCES
+                    ? "; brokerd runs as uid \(getuid()) and must be able to read it (chmod 644 \(path))" : ""
+                throw DaemonError.configuration("cannot read \(what): \(String(cString: strerror(code)))\(fix)")
+            }
+        }
+        let user = getuid()
+        let owners: [uid_t] = author == .administrator ? [0] : [user, 0]
+        if owners.contains(file.owner), file.permissions & 0o022 == 0 { return file }
+        let state = "owner \(file.owner), mode \(String(file.permissions, radix: 8))"
+        switch author {
+        case .administrator:
+            throw DaemonError.configuration(
+                "\(what) must belong to root and be writable by nobody else (\(state)); fix it with: chown root:root "
+                    + "\(path) && chmod 644 \(path)")
+        case .user:
+            let fix =
+                owners.contains(file.owner)
+                ? "chmod go-w \(path)"
+                : "copy it to a file of your own (uid \(user)), chmod 644 that copy and give it to --config"
+            throw DaemonError.configuration(
+                "\(what) must belong to this user (uid \(user)) or root and be writable by nobody else (\(state)): "
+                    + "whoever else can write it decides the provider and the apps brokerd serves; fix it with: \(fix)")
+        }
+    }
+
+    /// Reads a configuration file's text (`path` names it in messages). `permissions` are the
+    /// file's: an inline client secret is accepted only where nobody but its owner can read it.
+    static func parse(_ bytes: [UInt8], path: String, permissions: UInt32) throws(DaemonError)
+        -> DaemonConfigurationFile
+    {
+        do {
+            try StrictJSON.check(bytes, rules: .configuration)
+        } catch {
+            throw DaemonError.configuration("the configuration file \(path) \(error)")
         }
         let file: DaemonConfigurationFile
         do {
@@ -189,14 +246,58 @@ public struct DaemonConfigurationFile: Decodable, Sendable {
         } catch {
             throw DaemonError.configuration("the configuration file \(path) is not valid: \(error)")
         }
-        if let inline = file.clients?.first(where: { $0.clientSecret != nil }), let mode = try SecretFile.openMode(path)
-        {
+        try file.checkClients(path)
+        if let inline = file.clients?.first(where: { $0.clientSecret != nil }), permissions & 0o077 != 0 {
             throw DaemonError.configuration(
                 "the configuration file \(path) holds the client secret of \(inline.clientId), but others can read it "
-                    + "(mode \(String(mode, radix: 8))): put the secret in a file of its own that only brokerd's user "
-                    + "can read (chmod 600) and name it with clientSecretFile, or chmod 600 \(path)")
+                    + "(mode \(String(permissions, radix: 8))): put the secret in a file of its own that only "
+                    + "brokerd's user can read (chmod 600) and name it with clientSecretFile, or chmod 600 \(path)")
         }
         return file
+    }
+
+    /// What JSON's types do not say about `clients`: each app once, under a clientId an app can
+    /// send; programs and files named by absolute paths (a relative one would never match
+    /// `/proc/PID/exe`, or would be looked for wherever brokerd happened to start); and no setting
+    /// that cannot take effect.
+    func checkClients(_ path: String) throws(DaemonError) {
+        var firstIndex: [String: Int] = [:]
+        for (index, client) in (clients ?? []).enumerated() {
+            let place = "clients[\(index)]"
+            func refuse(_ why: String) -> DaemonError { .configuration("the configuration file \(path): \(why)") }
+            do {
+                try InputRules.clientId(client.clientId)
+            } catch {
+                throw refuse("\(place).clientId is not one an app can send (\(error.message)): fix it")
+            }
+            if let earlier = firstIndex[client.clientId] {
+                throw refuse(
+                    "clients[\(earlier)] and \(place) both have clientId \"\(client.clientId)\": keep one entry "
+                        + "per app")
+            }
+            firstIndex[client.clientId] = index
+            if let executables = client.allowedExecutables {
+                guard !executables.isEmpty else {
+                    throw refuse(
+                        "\(place).allowedExecutables is empty, so no program could use \(client.clientId): list its "
+                            + "programs, or remove \(client.clientId) from clients")
+                }
+                for (number, executable) in executables.enumerated() where !executable.hasPrefix("/") {
+                    throw refuse(
+                        "\(place).allowedExecutables[\(number)] is \"\(executable)\", not an absolute path, so it "
+                            + "would never match a program: give the program's full path, as /proc/PID/exe shows it")
+                }
+            }
+            if let file = client.clientSecretFile, !file.hasPrefix("/") {
+                throw refuse(
+                    "\(place).clientSecretFile is \"\(file)\", not an absolute path: give the file's full path")
+            }
+            do throws(Client.SecretProblem) {
+                _ = try client.secretMethod()
+            } catch {
+                throw refuse("\(place) (clientId \(client.clientId)) \(error.why)")
+            }
+        }
     }
 
     /// clientId -> the executables allowed to use it, for the clients that are bound.
@@ -212,9 +313,12 @@ public struct DaemonConfigurationFile: Decodable, Sendable {
     public func clientSecrets() throws(DaemonError) -> [String: ClientSecret] {
         var secrets: [String: ClientSecret] = [:]
         for client in clients ?? [] {
-            if client.clientSecret != nil && client.clientSecretFile != nil {
-                throw DaemonError.configuration(
-                    "client \(client.clientId): give clientSecret or clientSecretFile, not both")
+            let method: ClientSecret.Method
+            do throws(Client.SecretProblem) {
+                guard let known = try client.secretMethod() else { continue }
+                method = known
+            } catch {
+                throw DaemonError.configuration("the configuration's client \(client.clientId) \(error.why)")
             }
             let secret: String
             if let inline = client.clientSecret {
@@ -224,14 +328,36 @@ public struct DaemonConfigurationFile: Decodable, Sendable {
             } else {
                 continue
             }
-            let method = ClientSecret.Method(rawValue: client.clientSecretMethod ?? "client_secret_basic")
-            guard let method else {
-                throw DaemonError.configuration(
-                    "client \(client.clientId): clientSecretMethod must be client_secret_basic or client_secret_post")
-            }
             secrets[client.clientId] = ClientSecret(secret: secret, method: method)
         }
         return secrets
+    }
+}
+
+extension DaemonConfigurationFile.Client {
+    /// Why a client's secret settings cannot be what was meant, worded to follow the client's name.
+    struct SecretProblem: Error {
+        var why: String
+    }
+
+    /// How this client sends its secret; nil for a public client (no secret). A method without a
+    /// secret, an unknown method, or a secret given twice is a ``SecretProblem``.
+    func secretMethod() throws(SecretProblem) -> ClientSecret.Method? {
+        let hasSecret = clientSecret != nil || clientSecretFile != nil
+        if clientSecret != nil && clientSecretFile != nil {
+            throw SecretProblem(why: "gives both clientSecret and clientSecretFile: keep one")
+        }
+        guard let name = clientSecretMethod else { return hasSecret ? .basic : nil }
+        guard let method = ClientSecret.Method(rawValue: name) else {
+            throw SecretProblem(
+                why: "has clientSecretMethod \"\(name)\": it must be client_secret_basic or client_secret_post")
+        }
+        guard hasSecret else {
+            throw SecretProblem(
+                why: "has a clientSecretMethod but no clientSecret or clientSecretFile: add the secret, or remove "
+                    + "clientSecretMethod")
+        }
+        return method
     }
 }
 
@@ -264,31 +390,20 @@ struct UnknownKey: Error, CustomStringConvertible {
 
 /// A client secret's file, and the rule for any file that holds one: only its owner may read it.
 enum SecretFile {
-    /// The permission bits of `path` when its group or others may read or write it; nil when
-    /// only its owner can.
-    static func openMode(_ path: String) throws(DaemonError) -> UInt32? {
-        var info = stat()
-        guard stat(path, &info) == 0 else {
-            throw DaemonError.configuration("cannot read \(path): \(String(cString: strerror(errno)))")
-        }
-        let mode = UInt32(info.st_mode) & 0o777
-        return mode & 0o077 == 0 ? nil : mode
-    }
-
     /// The secret `path` holds, without surrounding white space.
     static func read(_ path: String) throws(DaemonError) -> String {
-        if let mode = try openMode(path) {
-            throw DaemonError.configuration(
-                "the client secret file \(path) can be read by others (mode \(String(mode, radix: 8))): "
-                    + "chmod 600 \(path)")
-        }
-        let bytes: [UInt8]
+        let file: FileBytes.RegularFile
         do {
-            bytes = try FileBytes.read(path, limit: 4096)
+            file = try FileBytes.readRegularFile(path, limit: 4096)
         } catch {
             throw DaemonError.configuration("cannot read the client secret file \(path): \(error)")
         }
-        let text = String(decoding: bytes, as: UTF8.self)
+        guard file.permissions & 0o077 == 0 else {
+            throw DaemonError.configuration(
+                "the client secret file \(path) can be read by others (mode \(String(file.permissions, radix: 8))): "
+                    + "chmod 600 \(path)")
+        }
+        let text = String(decoding: file.bytes, as: UTF8.self)
         let secret = String(text.drop { $0.isWhitespace }.reversed().drop { $0.isWhitespace }.reversed())
         guard !secret.isEmpty else { throw DaemonError.configuration("the client secret file \(path) is empty") }
         return secret

@@ -1,4 +1,5 @@
 import BrokerCore
+import Foundation
 import Locking
 import Logging
 import Testing
@@ -12,25 +13,34 @@ struct CallerPolicyTests {
     static let ownUser: UInt32 = 1000
     static let mailProgram = "/opt/contoso/bin/mail"
 
-    /// A lookup that answers `credentials` for every caller and counts the questions.
+    /// A lookup that answers `credentials` for every caller and counts the questions, and the
+    /// process behind every caller, as `/proc` would show it now (nil: gone).
     final class ScriptedBus: Sendable {
         let lookups = Locked(0)
         let answer: Locked<Result<CallerPolicy.Credentials, BrokerFailure>>
+        let process: Locked<CallerPolicy.ProcessIdentity?>
 
-        init(_ credentials: CallerPolicy.Credentials) { answer = Locked(.success(credentials)) }
+        init(_ credentials: CallerPolicy.Credentials) {
+            answer = Locked(.success(credentials))
+            process = Locked(credentials.process)
+        }
 
         func policy(bound: [String: Set<String>] = ["mail-app": [CallerPolicyTests.mailProgram]]) -> CallerPolicy {
-            CallerPolicy(ownUserId: CallerPolicyTests.ownUser, allowedExecutables: bound, logger: Logger(label: "test"))
-            {
-                _ in
+            CallerPolicy(
+                ownUserId: CallerPolicyTests.ownUser, allowedExecutables: bound, logger: Logger(label: "test"),
+                probe: { _ in self.process.withLock { $0 } }
+            ) { _ in
                 self.lookups.withLock { $0 += 1 }
                 return try self.answer.withLock { $0 }.get()
             }
         }
     }
 
+    /// The process the scripted callers run in, when the broker looked them up.
+    static let started = CallerPolicy.ProcessIdentity(startTime: 4711, executableDevice: 2049, executableInode: 1234)
+
     static func caller(user: UInt32 = ownUser, program: String? = mailProgram) -> CallerPolicy.Credentials {
-        CallerPolicy.Credentials(userId: user, processId: 42, executable: program)
+        CallerPolicy.Credentials(userId: user, processId: 42, executable: program, process: started)
     }
 
     /// The failure `body` threw, nil when it returned.
@@ -105,5 +115,92 @@ struct CallerPolicyTests {
         bus.answer.withLock { $0 = .success(Self.caller()) }
         #expect(await Self.refusal { try await policy.authorize(sender: ":1.5", clientId: nil) } == nil)
         #expect(bus.lookups.withLock { $0 } == 2)
+    }
+
+    @Test("a process that runs another program after the lookup is refused its bound clientId, for good")
+    func execAfterTheLookup() async {
+        let bus = ScriptedBus(Self.caller())
+        let policy = bus.policy()
+        #expect(await Self.refusal { try await policy.authorize(sender: ":1.6", clientId: "mail-app") } == nil)
+
+        // The attacker's exec: same pid and start time, another executable file.
+        bus.process.withLock { $0?.executableInode = 9999 }
+        let refused = await Self.refusal { try await policy.authorize(sender: ":1.6", clientId: "mail-app") }
+        #expect(refused?.code == .accessDenied)
+        #expect(refused?.message.contains("has run another program") == true, "\(refused?.message ?? "")")
+        #expect(refused?.message.contains("connect again") == true)
+        // The fast path on the bus thread refuses it too.
+        guard case .failure? = policy.authorizeKnownCaller(sender: ":1.6", clientId: "mail-app") else {
+            Issue.record("the bus thread's check served a changed process")
+            return
+        }
+        // Calls naming no clientId (a sign-in flow's code, started while it was the checked
+        // program) are refused on that connection as well; an unbound clientId is anyone's.
+        #expect(await Self.refusal { try await policy.authorize(sender: ":1.6", clientId: nil) }?.code == .accessDenied)
+        #expect(await Self.refusal { try await policy.authorize(sender: ":1.6", clientId: "calendar-app") } == nil)
+
+        // Exec'ing back to the checked program does not make the connection trusted again.
+        bus.process.withLock { $0 = Self.started }
+        #expect(await Self.refusal { try await policy.authorize(sender: ":1.6", clientId: "mail-app") } != nil)
+    }
+
+    @Test("a process that has exited, or whose pid another process has now, is refused its bound clientId")
+    func exitedOrReused() async {
+        for (name, now) in [
+            ("exited", nil),
+            (
+                "pid reused",
+                CallerPolicy.ProcessIdentity(
+                    startTime: 5000, executableDevice: Self.started.executableDevice,
+                    executableInode: Self.started.executableInode)
+            ),
+        ] as [(String, CallerPolicy.ProcessIdentity?)] {
+            let bus = ScriptedBus(Self.caller())
+            let policy = bus.policy()
+            #expect(await Self.refusal { try await policy.authorize(sender: ":1.8", clientId: "mail-app") } == nil)
+            bus.process.withLock { $0 = now }
+            let refused = await Self.refusal { try await policy.authorize(sender: ":1.8", clientId: "mail-app") }
+            #expect(refused?.message.contains("has exited") == true, "\(name): \(refused?.message ?? "")")
+            #expect(await Self.refusal { try await policy.authorize(sender: ":1.8", clientId: "calendar-app") } == nil)
+        }
+        // A connection that never used a bound clientId is not asked about its process.
+        let unbound = ScriptedBus(Self.caller(program: "/usr/bin/python3"))
+        let policy = unbound.policy()
+        unbound.process.withLock { $0 = nil }
+        #expect(await Self.refusal { try await policy.authorize(sender: ":1.9", clientId: nil) } == nil)
+        #expect(await Self.refusal { try await policy.authorize(sender: ":1.9", clientId: "calendar-app") } == nil)
+    }
+
+    @Test("/proc: a process's start time and executable file; deleting the file on disk is no exec")
+    func processIdentityFromProc() throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("proc-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        // A name with spaces and parentheses, as /proc/PID/stat's second field then holds.
+        let program = directory.appendingPathComponent("sleep (odd) name")
+        try FileManager.default.copyItem(
+            at: URL(fileURLWithPath: "/bin/sleep").resolvingSymlinksInPath(), to: program)
+        let child = Process()
+        child.executableURL = program
+        child.arguments = ["30"]
+        try child.run()
+        let pid = UInt32(child.processIdentifier)
+        // The kernel names the executable once the exec is done: wait for it (bounded).
+        let deadline = ContinuousClock.now + .seconds(5)
+        while CallerPolicy.executable(of: pid) != program.path, ContinuousClock.now < deadline {
+            usleep(5000)
+        }
+        let (path, identity) = try #require(CallerPolicy.program(of: pid))
+        #expect(path == program.path)
+        #expect(identity.startTime > 0)
+        #expect(CallerPolicy.identity(of: pid) == identity)
+
+        try FileManager.default.removeItem(at: program)
+        #expect(CallerPolicy.executable(of: pid) == program.path + " (deleted)")
+        #expect(CallerPolicy.identity(of: pid) == identity, "the running program is the same file")
+
+        kill(Int32(pid), SIGKILL)
+        child.waitUntilExit()
+        #expect(CallerPolicy.identity(of: pid) == nil)
     }
 }

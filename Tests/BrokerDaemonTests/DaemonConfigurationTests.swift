@@ -110,4 +110,157 @@ struct DaemonConfigurationTests {
         )
         #expect(throws: DaemonError.self) { try DaemonConfigurationFile.load(path: both).clientSecrets() }
     }
+
+    /// What a file someone else could write would decide, were brokerd to read it.
+    static let takeover =
+        #"{"authority": "https://attacker.example/v2.0", "allowPasswordGrant": true, "clients": [{"clientId": "a"}]}"#
+
+    @Test("the user's file: refused when others may write it or another user owns it, as the administrator's is")
+    func theUsersFileIsCheckedLikeTheAdministrators() throws {
+        let files = try Files()
+        let user = getuid()
+        for mode: mode_t in [0o666, 0o646, 0o620] {
+            let path = try files.write("writable-\(String(mode, radix: 8)).json", Self.takeover, mode: mode)
+            let refused = try #require(Self.loadError(path), "mode \(String(mode, radix: 8)) was accepted")
+            #expect(
+                refused.contains(
+                    "the configuration file \(path) must belong to this user (uid \(user)) or root and be writable by "
+                        + "nobody else (owner \(user), mode \(String(mode, radix: 8)))"), "\(refused)")
+            #expect(refused.contains("fix it with: chmod go-w \(path)"), "\(refused)")
+        }
+        for mode: mode_t in [0o644, 0o600, 0o444] {
+            let path = try files.write("fine-\(String(mode, radix: 8)).json", Self.takeover, mode: mode)
+            #expect(Self.loadError(path) == nil, "mode \(String(mode, radix: 8))")
+        }
+    }
+
+    @Test(
+        "the user's file: refused when it belongs to another user, even read-only",
+        .enabled(if: getuid() == 0, "needs root to give a file to another uid"))
+    func anotherUsersFile() throws {
+        let files = try Files()
+        let path = try files.write("foreign.json", Self.takeover, mode: 0o644)
+        #expect(chown(path, 4242, 4242) == 0)
+        let refused = try #require(Self.loadError(path))
+        #expect(refused.contains("(owner 4242, mode 644)"), "\(refused)")
+        #expect(refused.contains("copy it to a file of your own (uid 0)"), "\(refused)")
+    }
+
+    @Test("a named pipe, a device or a directory is refused at once, named, for either file")
+    func notARegularFile() throws {
+        let files = try Files()
+        let fifo = files.path + "/fifo.json"
+        #expect(mkfifo(fifo, 0o644) == 0)
+        // Without a writer, reading a FIFO would wait for ever: the start hung.
+        let fifoError = try #require(Self.loadError(fifo))
+        #expect(fifoError.contains("\(fifo) is a named pipe (FIFO), not a regular file"), "\(fifoError)")
+        let device = try #require(Self.loadError("/dev/zero"))
+        #expect(device.contains("/dev/zero is a character device, not a regular file"), "\(device)")
+        let directory = try #require(Self.loadError(files.path))
+        #expect(directory.contains("is a directory, not a regular file: give --config a regular file"), "\(directory)")
+
+        guard !FileManager.default.fileExists(atPath: DaemonConfigurationFile.administratorPath) else { return }
+        do {
+            _ = try DaemonConfigurationFile.loadAdministrator(fallback: fifo)
+            Issue.record("an administrator's FIFO was accepted")
+        } catch {
+            #expect(
+                error.description.contains("the administrator's configuration \(fifo) is a named pipe (FIFO)"),
+                "\(error)")
+        }
+    }
+
+    @Test(
+        "loose JSON is refused, naming the key: a key twice, null, a trailing comma, a byte order mark, comments",
+        arguments: [
+            (
+                #"{"clients": [{"clientId": "a", "allowedExecutables": ["/usr/bin/a"]}], "clients": []}"#,
+                #"has the key "clients" twice at the top level"#
+            ),
+            (
+                #"{"clients": [{"clientId": "a", "allowedExecutables": ["/usr/bin/a"], "allowedExecutables": []}]}"#,
+                #"has the key "allowedExecutables" twice in clients[0]"#
+            ),
+            (
+                #"{"authority": "https://a.example", "\u0061uthority": "https://b.example"}"#,
+                #"has the key "authority" twice at the top level"#
+            ),
+            (#"{"clients": null}"#, "has null for clients: leave the key out to keep its default, or give a value"),
+            (#"{"allowPasswordGrant": null}"#, "has null for allowPasswordGrant"),
+            (#"{"clients": [{"clientId": "a", "name": null}]}"#, "has null for clients[0].name"),
+            (
+                #"{"clients": [{"clientId": "a", "allowedExecutables": [null]}]}"#,
+                "has null for clients[0].allowedExecutables[0]"
+            ),
+            (#"{"deviceMode": "shared",}"#, "trailing commas are not JSON"),
+            (#"{"compatibility": ["microsoft-broker1",]}"#, "trailing commas are not JSON"),
+            ("\u{FEFF}{}", "starts with a byte order mark"),
+            (#"{} // the kiosk's"#, "comments are not JSON"),
+        ] as [(String, String)])
+    func looseJSON(_ text: String, _ why: String) throws {
+        try Self.expectRefused(text, saying: why)
+    }
+
+    /// `text` in a configuration file of its owner's alone must be refused with a message that
+    /// names the file, says `why`, and prints no control character.
+    static func expectRefused(_ text: String, saying why: String) throws {
+        let files = try Files()
+        let path = try files.write("refused.json", text, mode: 0o600)
+        let refused = try #require(Self.loadError(path), "accepted: \(text)")
+        #expect(refused.hasPrefix("the configuration file \(path)"), "\(refused)")
+        #expect(refused.contains(why), "\(refused)")
+        #expect(refused.unicodeScalars.allSatisfy { $0.properties.generalCategory != .control }, "\(refused)")
+    }
+
+    @Test(
+        "a control character in any string or key is refused, naming where it stands",
+        arguments: [
+            (#"{"tenantId": "contoso\u0000evil"}"#, "a control character (U+0000) in tenantId"),
+            (
+                #"{"clients": [{"clientId": "a", "allowedExecutables": ["/usr/bin/a\u0000/tmp/b"]}]}"#,
+                "a control character (U+0000) in clients[0].allowedExecutables[0]"
+            ),
+            (#"{"clients": [{"clientId": "a", "name": "Mail\u001b[2J"}]}"#, "(U+001B) in clients[0].name"),
+            (#"{"clients": [{"clientId": "a", "name": "Mail\n"}]}"#, "(U+000A) in clients[0].name"),
+            ("{\"clients\": [{\"clientId\": \"a\", \"name\": \"Mail\u{7F}\"}]}", "(U+007F) in clients[0].name"),
+            ("{\"clients\": [{\"clientId\": \"a\", \"name\": \"Mail\u{85}\"}]}", "(U+0085) in clients[0].name"),
+            (#"{"tenantId\u0000": "t"}"#, "a control character (U+0000) in a key at the top level"),
+        ] as [(String, String)])
+    func controlCharacters(_ text: String, _ why: String) throws {
+        try Self.expectRefused(text, saying: why)
+    }
+
+    @Test(
+        "settings that could never take effect are refused, naming the client and the fix",
+        arguments: [
+            (
+                #"{"clients": [{"clientId": "kiosk", "allowedExecutables": ["kiosk-app"]}]}"#,
+                #"clients[0].allowedExecutables[0] is "kiosk-app", not an absolute path"#
+            ),
+            (
+                #"{"clients": [{"clientId": "kiosk", "allowedExecutables": []}]}"#,
+                "clients[0].allowedExecutables is empty, so no program could use kiosk"
+            ),
+            (
+                #"{"clients": [{"clientId": "a"}, {"clientId": "b"}, {"clientId": "a", "allowedExecutables": ["/x"]}]}"#,
+                #"clients[0] and clients[2] both have clientId "a": keep one entry per app"#
+            ),
+            (#"{"clients": [{"clientId": ""}]}"#, "clients[0].clientId is not one an app can send (clientId is empty)"),
+            (#"{"clients": [{"clientId": "mail app"}]}"#, "clients[0].clientId is not one an app can send"),
+            (
+                #"{"clients": [{"clientId": "a", "clientSecretMethod": "client_secret_post"}]}"#,
+                "clients[0] (clientId a) has a clientSecretMethod but no clientSecret or clientSecretFile"
+            ),
+            (
+                #"{"clients": [{"clientId": "a", "clientSecretFile": "/s", "clientSecretMethod": "private_key_jwt"}]}"#,
+                #"clients[0] (clientId a) has clientSecretMethod "private_key_jwt": it must be client_secret_basic"#
+            ),
+            (
+                #"{"clients": [{"clientId": "a", "clientSecretFile": "a.secret"}]}"#,
+                #"clients[0].clientSecretFile is "a.secret", not an absolute path"#
+            ),
+        ] as [(String, String)])
+    func settingsThatCannotTakeEffect(_ text: String, _ why: String) throws {
+        try Self.expectRefused(text, saying: why)
+    }
 }

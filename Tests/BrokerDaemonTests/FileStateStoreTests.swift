@@ -81,6 +81,23 @@ struct FileStateStoreTests {
         #expect(throws: StoreError.self) { _ = try FileStateStore(directory: other.path, system: locking) }
     }
 
+    @Test func aHardLinkedLockFileIsRefusedAndTheFileItSharesKeepsItsBytes() throws {
+        let directory = Directory()
+        try FileManager.default.createDirectory(atPath: directory.path, withIntermediateDirectories: true)
+        chmod(directory.path, 0o700)
+        // The pid brokerd writes in its lock would overwrite whatever file the lock's other name is.
+        let other = directory.path + "/notes.txt"
+        try Data("the user's own notes\n".utf8).write(to: URL(fileURLWithPath: other))
+        #expect(link(other, directory.path + "/brokerd.lock") == 0)
+        do {
+            _ = try FileStateStore(directory: directory.path)
+            Issue.record("a hard-linked brokerd.lock was used")
+        } catch {
+            #expect("\(error)".contains("brokerd.lock is not a regular file of this user's with one name"), "\(error)")
+        }
+        #expect(try String(contentsOfFile: other, encoding: .utf8) == "the user's own notes\n")
+    }
+
     /// The core over the real store: a change whose write fails is refused with StorageFailed,
     /// and the broker, the file and the announcements stay as they were.
     @Test func theBrokerRefusesAChangeItCannotWrite() async throws {

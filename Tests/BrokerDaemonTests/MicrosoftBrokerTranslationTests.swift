@@ -74,6 +74,37 @@ struct MicrosoftBrokerTranslationTests {
         }
     }
 
+    @Test(
+        "JSON two readers could read differently is status 6: a key twice, a byte order mark, a trailing comma",
+        arguments: [
+            // The caller policy would check one clientId, and another reader of the text could act for the other.
+            (
+                #"{"authParameters": {"clientId": "mail-app", "clientId": "kiosk-app", "requestedScopes": ["s"]}}"#,
+                #"has the key "clientId" twice in authParameters"#
+            ),
+            (
+                #"{"authParameters": {"clientId": "mail-app", "client\u0049d": "kiosk-app", "requestedScopes": ["s"]}}"#,
+                #"has the key "clientId" twice in authParameters"#
+            ),
+            (
+                #"{"authParameters": {"clientId": "c", "requestedScopes": ["s"]}, "authParameters": {}}"#,
+                #"has the key "authParameters" twice at the top level"#
+            ),
+            ("\u{FEFF}" + #"{"authParameters": {"clientId": "c", "requestedScopes": ["s"]}}"#, "byte order mark"),
+            (#"{"authParameters": {"clientId": "c", "requestedScopes": ["s"],}}"#, "trailing commas are not JSON"),
+            (#"{"authParameters": {"clientId": "c", "requestedScopes": ["s",]}}"#, "trailing commas are not JSON"),
+            (#"{"authParameters": {"clientId": "c", "requestedScopes": ["s"]}} /* */"#, "comments are not JSON"),
+        ])
+    func strictJSON(_ json: String, _ why: String) {
+        do {
+            _ = try MicrosoftBrokerRequest(json, for: .acquireTokenSilently)
+            Issue.record("accepted: \(json)")
+        } catch {
+            #expect(error.status == .apiContractViolation, "\(error)")
+            #expect(error.context.contains(why), "\(error.context)")
+        }
+    }
+
     @Test("getAccounts needs a clientId, not a redirectUri; the version call needs nothing")
     func lenientWhereClientsDiffer() throws {
         #expect(try MicrosoftBrokerRequest(#"{"clientId": "c"}"#, for: .getAccounts).clientId == "c")

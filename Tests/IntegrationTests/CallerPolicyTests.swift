@@ -37,6 +37,90 @@ struct CallerPolicyTests {
     }
 
     @Test(
+        "a connection kept open across an exec, or handed over and left by its opener, gets no bound clientId's token"
+    )
+    func handedConnection() throws {
+        // The allowed program is a copy of Python (so that the attacker's script runs in it); the
+        // attacker's own program is the system's Python, another executable file.
+        let directory = try TemporaryDirectory()
+        let python = "/usr/bin/python3"
+        let allowed = directory.path + "/kiosk-app"
+        try FileManager.default.copyItem(
+            atPath: URL(fileURLWithPath: python).resolvingSymlinksInPath().path, toPath: allowed)
+        let config = try directory.write(
+            "brokerd.json",
+            #"{"clients": [{"clientId": "notes-app", "allowedExecutables": ["\#(allowed)"]}, {"clientId": "mail-app"}]}"#
+        )
+        let env = try BrokerEnvironment(brokerArguments: ["--config", config])
+        #expect(try env.signIn(TestUsers.alice, client: "mail-app").status == 0)
+        let script = Repository.root + "/Tests/Hostile/handed_connection.py"
+
+        // The allowed program is served, then execs another program that keeps the connection.
+        let exec = try ChildProcess(
+            "kiosk-app, then exec", executable: allowed,
+            arguments: [script, "exec", env.bus.address, "notes-app", python])
+        try exec.waitForLine { $0.hasPrefix("after exec:") }
+        #expect(try exec.waitForExit(timeout: .seconds(30)) == 0, "\(exec.stderrText)")
+        #expect(exec.stdoutText.contains("checked program: answer with a token"), "\(exec.stdoutText)")
+        #expect(
+            exec.stdoutText.contains("after exec: error io.shareddevice.Broker1.Error.AccessDenied"),
+            "\(exec.stdoutText)")
+        #expect(exec.stdoutText.contains("has run another program"), "\(exec.stdoutText)")
+
+        // The allowed program hands its connection to another one (SCM_RIGHTS). While the opener
+        // is there, the receiver is served: peer credentials bind a connection, not the code that
+        // uses it (broker.conf(5) says so). Once the opener is gone, the connection is refused.
+        let receiver = try ChildProcess(
+            "receiver", executable: python, arguments: [script, "receive", env.bus.address, "notes-app", allowed])
+        try receiver.waitForLine { $0.hasPrefix("handed over, its opener gone:") }
+        #expect(try receiver.waitForExit(timeout: .seconds(30)) == 0, "\(receiver.stderrText)")
+        let lines = receiver.stdoutText
+        #expect(lines.contains("checked program: answer with a token"), "\(lines)")
+        #expect(lines.contains("handed over, its opener still there: answer with a token"), "\(lines)")
+        #expect(
+            lines.contains("handed over, its opener gone: error io.shareddevice.Broker1.Error.AccessDenied"),
+            "\(lines)")
+        #expect(lines.contains("has exited"), "\(lines)")
+
+        #expect(
+            env.brokerd.process.stderrText.contains("refused a connection whose process exited or ran another program"))
+        // Nothing changed: the device is still signed in.
+        #expect(
+            try env.brokerctl(["current-account", "--client-id", "mail-app"]).stdout.contains(TestUsers.alice.username))
+    }
+
+    @Test("a --config file brokerd refuses stops the start at once, with status 1, before anything is written")
+    func userConfigurationRefused() throws {
+        let directory = try TemporaryDirectory()
+        // What another user (or app) who could write the file would set.
+        let takeover = #"{"authority": "https://attacker.example/v2.0", "allowPasswordGrant": true}"#
+        let writable = try directory.write("writable.json", takeover)
+        #expect(chmod(writable, 0o666) == 0)
+        let fifo = directory.path + "/fifo.json"
+        #expect(mkfifo(fifo, 0o600) == 0)
+        let everyApp = try directory.write("null.json", #"{"clients": null}"#)
+        let twice = try directory.write(
+            "twice.json", #"{"clients": [{"clientId": "a", "allowedExecutables": ["/usr/bin/a"]}], "clients": []}"#)
+        for (index, (config, why)) in [
+            (writable, "\(writable) must belong to this user (uid \(getuid())) or root and be writable by nobody else"),
+            (fifo, "\(fifo) is a named pipe (FIFO), not a regular file"),
+            (everyApp, "\(everyApp) has null for clients"),
+            (twice, #"\#(twice) has the key "clients" twice at the top level"#),
+        ].enumerated() {
+            let state = directory.path + "/state-\(index)"
+            let brokerd = try ChildProcess(
+                "brokerd", executable: Binaries.path("brokerd"),
+                arguments: [
+                    "--address", "unix:path=\(directory.path)/no-bus", "--authority", "http://127.0.0.1:9",
+                    "--state-dir", state, "--config", config,
+                ])
+            #expect(try brokerd.waitForExit(timeout: .seconds(10)) == 1, "\(config)")
+            #expect(brokerd.stderrText.contains("brokerd: the configuration file \(why)"), "\(brokerd.stderrText)")
+            #expect(!FileManager.default.fileExists(atPath: state), "brokerd wrote its state for \(config)")
+        }
+    }
+
+    @Test(
         "a caller of another user is refused with AccessDenied, on a bus that lets it connect",
         .enabled(if: isRoot, "needs root to run a client as another user"))
     func otherUserRefused() throws {

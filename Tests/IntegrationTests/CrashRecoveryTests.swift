@@ -612,18 +612,12 @@ extension CrashRecoveryTests {
             let newer = #"{"version": 99, "deviceId": "from-the-future", "clients": {}, "somethingNew": [1, 2, 3]}"#
             try Data(newer.utf8).write(to: URL(fileURLWithPath: path))
             chmod(path, 0o600)
-            do {
-                try env.restartBroker()
-                Issue.record("brokerd started on a state file of format 99")
-            } catch {
-                let output = "\(error)"
-                #expect(output.contains("exited (status 1)"), "\(output)")
-                #expect(
-                    output.contains(
-                        "brokerd: \(path) has format 99; this brokerd reads up to 2. Refusing to start rather than "
-                            + "lose it; run the newer brokerd, or move the file away."
-                    ), "\(output)")
-            }
+            Self.expectStartRefused(
+                env, "a state file of format 99",
+                saying: [
+                    "brokerd: \(path) has format 99; this brokerd reads up to 2. Refusing to start rather than "
+                        + "lose it; run the newer brokerd, or move the file away."
+                ])
             #expect(try String(contentsOfFile: path, encoding: .utf8) == newer)
             #expect(StateFileSnapshot.brokenFiles(in: env.stateDirectory).isEmpty)
         }
@@ -635,16 +629,101 @@ extension CrashRecoveryTests {
             let env = try BrokerEnvironment()
             #expect(try env.brokerd.stop() == 0)
             #expect(chown(env.stateDirectory, 4242, 4242) == 0)
+            Self.expectStartRefused(
+                env, "a directory of uid 4242",
+                saying: [
+                    "brokerd: cannot use the state directory: \(env.stateDirectory) belongs to uid 4242, not to "
+                        + "this user"
+                ])
+        }
+
+        /// Restarts brokerd on `env`'s state, which must stop the start: exit status 1, and each of
+        /// `messages` in what it printed.
+        static func expectStartRefused(_ env: BrokerEnvironment, _ what: String, saying messages: [String]) {
             do {
                 try env.restartBroker()
-                Issue.record("brokerd started in a directory of uid 4242")
+                Issue.record("brokerd started on \(what)")
             } catch {
-                #expect(
-                    "\(error)".contains(
-                        "brokerd: cannot use the state directory: \(env.stateDirectory) belongs to uid 4242, not to "
-                            + "this user"
-                    ), "\(error)")
+                let output = "\(error)"
+                #expect(output.contains("exited (status 1)"), "\(output)")
+                for message in messages { #expect(output.contains(message), "\(output)") }
             }
+        }
+
+        @Test("a hard-linked state file is kept aside and the file it shares keeps its mode and bytes")
+        func hardLinked() throws {
+            let env = try BrokerEnvironment()
+            #expect(try env.brokerd.stop() == 0)
+            let path = env.stateDirectory + "/state.json"
+            try? FileManager.default.removeItem(atPath: path)
+            // Another file of the user's that others may read (a shell profile, say): moved aside
+            // and made private, state.json would have taken that file's mode with it.
+            let other = try env.directory.write("profile", Self.validState)
+            #expect(chmod(other, 0o644) == 0)
+            #expect(link(other, path) == 0)
+
+            try env.restartBroker()
+            let log = env.brokerd.process.stderrText
+            #expect(log.contains("the saved state cannot be used; starting signed out"), "\(log)")
+            #expect(log.contains("\(path) has 2 hard links: another name shares the file"), "\(log)")
+            let mode = try FileManager.default.attributesOfItem(atPath: other)[.posixPermissions] as? Int
+            #expect(mode == 0o644, "the other file's mode was changed")
+            #expect(try String(contentsOfFile: other, encoding: .utf8) == Self.validState)
+            #expect(StateFileSnapshot.brokenFiles(in: env.stateDirectory).count == 1)
+            let seen = try env.brokerctl(["current-account", "--client-id", "mail-app", "--json"]).json()
+            #expect(seen["current"] is NSNull, "the linked file's account was not adopted: \(seen)")
+
+            // The next save writes a file of the broker's own; the other file stays as it was.
+            #expect(try env.signIn(TestUsers.bob, client: "calendar-app").status == 0)
+            var info = stat()
+            #expect(lstat(path, &info) == 0 && info.st_nlink == 1)
+            #expect(try String(contentsOfFile: other, encoding: .utf8) == Self.validState)
+        }
+
+        @Test(
+            "a state directory others can write stops the start, untouched, with the fix named",
+            arguments: [0o777, 0o770, 0o1777] as [mode_t])
+        func writableDirectoryRefused(_ mode: mode_t) throws {
+            let env = try BrokerEnvironment()
+            #expect(try env.signIn(TestUsers.alice, client: "mail-app").status == 0)
+            #expect(try env.brokerd.stop() == 0)
+            let path = env.stateDirectory + "/state.json"
+            let before = try Data(contentsOf: URL(fileURLWithPath: path))
+            #expect(chmod(env.stateDirectory, mode) == 0)
+            let octal = String(mode, radix: 8)
+            Self.expectStartRefused(
+                env, "a directory of mode \(octal)",
+                saying: [
+                    "brokerd: cannot use the state directory: \(env.stateDirectory) is writable by others (mode "
+                        + "\(octal)), so anyone could have put or replaced the files in it",
+                    "then chmod 700 \(env.stateDirectory)",
+                ])
+            // Nothing was changed, not even the directory's mode: the person who fixes it sees it as it was.
+            var info = stat()
+            #expect(stat(env.stateDirectory, &info) == 0 && info.st_mode & 0o7777 == mode)
+            #expect(try Data(contentsOf: URL(fileURLWithPath: path)) == before)
+            #expect(StateFileSnapshot.brokenFiles(in: env.stateDirectory).isEmpty)
+
+            // The fix the message names works, and the account is still there.
+            #expect(chmod(env.stateDirectory, 0o700) == 0)
+            try env.restartBroker()
+            #expect(
+                try env.brokerctl(["current-account", "--client-id", "mail-app"]).stdout.contains(
+                    TestUsers.alice.username))
+        }
+
+        @Test("a state directory others can only read is made private, and its state used")
+        func readableDirectoryMadePrivate() throws {
+            let env = try BrokerEnvironment()
+            #expect(try env.signIn(TestUsers.alice, client: "mail-app").status == 0)
+            #expect(try env.brokerd.stop() == 0)
+            #expect(chmod(env.stateDirectory, 0o755) == 0)
+            try env.restartBroker()
+            var info = stat()
+            #expect(stat(env.stateDirectory, &info) == 0 && info.st_mode & 0o777 == 0o700)
+            #expect(
+                try env.brokerctl(["current-account", "--client-id", "mail-app"]).stdout.contains(
+                    TestUsers.alice.username))
         }
 
         @Test(

@@ -24,9 +24,12 @@ package final class TemporaryDirectory: @unchecked Sendable {
 
     deinit { try? FileManager.default.removeItem(atPath: path) }
 
+    /// Writes `name` with mode 0644 whatever the umask: brokerd refuses a `--config` its group can
+    /// write, as a umask of 002 would leave it.
     package func write(_ name: String, _ text: String) throws -> String {
         let file = path + "/" + name
         try text.write(toFile: file, atomically: true, encoding: .utf8)
+        guard chmod(file, 0o644) == 0 else { throw ProcessFailure("cannot chmod \(file)") }
         return file
     }
 }

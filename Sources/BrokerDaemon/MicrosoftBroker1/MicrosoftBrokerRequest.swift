@@ -3,8 +3,9 @@ import FoundationEssentials
 import Identity
 
 /// A request of Microsoft's broker protocol (`com.microsoft.identity.Broker1`), read from its JSON
-/// as the protocol's clients write it (docs/microsoft-broker1.md): unknown keys are ignored,
-/// everything the broker acts on is type-checked, and what does not hold is a
+/// as the protocol's clients write it (docs/microsoft-broker1.md): strict JSON (``StrictJSON``:
+/// no key twice, no byte order mark, no trailing comma), unknown keys ignored, everything the
+/// broker acts on type-checked, and what does not hold is a
 /// ``MicrosoftBrokerFailure`` with status 6 (ApiContractViolation), before anything changes.
 struct MicrosoftBrokerRequest: Sendable, Equatable {
     /// At most this many bytes of request JSON: the protocol's requests are a few KiB.
@@ -34,9 +35,15 @@ struct MicrosoftBrokerRequest: Sendable, Equatable {
         guard json.utf8.count <= Self.maxBytes else {
             throw .contractViolation("the request is \(json.utf8.count) bytes; at most \(Self.maxBytes) are accepted")
         }
+        let bytes = Array(json.utf8)
+        do {
+            try StrictJSON.check(bytes, rules: .request)
+        } catch {
+            throw .contractViolation("the request \(error)")
+        }
         let root: [String: JSONValue]
         do {
-            guard case .object(let object) = try JSONDecoder().decode(JSONValue.self, from: Data(json.utf8)) else {
+            guard case .object(let object) = try JSONDecoder().decode(JSONValue.self, from: Data(bytes)) else {
                 throw MicrosoftBrokerFailure.contractViolation("the request is not a JSON object")
             }
             root = object

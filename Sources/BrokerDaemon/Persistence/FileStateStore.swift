@@ -51,7 +51,8 @@ public final class FileStateStore: StateStore {
 
     private let written = Locked(Written())
 
-    /// Creates the directory (0700) when missing and refuses one that others can read. Locks it
+    /// Creates the directory (0700) when missing, refuses one of another user's or one that others
+    /// can write, and makes one that others can only read private. Locks it
     /// (`brokerd.lock`, held until the process ends) so that no second brokerd, on this bus or
     /// another, writes the same state. Removes the temporary files of brokerd processes that died
     /// in the middle of a save.
@@ -83,7 +84,7 @@ public final class FileStateStore: StateStore {
     public var loadReport: LoadReport? { written.withLock { $0.report } }
 
     /// The saved state, or nil when there is none. Throws ``StoreError/unsafe(_:)`` for a file
-    /// that is not a regular file of this user's with mode 0600 (or stricter),
+    /// that is not a regular file of this user's with one name and mode 0600 (or stricter),
     /// ``StoreError/corrupt(_:)`` for one that is not a whole state file, and
     /// ``StoreError/newerFormat(_:)`` for one written by a newer brokerd. A version 1 file is
     /// read (its access tokens dropped) and written as version 2 at the next save.
@@ -100,6 +101,12 @@ public final class FileStateStore: StateStore {
         var info = stat()
         guard fstat(fd, &info) == 0 else { throw StoreError.io("cannot stat \(path)", errno) }
         guard info.st_mode & S_IFMT == S_IFREG else { throw StoreError.unsafe("\(path) is not a regular file") }
+        // Another name for the same file (a hard link someone made) would be changed with it: its
+        // mode, when the file is moved aside and made private.
+        guard info.st_nlink == 1 else {
+            throw StoreError.unsafe(
+                "\(path) has \(info.st_nlink) hard links: another name shares the file, so it is not the broker's own")
+        }
         guard info.st_uid == getuid() else {
             throw StoreError.unsafe(
                 "\(path) belongs to uid \(info.st_uid), not to this user (uid \(getuid())): someone else wrote it")
@@ -225,7 +232,8 @@ public final class FileStateStore: StateStore {
                 guard rename(path, aside) == 0 else { return nil }
             }
             var info = stat()
-            if lstat(aside, &info) == 0, info.st_mode & S_IFMT == S_IFREG, info.st_uid == getuid() {
+            // Not when the file has another name (a hard link): that file's mode is not the broker's to change.
+            if lstat(aside, &info) == 0, info.st_mode & S_IFMT == S_IFREG, info.st_uid == getuid(), info.st_nlink == 1 {
                 chmod(aside, 0o600)
             }
             syncDirectory()
@@ -278,9 +286,11 @@ public final class FileStateStore: StateStore {
             throw StoreError.io("cannot open \(path)", errno)
         }
         var info = stat()
-        guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG, info.st_uid == getuid() else {
+        // One name only: the pid written below would overwrite whatever file a hard link shares.
+        guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG, info.st_uid == getuid(), info.st_nlink == 1
+        else {
             close(fd)
-            throw StoreError.unsafe("\(path) is not a regular file of this user's; remove it")
+            throw StoreError.unsafe("\(path) is not a regular file of this user's with one name; remove it")
         }
         guard system.flock(fd, LOCK_EX | LOCK_NB) == 0 else {
             let code = errno
@@ -315,6 +325,15 @@ public final class FileStateStore: StateStore {
         guard info.st_uid == getuid() else {
             throw StoreError.unsafe("\(directory) belongs to uid \(info.st_uid), not to this user")
         }
+        // Others who can write the directory could have put, replaced or linked any file in it:
+        // nothing in it can be trusted, and making it 0700 now would hide that.
+        if info.st_mode & 0o022 != 0 {
+            throw StoreError.unsafe(
+                "\(directory) is writable by others (mode \(String(info.st_mode & 0o7777, radix: 8))), so anyone "
+                    + "could have put or replaced the files in it; check what it holds (remove what you did not put "
+                    + "there), then chmod 700 \(directory); or give brokerd another --state-dir")
+        }
+        // Readable by others only: nothing in it was changed by them, and its files are 0600.
         if info.st_mode & 0o077 != 0 {
             guard chmod(directory, 0o700) == 0 else { throw StoreError.io("cannot make \(directory) private", errno) }
         }

@@ -153,21 +153,11 @@ struct JSONReader {
                 try skipValue(depth: depth + 1)
             }
         case .array:
-            position += 1
-            skipWhitespace()
-            if position < bytes.count, bytes[position] == UInt8(ascii: "]") {
-                position += 1
-                return
-            }
-            while true {
+            try openArray()
+            var first = true
+            while try nextElement(first: first) {
+                first = false
                 try skipValue(depth: depth + 1)
-                skipWhitespace()
-                guard position < bytes.count else { throw syntax }
-                if bytes[position] == UInt8(ascii: "]") {
-                    position += 1
-                    return
-                }
-                try consume(UInt8(ascii: ","))
             }
         case .string:
             _ = try stringRange()
