@@ -1,0 +1,85 @@
+import BrokerAPI
+import Foundation
+import SharedDeviceClient
+import TestSupport
+import Testing
+
+/// Text from outside that D-Bus, a log or a terminal cannot take as it is: a provider's display
+/// name with a NUL, a terminal escape, a bell and a right-to-left override. It meets the one rule
+/// (`OutsideText`) where it enters, and no app misses a change for it. Real brokerd and idp-sim
+/// over a private bus.
+@Suite("Text from outside: hostile names, state files and correlation ids", .serialized)
+struct HostileTextTests {
+    /// A user whose provider gives a display name with NUL, ESC (starting a colour sequence), BEL
+    /// and a right-to-left override.
+    static let mallory = (
+        username: "mallory@contoso.example", password: "mallory-Passw0rd!",
+        name: "Mallory\u{0}\u{1B}[31m\u{7}\u{202E}lanigiro"
+    )
+    /// Her name as the broker keeps and sends it: the controls replaced by U+FFFD, the override
+    /// kept, as text that apps render.
+    static let malloryReplaced = "Mallory\u{FFFD}\u{FFFD}[31m\u{FFFD}\u{202E}lanigiro"
+
+    /// idp-sim's users file: the display name written with JSON's escapes, as a provider sends it.
+    static let usersFile = """
+        {"tenantId": "\(TestUsers.tenant)",
+         "users": [{"username": "\(mallory.username)", "password": "\(mallory.password)",
+                    "displayName": "Mallory\\u0000\\u001b[31m\\u0007\\u202elanigiro", "email": "\(mallory.username)"}],
+         "clients": [\(TestUsers.clients.map { "{\"clientId\": \"\($0)\", \"family\": \"1\"}" }.joined(separator: ", "))]}
+        """
+
+    private static func application(_ env: BrokerEnvironment, _ clientId: String) throws -> PublicClientApplication {
+        try PublicClientApplication(
+            clientId: clientId, configuration: BrokerClientConfiguration(busAddress: env.bus.address))
+    }
+
+    @Test(
+        "a display name with NUL, ESC, BEL and U+202E: three apps hear the sign-in and the sign-out, and read the name"
+    )
+    func hostileDisplayName() async throws {
+        let env = try await offThePool { try BrokerEnvironment(usersFile: Self.usersFile) }
+        // The provider really sends it: the ID token's `name` claim holds the NUL.
+        let apps = try TestUsers.clients.map { try Self.application(env, $0) }
+        var recorders: [ChangeRecorder] = []
+        var consumers: [Task<Void, Never>] = []
+        for app in apps {
+            let recorder = ChangeRecorder()
+            consumers.append(recorder.record(try await app.subscribeToAccountChanges()))
+            recorders.append(recorder)
+        }
+        defer { for consumer in consumers { consumer.cancel() } }
+
+        let result = try await apps[0].signIn(
+            username: Self.mallory.username, password: Self.mallory.password, scopes: ["User.Read"])
+        #expect(result.account.name == Self.malloryReplaced)
+        let idToken = try #require(result.idToken)
+        #expect(try JWT.claims(idToken)["name"] as? String == Self.mallory.name, "idp-sim sent the name as it is")
+
+        for (clientId, recorder) in zip(TestUsers.clients, recorders) {
+            let change = await recorder.next { $0.reason == .signedIn }
+            #expect(change?.current?.name == Self.malloryReplaced, "\(clientId) heard the sign-in")
+        }
+        for (clientId, app) in zip(TestUsers.clients, apps) {
+            #expect(try await app.currentAccount().current?.name == Self.malloryReplaced, "\(clientId)")
+            #expect(try await app.accounts().map(\.name) == [Self.malloryReplaced], "\(clientId)")
+        }
+
+        // What was written is what brokerd reads again: a restart keeps her, nothing moved aside.
+        var log = env.brokerd.process.stderrText
+        try await offThePool { try env.restartBroker() }
+        #expect(StateFileSnapshot.brokenFiles(in: env.stateDirectory).isEmpty)
+        #expect(try await apps[2].currentAccount().current?.name == Self.malloryReplaced)
+
+        try await apps[1].signOut(account: nil)
+        for (clientId, recorder) in zip(TestUsers.clients, recorders) {
+            let change = await recorder.next { $0.reason == .signedOut }
+            #expect(change?.current == nil && change?.previous?.name == Self.malloryReplaced, "\(clientId)")
+        }
+        for (clientId, app) in zip(TestUsers.clients, apps) {
+            let seen = try await app.currentAccount()
+            #expect(seen.current == nil, "\(clientId)")
+        }
+        log += env.brokerd.process.stderrText
+        #expect(!log.contains("could not emit") && !log.contains("Cannot build"), "\(log)")
+    }
+}
