@@ -5,9 +5,9 @@ import TestSupport
 import Testing
 
 /// Text from outside that D-Bus, a log or a terminal cannot take as it is: a provider's display
-/// name with a NUL, a terminal escape, a bell and a right-to-left override. It meets the one rule
-/// (`OutsideText`) where it enters, and no app misses a change for it. Real brokerd and idp-sim
-/// over a private bus.
+/// name with a NUL, a terminal escape, a bell and a right-to-left override; a state file with a
+/// NUL. Each meets the one rule (`OutsideText`) where it enters, and no app misses a change for
+/// it. Real brokerd and idp-sim over a private bus.
 @Suite("Text from outside: hostile names, state files and correlation ids", .serialized)
 struct HostileTextTests {
     /// A user whose provider gives a display name with NUL, ESC (starting a colour sequence), BEL
@@ -81,5 +81,27 @@ struct HostileTextTests {
         }
         log += env.brokerd.process.stderrText
         #expect(!log.contains("could not emit") && !log.contains("Cannot build"), "\(log)")
+    }
+
+    @Test("a state file with a NUL in an account's name is moved aside; every app queries a signed-out broker")
+    func stateFileWithNUL() async throws {
+        let env = try await offThePool { try BrokerEnvironment() }
+        #expect(try env.brokerd.stop() == 0)
+        let path = env.stateDirectory + "/state.json"
+        let state = CrashRecoveryTests.StateFiles.validState.replacing("Alice Example", with: #"Alice\u0000Example"#)
+        try Data(state.utf8).write(to: URL(fileURLWithPath: path))
+        #expect(chmod(path, 0o600) == 0)
+        try await offThePool { try env.restartBroker() }
+
+        let log = env.brokerd.process.stderrText
+        #expect(log.contains("the saved state cannot be used; starting signed out"), "\(log)")
+        #expect(log.contains("holds U+0000, a control character, at character 6"), "\(log)")
+        #expect(StateFileSnapshot.brokenFiles(in: env.stateDirectory).count == 1)
+        for clientId in TestUsers.clients {
+            let app = try Self.application(env, clientId)
+            let seen = try await app.currentAccount()
+            #expect(seen.current == nil && seen.previous == nil, "\(clientId)")
+            #expect(try await app.accounts().isEmpty, "\(clientId)")
+        }
     }
 }
