@@ -106,7 +106,8 @@ enum BusMarshalling {
         guard let prompt = Prompt(rawValue: text) else {
             throw BrokerFailure(
                 .invalidArgument,
-                "option prompt must be one of \(Prompt.allCases.map(\.rawValue).joined(separator: ", ")), not \(text)")
+                "option prompt must be one of \(Prompt.allCases.map(\.rawValue).joined(separator: ", ")), not "
+                    + OutsideText.escaped(text))
         }
         return prompt
     }

@@ -97,7 +97,7 @@ final class CallerPolicy: Sendable {
             throw BrokerFailure(
                 .accessDenied,
                 "the configuration allows clientId \(clientId) only to \(allowed.sorted().joined(separator: ", ")); "
-                    + "this caller is \(credentials.executable ?? "an unknown program")"
+                    + "this caller is \(credentials.executable.map(OutsideText.escaped) ?? "an unknown program")"
             )
         }
     }

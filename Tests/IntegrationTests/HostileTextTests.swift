@@ -1,4 +1,5 @@
 import BrokerAPI
+import DBus
 import Foundation
 import SharedDeviceClient
 import TestSupport
@@ -6,8 +7,9 @@ import Testing
 
 /// Text from outside that D-Bus, a log or a terminal cannot take as it is: a provider's display
 /// name with a NUL, a terminal escape, a bell and a right-to-left override; a state file with a
-/// NUL. Each meets the one rule (`OutsideText`) where it enters, and no app misses a change for
-/// it. Real brokerd and idp-sim over a private bus.
+/// NUL; a caller's correlation id that would forge a log line. Each meets the one rule
+/// (`OutsideText`) where it enters, and no app misses a change for it. Real brokerd and idp-sim
+/// over a private bus.
 @Suite("Text from outside: hostile names, state files and correlation ids", .serialized)
 struct HostileTextTests {
     /// A user whose provider gives a display name with NUL, ESC (starting a colour sequence), BEL
@@ -31,6 +33,11 @@ struct HostileTextTests {
     private static func application(_ env: BrokerEnvironment, _ clientId: String) throws -> PublicClientApplication {
         try PublicClientApplication(
             clientId: clientId, configuration: BrokerClientConfiguration(busAddress: env.bus.address))
+    }
+
+    /// Whether `text` holds a character that must not reach a terminal or a log raw.
+    private static func hasRawControl(_ text: String) -> Bool {
+        text.unicodeScalars.contains { ["\u{0}", "\u{1B}", "\u{7}", "\u{202E}"].contains($0) }
     }
 
     @Test(
@@ -103,5 +110,61 @@ struct HostileTextTests {
             #expect(seen.current == nil && seen.previous == nil, "\(clientId)")
             #expect(try await app.accounts().isEmpty, "\(clientId)")
         }
+    }
+
+    @Test("a Microsoft-protocol correlation id with a newline, a forged priority and ESC forges no log line")
+    func correlationIdInTheLog() async throws {
+        let files = try TemporaryDirectory()
+        let config = try files.write("broker.json", #"{"compatibility": ["microsoft-broker1"]}"#)
+        let arguments = ["--config", config]
+        let env = try await offThePool { try BrokerEnvironment(brokerArguments: arguments) }
+        let hostile = "\n<2>critical forged \u{1B}[2J\u{1B}]0;owned\u{7}"
+        let escaped = #"\u{0A}<2>critical forged \u{1B}[2J\u{1B}]0;owned\u{07}"#
+
+        func callBoth() async throws {
+            let connection = try await offThePool { try DBusConnection(address: env.bus.address) }
+            defer { connection.close() }
+            // An accepted request and a refused one: each is logged with the correlation id.
+            for request in [#"{"clientId": "mail-app"}"#, "not JSON"] {
+                let reply = try await connection.call(
+                    destination: MicrosoftBroker1Names.busName, path: MicrosoftBroker1Names.objectPath,
+                    interface: MicrosoftBroker1Names.interface, member: MicrosoftBroker1Method.getAccounts.rawValue,
+                    arguments: [.string("0.0"), .string(hostile), .string(request)], timeout: .seconds(30))
+                let text = try #require(reply.first?.string)
+                #expect(!Self.hasRawControl(text) && !text.contains("\n"), "\(text.debugDescription)")
+            }
+        }
+
+        // swift-log's standard handler, as brokerd logs on a terminal or a pipe.
+        try await callBoth()
+        var process = env.brokerd.process
+        try process.waitForLine(stderr: true) { $0.contains("Microsoft broker protocol call refused") }
+        #expect(process.stderrLines.filter { $0.contains(escaped) }.count == 2, "\(process.stderrText)")
+        #expect(!process.stderrLines.contains { $0.contains("critical forged") && !$0.contains(escaped) })
+        #expect(!process.stderrText.unicodeScalars.contains("\u{1B}"), "a raw ESC in brokerd's log")
+
+        // The journal's handler, where a line starting with <2> is an entry of priority critical.
+        #expect(try env.brokerd.stop() == 0)
+        let script = #"JOURNAL_STREAM=$(stat -L -c %d:%i /proc/self/fd/2) exec "$@""#
+        process = try ChildProcess(
+            "brokerd", executable: "/bin/sh",
+            arguments: [
+                "-c", script, "sh", Binaries.path("brokerd"), "--address", env.bus.address,
+                "--authority", env.idp.authority, "--state-dir", env.stateDirectory, "--token-storage", "memory",
+                "--log-level", "debug",
+            ] + arguments)
+        defer {
+            process.signal(SIGTERM)
+            _ = try? process.waitForExit(timeout: .seconds(10))
+        }
+        try process.waitForLine(timeout: .seconds(20)) { $0.hasPrefix("brokerd ready:") }
+        try await callBoth()
+        try process.waitForLine(stderr: true) { $0.contains("Microsoft broker protocol call refused") }
+        #expect(process.stderrLines.filter { $0.contains(escaped) }.count == 2, "\(process.stderrText)")
+        for line in process.stderrLines {
+            #expect(line.range(of: #"^<[2-7]>[A-Za-z-]+: "#, options: .regularExpression) != nil, "\(line)")
+            #expect(!line.hasPrefix("<2>critical"), "a forged entry: \(line)")
+        }
+        #expect(!process.stderrText.unicodeScalars.contains("\u{1B}"), "a raw ESC in brokerd's log")
     }
 }
