@@ -8,8 +8,8 @@ import Testing
 /// Text from outside that D-Bus, a log or a terminal cannot take as it is: a provider's display
 /// name with a NUL, a terminal escape, a bell and a right-to-left override; a state file with a
 /// NUL; a caller's correlation id that would forge a log line. Each meets the one rule
-/// (`OutsideText`) where it enters, and no app misses a change for it. Real brokerd and idp-sim
-/// over a private bus.
+/// (`OutsideText`) where it enters, and no app misses a change for it. Real brokerd, idp-sim and
+/// brokerctl over a private bus.
 @Suite("Text from outside: hostile names, state files and correlation ids", .serialized)
 struct HostileTextTests {
     /// A user whose provider gives a display name with NUL, ESC (starting a colour sequence), BEL
@@ -35,7 +35,7 @@ struct HostileTextTests {
             clientId: clientId, configuration: BrokerClientConfiguration(busAddress: env.bus.address))
     }
 
-    /// Whether `text` holds a character that must not reach a terminal or a log raw.
+    /// Whether `text` holds a character that must not reach a terminal raw.
     private static func hasRawControl(_ text: String) -> Bool {
         text.unicodeScalars.contains { ["\u{0}", "\u{1B}", "\u{7}", "\u{202E}"].contains($0) }
     }
@@ -70,6 +70,16 @@ struct HostileTextTests {
             #expect(try await app.currentAccount().current?.name == Self.malloryReplaced, "\(clientId)")
             #expect(try await app.accounts().map(\.name) == [Self.malloryReplaced], "\(clientId)")
         }
+
+        // brokerctl's text shows the override escaped and nothing raw; --json keeps the exact value.
+        let text = try await offThePool { try env.brokerctl(["current-account", "--client-id", "notes-app"]) }
+        #expect(text.status == 0, "\(text.stderr)")
+        #expect(!Self.hasRawControl(text.stdout), "\(text.stdout.debugDescription)")
+        #expect(text.stdout.contains("Mallory\u{FFFD}\u{FFFD}[31m\u{FFFD}\\u{202E}lanigiro"), "\(text.stdout)")
+        let json = try await offThePool {
+            try env.brokerctl(["current-account", "--client-id", "notes-app", "--json"])
+        }
+        #expect((try json.json()["current"] as? [String: Any])?["name"] as? String == Self.malloryReplaced)
 
         // What was written is what brokerd reads again: a restart keeps her, nothing moved aside.
         var log = env.brokerd.process.stderrText
