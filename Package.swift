@@ -8,6 +8,7 @@ import Foundation
 // Layers, bottom up (see docs/architecture.md):
 //   CDBus, CCurl            thin C shims over libdbus and libcurl
 //   Locking                 the one lock every layer uses
+//   TextRules               the one rule for text from outside (OutsideText), every layer applies it
 //   DBus, HTTP              generic Swift layers over them
 //   BrokerAPI               the D-Bus contract's names and error table, plain values only
 //   BrokerCore              the broker's logic: no D-Bus, no HTTP, no files
@@ -54,9 +55,10 @@ let package = Package(
         .target(name: "CCurl", linkerSettings: [.linkedLibrary("dl")]),
 
         .target(name: "Locking"),
-        .target(name: "DBus", dependencies: ["CDBus", "Locking", logging], exclude: ["README.md"]),
+        .target(name: "TextRules"),
+        .target(name: "DBus", dependencies: ["CDBus", "Locking", "TextRules", logging], exclude: ["README.md"]),
         .target(name: "HTTP", dependencies: ["CCurl", "Locking"], exclude: ["README.md"]),
-        .target(name: "BrokerAPI"),
+        .target(name: "BrokerAPI", dependencies: ["TextRules"]),
         .target(name: "BrokerCore", dependencies: ["BrokerAPI", "Locking", logging]),
         .target(
             name: "Identity",
@@ -111,6 +113,7 @@ let package = Package(
 
         // What every test target shares: private buses, idp-sim, processes spawned with posix_spawn.
         .target(name: "TestSupport", path: "Tests/TestSupport"),
+        .testTarget(name: "TextRulesTests", dependencies: ["TextRules"]),
         .testTarget(name: "DBusTests", dependencies: ["DBus", "Locking", "TestSupport"]),
         .testTarget(name: "HTTPTests", dependencies: ["HTTP", "Locking"]),
         .testTarget(

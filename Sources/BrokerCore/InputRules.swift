@@ -38,13 +38,11 @@ public enum InputRules {
             throw BrokerFailure(.invalidUsername, "the username is longer than \(maxUsernameBytes) bytes")
         }
         if let (offset, scalar) = value.unicodeScalars.enumerated().first(where: { !isVisibleInUsername($0.element) }) {
-            let hex = String(scalar.value, radix: 16, uppercase: true)
-            let code = "U+" + String(repeating: "0", count: max(0, 4 - hex.count)) + hex
             throw BrokerFailure(
                 .invalidUsername,
-                "the username contains \(code) at character \(offset + 1): spaces, control characters and invisible "
-                    + "formatting characters (such as U+200B or U+202E, which make one name look like another) are "
-                    + "not allowed; type the name as plain text"
+                "the username contains \(OutsideText.codePoint(scalar)) at character \(offset + 1): spaces, control "
+                    + "characters and invisible formatting characters (such as U+200B or U+202E, which make one name "
+                    + "look like another) are not allowed; type the name as plain text"
             )
         }
     }

@@ -102,7 +102,8 @@ final class BrokerObject: DBusObject, Broker1Handler {
     private func seenAnswer(_ account: Account?) -> DBusAnswer {
         if let kept = seenReply.withLock({ $0 }), kept.account == account { return .prepared(kept.reply) }
         let values = [BusMarshalling.account(account), BusMarshalling.account(account)]
-        // An account that libdbus cannot carry (a NUL in a name) gets the usual error reply.
+        // BusMarshalling's strings are always valid for D-Bus: this fails only when libdbus is out
+        // of memory, and the answer is then built again per call.
         guard let reply = try? DBusPreparedReply(values) else { return .values(values) }
         seenReply.withLock { $0 = (account, reply) }
         return .prepared(reply)

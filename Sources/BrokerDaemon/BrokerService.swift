@@ -49,10 +49,7 @@ final class BrokerService: Sendable {
                 try channel.emitSignal(
                     path: BrokerNames.objectPath, interface: BrokerNames.interface,
                     member: BrokerNames.signInProgressSignal,
-                    arguments: [
-                        .string(progress.flowId), .string(progress.stage.rawValue),
-                        .vardict(progress.details.mapValues { .string($0) }),
-                    ], destination: progress.owner)
+                    arguments: BusMarshalling.signInProgress(progress), destination: progress.owner)
             } catch {
                 logger.debug("could not send SignInProgress", metadata: ["error": "\(error)"])
             }
@@ -69,18 +66,33 @@ final class BrokerService: Sendable {
         { change in
             let current = BusMarshalling.account(change.current)
             properties.set("CurrentAccount", current)
+            // Each signal on its own: one that fails must not take the other with it.
             do {
                 try channel.emitSignal(
                     path: BrokerNames.objectPath, interface: BrokerNames.interface,
                     member: BrokerNames.accountChangedSignal,
                     arguments: BusMarshalling.accountChanged(change), destination: nil)
+            } catch {
+                notEmitted(BrokerNames.accountChangedSignal, error, logger)
+            }
+            do {
                 try channel.emitPropertiesChanged(
                     path: BrokerNames.objectPath, interface: BrokerNames.interface,
                     changed: ["CurrentAccount": current], invalidated: [])
             } catch {
-                logger.error("could not emit AccountChanged", metadata: ["error": "\(error)"])
+                notEmitted("PropertiesChanged", error, logger)
             }
         }
+    }
+
+    /// A change apps were not told of. A lost bus is the one way it can happen; a signal libdbus
+    /// refused to build (`InvalidArgs`: BusMarshalling let a string through that D-Bus cannot
+    /// carry) is a bug, which stops a debug build, so that a test finds it, rather than leave
+    /// every app on a sign-out it never heard of.
+    private static func notEmitted(_ signal: String, _ error: any Error, _ logger: Logger) {
+        logger.critical(
+            "could not emit \(signal); apps were not told of the change of account", metadata: ["error": "\(error)"])
+        assert((error as? DBusError)?.name != DBusError.invalidArgs("").name, "\(signal) could not be built: \(error)")
     }
 }
 

@@ -7,15 +7,26 @@ enum BusMarshalling {
     // The dictionaries are built with their entries in key order (the order the sorted
     // `vardict(_:)` gave, so the same bytes on the wire) without hashing: these run on every call.
 
+    // Every string that holds text from outside, or may, is sent through `text(_:)`: the
+    // outside-text rule, once more (the contract's own names are sent as they are). Text
+    // from outside meets it where it enters (claims, provider texts, the state file), so this
+    // changes nothing unless a boundary missed one; then a NUL becomes U+FFFD instead of making
+    // libdbus refuse the whole message, which for `AccountChanged` would leave every app
+    // unaware of a sign-out. A clean string costs one pass over its bytes, and no copy.
+
+    static func text(_ value: String) -> DBusValue { .string(OutsideText.cleaned(value)) }
+
+    static func texts(_ values: [String]) -> DBusValue { .strings(values.map(OutsideText.cleaned)) }
+
     /// An account as `a{sv}`; nobody is the empty dictionary.
     static func account(_ account: Account?) -> DBusValue {
         guard let account else { return .vardict([:]) }
         return .vardict(inOrder: [
-            AccountKey.environment: .string(account.environment),
-            AccountKey.identifier: .string(account.identifier),
-            AccountKey.name: .string(account.name),
-            AccountKey.tenantId: .string(account.tenantId),
-            AccountKey.username: .string(account.username),
+            AccountKey.environment: text(account.environment),
+            AccountKey.identifier: text(account.identifier),
+            AccountKey.name: text(account.name),
+            AccountKey.tenantId: text(account.tenantId),
+            AccountKey.username: text(account.username),
         ])
     }
 
@@ -25,25 +36,28 @@ enum BusMarshalling {
 
     static func tokenResult(_ result: AppTokens) -> DBusValue {
         .vardict(inOrder: [
-            TokenResultKey.accessToken: .string(result.accessToken),
+            TokenResultKey.accessToken: text(result.accessToken),
             TokenResultKey.account: account(result.account),
-            TokenResultKey.authority: .string(result.authority),
-            TokenResultKey.authorizationHeader: .string(result.authorizationHeader),
-            TokenResultKey.correlationId: .string(result.correlationId),
+            TokenResultKey.authority: text(result.authority),
+            TokenResultKey.authorizationHeader: text(result.authorizationHeader),
+            TokenResultKey.correlationId: text(result.correlationId),
             TokenResultKey.expiresOn: .int64(result.expiresOn),
-            TokenResultKey.idToken: .string(result.idToken ?? ""),
-            TokenResultKey.scopes: .strings(result.scopes.values),
+            TokenResultKey.idToken: text(result.idToken ?? ""),
+            TokenResultKey.scopes: texts(result.scopes.values),
         ])
     }
 
     static func deviceInformation(_ info: DeviceInformation) -> DBusValue {
         var values: [String: DBusValue] = [
-            DeviceInformationKey.authority: .string(info.authority),
-            DeviceInformationKey.brokerVersion: .string(info.brokerVersion),
-            DeviceInformationKey.deviceId: .string(info.deviceId),
+            DeviceInformationKey.authority: text(info.authority),
+            DeviceInformationKey.brokerVersion: text(info.brokerVersion),
+            DeviceInformationKey.deviceId: text(info.deviceId),
             DeviceInformationKey.deviceMode: .string(info.deviceMode.rawValue),
-            DeviceInformationKey.extraDeviceInformation: .stringDict(info.extraDeviceInformation),
-            DeviceInformationKey.tenantId: .string(info.tenantId),
+            DeviceInformationKey.extraDeviceInformation: .stringDict(
+                Dictionary(
+                    info.extraDeviceInformation.map { (OutsideText.cleaned($0.key), OutsideText.cleaned($0.value)) },
+                    uniquingKeysWith: { first, _ in first })),
+            DeviceInformationKey.tenantId: text(info.tenantId),
         ]
         // Absent while the provider has not been reached: unknown is not "none".
         if let singleSignOn = info.singleSignOn {
@@ -69,6 +83,12 @@ enum BusMarshalling {
         return [account(change.current), previous, .string(change.reason.rawValue)]
     }
 
+    /// `SignInProgress`'s arguments: the details carry the sign-in page's address and, when no
+    /// browser opened, why.
+    static func signInProgress(_ progress: SignInProgress) -> [DBusValue] {
+        [text(progress.flowId), .string(progress.stage.rawValue), .vardict(progress.details.mapValues(text))]
+    }
+
     /// A boolean option: absent is false, any other type is the caller's mistake.
     static func boolOption(_ options: [String: DBusValue], _ key: String) throws(BrokerFailure) -> Bool {
         guard let value = options[key] else { return false }
@@ -92,7 +112,8 @@ enum BusMarshalling {
         guard let prompt = Prompt(rawValue: text) else {
             throw BrokerFailure(
                 .invalidArgument,
-                "option prompt must be one of \(Prompt.allCases.map(\.rawValue).joined(separator: ", ")), not \(text)")
+                "option prompt must be one of \(Prompt.allCases.map(\.rawValue).joined(separator: ", ")), not "
+                    + OutsideText.escaped(text))
         }
         return prompt
     }
@@ -101,18 +122,18 @@ enum BusMarshalling {
         .vardict(inOrder: [
             SignOutResultKey.browserSessionEnded: .bool(outcome.browserSessionEnded),
             SignOutResultKey.cause: .string(outcome.cause.rawValue),
-            SignOutResultKey.cleanedUp: .strings(outcome.cleanedUp),
-            SignOutResultKey.notCleanedUp: .strings(outcome.notCleanedUp),
-            SignOutResultKey.notes: .strings(outcome.notes),
+            SignOutResultKey.cleanedUp: texts(outcome.cleanedUp),
+            SignOutResultKey.notCleanedUp: texts(outcome.notCleanedUp),
+            SignOutResultKey.notes: texts(outcome.notes),
             SignOutResultKey.tokensRevoked: .bool(outcome.tokensRevoked),
         ])
     }
 
     static func challenge(_ challenge: Broker.SignInChallenge) -> DBusValue {
         .vardict(inOrder: [
-            ChallengeKey.channel: .string(challenge.channel),
+            ChallengeKey.channel: text(challenge.channel),
             ChallengeKey.codeLength: .uint32(challenge.codeLength),
-            ChallengeKey.sentTo: .string(challenge.sentTo),
+            ChallengeKey.sentTo: text(challenge.sentTo),
         ])
     }
 
@@ -121,16 +142,17 @@ enum BusMarshalling {
             ChallengeKey.channel: .string(SignInMethod.deviceCode.rawValue),
             ChallengeKey.expiresIn: .int64(challenge.expiresIn),
             ChallengeKey.interval: .int64(challenge.interval),
-            ChallengeKey.userCode: .string(challenge.userCode),
-            ChallengeKey.verificationUri: .string(challenge.verificationUri),
+            ChallengeKey.userCode: text(challenge.userCode),
+            ChallengeKey.verificationUri: text(challenge.verificationUri),
         ]
         if let complete = challenge.verificationUriComplete {
-            values[ChallengeKey.verificationUriComplete] = .string(complete)
+            values[ChallengeKey.verificationUriComplete] = text(complete)
         }
         return .vardict(values)
     }
 
     static func error(_ failure: BrokerFailure) -> DBusError {
-        DBusError(name: failure.code.dbusErrorName, message: failure.message)
+        // An error reply libdbus refused would leave the caller waiting for its timeout.
+        DBusError(name: failure.code.dbusErrorName, message: OutsideText.cleaned(failure.message))
     }
 }

@@ -153,7 +153,7 @@ final class CallerPolicy: Sendable {
                     .accessDenied,
                     "the configuration allows clientId \(clientId) only to "
                         + "\(allowed.sorted().joined(separator: ", ")); this caller is "
-                        + "\(credentials.executable ?? "an unknown program")"
+                        + "\(credentials.executable.map(OutsideText.escaped) ?? "an unknown program")"
                 )
             }
         }
@@ -168,9 +168,10 @@ final class CallerPolicy: Sendable {
                         "clientId": "\(clientId ?? "")", "change": "\(change)",
                     ])
             }
+            let program = credentials.executable.map(OutsideText.escaped) ?? "an unknown program"
             throw BrokerFailure(
                 .accessDenied,
-                "the process that opened this connection (\(credentials.executable ?? "an unknown program"), pid "
+                "the process that opened this connection (\(program), pid "
                     + "\(credentials.processId.map(String.init) ?? "unknown")) \(change) since the broker checked its "
                     + "program, so whoever uses the connection now is not that program; a clientId bound to programs "
                     + "is served only to the process that connected: connect again")

@@ -134,7 +134,7 @@ enum StrictJSON {
                     var first = true
                     while let (range, escaped) = try reader.nextKeyRange(first: first) {
                         first = false
-                        let key = try reader.makeString(range, escaped: escaped)
+                        let key = try reader.decodeString(range, escaped: escaped)
                         let place = path.isEmpty ? "at the top level" : "in \(render(path))"
                         if !rules.allowsControlCharacters, let control = Self.firstControl(key) {
                             throw Failure.problem(.controlCharacter(control, place: "a key \(place)"))
@@ -153,7 +153,7 @@ enum StrictJSON {
                     let (range, escaped) = try reader.stringRange()
                     // Escaped or not: DEL and U+0080 to U+009F need no escape in JSON.
                     if !rules.allowsControlCharacters,
-                        let control = Self.firstControl(try reader.makeString(range, escaped: escaped))
+                        let control = Self.firstControl(try reader.decodeString(range, escaped: escaped))
                     {
                         throw Failure.problem(.controlCharacter(control, place: render(path)))
                     }

@@ -1,6 +1,7 @@
 import CDBus
 import Locking
 import Logging
+import TextRules
 
 /// An object exported on a connection.
 ///
@@ -254,10 +255,9 @@ extension ConnectionLoop {
             switch member {
             case "GetAll": reply(target, .success([.vardict([:])]))
             case "Get":
-                reply(
-                    target,
-                    .failure(
-                        .unknownProperty("No property \(arguments.dropFirst().first?.string ?? "") in \(ifaceName)")))
+                // The caller's own text, echoed: escaped, as every outside value in a message.
+                let name = OutsideText.escaped(arguments.dropFirst().first?.string ?? "")
+                reply(target, .failure(.unknownProperty("No property \(name) in \(ifaceName)")))
             default: reply(target, .failure(.propertyReadOnly("Properties of \(ifaceName) are read-only")))
             }
             return
@@ -265,7 +265,7 @@ extension ConnectionLoop {
         // An empty interface name means: search all interfaces (Get/Set); GetAll returns all.
         let candidates = ifaceName.isEmpty ? own : own.filter { $0.name == ifaceName }
         guard !candidates.isEmpty else {
-            reply(target, .failure(.unknownInterface("No interface \(ifaceName)")))
+            reply(target, .failure(.unknownInterface("No interface \(OutsideText.escaped(ifaceName))")))
             return
         }
         switch member {
@@ -289,14 +289,14 @@ extension ConnectionLoop {
                 }
                 return
             }
-            reply(target, .failure(.unknownProperty("No property \(name) in \(ifaceName)")))
+            reply(target, .failure(.unknownProperty("No property \(OutsideText.escaped(name)) in \(ifaceName)")))
         default:  // Set
             let name = arguments.dropFirst().first?.string ?? ""
             let value = arguments.dropFirst(2).first?.variantValue ?? .variant(.string(""))
             guard let iface = candidates.first(where: { $0.property(named: name) != nil }),
                 let property = iface.property(named: name)
             else {
-                reply(target, .failure(.unknownProperty("No property \(name) in \(ifaceName)")))
+                reply(target, .failure(.unknownProperty("No property \(OutsideText.escaped(name)) in \(ifaceName)")))
                 return
             }
             guard property.access != .read else {

@@ -38,9 +38,11 @@ extension OIDCProvider {
     /// minutes, 5 s when absent) so no answer can make the broker poll in a tight loop or never.
     static func deviceGrant(_ body: [UInt8]) throws(IdentityError) -> DeviceAuthorizationGrant {
         let object = try JSONParsing.object(body, what: "the device authorization answer")
+        // What the person is shown (the code, the addresses) meets the outside-text rule here.
         guard let deviceCode = object["device_code"]?.string, !deviceCode.isEmpty,
-            let userCode = object["user_code"]?.string, !userCode.isEmpty,
-            let verification = object["verification_uri"]?.string ?? object["verification_url"]?.string
+            let userCode = object["user_code"]?.string.map(OutsideText.cleaned), !userCode.isEmpty,
+            let verification = (object["verification_uri"]?.string ?? object["verification_url"]?.string)
+                .map(OutsideText.cleaned)
         else {
             throw IdentityError.badResponse(
                 "the device authorization answer lacks device_code, user_code or verification_uri")
@@ -48,7 +50,7 @@ extension OIDCProvider {
         _ = try Authority.checkedHost(of: verification)
         let complete = try object["verification_uri_complete"]?.string.map { uri throws(IdentityError) in
             _ = try Authority.checkedHost(of: uri)
-            return uri
+            return OutsideText.cleaned(uri)
         }
         return DeviceAuthorizationGrant(
             deviceCode: deviceCode, userCode: userCode, verificationUri: verification,

@@ -108,8 +108,11 @@ extension OIDCProvider {
             return .failure(BrokerFailure(.cancelled, "the interactive sign-in was cancelled"))
         }
         let parameters = try waited.get()
-        if let error = parameters["error"] {
-            let description = parameters["error_description"].map { ": \($0.prefix(200))" } ?? ""
+        // Whoever reaches the loopback listener writes these (the provider, or any local page):
+        // they meet the outside-text rule before they become a caller's error message.
+        if let error = parameters["error"].map(OutsideText.cleaned) {
+            let description =
+                parameters["error_description"].map { ": \(OutsideText.cleaned(String($0.prefix(200))))" } ?? ""
             switch error {
             case "login_required", "interaction_required", "consent_required", "account_selection_required":
                 throw BrokerFailure(.interactionRequired, "the provider needs the user (\(error)\(description))")

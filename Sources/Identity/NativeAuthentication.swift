@@ -103,9 +103,10 @@ extension OIDCProvider {
             throw Self.unexpectedChallenge(step, wanted: "a one-time code")
         }
         let length = step["code_length"]?.int64 ?? 0
+        // Shown to the person as the provider words them, after the outside-text rule.
         return CodeChallenge(
-            continuationToken: next, channel: step["challenge_channel"]?.string ?? "email",
-            sentTo: step["challenge_target_label"]?.string ?? "",
+            continuationToken: next, channel: OutsideText.cleaned(step["challenge_channel"]?.string ?? "email"),
+            sentTo: OutsideText.cleaned(step["challenge_target_label"]?.string ?? ""),
             codeLength: UInt32(clamping: max(0, length)))
     }
 

@@ -229,6 +229,18 @@ public final class OIDCProvider: IdentityProvider {
         guard let accessToken = body["access_token"]?.string, !accessToken.isEmpty else {
             throw IdentityError.badResponse("the token response has no access_token")
         }
+        // Tokens are kept, handed to apps and written to disk as they came: they cannot meet the
+        // outside-text rule by replacement, and one it refuses (no provider issues one: RFC
+        // 6749's tokens are printable ASCII) would make the state file unusable at the next
+        // start. Such an answer is refused whole, before anything of it is kept.
+        for name in ["access_token", "refresh_token", "id_token", "device_secret"] {
+            guard let token = body[name]?.string else { continue }
+            do {
+                try OutsideText.check(token)
+            } catch {
+                throw IdentityError.badResponse("the token response's \(name) holds \(error), which no token has")
+            }
+        }
         guard body["token_type"]?.string?.lowercased() == "bearer" else {
             throw IdentityError.badResponse("the token response's token_type is not Bearer")
         }
@@ -321,11 +333,15 @@ public final class OIDCProvider: IdentityProvider {
             return .badResponse("HTTP \(response.status) without an OAuth error")
         }
         let codes = body["error_codes"]?.array?.compactMap { $0.int64.map(Int.init) } ?? []
-        // Keep only the first line: some providers append trace ids and timestamps.
-        let description = (body["error_description"]?.string ?? "").split(separator: "\n").first.map(String.init) ?? ""
+        // Keep only the first line (ended by LF or, as Entra writes, CRLF): some providers append
+        // trace ids and timestamps. Each text then meets the outside-text rule as it enters: it
+        // ends up in a caller's error message.
+        let lines = (body["error_description"]?.string ?? "").split(whereSeparator: \.isNewline)
+        let description = lines.first.map(String.init) ?? ""
         return .oauth(
-            status: response.status, error: error, description: String(description.prefix(300)),
-            codes: codes, suberror: body["suberror"]?.string)
+            status: response.status, error: OutsideText.cleaned(error),
+            description: OutsideText.cleaned(String(description.prefix(300))),
+            codes: codes, suberror: body["suberror"]?.string.map(OutsideText.cleaned))
     }
 }
 

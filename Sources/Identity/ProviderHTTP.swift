@@ -1,3 +1,4 @@
+import BrokerCore
 import HTTP
 import Logging
 
@@ -280,7 +281,10 @@ struct OAuthErrorBody {
         else { return nil }
         self.error = error
         let text = object["error_description"]?.string ?? ""
-        self.description = String((text.split(separator: "\n").first.map(String.init) ?? "").prefix(200))
+        // The first line, then the outside-text rule: what is left is the provider's words, with
+        // no control character to carry into a caller's error message.
+        self.description = OutsideText.cleaned(
+            String((text.split(whereSeparator: \.isNewline).first.map(String.init) ?? "").prefix(200)))
     }
 
     var summary: String { description.isEmpty ? error : "\(error): \(description)" }

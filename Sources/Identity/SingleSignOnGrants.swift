@@ -123,10 +123,11 @@ extension OIDCProvider {
         Base64URL.encode(Array(SHA256.hash(data: Array(secret.utf8)).prefix(16)))
     }
 
-    /// Entra's `foci`: the family the answer's refresh token belongs to (a string, "1" today).
+    /// Entra's `foci`: the family the answer's refresh token belongs to (a string, "1" today),
+    /// kept in the state file: it meets the outside-text rule here.
     static func family(in body: JSONValue) -> String? {
         switch body["foci"] {
-        case .string(let value)? where !value.isEmpty: return value
+        case .string(let value)? where !value.isEmpty: return OutsideText.cleaned(value)
         case .number(let value)? where value.isFinite && value == value.rounded() && abs(value) < 1e9:
             return String(Int(value))
         default: return nil

@@ -78,7 +78,7 @@ struct CurrentAccount: ParsableCommand {
                 ("Current account", Output.account(current)), ("Previous account", Output.account(previous)),
             ])
             if current == nil, let previous {
-                print("Account \(previous.username) has been signed out.")
+                print("Account \(Output.shown(previous.username)) has been signed out.")
             }
         }
     }
@@ -161,12 +161,14 @@ struct SignIn: AsyncCommand {
                         progress: { progress in
                             switch progress.stage {
                             case .browserOpened:
-                                Output.note("Continue in your browser: \(progress.url ?? "the sign-in page")")
+                                let url = Output.shown(progress.url ?? "the sign-in page")
+                                Output.note("Continue in your browser: \(url)")
                             case .browserUnavailable:
+                                let reason = Output.shown(progress.reason ?? "no reason given")
+                                let url = Output.shown(progress.url ?? "(the broker gave no address)")
                                 Output.note(
-                                    "No browser could be opened (\(progress.reason ?? "no reason given")).\n"
-                                        + "Open this page in a browser on this device to go on: "
-                                        + (progress.url ?? "(the broker gave no address)"))
+                                    "No browser could be opened (\(reason)).\n"
+                                        + "Open this page in a browser on this device to go on: \(url)")
                             case .exchanging: Output.note("Signed in in the browser; getting the tokens ...")
                             case .waiting, .codeReceived: break
                             }
@@ -192,9 +194,11 @@ struct SignIn: AsyncCommand {
 
     /// Shows where to sign in, and waits for it, counting down on a terminal.
     private func signInWithDeviceCode(_ signIn: DeviceCodeSignIn) async throws -> TokenResult {
-        Output.note("To sign in, open \(signIn.verificationUri) and enter the code \(signIn.userCode)")
+        Output.note(
+            "To sign in, open \(Output.shown(signIn.verificationUri)) and enter the code "
+                + Output.shown(signIn.userCode))
         if let complete = signIn.verificationUriComplete {
-            Output.note("or open \(complete)")
+            Output.note("or open \(Output.shown(complete))")
             Output.qrCode(complete)
         }
         let countdown = Task {
@@ -216,7 +220,9 @@ struct SignIn: AsyncCommand {
     /// Reads codes until one is right, the input ends, or the flow fails for good.
     private func signInWithCode(_ state: SignInCodeRequiredState) async throws -> TokenResult {
         if !codeStdin || !common.json {
-            Output.note("A \(state.codeLength)-digit code was sent by \(state.channel) to \(state.sentTo).")
+            Output.note(
+                "A \(state.codeLength)-digit code was sent by \(Output.shown(state.channel)) to "
+                    + "\(Output.shown(state.sentTo)).")
         }
         while true {
             if !codeStdin { Output.prompt("Code (or \"resend\"): ") }
@@ -228,7 +234,7 @@ struct SignIn: AsyncCommand {
             let code = String(line.filter { !$0.isWhitespace })
             if code == "resend" {
                 try await state.resendCode()
-                Output.note("A new code was sent to \(state.sentTo).")
+                Output.note("A new code was sent to \(Output.shown(state.sentTo)).")
                 continue
             }
             // A wrong code leaves the flow open: ask again. Anything else ends it.
@@ -344,8 +350,8 @@ struct SignOut: AsyncCommand {
                 .signOut(account: nil, parameters: SignoutParameters(signoutFromBrowser: fromBrowser))
             if common.json { return Output.json(SignOutOutput(signedOut: true, result: result)) }
             print("Signed out.")
-            for note in result.notes { Output.note("Note: \(note).") }
-            for path in result.notCleanedUp { Output.note("Not cleared: \(path)") }
+            for note in result.notes { Output.note("Note: \(Output.shown(note)).") }
+            for path in result.notCleanedUp { Output.note("Not cleared: \(Output.shown(path))") }
         }
     }
 }

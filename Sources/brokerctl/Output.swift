@@ -1,9 +1,19 @@
+import BrokerAPI
 import FoundationEssentials
 import Glibc
 import SharedDeviceClient
 
 /// How brokerctl prints: aligned text for people, sorted JSON for scripts.
+///
+/// Much of what it prints comes from outside: names, messages and addresses from the identity
+/// provider, through the broker. In text, each such value is ``shown(_:)``: an escape sequence,
+/// a bell or a right-to-left override in a display name must not reach the terminal. JSON needs
+/// nothing of the kind: its encoder escapes control characters, and a script reads the exact
+/// value.
 enum Output {
+    /// A value from outside, for the terminal (``OutsideText/escaped(_:)``).
+    static func shown(_ value: String) -> String { OutsideText.escaped(value) }
+
     static func json<T: Encodable>(_ value: T) {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .prettyPrinted, .withoutEscapingSlashes]
@@ -21,17 +31,20 @@ enum Output {
         }
     }
 
-    /// `label: value` lines with the values aligned.
+    /// `label: value` lines with the values aligned; labels and values are shown as outside text
+    /// (some labels are the broker's too: `extraDeviceInformation`'s keys).
     static func fields(_ rows: [(String, String)]) {
-        let width = rows.map(\.0.count).max() ?? 0
-        for (label, value) in rows {
+        let shownRows = rows.map { (shown($0.0), shown($0.1)) }
+        let width = shownRows.map(\.0.count).max() ?? 0
+        for (label, value) in shownRows {
             print(label + ":" + String(repeating: " ", count: width - label.count + 2) + value)
         }
     }
 
+    /// `username (name) [identifier]`, shown as outside text.
     static func account(_ account: Account?) -> String {
         guard let account else { return "none" }
-        return "\(account.description) [\(account.identifier)]"
+        return shown("\(account.description) [\(account.identifier)]")
     }
 
     static func expiry(_ time: UnixTime) -> String {
@@ -40,8 +53,9 @@ enum Output {
         return "\(relative) (unix time \(time.seconds))"
     }
 
+    /// An error, usually the broker's: its message may quote the provider.
     static func error(_ message: String) {
-        writeStandardError("brokerctl: \(message)\n")
+        writeStandardError("brokerctl: \(shown(message))\n")
     }
 
     /// A line for the person at the terminal, on standard error so that standard output stays

@@ -88,11 +88,11 @@ struct Brokerd: AsyncParsableCommand {
             if journal {
                 var handler = JournalLogHandler(label: label)
                 handler.logLevel = level
-                return handler
+                return EscapingLogHandler(handler)
             }
             var handler = StreamLogHandler.standardError(label: label)
             handler.logLevel = level
-            return handler
+            return EscapingLogHandler(handler)
         }
         let logger = Logger(label: "brokerd")
         do {

@@ -80,6 +80,25 @@ struct BrokerServiceTests {
         #expect(service.properties.values["CurrentAccount"] == nobody)
     }
 
+    /// The last line of defence: an account that reached the service with a string D-Bus cannot
+    /// carry (the boundaries replace them as they enter; this one slipped past) is announced all
+    /// the same, replaced, in messages libdbus builds, so that no app misses the change.
+    @Test func anAccountWithANULIsStillAnnouncedToEveryApp() async throws {
+        var mallory = Self.alice
+        mallory.name = "Mallory\u{0}\u{1B}[31m\u{7}\u{202E}"
+        let channel = RecordingChannel()
+        let service = Self.service(mode: .shared, current: mallory, channel: channel)
+        _ = try DBusPreparedReply([.vardict(service.properties.values)])  // GetAll at start
+        _ = try await service.broker.signOut(clientId: "mail", accountId: "")
+
+        let emitted = channel.emitted.withLock { $0 }
+        #expect(emitted.map(\.member) == [BrokerNames.accountChangedSignal, "PropertiesChanged"])
+        for emission in emitted { _ = try DBusPreparedReply(emission.arguments) }
+        let previous = emitted.first?.arguments[1].vardict
+        #expect(previous?["name"]?.string == "Mallory\u{FFFD}\u{FFFD}[31m\u{FFFD}\u{202E}")
+        #expect(previous?["username"]?.string == mallory.username)
+    }
+
     @Test func aCallerThatLeftIsLookedUpAgain() async throws {
         let lookups = Locked(0)
         let service = BrokerService(

@@ -516,6 +516,19 @@ extension CrashRecoveryTests {
                         #"{"version": 2, "deviceId": "d", "clients": {}, "singleSignOn": {"oid-a.t": {"family": "1"}}}"#
                             .utf8),
                     why: "is damaged: singleSignOn[oid-a.t] names no anchor"),
+                // The outside-text rule: brokerd writes no control character but tab, escaped or not.
+                Variant(
+                    name: "a NUL (\\u0000) in an account's name",
+                    bytes: Array(validState.replacing("Alice Example", with: #"Alice\u0000Example"#).utf8),
+                    why: "holds U+0000, a control character, at character 6, which brokerd never writes"),
+                Variant(
+                    name: "a line feed (\\n) and an escape (\\u001b) in an account's name",
+                    bytes: Array(validState.replacing("Alice Example", with: #"Alice\n\u001b[2JExample"#).utf8),
+                    why: "holds U+000A, a control character, at character 6, which brokerd never writes"),
+                Variant(
+                    name: "a raw NEL (U+0085) in a clientId",
+                    bytes: Array(validState.replacing("mail-app", with: "mail\u{85}app").utf8),
+                    why: "holds U+0085, a control character, at character 5, which brokerd never writes"),
                 Variant(
                     name: "mode 0644 (readable by others)", bytes: Array(validState.utf8), mode: 0o644,
                     why: "has mode 644: others may read its tokens; it must be 0600"),
@@ -962,14 +975,15 @@ extension CrashRecoveryTests {
         }
 
         @Test(
-            "escapes and non-ASCII text survive a load and a save: quotes, backslashes, control characters, \\u escapes and surrogate pairs"
+            "escapes and non-ASCII text survive a load and a save: quotes, backslashes, a tab, \\u escapes and surrogate pairs"
         )
         func escapesRoundTrip() throws {
             let env = try BrokerEnvironment()
             _ = try env.brokerd.stop()
             // The name as JSON text with every kind of escape, and what it means; a clientId and a key escaped too.
-            let escapedName = #"Zo\u00eb \"Q\" back\\slash tab\t line\n \ud83d\ude00 \/ caf\u00E9 ü"#
-            let name = "Zoë \"Q\" back\\slash tab\t line\n 😀 / café ü"
+            // Tab is the one control character the outside-text rule admits; a line feed is refused (StateFiles).
+            let escapedName = #"Zo\u00eb \"Q\" back\\slash tab\t \ud83d\ude00 \/ caf\u00E9 ü"#
+            let name = "Zoë \"Q\" back\\slash tab\t 😀 / café ü"
             let account =
                 #"{"environment":"127.0.0.1","identifier":"oid-zoe.t","name":"\#(escapedName)","tenantId":"t","username":"zoe@contoso.example"}"#
             let file =

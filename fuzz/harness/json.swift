@@ -1,7 +1,8 @@
 // Provider JSON: JSONParsing.object (the one place provider bytes become JSON, JSONValue's
 // decoder), the readers on top of it (accessors, IdentityClaims.account for userinfo and ID-token
 // claims, the native-authentication challenge reader) and the OAuth error body reader
-// (OIDCProvider.oauthError) for every kind of status.
+// (OIDCProvider.oauthError) for every kind of status. What claims and error bodies give meets
+// the outside-text rule: no control character but tab.
 import BrokerCore
 import HTTP
 
@@ -19,6 +20,11 @@ func fuzzOne(_ bytes: [UInt8]) {
                 if account.identifier.isEmpty || account.username.isEmpty {
                     violated("claims gave an account without identifier or username")
                 }
+                // The outside-text rule, where claims enter: nothing D-Bus or a terminal cannot take.
+                for text in [account.username, account.identifier, account.tenantId, account.name]
+                where (try? OutsideText.check(text)) == nil {
+                    violated("claims gave an account with a control character: \(text.debugDescription)")
+                }
             }
         }
         _ = OIDCProvider.unexpectedChallenge(value, wanted: "a one-time code").message
@@ -26,6 +32,11 @@ func fuzzOne(_ bytes: [UInt8]) {
     for status in [400, 401, 429, 500, 503] {
         let error = OIDCProvider.oauthError(HTTPResponse(status: status, body: bytes))
         _ = error.description
+        if case .oauth(_, let code, let description, _, let suberror) = error {
+            for text in [code, description, suberror ?? ""] where (try? OutsideText.check(text)) == nil {
+                violated("an OAuth error body gave a text with a control character: \(text.debugDescription)")
+            }
+        }
         for kind in [GrantKind.password, .refresh, .code, .other] { _ = error.brokerFailure(during: kind).message }
     }
 }

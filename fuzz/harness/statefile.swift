@@ -5,6 +5,8 @@
 // silent token, sign-out) in both device modes without crashing: a state file is outside data
 // too (older or newer brokers, other tools, a disk that lost a write).
 //
+// What it accepts holds no control character but tab (the outside-text rule).
+//
 // An input that starts with `{` is the file itself. Any other input describes a state
 // (FuzzedData: clients, accounts, tokens with expiries anywhere in Int64), which the harness
 // writes as brokerd's save does and then loads: mutating JSON text almost never turns a number
@@ -71,6 +73,11 @@ func fuzzOne(_ input: [UInt8]) {
         return  // refused: brokerd moves such a file aside (or stops, for a newer format)
     }
     guard let state = loaded else { violated("load() found no state in an existing file") }
+    // The outside-text rule: what loads holds no control character but tab, so that every string
+    // of it can go on the bus (a NUL there makes libdbus refuse the whole message).
+    for text in texts(of: state) where (try? OutsideText.check(text)) == nil {
+        violated("a state with a control character loaded: \(text.debugDescription)")
+    }
     // What is kept at rest comes back: everything but the access tokens.
     if let described, StateFileFormat.persisted(described) != state {
         violated(
@@ -87,6 +94,25 @@ func fuzzOne(_ input: [UInt8]) {
     // Access tokens live in memory only, and come from the provider: the broker must cope with
     // any expiry there (the Int64.min trap was one).
     if let described { for mode in [DeviceMode.shared, .default] { startBroker(on: described, mode: mode) } }
+}
+
+/// Every string a state holds.
+private func texts(of state: BrokerState) -> [String] {
+    func account(_ account: Account?) -> [String] {
+        guard let account else { return [] }
+        return [account.username, account.identifier, account.tenantId, account.environment, account.name]
+    }
+    var texts = [state.deviceId] + account(state.current)
+    for (clientId, record) in state.clients {
+        texts += [clientId, record.refreshToken ?? ""] + account(record.lastSeen) + account(record.account)
+    }
+    for (identifier, grant) in state.singleSignOn {
+        texts += [
+            identifier, grant.anchorClientId, grant.family ?? "", grant.deviceSecret?.secret ?? "",
+            grant.deviceSecret?.idToken ?? "",
+        ]
+    }
+    return texts
 }
 
 /// A state the input describes: a few clients with accounts, tokens and expiries drawn from it.

@@ -161,6 +161,10 @@ final class MicrosoftBroker1Object: DBusObject, MicrosoftBroker1Handler {
         _ method: MicrosoftBroker1Method, _ correlationId: String, _ json: String, _ caller: String,
         _ body: (MicrosoftBrokerRequest) async throws(MicrosoftBrokerFailure) -> String
     ) async -> [DBusValue] {
+        // The caller's correlation id, as logs and error objects show it: at most 64 characters,
+        // escaped, so that a newline or an escape sequence in it cannot forge a log line or reach
+        // the terminal of whoever reads the error.
+        let correlationId = OutsideText.escaped(String(correlationId.prefix(64)))
         do throws(MicrosoftBrokerFailure) {
             let request = try MicrosoftBrokerRequest(json, for: method)
             try await core { () async throws(BrokerFailure) in
@@ -171,7 +175,7 @@ final class MicrosoftBroker1Object: DBusObject, MicrosoftBroker1Handler {
                 "Microsoft broker protocol call",
                 metadata: [
                     "method": "\(method.rawValue)", "sender": "\(caller)",
-                    "correlationId": "\(correlationId.prefix(64))",
+                    "correlationId": "\(correlationId)",
                 ])
             return [.string(try await body(request))]
         } catch {
@@ -179,11 +183,10 @@ final class MicrosoftBroker1Object: DBusObject, MicrosoftBroker1Handler {
                 "Microsoft broker protocol call refused",
                 metadata: [
                     "method": "\(method.rawValue)", "sender": "\(caller)", "status": "\(error.status.rawValue)",
-                    "correlationId": "\(correlationId.prefix(64))",
+                    "correlationId": "\(correlationId)",
                 ])
             return [
-                .string(
-                    MicrosoftBrokerResponse.error(error, correlationId: String(correlationId.prefix(64)), for: method))
+                .string(MicrosoftBrokerResponse.error(error, correlationId: correlationId, for: method))
             ]
         }
     }

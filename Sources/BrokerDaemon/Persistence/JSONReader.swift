@@ -3,7 +3,8 @@ import Glibc
 
 /// A strict JSON reader over bytes (RFC 8259: no trailing commas, no comments, no control
 /// characters in strings, valid UTF-8 in the strings it makes, nesting at most 256 deep), for the
-/// shapes the state file has. It reads values in place; only the strings asked for become Strings.
+/// shapes the state file has. The strings it makes also meet the outside-text rule: no control
+/// character but tab, escaped (`\u0000`) or not. It reads values in place; only the strings asked for become Strings.
 struct JSONReader {
     enum Problem: Error {
         /// Not JSON, at this byte offset.
@@ -219,8 +220,24 @@ struct JSONReader {
         return memcmp(base + a.lowerBound, base + b.lowerBound, a.count) == 0
     }
 
-    /// The string of a range `stringRange` gave, its escapes decoded; it must be valid UTF-8.
+    /// The string of a range `stringRange` gave, its escapes decoded; it must be valid UTF-8 and
+    /// meet the outside-text rule.
     func makeString(_ range: Range<Int>, escaped: Bool) throws(Problem) -> String {
+        let string = try decodeString(range, escaped: escaped)
+        // brokerd writes no string the rule refuses (what it keeps met the rule as it came in),
+        // so a file holding one, such as "\u0000" in a name, is not brokerd's writing. Kept, it
+        // would reach the bus, where libdbus refuses a NUL and with it every app's reply.
+        do {
+            try OutsideText.check(string)
+        } catch {
+            throw .shape("the string at byte \(range.lowerBound) holds \(error), which brokerd never writes")
+        }
+        return string
+    }
+
+    /// The string of a range `stringRange` gave, its escapes decoded; it must be valid UTF-8. What
+    /// it may hold besides is the caller's rule (``StrictJSON``'s for files people write).
+    func decodeString(_ range: Range<Int>, escaped: Bool) throws(Problem) -> String {
         if !escaped {
             guard let string = String(validating: UnsafeBufferPointer(rebasing: bytes[range]), as: UTF8.self) else {
                 throw .syntax(range.lowerBound)

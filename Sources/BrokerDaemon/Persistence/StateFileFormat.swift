@@ -237,6 +237,8 @@ enum StateFileFormat {
             }
             try reader.end()
         } catch {
+            // JSON whose top-level key breaks the outside-text rule is damaged, not "not JSON".
+            if case .shape(let why) = error { throw .damaged(why) }
             throw .notJSON
         }
         guard isObject, let version else { throw .noVersion }

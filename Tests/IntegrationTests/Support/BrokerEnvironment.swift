@@ -90,10 +90,11 @@ final class BrokerEnvironment: @unchecked Sendable {
     /// What brokerd's environment adds to the test's.
     let brokerEnvironment: [String: String]
 
-    /// `busConfig`, when given, is the text of the private bus's configuration file.
+    /// `busConfig`, when given, is the text of the private bus's configuration file; `usersFile`,
+    /// idp-sim's users and apps instead of ``TestUsers``'.
     init(
         mode: String = "shared", brokerArguments: [String] = [], idpArguments: [String] = [], busConfig: String? = nil,
-        brokerEnvironment: [String: String] = [:], tenant: String = TestUsers.tenant
+        brokerEnvironment: [String: String] = [:], tenant: String = TestUsers.tenant, usersFile: String? = nil
     ) throws {
         let directory = try TemporaryDirectory()
         self.directory = directory
@@ -101,7 +102,9 @@ final class BrokerEnvironment: @unchecked Sendable {
         self.mode = mode
         self.brokerEnvironment = brokerEnvironment
         bus = try PrivateBus(configFile: try busConfig.map { try directory.write("bus.conf", $0) })
-        idp = try IdpSim(in: directory, tenant: tenant, extraArguments: idpArguments)
+        idp = try IdpSim(
+            in: directory, users: usersFile ?? TestUsers.usersFile(tenant: tenant), tenant: tenant,
+            extraArguments: idpArguments)
         browser = try TestBrowser(in: directory)
         brokerd = try Brokerd(
             bus: bus, authority: idp.authority, stateDirectory: stateDirectory, mode: mode,
