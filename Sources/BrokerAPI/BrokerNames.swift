@@ -227,4 +227,6 @@ public enum DeviceFact {
     public static let compatibility = "compatibility"
     /// `s`: present when no identity provider is configured, saying what to set and where.
     public static let providerNotConfigured = "providerNotConfigured"
+    /// `s`: with `signOutOnLock`, what brokerd hears the screen lock from (or that nothing was found).
+    public static let screenLock = "screenLock"
 }

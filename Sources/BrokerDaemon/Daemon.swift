@@ -76,6 +76,8 @@ public enum Daemon {
             throw DaemonError.state("cannot sign out the sign-in of an earlier boot: \(error.message)")
         }
         if rebooted != nil { logger.notice("signed out: the device restarted since the sign-in (signOutAfterReboot)") }
+        let lockWatch = await watchScreenLock(options, connection: connection, broker: service.broker, logger: logger)
+        defer { withExtendedLifetime(lockWatch) {} }
         if authority == nil {
             service.broker.setDeviceFact(DeviceFact.providerNotConfigured, to: UnconfiguredProvider.remedy)
         }
@@ -246,6 +248,33 @@ public enum Daemon {
     }
 
     /// Host and OS facts for `extraDeviceInformation`.
+    /// `signOutOnLock` (shared mode): the screen lock ends the shift. Said at start, and in the
+    /// device information, what the watch listens to, or that the desktop offers nothing.
+    private static func watchScreenLock(
+        _ options: DaemonOptions, connection: DBusConnection, broker: Broker, logger: Logger
+    ) async -> ScreenLockWatch? {
+        guard options.configuration.signOutOnLock == true, options.deviceMode == .shared else { return nil }
+        let watch = await ScreenLockWatch.start(session: connection, logger: logger) {
+            do {
+                try await broker.endShift(cause: .lock)
+            } catch {
+                logger.error(
+                    "the screen was locked, but the device could not be signed out", metadata: ["error": "\(error)"])
+            }
+        }
+        if watch.sources.isEmpty {
+            logger.warning(
+                Logger.Message(
+                    stringLiteral: "signOutOnLock is set, but no screensaver (org.gnome.ScreenSaver, "
+                        + "org.freedesktop.ScreenSaver) nor logind session is there now; a screensaver that starts "
+                        + "later is heard"))
+        }
+        broker.setDeviceFact(
+            DeviceFact.screenLock,
+            to: watch.sources.isEmpty ? "none found at start" : watch.sources.joined(separator: ", "))
+        return watch
+    }
+
     /// This boot's id (`/proc/sys/kernel/random/boot_id`); for tests only, the file
     /// `BROKERD_BOOT_ID_FILE` names instead, so that a test can be "another boot".
     static func bootId() -> String? {

@@ -82,10 +82,12 @@ public struct DaemonConfigurationFile: Decodable, Sendable {
     public var signOutAfterReboot: Bool?
     /// Paths under the user's home (globs allowed) removed after every sign-out of the device.
     public var clearOnSignOut: [String]?
+    /// Whether the session's screen lock ends the shift (shared mode).
+    public var signOutOnLock: Bool?
 
     private enum CodingKeys: String, CodingKey, CaseIterable {
         case deviceMode, authority, tenantId, clients, tokenStorage, allowPasswordGrant, compatibility, browserSignOut
-        case maxClients, signOutAfterReboot, clearOnSignOut
+        case maxClients, signOutAfterReboot, clearOnSignOut, signOutOnLock
     }
 
     /// Every key the file may have (broker.conf(5) documents each).
@@ -105,6 +107,7 @@ public struct DaemonConfigurationFile: Decodable, Sendable {
         maxClients = try values.decodeIfPresent(Int.self, forKey: .maxClients)
         signOutAfterReboot = try values.decodeIfPresent(Bool.self, forKey: .signOutAfterReboot)
         clearOnSignOut = try values.decodeIfPresent([String].self, forKey: .clearOnSignOut)
+        signOutOnLock = try values.decodeIfPresent(Bool.self, forKey: .signOutOnLock)
         if let maxClients, !(1...1_000_000).contains(maxClients) {
             throw DecodingError.dataCorruptedError(
                 forKey: .maxClients, in: values, debugDescription: "maxClients must be between 1 and 1000000")
@@ -115,8 +118,10 @@ public struct DaemonConfigurationFile: Decodable, Sendable {
         deviceMode: DeviceMode? = nil, authority: String? = nil, tenantId: String? = nil, clients: [Client]? = nil,
         tokenStorage: TokenStorage? = nil, allowPasswordGrant: Bool? = nil,
         compatibility: [CompatibilityProtocol]? = nil, browserSignOut: BrowserSignOutPolicy? = nil,
-        maxClients: Int? = nil, signOutAfterReboot: Bool? = nil, clearOnSignOut: [String]? = nil
+        maxClients: Int? = nil, signOutAfterReboot: Bool? = nil, clearOnSignOut: [String]? = nil,
+        signOutOnLock: Bool? = nil
     ) {
+        self.signOutOnLock = signOutOnLock
         self.maxClients = maxClients
         self.signOutAfterReboot = signOutAfterReboot
         self.clearOnSignOut = clearOnSignOut
@@ -171,7 +176,8 @@ public struct DaemonConfigurationFile: Decodable, Sendable {
             browserSignOut: administrator.browserSignOut ?? browserSignOut,
             maxClients: administrator.maxClients ?? maxClients,
             signOutAfterReboot: administrator.signOutAfterReboot ?? signOutAfterReboot,
-            clearOnSignOut: administrator.clearOnSignOut ?? clearOnSignOut)
+            clearOnSignOut: administrator.clearOnSignOut ?? clearOnSignOut,
+            signOutOnLock: administrator.signOutOnLock ?? signOutOnLock)
     }
 
     /// The user's configuration (`--config`): a regular file of the user's or root's that nobody

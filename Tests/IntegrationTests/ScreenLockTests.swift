@@ -1,0 +1,119 @@
+import DBus
+import Foundation
+import TestSupport
+import Testing
+
+/// `signOutOnLock`: the session's screen lock ends the shift, heard from the desktop's
+/// screensaver (`ActiveChanged(true)`) or from logind (its session's `Lock` signal on the system
+/// bus). Real brokerd and brokerctl; the screensaver and logind are stand-ins the test owns on
+/// private buses: neither can be locked for real in a test (GNOME's lock screen needs a running
+/// gnome-shell, logind a real login session on the machine's system bus).
+@Suite("Sign-out on screen lock", .serialized)
+struct ScreenLockTests {
+    private static func environment(extra: [String: String] = [:]) throws -> BrokerEnvironment {
+        let directory = try TemporaryDirectory()
+        let config = try directory.write("broker.conf", #"{"signOutOnLock": true}"#)
+        chmod(config, 0o600)
+        return try BrokerEnvironment(
+            brokerArguments: ["--config", config],
+            brokerEnvironment: ["DBUS_SYSTEM_BUS_ADDRESS": "unix:path=/nonexistent"].merging(extra) { $1 })
+    }
+
+    /// Three apps each hear the sign-out once, with the cause `lock`.
+    private static func expectLockSignOut(_ env: BrokerEnvironment, _ watchers: [ChildProcess]) throws {
+        for watcher in watchers {
+            let line = try watcher.waitForLine(timeout: .seconds(10)) { $0.hasPrefix("signed-out") }
+            #expect(line.hasPrefix("signed-out (lock)"), "\(line)")
+        }
+        #expect(
+            try env.brokerctl(["current-account", "--client-id", "mail-app", "--json"]).json()["current"] is NSNull)
+    }
+
+    @Test("the screensaver becoming active signs the device out")
+    func screenSaver() async throws {
+        // The screensaver is on the bus before brokerd starts, as on a desktop.
+        let lockEnv = try await offThePool { try Self.environment() }
+        let saver = try await offThePool { try DBusConnection(address: lockEnv.bus.address) }
+        defer { saver.close() }
+        _ = try await saver.requestName("org.freedesktop.ScreenSaver")
+        try await offThePool { try lockEnv.restartBroker(extraArguments: try Self.configArguments(lockEnv)) }
+        #expect(try await offThePool { try lockEnv.signIn(TestUsers.alice, client: "mail-app") }.status == 0)
+        let watchers = try await offThePool { try (0..<3).map { _ in try lockEnv.watch() } }
+        let info = try await offThePool { try lockEnv.brokerctl(["device-info"]) }
+        #expect(info.stdout.contains("org.freedesktop.ScreenSaver"), "\(info.stdout)")
+
+        try saver.emitSignal(
+            path: "/org/freedesktop/ScreenSaver", interface: "org.freedesktop.ScreenSaver", member: "ActiveChanged",
+            arguments: [.bool(true)], destination: nil)
+        try await offThePool { try Self.expectLockSignOut(lockEnv, watchers) }
+    }
+
+    @Test("logind locking the session signs the device out")
+    func logindLock() async throws {
+        let system = try await offThePool { try PrivateBus() }
+        let logind = try await FakeLogind(bus: system, session: "c7")
+        defer { withExtendedLifetime(logind) {} }
+        let env = try await offThePool {
+            try Self.environment(extra: ["DBUS_SYSTEM_BUS_ADDRESS": system.address, "XDG_SESSION_ID": "c7"])
+        }
+        #expect(try await offThePool { try env.signIn(TestUsers.alice, client: "mail-app") }.status == 0)
+        let info = try await offThePool { try env.brokerctl(["device-info"]) }
+        #expect(info.stdout.contains("logind /org/freedesktop/login1/session/c7"), "\(info.stdout)")
+        let watchers = try await offThePool { try (0..<3).map { _ in try env.watch() } }
+        try logind.lock()
+        try await offThePool { try Self.expectLockSignOut(env, watchers) }
+    }
+
+    @Test("with nothing that could say so, brokerd says it at start and in the device information")
+    func noSource() async throws {
+        let env = try await offThePool { try Self.environment() }
+        let info = try await offThePool { try env.brokerctl(["device-info"]) }
+        #expect(info.stdout.contains("none found at start"), "\(info.stdout)")
+        #expect(env.brokerd.process.stderrText.contains("signOutOnLock is set, but no screensaver"))
+    }
+
+    private static func configArguments(_ env: BrokerEnvironment) throws -> [String] {
+        let config = try env.directory.write("lock.conf", #"{"signOutOnLock": true}"#)
+        chmod(config, 0o600)
+        return ["--config", config]
+    }
+}
+
+/// logind's manager and one session, for tests: `GetSession(id)` gives the session's object, on
+/// which the test emits `Lock` as `loginctl lock-session` makes logind do.
+final class FakeLogind: DBusObject, @unchecked Sendable {
+    let connection: DBusConnection
+    let sessionPath: String
+
+    init(bus: PrivateBus, session: String) async throws {
+        sessionPath = "/org/freedesktop/login1/session/" + session
+        connection = try await offThePool { try DBusConnection(address: bus.address) }
+        connection.export(self, at: "/org/freedesktop/login1")
+        guard try await connection.requestName("org.freedesktop.login1") == .primaryOwner else {
+            throw ProcessFailure("org.freedesktop.login1 is taken on the test bus")
+        }
+    }
+
+    deinit { connection.close() }
+
+    var interfaces: [DBusInterfaceDescription] {
+        [
+            DBusInterfaceDescription(
+                name: "org.freedesktop.login1.Manager",
+                methods: [
+                    .init(name: "GetSession", inArguments: [.init("session_id", "s")], outArguments: [.init("o", "o")]),
+                    .init(name: "GetSessionByPID", inArguments: [.init("pid", "u")], outArguments: [.init("o", "o")]),
+                ])
+        ]
+    }
+
+    func handleMethodCall(_ call: DBusMethodCall) async throws -> [DBusValue] { [.objectPath(sessionPath)] }
+
+    func propertyValues(interface: String) -> [String: DBusValue] { [:] }
+
+    func lock() throws {
+        try connection.emitSignal(
+            path: sessionPath, interface: "org.freedesktop.login1.Session", member: "Lock", arguments: [],
+            destination: nil)
+    }
+}
