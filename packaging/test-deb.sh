@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The package test (`make deb-test`): the .deb `make deb` built is checked with lintian (no
-# errors), installed with its dependencies, started by D-Bus activation on a private bus and asked
-# for the device information with the installed brokerctl, upgraded to a newer build with its
+# errors), installed with its dependencies, started by D-Bus activation on a private bus before
+# anyone configured a provider (it answers, saying which file to edit) and again once the
+# administrator's file names one, asked for the device information with the installed brokerctl,
+# upgraded to a newer build with its
 # conffile changed by the administrator (the change is kept), and purged (nothing left in /etc).
 # It installs a package: it needs root, and refuses to touch a machine where the package or
 # /etc/shared-device-broker already is.
@@ -50,6 +52,58 @@ check "installed: /usr/bin/brokerd and the activation file" test -x /usr/bin/bro
 check "the manual pages are installed" test -f /usr/share/man/man5/broker.conf.5.gz
 check "brokerd --version says $VERSION" test "$(/usr/bin/brokerd --version)" = "$VERSION"
 
+# A private bus that starts brokerd (and a Secret Service) from the installed activation files,
+# with a home of its own: what it starts never sees the machine's own keyrings.
+start_bus() { # start_bus NAME: sets ADDRESS
+    local dir=$WORK/$1
+    mkdir -p "$dir/home" "$dir/state" && mkdir -m 700 "$dir/run"
+    cat > "$dir/bus.conf" <<CONFIG
+<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
+ "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+<busconfig>
+  <type>session</type>
+  <listen>unix:path=$dir/bus</listen>
+  <auth>EXTERNAL</auth>
+  <servicedir>/usr/share/dbus-1/services</servicedir>
+  <policy context="default">
+    <allow send_destination="*" eavesdrop="true"/><allow eavesdrop="true"/><allow own="*"/>
+  </policy>
+</busconfig>
+CONFIG
+    env HOME="$dir/home" XDG_STATE_HOME="$dir/state" XDG_RUNTIME_DIR="$dir/run" \
+        XDG_DATA_HOME="$dir/home/.local/share" XDG_CONFIG_HOME="$dir/home/.config" \
+        dbus-daemon --config-file="$dir/bus.conf" --nofork --print-address > "$dir/address" 2> "$dir/bus.log" &
+    PIDS+=($!)
+    for _ in $(seq 200); do [ -s "$dir/address" ] && break; sleep 0.05; done
+    ADDRESS=unix:path=$dir/bus
+}
+# Stops what the bus started (its brokerd and Secret Service), then the bus.
+stop_bus() {
+    local name pid
+    for name in io.shareddevice.Broker1 org.freedesktop.secrets; do
+        pid=$(dbus-send --bus="$ADDRESS" --print-reply=literal --dest=org.freedesktop.DBus /org/freedesktop/DBus \
+            org.freedesktop.DBus.GetConnectionUnixProcessID "string:$name" 2>/dev/null | awk '{print $2}') || true
+        [ -n "$pid" ] && kill "$pid" 2>/dev/null || true
+    done
+    kill "${PIDS[-1]}"; wait "${PIDS[-1]}" 2>/dev/null || true
+}
+
+# The first run of a fresh install: the conffile as shipped names no provider yet, and the
+# Secret Service has no keyring. brokerd starts anyway, says what to configure, and where.
+start_bus first
+info=$(/usr/bin/brokerctl device-info --json --address "$ADDRESS" 2>&1) || true
+echo "$info" | sed 's/^/  brokerctl: /'
+check "first run, no provider configured: activation starts brokerd, which answers device-info" \
+    grep -q "\"brokerVersion\" *: *\"$VERSION\"" <<<"$info"
+check "first run: device-info says no provider is configured and which file to edit" \
+    grep -q "providerNotConfigured.*$CONF" <<<"$info"
+refused=$(echo secret | /usr/bin/brokerctl sign-in --client-id mail-app --username alice@contoso.example \
+    --password-stdin --address "$ADDRESS" 2>&1) || true
+echo "$refused" | sed 's/^/  brokerctl: /'
+check "first run: a sign-in gets NotConfigured naming $CONF" \
+    grep -q "Error.NotConfigured.*$CONF" <<<"$refused"
+stop_bus
+
 # A provider, and the administrator's file naming it (the conffile, changed).
 "$DEBUG_BIN/idp-sim" --port 0 --users examples/demo-users.json > "$WORK/idp" 2>&1 &
 PIDS+=($!)
@@ -58,32 +112,13 @@ IDP=$(sed -n 's/^listening on //p' "$WORK/idp")
 echo "{\"deviceMode\": \"shared\", \"authority\": \"$IDP/contoso-demo/v2.0\", \"tokenStorage\": \"memory\"}" |
     $SUDO tee "$CONF" >/dev/null
 
-# A private bus that starts brokerd from the installed activation file.
-cat > "$WORK/bus.conf" <<CONFIG
-<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
- "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
-<busconfig>
-  <type>session</type>
-  <listen>unix:path=$WORK/bus</listen>
-  <auth>EXTERNAL</auth>
-  <servicedir>/usr/share/dbus-1/services</servicedir>
-  <policy context="default">
-    <allow send_destination="*" eavesdrop="true"/><allow eavesdrop="true"/><allow own="*"/>
-  </policy>
-</busconfig>
-CONFIG
-XDG_STATE_HOME=$WORK/state dbus-daemon --config-file="$WORK/bus.conf" --nofork --print-address > "$WORK/address" \
-    2> "$WORK/bus.log" &
-PIDS+=($!)
-for _ in $(seq 200); do [ -s "$WORK/address" ] && break; sleep 0.05; done
-ADDRESS=unix:path=$WORK/bus
+start_bus configured
 info=$(/usr/bin/brokerctl device-info --json --address "$ADDRESS" 2>&1) || true
 echo "$info" | sed 's/^/  brokerctl: /' 
 check "D-Bus activation starts the installed brokerd, which answers brokerctl" \
     grep -q "\"brokerVersion\" *: *\"$VERSION\"" <<<"$info"
 check "the installed brokerd reads the administrator's file" grep -q "$IDP/contoso-demo/v2.0" <<<"$info"
-kill "${PIDS[-1]}"; wait "${PIDS[-1]}" 2>/dev/null || true
-pkill -f "^/usr/bin/brokerd" || true
+stop_bus
 
 # Upgrade to a newer build: the administrator's change to the conffile stays.
 NEWER=$VERSION+test1
