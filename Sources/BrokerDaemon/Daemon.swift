@@ -23,10 +23,23 @@ public enum Daemon {
             throw DaemonError.state("cannot use the state directory: \(error)")
         }
         // Tokens go where --token-storage says (the Secret Service by default), never silently elsewhere.
+        let loaded = try loadState(store, logger: logger)
         let (tokenStore, initialState, lockedKeyring) = try TokenStorageSetup.open(
             options.configuration.tokenStorage ?? .secretService, files: store,
-            loaded: try loadState(store, logger: logger),
+            loaded: loaded ?? BrokerState(deviceId: Broker.newDeviceId()),
             busAddress: options.busAddress, logger: logger)
+        // A new device's state is written once the start can go on: its deviceId is the device's
+        // from the first start, whether or not anything else is ever written.
+        if loaded == nil {
+            do {
+                try tokenStore.save(initialState)
+                try tokenStore.sync()
+            } catch {
+                logger.warning(
+                    "the new device id could not be written; it is kept with the first change",
+                    metadata: ["error": "\(error)"])
+            }
+        }
 
         let connection: DBusConnection
         do {
@@ -220,10 +233,10 @@ public enum Daemon {
 
     /// Reads the saved state. A damaged or unsafe file is moved aside, never overwritten, and
     /// the broker starts signed out; a file from a newer brokerd stops the start.
-    static func loadState(_ store: FileStateStore, logger: Logger) throws(DaemonError) -> BrokerState {
+    /// The saved state; nil for a new device (none saved, or an unusable one moved aside).
+    static func loadState(_ store: FileStateStore, logger: Logger) throws(DaemonError) -> BrokerState? {
         do {
-            if let state = try store.load() { return state }
-            return BrokerState(deviceId: Broker.newDeviceId())
+            return try store.load()
         } catch StoreError.newerFormat(let why) {
             throw DaemonError.state(
                 "\(why). Refusing to start rather than lose it; run the newer brokerd, or move the file away.")
@@ -234,7 +247,7 @@ public enum Daemon {
                 metadata: [
                     "why": "\(error)", "keptAt": "\(aside ?? "(could not move it)")",
                 ])
-            return BrokerState(deviceId: Broker.newDeviceId())
+            return nil
         }
     }
 
@@ -247,7 +260,6 @@ public enum Daemon {
         return String(cString: address)
     }
 
-    /// Host and OS facts for `extraDeviceInformation`.
     /// `signOutOnLock` (shared mode): the screen lock ends the shift. Said at start, and in the
     /// device information, what the watch listens to, or that the desktop offers nothing.
     private static func watchScreenLock(
@@ -284,6 +296,7 @@ public enum Daemon {
         return id.isEmpty ? nil : id
     }
 
+    /// Host and OS facts for `extraDeviceInformation`.
     static func deviceFacts() -> [String: String] {
         var facts: [String: String] = [:]
         var names = utsname()

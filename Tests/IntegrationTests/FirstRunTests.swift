@@ -48,6 +48,29 @@ struct FirstRunTests {
         #expect(try await offThePool { try brokerctl(["current-account", "--client-id", "mail-app"]) }.status == 0)
     }
 
+    @Test("the device id is made and kept at the first start, before anything else is written")
+    func deviceIdKeptFromTheFirstStart() async throws {
+        let directory = try TemporaryDirectory()
+        let bus = try await offThePool { try PrivateBus() }
+        var ids: [String] = []
+        for _ in 0..<2 {
+            let brokerd = try await offThePool {
+                let process = try ChildProcess(
+                    "brokerd", executable: Binaries.path("brokerd"),
+                    arguments: [
+                        "--address", bus.address, "--state-dir", directory.path + "/state", "--token-storage", "memory",
+                    ])
+                try process.waitForLine(timeout: .seconds(20)) { $0.hasPrefix("brokerd ready:") }
+                return process
+            }
+            let info = try await offThePool { try runBrokerctl(["device-info", "--json"], address: bus.address) }
+            ids.append(try info.json()["deviceId"] as? String ?? "")
+            brokerd.signal(SIGTERM)
+            _ = try await offThePool { try brokerd.waitForExit(timeout: .seconds(10)) }
+        }
+        #expect(!ids[0].isEmpty && ids[0] == ids[1], "\(ids)")
+    }
+
     @Test("a broker the bus could not start: brokerctl says where its log is")
     func aStartThatFailed() async throws {
         let directory = try TemporaryDirectory()
