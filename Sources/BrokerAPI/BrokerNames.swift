@@ -15,6 +15,9 @@ public enum BrokerNames {
     public static let accountChangedSignal = "AccountChanged"
     /// The signal sent to the caller of an interactive sign-in, once per stage it reaches.
     public static let signInProgressSignal = "SignInProgress"
+    public static let signOutPendingSignal = "SignOutPending"
+    public static let signOutCancelledSignal = "SignOutCancelled"
+    public static let signOutDeadlineProperty = "SignOutDeadline"
 }
 
 /// The annotations of the contract XML that say what its types do not (the XML's header lists
@@ -229,4 +232,6 @@ public enum DeviceFact {
     public static let providerNotConfigured = "providerNotConfigured"
     /// `s`: with `signOutOnLock`, what brokerd hears the screen lock from (or that nothing was found).
     public static let screenLock = "screenLock"
+    /// `s`: with `idleSignOutSeconds`, what brokerd learns the person's inactivity from.
+    public static let idleSource = "idleSource"
 }

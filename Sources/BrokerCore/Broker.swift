@@ -29,6 +29,8 @@ public actor Broker {
     private let onAccountChange: @Sendable (DeviceAccountChange) -> Void
     /// Told each stage an interactive sign-in reaches, for its caller.
     let onSignInProgress: @Sendable (SignInProgress) -> Void
+    /// Told when a warning of a sign-out after inactivity starts, is cancelled or ends.
+    let onShiftWarning: @Sendable (ShiftWarning) -> Void
 
     /// The state as of the last change; written only by ``commit(_:announcing:)``.
     private let published: Locked<BrokerState>
@@ -50,6 +52,8 @@ public actor Broker {
     /// when there are too many. Records from before a start count as the least recent.
     var clientActivity: [String: UInt64] = [:]
     var activityCounter: UInt64 = 0
+    /// The armed sign-out at the end of an inactivity warning.
+    var idleDeadlineTimer: Task<Void, Never>?
     /// A token response showed a family (`foci`): the provider offers family refresh tokens.
     let singleSignOnFamilySeen = Locked(false)
     /// Why token calls are refused now (the keyring that holds the tokens is locked), or nil.
@@ -64,8 +68,10 @@ public actor Broker {
         clock: any WallClock, initialState: BrokerState, logger: Logger,
         callers: any CallerDirectory = EveryCallerConnected(), cleaner: any DeviceCleaner = NothingToClean(),
         onAccountChange: @escaping @Sendable (DeviceAccountChange) -> Void,
-        onSignInProgress: @escaping @Sendable (SignInProgress) -> Void = { _ in }
+        onSignInProgress: @escaping @Sendable (SignInProgress) -> Void = { _ in },
+        onShiftWarning: @escaping @Sendable (ShiftWarning) -> Void = { _ in }
     ) {
+        self.onShiftWarning = onShiftWarning
         self.callers = callers
         self.cleaner = cleaner
         self.onSignInProgress = onSignInProgress
@@ -474,16 +480,24 @@ public actor Broker {
         if configuration.deviceMode == .shared {
             next.current = nil
             next.signedInBoot = nil
+            next.signOutDeadline = nil
         }
         // Owed to the provider from the moment the sign-out is written: a crash or an outage
         // before the provider confirms leaves them pending, never forgotten.
         next.owe(revoke)
+        let warned = state.signOutDeadline != nil
         // Default mode: the app's own account changed, which no other app sees, so no signal.
         try commit(
             next,
             announcing: configuration.deviceMode == .shared
                 ? DeviceAccountChange(current: nil, previous: account, reason: .signedOut, cause: cause) : nil)
         generation &+= 1
+        if state.signOutDeadline == nil, let timer = idleDeadlineTimer {
+            // A warning was on: it ends with this sign-out, whatever its cause.
+            timer.cancel()
+            idleDeadlineTimer = nil
+        }
+        if warned { onShiftWarning(.over) }
         logger.info(
             "signed out",
             metadata: [

@@ -52,14 +52,18 @@ public struct BrokerConfiguration: Sendable {
     public var bootId: String?
     /// Whether a sign-in made in another boot ends when the broker starts (`signOutAfterReboot`).
     public var signOutAfterReboot: Bool
+    /// Sign-out after inactivity (`idleSignOutSeconds`, `idleWarningSeconds`): nil when off.
+    public var idleSignOut: IdleSignOut?
 
     public init(
         deviceMode: DeviceMode, brokerVersion: String, tenantId: String = "",
         knownClientIds: Set<String>? = nil, expiryMarginSeconds: Int64 = 300,
         extraDeviceInformation: [String: String] = [:], interactiveTimeout: Duration = .seconds(300),
         browserSignOut: BrowserSignOutPolicy? = nil, maxClients: Int = BrokerConfiguration.defaultMaxClients,
-        providerNotConfigured: String? = nil, bootId: String? = nil, signOutAfterReboot: Bool = false
+        providerNotConfigured: String? = nil, bootId: String? = nil, signOutAfterReboot: Bool = false,
+        idleSignOut: IdleSignOut? = nil
     ) {
+        self.idleSignOut = idleSignOut
         self.bootId = bootId
         self.signOutAfterReboot = signOutAfterReboot
         self.providerNotConfigured = providerNotConfigured
@@ -74,4 +78,20 @@ public struct BrokerConfiguration: Sendable {
         self.expiryMarginSeconds = expiryMarginSeconds
         self.extraDeviceInformation = extraDeviceInformation
     }
+}
+
+/// Sign-out after inactivity: after `after` seconds without the person's activity the device is
+/// signed out, the last `warning` seconds of them announced (`SignOutPending`) so that the person
+/// can stay signed in.
+public struct IdleSignOut: Sendable, Equatable {
+    public var after: Int64
+    public var warning: Int64
+
+    public init(after: Int64, warning: Int64 = 60) {
+        self.after = max(1, after)
+        self.warning = min(max(0, warning), self.after)
+    }
+
+    /// How long the person may be inactive before the warning starts.
+    public var quiet: Int64 { after - warning }
 }

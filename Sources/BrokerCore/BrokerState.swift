@@ -17,13 +17,17 @@ public struct BrokerState: Sendable, Equatable {
     public var pendingRevocations: [PendingRevocation]
     /// The boot (the kernel's boot id) the device's sign-in was made in, when it is known.
     public var signedInBoot: String?
+    /// While the person is warned of a sign-out after inactivity: when it happens (unix seconds).
+    /// Kept, so that a broker killed during the warning neither forgets nor extends it.
+    public var signOutDeadline: Int64?
 
     public init(
         deviceId: String, current: Account? = nil, clients: [String: ClientRecord] = [:],
         singleSignOn: [String: SingleSignOnGrant] = [:], pendingRevocations: [PendingRevocation] = [],
-        signedInBoot: String? = nil
+        signedInBoot: String? = nil, signOutDeadline: Int64? = nil
     ) {
         self.signedInBoot = signedInBoot
+        self.signOutDeadline = signOutDeadline
         self.deviceId = deviceId
         self.current = current
         self.clients = clients

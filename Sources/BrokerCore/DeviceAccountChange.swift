@@ -15,6 +15,17 @@ public struct DeviceAccountChange: Sendable, Equatable {
     }
 }
 
+/// The warning of a sign-out the person did not ask for (`SignOutPending`, `SignOutCancelled`,
+/// the `SignOutDeadline` property).
+public enum ShiftWarning: Sendable, Equatable {
+    /// The device is signed out at `deadline` (unix seconds) unless the person is active.
+    case pending(cause: SignOutCause, deadline: Int64)
+    /// The person was active: no sign-out.
+    case cancelled(cause: SignOutCause)
+    /// The warning ended with the sign-out (or the sign-out came another way).
+    case over
+}
+
 /// A stage an interactive sign-in reached, for the caller that started it (`SignInProgress`).
 public struct SignInProgress: Sendable, Equatable {
     /// The caller (bus connection) the sign-in belongs to: the one the signal goes to.

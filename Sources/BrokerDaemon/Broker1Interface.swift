@@ -25,12 +25,15 @@ extension DBusInterfaceDescription {
         ],
         signals: [
             .init(name: "SignInProgress", arguments: [.init("flowId", "s"), .init("stage", "s"), .init("details", "a{sv}")]),
+            .init(name: "SignOutPending", arguments: [.init("reason", "s"), .init("deadline", "t")]),
+            .init(name: "SignOutCancelled", arguments: [.init("reason", "s")]),
             .init(name: "AccountChanged", arguments: [.init("current", "a{sv}"), .init("previous", "a{sv}"), .init("reason", "s")]),
         ],
         properties: [
             .init(name: "DeviceMode", signature: "s", access: .read),
             .init(name: "CurrentAccount", signature: "a{sv}", access: .read),
             .init(name: "BrokerVersion", signature: "s", access: .read),
+            .init(name: "SignOutDeadline", signature: "t", access: .read),
         ],
         annotations: [.init("io.shareddevice.Contract.SwiftName", "Broker1")]
     )

@@ -24,13 +24,15 @@ final class BrokerService: Sendable {
             "DeviceMode": .string(configuration.deviceMode.rawValue),
             "BrokerVersion": .string(configuration.brokerVersion),
             "CurrentAccount": BusMarshalling.account(configuration.deviceMode == .shared ? initialState.current : nil),
+            BrokerNames.signOutDeadlineProperty: .uint64(0),
         ])
         self.properties = properties
         self.broker = Broker(
             configuration: configuration, provider: provider, store: store, clock: clock,
             initialState: initialState, logger: logger, callers: callers, cleaner: cleaner,
             onAccountChange: Self.announcing(on: channel, properties: properties, logger: logger),
-            onSignInProgress: Self.reporting(on: channel, logger: logger))
+            onSignInProgress: Self.reporting(on: channel, logger: logger),
+            onShiftWarning: Self.warning(on: channel, properties: properties, logger: logger))
         self.callers = callers
     }
 
@@ -52,6 +54,41 @@ final class BrokerService: Sendable {
                     arguments: BusMarshalling.signInProgress(progress), destination: progress.owner)
             } catch {
                 logger.debug("could not send SignInProgress", metadata: ["error": "\(error)"])
+            }
+        }
+    }
+
+    /// A warning of a sign-out the person did not ask for: `SignOutDeadline` set first (whoever
+    /// reads it on hearing the signal reads the new value), then `SignOutPending` or
+    /// `SignOutCancelled` to every app, then `PropertiesChanged`.
+    private static func warning(on channel: any AnnouncementChannel, properties: PropertyCache, logger: Logger)
+        -> @Sendable (ShiftWarning) -> Void
+    {
+        { warning in
+            let deadline: UInt64
+            var signal: (member: String, arguments: [DBusValue])?
+            switch warning {
+            case .pending(let cause, let at):
+                deadline = UInt64(clamping: at) &* 1_000_000
+                signal = (BrokerNames.signOutPendingSignal, [.string(cause.rawValue), .uint64(deadline)])
+            case .cancelled(let cause):
+                deadline = 0
+                signal = (BrokerNames.signOutCancelledSignal, [.string(cause.rawValue)])
+            case .over:
+                deadline = 0
+            }
+            properties.set(BrokerNames.signOutDeadlineProperty, .uint64(deadline))
+            do {
+                if let signal {
+                    try channel.emitSignal(
+                        path: BrokerNames.objectPath, interface: BrokerNames.interface, member: signal.member,
+                        arguments: signal.arguments, destination: nil)
+                }
+                try channel.emitPropertiesChanged(
+                    path: BrokerNames.objectPath, interface: BrokerNames.interface,
+                    changed: [BrokerNames.signOutDeadlineProperty: .uint64(deadline)], invalidated: [])
+            } catch {
+                logger.critical("could not announce the sign-out warning", metadata: ["error": "\(error)"])
             }
         }
     }

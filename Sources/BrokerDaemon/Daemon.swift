@@ -75,7 +75,13 @@ public enum Daemon {
                 browserSignOut: options.configuration.browserSignOut,
                 maxClients: options.configuration.maxClients ?? BrokerConfiguration.defaultMaxClients,
                 providerNotConfigured: authority == nil ? UnconfiguredProvider.remedy : nil, bootId: bootId(),
-                signOutAfterReboot: options.configuration.signOutAfterReboot == true),
+                signOutAfterReboot: options.configuration.signOutAfterReboot == true,
+                idleSignOut: options.configuration.idleSignOutSeconds.flatMap { seconds in
+                    seconds > 0
+                        ? IdleSignOut(
+                            after: Int64(seconds), warning: Int64(options.configuration.idleWarningSeconds ?? 60))
+                        : nil
+                }),
             provider: provider, store: tokenStore, clock: clock, initialState: initialState, cleaner: cleaner,
             channel: connection,
             callers: CallerPolicy(
@@ -91,6 +97,14 @@ public enum Daemon {
         if rebooted != nil { logger.notice("signed out: the device restarted since the sign-in (signOutAfterReboot)") }
         let lockWatch = await watchScreenLock(options, connection: connection, broker: service.broker, logger: logger)
         defer { withExtendedLifetime(lockWatch) {} }
+        // A warning a killed run left: kept, or its sign-out done now, before anyone is served.
+        let lapsed: Task<SignOutOutcome?, Never>?
+        do { lapsed = try await service.broker.resumeIdleDeadline() } catch {
+            throw DaemonError.state("cannot resume the inactivity deadline: \(error.message)")
+        }
+        _ = await lapsed?.value
+        let idleWatch = await watchInactivity(options, connection: connection, broker: service.broker, logger: logger)
+        defer { withExtendedLifetime(idleWatch) {} }
         if authority == nil {
             service.broker.setDeviceFact(DeviceFact.providerNotConfigured, to: UnconfiguredProvider.remedy)
         }
@@ -258,6 +272,23 @@ public enum Daemon {
         guard let address = getenv("DBUS_STARTER_ADDRESS"), address.pointee != 0 else { return nil }
         if let type = getenv("DBUS_STARTER_BUS_TYPE"), String(cString: type) == "system" { return nil }
         return String(cString: address)
+    }
+
+    /// `idleSignOutSeconds` (shared mode): the person's inactivity from GNOME's idle monitor. Said
+    /// at start, and in the device information, when there is none.
+    private static func watchInactivity(
+        _ options: DaemonOptions, connection: DBusConnection, broker: Broker, logger: Logger
+    ) async -> IdleWatch? {
+        guard let idle = await broker.configuration.idleSignOut, options.deviceMode == .shared else { return nil }
+        let watch = await IdleWatch.start(session: connection, idle: idle, broker: broker, logger: logger)
+        if watch == nil {
+            logger.warning(
+                Logger.Message(
+                    stringLiteral: "idleSignOutSeconds is set, but the desktop offers no idle monitor "
+                        + "(\(IdleWatch.busName), GNOME's): the device is not signed out after inactivity"))
+        }
+        broker.setDeviceFact(DeviceFact.idleSource, to: watch == nil ? "none found at start" : IdleWatch.busName)
+        return watch
     }
 
     /// `signOutOnLock` (shared mode): the screen lock ends the shift. Said at start, and in the

@@ -84,10 +84,14 @@ public struct DaemonConfigurationFile: Decodable, Sendable {
     public var clearOnSignOut: [String]?
     /// Whether the session's screen lock ends the shift (shared mode).
     public var signOutOnLock: Bool?
+    /// Seconds without the person's activity after which the device is signed out (0 or absent: off).
+    public var idleSignOutSeconds: Int?
+    /// The last seconds of them announced as a warning (default 60).
+    public var idleWarningSeconds: Int?
 
     private enum CodingKeys: String, CodingKey, CaseIterable {
         case deviceMode, authority, tenantId, clients, tokenStorage, allowPasswordGrant, compatibility, browserSignOut
-        case maxClients, signOutAfterReboot, clearOnSignOut, signOutOnLock
+        case maxClients, signOutAfterReboot, clearOnSignOut, signOutOnLock, idleSignOutSeconds, idleWarningSeconds
     }
 
     /// Every key the file may have (broker.conf(5) documents each).
@@ -108,6 +112,15 @@ public struct DaemonConfigurationFile: Decodable, Sendable {
         signOutAfterReboot = try values.decodeIfPresent(Bool.self, forKey: .signOutAfterReboot)
         clearOnSignOut = try values.decodeIfPresent([String].self, forKey: .clearOnSignOut)
         signOutOnLock = try values.decodeIfPresent(Bool.self, forKey: .signOutOnLock)
+        idleSignOutSeconds = try values.decodeIfPresent(Int.self, forKey: .idleSignOutSeconds)
+        idleWarningSeconds = try values.decodeIfPresent(Int.self, forKey: .idleWarningSeconds)
+        for (key, value) in [
+            (CodingKeys.idleSignOutSeconds, idleSignOutSeconds), (.idleWarningSeconds, idleWarningSeconds),
+        ]
+        where value.map({ !(0...86_400).contains($0) }) == true {
+            throw DecodingError.dataCorruptedError(
+                forKey: key, in: values, debugDescription: "\(key.rawValue) must be between 0 and 86400 seconds")
+        }
         if let maxClients, !(1...1_000_000).contains(maxClients) {
             throw DecodingError.dataCorruptedError(
                 forKey: .maxClients, in: values, debugDescription: "maxClients must be between 1 and 1000000")
@@ -119,9 +132,11 @@ public struct DaemonConfigurationFile: Decodable, Sendable {
         tokenStorage: TokenStorage? = nil, allowPasswordGrant: Bool? = nil,
         compatibility: [CompatibilityProtocol]? = nil, browserSignOut: BrowserSignOutPolicy? = nil,
         maxClients: Int? = nil, signOutAfterReboot: Bool? = nil, clearOnSignOut: [String]? = nil,
-        signOutOnLock: Bool? = nil
+        signOutOnLock: Bool? = nil, idleSignOutSeconds: Int? = nil, idleWarningSeconds: Int? = nil
     ) {
         self.signOutOnLock = signOutOnLock
+        self.idleSignOutSeconds = idleSignOutSeconds
+        self.idleWarningSeconds = idleWarningSeconds
         self.maxClients = maxClients
         self.signOutAfterReboot = signOutAfterReboot
         self.clearOnSignOut = clearOnSignOut
@@ -177,7 +192,9 @@ public struct DaemonConfigurationFile: Decodable, Sendable {
             maxClients: administrator.maxClients ?? maxClients,
             signOutAfterReboot: administrator.signOutAfterReboot ?? signOutAfterReboot,
             clearOnSignOut: administrator.clearOnSignOut ?? clearOnSignOut,
-            signOutOnLock: administrator.signOutOnLock ?? signOutOnLock)
+            signOutOnLock: administrator.signOutOnLock ?? signOutOnLock,
+            idleSignOutSeconds: administrator.idleSignOutSeconds ?? idleSignOutSeconds,
+            idleWarningSeconds: administrator.idleWarningSeconds ?? idleWarningSeconds)
     }
 
     /// The user's configuration (`--config`): a regular file of the user's or root's that nobody

@@ -29,7 +29,8 @@ import Glibc
 /// device secret and ID token. An older brokerd of version 2 skips it, as it skips any key it does
 /// not know, and loses only single sign-on until the next sign-in.
 ///
-/// `signedInBoot` (optional) is the kernel's boot id when the device's sign-in was made
+/// `signOutDeadline` (optional, unix seconds) is when an inactivity warning in progress signs the
+/// device out. `signedInBoot` (optional) is the kernel's boot id when the device's sign-in was made
 /// (`signOutAfterReboot`); an older brokerd skips it.
 ///
 /// `pendingRevocations` (optional, with `--token-storage plaintext-file` only: they are secrets)
@@ -155,6 +156,9 @@ enum StateFileFormat {
                 out.raw("}")
             }
             out.raw("]")
+        }
+        if let deadline = state.signOutDeadline {
+            out.raw(",\"signOutDeadline\":\(deadline)")
         }
         if let boot = state.signedInBoot {
             out.raw(",\"signedInBoot\":")
@@ -300,10 +304,14 @@ enum StateFileFormat {
             try reader.at(offsets["signedInBoot"]) { (reader: inout JSONReader) throws(JSONReader.Problem) in
                 try reader.readStringOrNull("signedInBoot")
             } ?? nil
+        let deadline =
+            try reader.at(offsets["signOutDeadline"]) { (reader: inout JSONReader) throws(JSONReader.Problem) in
+                try reader.readInteger()
+            } ?? nil
         return Loaded(
             state: BrokerState(
                 deviceId: deviceId, current: current, clients: clients, singleSignOn: singleSignOn,
-                pendingRevocations: owed, signedInBoot: boot),
+                pendingRevocations: owed, signedInBoot: boot, signOutDeadline: deadline.map(Int64.init)),
             version: 2, droppedAccessTokens: 0)
     }
 

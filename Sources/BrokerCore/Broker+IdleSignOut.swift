@@ -1,0 +1,83 @@
+/// Sign-out after inactivity (shared mode, `idleSignOutSeconds`): the desktop's idle source tells
+/// the core when the person has been inactive until the warning is due and when they are active
+/// again; the core decides. The warning (`SignOutPending`, the `SignOutDeadline` property) lasts
+/// `idleWarningSeconds`; activity cancels it (`SignOutCancelled`); at its deadline the device is
+/// signed out through the one sign-out path (cause `idle`). The deadline is written with the
+/// state, so a broker killed during the warning neither forgets it nor extends the session.
+/// A timer is armed for the deadline; nothing is polled.
+extension Broker {
+    /// When a warning in progress signs the device out (unix seconds), or nil.
+    public nonisolated var pendingSignOutDeadline: Int64? { state.signOutDeadline }
+
+    /// The person has been inactive for the quiet part (`idleSignOutSeconds - idleWarningSeconds`):
+    /// the warning starts, unless nobody is signed in or one is on already.
+    public func personInactive() {
+        guard let idle = configuration.idleSignOut, configuration.deviceMode == .shared, state.current != nil,
+            state.signOutDeadline == nil
+        else { return }
+        let deadline = clock.now() + idle.warning
+        var next = state
+        next.signOutDeadline = deadline
+        do { try commit(next) } catch {
+            // Unwritten, the warning would not survive a restart; it still runs in this one.
+            logger.warning("could not keep the sign-out deadline", metadata: ["error": "\(error)"])
+        }
+        logger.notice("signing out after inactivity unless the person is active", metadata: ["in": "\(idle.warning) s"])
+        onShiftWarning(.pending(cause: .idle, deadline: deadline))
+        armIdleDeadline(deadline)
+    }
+
+    /// The person is active: a warning on is cancelled.
+    public func personActive() {
+        guard state.signOutDeadline != nil else { return }
+        idleDeadlineTimer?.cancel()
+        idleDeadlineTimer = nil
+        var next = state
+        next.signOutDeadline = nil
+        do { try commit(next) } catch {
+            logger.warning("could not forget the sign-out deadline", metadata: ["error": "\(error)"])
+        }
+        logger.notice("the person is active: no sign-out after inactivity")
+        onShiftWarning(.cancelled(cause: .idle))
+    }
+
+    /// At start: a deadline a previous run wrote is kept (re-armed, announced) or, when passed,
+    /// the sign-out it promised happens now. Returns the sign-out's remaining work, if any.
+    public func resumeIdleDeadline() throws(BrokerFailure) -> Task<SignOutOutcome?, Never>? {
+        guard let deadline = state.signOutDeadline else { return nil }
+        guard configuration.idleSignOut != nil, state.current != nil else {
+            var next = state
+            next.signOutDeadline = nil
+            try commit(next)
+            return nil
+        }
+        if clock.now() >= deadline {
+            return Task { try? await self.endShift(cause: .idle) }
+        }
+        onShiftWarning(.pending(cause: .idle, deadline: deadline))
+        armIdleDeadline(deadline)
+        return nil
+    }
+
+    private func armIdleDeadline(_ deadline: Int64) {
+        idleDeadlineTimer?.cancel()
+        let wait = max(0, deadline - clock.now())
+        idleDeadlineTimer = Task {
+            do { try await Task.sleep(for: .seconds(wait)) } catch { return }
+            await self.idleDeadlineReached(deadline)
+        }
+    }
+
+    private func idleDeadlineReached(_ deadline: Int64) async {
+        guard state.signOutDeadline == deadline else { return }
+        // This task is the timer: the sign-out must not cancel it under itself.
+        idleDeadlineTimer = nil
+        do {
+            try await endShift(cause: .idle)
+        } catch {
+            logger.error(
+                "the inactivity deadline passed, but the device could not be signed out",
+                metadata: ["error": "\(error)"])
+        }
+    }
+}

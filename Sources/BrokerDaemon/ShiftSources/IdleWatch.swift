@@ -1,0 +1,59 @@
+import BrokerCore
+import DBus
+import Locking
+import Logging
+
+/// The person's inactivity, for `idleSignOutSeconds`, from GNOME's idle monitor
+/// (`org.gnome.Mutter.IdleMonitor`): an idle watch fires when the person has been inactive until
+/// the warning is due, and a user-active watch (one-shot, armed then) when they are active again.
+/// The core decides what that means; this only tells it. Watches and signals: nothing is polled.
+final class IdleWatch: Sendable {
+    static let busName = "org.gnome.Mutter.IdleMonitor"
+    static let path = "/org/gnome/Mutter/IdleMonitor/Core"
+    static let interface = "org.gnome.Mutter.IdleMonitor"
+
+    private let listener: Task<Void, Never>
+
+    private init(listener: Task<Void, Never>) { self.listener = listener }
+
+    deinit { listener.cancel() }
+
+    /// Watches through `session` when the idle monitor is there; nil (said by the caller) when not.
+    static func start(session: DBusConnection, idle: IdleSignOut, broker: Broker, logger: Logger) async
+        -> IdleWatch?
+    {
+        let owned =
+            (try? await session.call(
+                destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
+                member: "NameHasOwner", arguments: [.string(busName)], timeout: .seconds(5)
+            ).first?.bool) ?? false
+        guard owned,
+            let fired = try? await session.signals(
+                matching: DBusMatchRule(sender: busName, path: path, interface: interface, member: "WatchFired"))
+        else { return nil }
+        func watch(_ member: String, _ arguments: [DBusValue]) async -> UInt32? {
+            try? await session.call(
+                destination: busName, path: path, interface: interface, member: member, arguments: arguments,
+                timeout: .seconds(5)
+            ).first?.uint32
+        }
+        guard let idleWatch = await watch("AddIdleWatch", [.uint64(UInt64(idle.quiet) * 1000)]) else { return nil }
+        // A warning a previous run left pending needs the person's next activity too.
+        let active = Locked<UInt32?>(broker.pendingSignOutDeadline != nil ? await watch("AddUserActiveWatch", []) : nil)
+        let listener = Task {
+            for await signal in fired {
+                guard let id = signal.arguments.first?.uint32 else { continue }
+                if id == idleWatch {
+                    await broker.personInactive()
+                    let armed = await watch("AddUserActiveWatch", [])
+                    active.withLock { $0 = armed }
+                } else if id == active.withLock({ $0 }) {
+                    active.withLock { $0 = nil }
+                    await broker.personActive()
+                }
+            }
+        }
+        logger.info("watching the person's inactivity", metadata: ["source": "\(busName)", "quiet": "\(idle.quiet) s"])
+        return IdleWatch(listener: listener)
+    }
+}

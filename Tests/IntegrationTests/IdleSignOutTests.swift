@@ -1,0 +1,201 @@
+import BrokerAPI
+import DBus
+import Foundation
+import TestSupport
+import Testing
+
+/// Sign-out after inactivity, with the real GNOME idle monitor: a headless `mutter` (Debian's) on
+/// the test's private bus, its idle time reset by real input through its remote-desktop API, and
+/// the real brokerd. Seconds stand for minutes: inactive for 2 s, then a 4 s warning.
+@Suite("Sign-out after inactivity", .serialized, .timeLimit(.minutes(2)))
+struct IdleSignOutTests {
+    /// A headless mutter serving the idle monitor and remote desktop on `bus`.
+    final class HeadlessMutter: @unchecked Sendable {
+        let process: ChildProcess
+        let connection: DBusConnection
+        private var session: String?
+
+        init(bus: PrivateBus, in directory: TemporaryDirectory) async throws {
+            guard FileManager.default.isExecutableFile(atPath: "/usr/bin/mutter") else {
+                try Test.cancel("/usr/bin/mutter is not installed (the Debian package mutter; make deps installs it)")
+            }
+            let home = directory.path + "/mutter-home"
+            for sub in ["", "/run"] {
+                try FileManager.default.createDirectory(
+                    atPath: home + sub, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+            }
+            connection = try await offThePool { try DBusConnection(address: bus.address) }
+            process = try ChildProcess(
+                "mutter", executable: "/usr/bin/mutter",
+                arguments: ["--headless", "--wayland", "--no-x11", "--virtual-monitor", "1280x800"],
+                environment: [
+                    "DBUS_SESSION_BUS_ADDRESS": bus.address, "XDG_RUNTIME_DIR": home + "/run", "HOME": home,
+                    "GSETTINGS_BACKEND": "memory", "DBUS_SYSTEM_BUS_ADDRESS": "unix:path=/nonexistent",
+                    "DISPLAY": "", "WAYLAND_DISPLAY": "",
+                ])
+            // Ready once it owns both names it serves (its start takes a fraction of a second).
+            let deadline = ContinuousClock.now + .seconds(20)
+            for name in [IdleWatchNames.monitor, "org.gnome.Mutter.RemoteDesktop"] {
+                while try await !hasOwner(name) {
+                    guard ContinuousClock.now < deadline else {
+                        throw ProcessFailure("mutter did not serve \(name) within 20 s:\n\(process.allOutput)")
+                    }
+                    try await Task.sleep(for: .milliseconds(50))  // polling the bus for mutter's readiness
+                }
+            }
+        }
+
+        deinit {
+            process.signal(SIGTERM)
+            _ = try? process.waitForExit(timeout: .seconds(5))
+            connection.close()
+        }
+
+        private func hasOwner(_ name: String) async throws -> Bool {
+            try await connection.call(
+                destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
+                member: "NameHasOwner", arguments: [.string(name)]
+            ).first?.bool ?? false
+        }
+
+        /// A key pressed and released, as a person's keyboard would (evdev KEY_A).
+        func type() async throws {
+            let remote = "org.gnome.Mutter.RemoteDesktop"
+            if session == nil {
+                session = try await connection.call(
+                    destination: remote, path: "/org/gnome/Mutter/RemoteDesktop", interface: remote,
+                    member: "CreateSession"
+                ).first?.objectPath
+                _ = try await connection.call(
+                    destination: remote, path: session ?? "/", interface: remote + ".Session", member: "Start")
+            }
+            for pressed in [true, false] {
+                _ = try await connection.call(
+                    destination: remote, path: session ?? "/", interface: remote + ".Session",
+                    member: "NotifyKeyboardKeycode", arguments: [.uint32(30), .bool(pressed)])
+            }
+        }
+    }
+
+    enum IdleWatchNames {
+        static let monitor = "org.gnome.Mutter.IdleMonitor"
+    }
+
+    /// The broker's signals, as an app hears them.
+    private static func listen(_ env: BrokerEnvironment) async throws -> (DBusConnection, AsyncStream<DBusSignal>) {
+        let app = try await offThePool { try DBusConnection(address: env.bus.address) }
+        let signals = try await app.signals(
+            matching: DBusMatchRule(path: BrokerNames.objectPath, interface: BrokerNames.interface))
+        return (app, signals)
+    }
+
+    /// The next of `members` on `stream`, within `timeout`.
+    private static func next(
+        _ members: Set<String>, on stream: AsyncStream<DBusSignal>, timeout: Duration = .seconds(15)
+    ) async throws -> DBusSignal {
+        let found = await withTaskGroup(of: DBusSignal?.self) { group in
+            group.addTask { await stream.first { members.contains($0.member) } }
+            group.addTask {
+                try? await Task.sleep(for: timeout)  // the bound, not a synchronization
+                return nil
+            }
+            let first = await group.next() ?? nil
+            group.cancelAll()
+            return first
+        }
+        guard let found else { throw ProcessFailure("none of \(members) within \(timeout)") }
+        return found
+    }
+
+    private static func deadlineProperty(_ connection: DBusConnection) async throws -> UInt64? {
+        try await connection.call(
+            destination: BrokerNames.busName, path: BrokerNames.objectPath,
+            interface: "org.freedesktop.DBus.Properties", member: "Get",
+            arguments: [.string(BrokerNames.interface), .string(BrokerNames.signOutDeadlineProperty)]
+        ).first?.uint64
+    }
+
+    private static func start(_ env: BrokerEnvironment, in directory: TemporaryDirectory) throws {
+        let config = try directory.write("idle.conf", #"{"idleSignOutSeconds": 6, "idleWarningSeconds": 4}"#)
+        chmod(config, 0o600)
+        try env.restartBroker(extraArguments: ["--config", config])
+    }
+
+    @Test("inactivity warns three apps, activity in the warning cancels it, inactivity to the deadline signs out")
+    func warnCancelThenSignOut() async throws {
+        let env = try await offThePool { try BrokerEnvironment() }
+        let mutter = try await HeadlessMutter(bus: env.bus, in: env.directory)
+        defer { withExtendedLifetime(mutter) {} }
+        try await offThePool { try Self.start(env, in: env.directory) }
+        #expect(try await offThePool { try env.brokerctl(["device-info"]) }.stdout.contains(IdleWatchNames.monitor))
+        var apps: [(DBusConnection, AsyncStream<DBusSignal>)] = []
+        for _ in 0..<3 { apps.append(try await Self.listen(env)) }
+        defer { for (app, _) in apps { app.close() } }
+        #expect(try await offThePool { try env.signIn(TestUsers.alice, client: "mail-app") }.status == 0)
+        try await mutter.type()
+
+        for (_, signals) in apps {
+            let signedIn = try await Self.next(["AccountChanged"], on: signals)
+            #expect(signedIn.arguments.last?.string == "signed-in")
+        }
+
+        // Inactive: every app is warned, with the deadline, which the property shows.
+        var deadlines: [UInt64] = []
+        for (_, signals) in apps {
+            let pending = try await Self.next([BrokerNames.signOutPendingSignal], on: signals)
+            #expect(pending.arguments.first?.string == "idle")
+            deadlines.append(pending.arguments.dropFirst().first?.uint64 ?? 0)
+        }
+        let now = UInt64(Date().timeIntervalSince1970 * 1_000_000)
+        #expect(deadlines.allSatisfy { $0 == deadlines[0] && $0 > now && $0 <= now + 4_000_000 }, "\(deadlines)")
+        #expect(try await Self.deadlineProperty(apps[0].0) == deadlines[0])
+
+        // The person touches the keyboard: cancelled, still signed in.
+        try await mutter.type()
+        for (_, signals) in apps {
+            let cancelled = try await Self.next([BrokerNames.signOutCancelledSignal, "AccountChanged"], on: signals)
+            #expect(
+                cancelled.member == BrokerNames.signOutCancelledSignal && cancelled.arguments.first?.string == "idle")
+        }
+        #expect(try await Self.deadlineProperty(apps[0].0) == 0)
+
+        // Inactive again, to the deadline: every app hears the sign-out, with its cause.
+        for (_, signals) in apps {
+            _ = try await Self.next([BrokerNames.signOutPendingSignal], on: signals)
+            let signedOut = try await Self.next(["AccountChanged"], on: signals)
+            #expect(signedOut.arguments.last?.string == "signed-out")
+            #expect(signedOut.arguments.dropFirst().first?.vardict?[AccountKey.signOutCause]?.string == "idle")
+        }
+        #expect(try await Self.deadlineProperty(apps[0].0) == 0)
+        let current = try await offThePool {
+            try env.brokerctl(["current-account", "--client-id", "notes-app", "--json"])
+        }
+        #expect(try current.json()["current"] is NSNull)
+    }
+
+    @Test("brokerd killed during the warning: restarted after the deadline, the device is signed out at once")
+    func killedDuringTheWarning() async throws {
+        let env = try await offThePool { try BrokerEnvironment() }
+        let mutter = try await HeadlessMutter(bus: env.bus, in: env.directory)
+        defer { withExtendedLifetime(mutter) {} }
+        try await offThePool { try Self.start(env, in: env.directory) }
+        let (app, signals) = try await Self.listen(env)
+        defer { app.close() }
+        #expect(try await offThePool { try env.signIn(TestUsers.alice, client: "mail-app") }.status == 0)
+        let pending = try await Self.next([BrokerNames.signOutPendingSignal], on: signals)
+        let deadline = pending.arguments.dropFirst().first?.uint64 ?? 0
+        #expect(try env.stateFile()["signOutDeadline"] as? Int == Int(deadline / 1_000_000))
+        env.brokerd.process.signal(SIGKILL)
+        _ = try await offThePool { try env.brokerd.process.waitForExit(timeout: .seconds(10)) }
+        // The deadline passes while no broker runs.
+        while UInt64(Date().timeIntervalSince1970 * 1_000_000) < deadline + 1_000_000 {
+            try await Task.sleep(for: .milliseconds(100))  // waiting for the clock to pass the deadline
+        }
+        try await offThePool { try Self.start(env, in: env.directory) }
+        let current = try await offThePool {
+            try env.brokerctl(["current-account", "--client-id", "mail-app", "--json"])
+        }
+        #expect(try current.json()["current"] is NSNull, "never a silently extended session")
+        #expect(try env.stateFile()["signOutDeadline"] == nil)
+    }
+}
