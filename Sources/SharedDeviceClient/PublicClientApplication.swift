@@ -15,7 +15,7 @@ public final class PublicClientApplication: Sendable {
     public let clientId: String
     /// How the app reaches the broker.
     public let configuration: BrokerClientConfiguration
-    private let link: BusLink
+    let link: BusLink
 
     /// Connects to the bus (the session bus, or `configuration.busAddress`). The broker itself is
     /// reached on the first call. Throws ``BrokerError/brokerUnavailable(_:)`` when there is no bus.

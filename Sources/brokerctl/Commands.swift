@@ -358,7 +358,10 @@ struct SignOut: AsyncCommand {
 
 struct Watch: AsyncCommand {
     static let configuration = CommandConfiguration(
-        commandName: "watch", abstract: "Print each change of the device's account as it happens, until interrupted.",
+        commandName: "watch",
+        abstract:
+            "Print each change of the device's account, and each warning of a sign-out nobody asked for (after "
+            + "inactivity), as it happens, until interrupted.",
         discussion: "Prints \"watching\" (text) once subscribed; with --json, one JSON object per line.")
     @OptionGroup var common: CommonOptions
 
@@ -366,8 +369,22 @@ struct Watch: AsyncCommand {
         try await reportingErrors {
             let app = try common.application(clientId: "brokerctl")
             let changes = try await app.subscribeToAccountChanges()
+            let warnings = try await app.signOutWarnings()
             if !common.json { print("watching for account changes (Ctrl-C to stop)") }
             Output.flush()
+            let json = common.json
+            // The warnings of a sign-out nobody asked for, between the changes: one line each.
+            let warned = Task {
+                for await warning in warnings {
+                    if json {
+                        Output.jsonLine(WarningLine(warning))
+                    } else {
+                        print(Self.describe(warning))
+                    }
+                    Output.flush()
+                }
+            }
+            defer { warned.cancel() }
             for try await change in changes {
                 if common.json {
                     Output.jsonLine(
@@ -382,6 +399,38 @@ struct Watch: AsyncCommand {
                 }
                 Output.flush()
             }
+        }
+    }
+}
+
+extension Watch {
+    /// `sign-out pending (idle): in 60 s` or `sign-out cancelled (idle)`.
+    static func describe(_ warning: SignOutWarning) -> String {
+        switch warning {
+        case .pending(let reason, let deadline):
+            var now = timespec()
+            clock_gettime(CLOCK_REALTIME, &now)
+            let left =
+                (Int64(clamping: deadline) - Int64(now.tv_sec) * 1_000_000 - Int64(now.tv_nsec / 1000)) / 1_000_000
+            return "sign-out pending (\(reason.rawValue)): in \(max(0, left)) s, unless the person is active"
+        case .cancelled(let reason):
+            return "sign-out cancelled (\(reason.rawValue))"
+        }
+    }
+}
+
+/// `watch --json`: a warning of a sign-out nobody asked for.
+struct WarningLine: Encodable {
+    var event: String
+    var reason: String
+    var deadline: UInt64?
+
+    init(_ warning: SignOutWarning) {
+        switch warning {
+        case .pending(let reason, let deadline):
+            (event, self.reason, self.deadline) = ("sign-out-pending", reason.rawValue, deadline)
+        case .cancelled(let reason):
+            (event, self.reason, deadline) = ("sign-out-cancelled", reason.rawValue, nil)
         }
     }
 }

@@ -1,6 +1,7 @@
 import BrokerAPI
 import DBus
 import Foundation
+import SharedDeviceClient
 import TestSupport
 import Testing
 
@@ -131,6 +132,11 @@ struct IdleSignOutTests {
         var apps: [(DBusConnection, AsyncStream<DBusSignal>)] = []
         for _ in 0..<3 { apps.append(try await Self.listen(env)) }
         defer { for (app, _) in apps { app.close() } }
+        // brokerctl watch, and an app on the client library, hear the same.
+        let watcher = try await offThePool { try env.watch() }
+        let library = try PublicClientApplication(
+            clientId: "notes-app", configuration: BrokerClientConfiguration(busAddress: env.bus.address))
+        let warnings = try await library.signOutWarnings()
         #expect(try await offThePool { try env.signIn(TestUsers.alice, client: "mail-app") }.status == 0)
         try await mutter.type()
 
@@ -158,6 +164,12 @@ struct IdleSignOutTests {
                 cancelled.member == BrokerNames.signOutCancelledSignal && cancelled.arguments.first?.string == "idle")
         }
         #expect(try await Self.deadlineProperty(apps[0].0) == 0)
+        let heard = await Self.first(2, of: warnings)
+        #expect(heard == [.pending(reason: .idle, deadline: deadlines[0]), .cancelled(reason: .idle)], "\(heard)")
+        try await offThePool {
+            _ = try watcher.waitForLine(timeout: .seconds(10)) { $0.hasPrefix("sign-out pending (idle): in ") }
+            _ = try watcher.waitForLine(timeout: .seconds(10)) { $0 == "sign-out cancelled (idle)" }
+        }
 
         // Inactive again, to the deadline: every app hears the sign-out, with its cause.
         for (_, signals) in apps {
@@ -171,6 +183,23 @@ struct IdleSignOutTests {
             try env.brokerctl(["current-account", "--client-id", "notes-app", "--json"])
         }
         #expect(try current.json()["current"] is NSNull)
+        try await offThePool {
+            _ = try watcher.waitForLine(timeout: .seconds(10)) { $0.hasPrefix("signed-out (idle)") }
+        }
+    }
+
+    /// The first `count` warnings of `stream`, waiting at most 15 s.
+    private static func first(_ count: Int, of stream: AsyncStream<SignOutWarning>) async -> [SignOutWarning] {
+        await withTaskGroup(of: [SignOutWarning]?.self) { group in
+            group.addTask { await stream.prefix(count).reduce(into: []) { $0.append($1) } }
+            group.addTask {
+                try? await Task.sleep(for: .seconds(15))  // the bound, not a synchronization
+                return nil
+            }
+            let first = await group.next() ?? nil
+            group.cancelAll()
+            return first ?? []
+        }
     }
 
     @Test("brokerd killed during the warning: restarted after the deadline, the device is signed out at once")

@@ -1,0 +1,64 @@
+import BrokerAPI
+import DBus
+
+/// A warning that the device will be signed out without anyone asking (`SignOutPending`,
+/// `SignOutCancelled`): an app shows a countdown, and may offer "Stay signed in" (any activity
+/// the desktop sees cancels it).
+public enum SignOutWarning: Sendable, Equatable {
+    /// The device is signed out at `deadline` (microseconds of the realtime clock, as
+    /// `clock_gettime(CLOCK_REALTIME)` gives them) unless the person is active first.
+    case pending(reason: SignOutCause, deadline: UInt64)
+    /// The pending sign-out will not happen: the person was active.
+    case cancelled(reason: SignOutCause)
+}
+
+extension PublicClientApplication {
+    /// The broker's sign-out warnings, from the moment this returns (the bus has the match rules)
+    /// until the consumer stops; first the warning in progress, if one is (the `SignOutDeadline`
+    /// property). Beside ``accountChanges``, which then reports the sign-out itself.
+    public func signOutWarnings() async throws(BrokerError) -> AsyncStream<SignOutWarning> {
+        let connection = try link.connection()
+        let rule = { (member: String) in
+            DBusMatchRule(
+                sender: BrokerNames.busName, path: BrokerNames.objectPath, interface: BrokerNames.interface,
+                member: member)
+        }
+        let pending: AsyncStream<DBusSignal>
+        let cancelled: AsyncStream<DBusSignal>
+        do {
+            pending = try await connection.signals(matching: rule(BrokerNames.signOutPendingSignal))
+            cancelled = try await connection.signals(matching: rule(BrokerNames.signOutCancelledSignal))
+        } catch {
+            throw BusLink.brokerError(error)
+        }
+        let now = try? await connection.call(
+            destination: BrokerNames.busName, path: BrokerNames.objectPath,
+            interface: "org.freedesktop.DBus.Properties", member: "Get",
+            arguments: [.string(BrokerNames.interface), .string(BrokerNames.signOutDeadlineProperty)],
+            timeout: configuration.queryTimeout)
+        let (stream, continuation) = AsyncStream<SignOutWarning>.makeStream(bufferingPolicy: .unbounded)
+        if let deadline = now?.first?.uint64, deadline > 0 {
+            continuation.yield(.pending(reason: .idle, deadline: deadline))
+        }
+        let readers = [
+            Task {
+                for await signal in pending {
+                    if let reason = signal.arguments.first?.string.flatMap(SignOutCause.init(rawValue:)),
+                        let deadline = signal.arguments.dropFirst().first?.uint64
+                    {
+                        continuation.yield(.pending(reason: reason, deadline: deadline))
+                    }
+                }
+            },
+            Task {
+                for await signal in cancelled {
+                    if let reason = signal.arguments.first?.string.flatMap(SignOutCause.init(rawValue:)) {
+                        continuation.yield(.cancelled(reason: reason))
+                    }
+                }
+            },
+        ]
+        continuation.onTermination = { _ in for reader in readers { reader.cancel() } }
+        return stream
+    }
+}
