@@ -318,8 +318,10 @@ class Window:
                     None)
 
     def wait_for_account(self, expected, timeout=20):
+        # The description is made before the wait, while the window may be switching pages (a
+        # widget read then can vanish under the reader): it names what is awaited only.
         return wait_until(lambda: (self.account_line() or "").startswith(expected), timeout,
-                          "%s to show %r (it shows %r)" % (self.app_name, expected, self.account_line()))
+                          "%s to show %r" % (self.app_name, expected))
 
     def activate_action(self, action, parameter=None):
         """Activates app.ACTION over the bus, as another program (or GNOME Shell) would."""
