@@ -3,7 +3,7 @@
 /// killed before the provider answered, or a provider that was down, still revokes them: after a
 /// restart, or later with back-off, until the provider confirms or refuses for good.
 extension Broker {
-    /// At most this many revocations are kept owing; beyond it the oldest are given up (logged).
+    /// At most this many revocations are kept owing; beyond it the oldest are given up.
     public static let maxPendingRevocations = 512
     /// The first retry after a failed revocation, doubled up to ``longestRevocationRetry``.
     static let firstRevocationRetry: Duration = .seconds(2)
@@ -26,9 +26,12 @@ extension Broker {
                                 ? .revoked : .notOffered
                         )
                     } catch let failure as BrokerFailure
-                        where failure.code == .serverUnavailable || failure.code == .serverError
+                        where [.serverUnavailable, .serverError, .cancelled].contains(failure.code)
                     {
+                        // Unanswered, or cut short by brokerd's stop: still owed, never forgotten.
                         return (item, .pending(failure.message))
+                    } catch is CancellationError {
+                        return (item, .pending("brokerd is stopping"))
                     } catch {
                         return (item, .refused(Self.describe(error)))
                     }
