@@ -145,17 +145,9 @@ struct DesktopPortalTests {
     private static func first(
         in stream: AsyncStream<SignInProgress>, where matches: @escaping @Sendable (SignInProgress) -> Bool
     ) async throws -> SignInProgress {
-        let found = await withTaskGroup(of: SignInProgress?.self) { group in
-            group.addTask { await stream.first(where: matches) }
-            group.addTask {
-                try? await Task.sleep(for: .seconds(20))  // the bound, not a synchronization
-                return nil
-            }
-            let first = await group.next() ?? nil
-            group.cancelAll()
-            return first
+        guard let found = await within(.seconds(20), { await stream.first(where: matches) }) else {
+            throw ProcessFailure("no such sign-in progress within 20 s")
         }
-        guard let found else { throw ProcessFailure("no such sign-in progress within 20 s") }
         return found
     }
 }

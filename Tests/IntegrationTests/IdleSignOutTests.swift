@@ -94,17 +94,9 @@ struct IdleSignOutTests {
     private static func next(
         _ members: Set<String>, on stream: AsyncStream<DBusSignal>, timeout: Duration = .seconds(15)
     ) async throws -> DBusSignal {
-        let found = await withTaskGroup(of: DBusSignal?.self) { group in
-            group.addTask { await stream.first { members.contains($0.member) } }
-            group.addTask {
-                try? await Task.sleep(for: timeout)  // the bound, not a synchronization
-                return nil
-            }
-            let first = await group.next() ?? nil
-            group.cancelAll()
-            return first
+        guard let found = await within(timeout, { await stream.first { members.contains($0.member) } }) else {
+            throw ProcessFailure("none of \(members) within \(timeout)")
         }
-        guard let found else { throw ProcessFailure("none of \(members) within \(timeout)") }
         return found
     }
 
@@ -190,16 +182,7 @@ struct IdleSignOutTests {
 
     /// The first `count` warnings of `stream`, waiting at most 15 s.
     private static func first(_ count: Int, of stream: AsyncStream<SignOutWarning>) async -> [SignOutWarning] {
-        await withTaskGroup(of: [SignOutWarning]?.self) { group in
-            group.addTask { await stream.prefix(count).reduce(into: []) { $0.append($1) } }
-            group.addTask {
-                try? await Task.sleep(for: .seconds(15))  // the bound, not a synchronization
-                return nil
-            }
-            let first = await group.next() ?? nil
-            group.cancelAll()
-            return first ?? []
-        }
+        await within(.seconds(15)) { await stream.prefix(count).reduce(into: []) { $0.append($1) } } ?? []
     }
 
     @Test("brokerd killed during the warning: restarted after the deadline, the device is signed out at once")
