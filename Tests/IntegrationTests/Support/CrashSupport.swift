@@ -181,21 +181,10 @@ extension ActivatingBus {
                 sender: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
                 member: "NameOwnerChanged", arg0: name))
         try action()
-        let released = await withTaskGroup(of: Bool.self) { group in
-            group.addTask {
-                for await change in changes where change.arguments.count == 3 && change.arguments[2].string == "" {
-                    return true
-                }
-                return false
-            }
-            group.addTask {
-                try? await Task.sleep(for: timeout)
-                return false
-            }
-            let first = await group.next() ?? false
-            group.cancelAll()
-            return first
-        }
+        let released =
+            await within(timeout) {
+                await changes.first { $0.arguments.count == 3 && $0.arguments[2].string == "" } != nil
+            } ?? false
         guard released else { throw ProcessFailure("\(name) was not released within \(timeout)") }
     }
 }
