@@ -485,19 +485,18 @@ public actor Broker {
         // Owed to the provider from the moment the sign-out is written: a crash or an outage
         // before the provider confirms leaves them pending, never forgotten.
         next.owe(revoke)
-        let warned = state.signOutDeadline != nil
         // Default mode: the app's own account changed, which no other app sees, so no signal.
         try commit(
             next,
             announcing: configuration.deviceMode == .shared
-                ? DeviceAccountChange(current: nil, previous: account, reason: .signedOut, cause: cause) : nil)
+                ? DeviceAccountChange(current: nil, previous: account, reason: .signedOut, cause: cause) : nil,
+            endingWarning: state.signOutDeadline != nil)
         generation &+= 1
         if state.signOutDeadline == nil, let timer = idleDeadlineTimer {
             // A warning was on: it ends with this sign-out, whatever its cause.
             timer.cancel()
             idleDeadlineTimer = nil
         }
-        if warned { onShiftWarning(.over) }
         logger.info(
             "signed out",
             metadata: [
@@ -591,16 +590,18 @@ public actor Broker {
             "\(holder.username) is signed in on this device; sign out first to sign in as someone else")
     }
 
-    /// Writes `next` atomically and adopts it, announces `change` (the device's account
-    /// changed), then makes the write durable; the caller replies after that. On a failed write
-    /// nothing changes and nothing is announced.
+    /// Writes `proposed` and adopts it; announces the end of a sign-out warning (`endingWarning`)
+    /// and then `change` (the device's account changed), in that order, so that an app that hears
+    /// the account change reads no deadline any more; then makes the write durable. The caller
+    /// replies after that. On a failed write nothing changes and nothing is announced.
     ///
     /// The announcement goes out before the sync because apps act on it at once (the next
     /// person must not see the last one's data) and a sync costs a disk flush, about 0.5 ms here.
     /// It is safe: once `save` returned, a restarted brokerd reads the new state; only a power
-    /// loss in the next instant could bring back the old one, which the file system's ordered
-    /// rename keeps whole.
-    func commit(_ proposed: BrokerState, announcing change: DeviceAccountChange? = nil) throws(BrokerFailure) {
+    /// loss in the next instant could bring back the old one, which the store keeps whole.
+    func commit(_ proposed: BrokerState, announcing change: DeviceAccountChange? = nil, endingWarning: Bool = false)
+        throws(BrokerFailure)
+    {
         var next = proposed
         noteActiveClients(from: state, to: &next)
         do {
@@ -610,6 +611,7 @@ public actor Broker {
             throw BrokerFailure(.storageFailed, "the broker could not save its state (\(error)); nothing was changed")
         }
         published.withLock { $0 = next }
+        if endingWarning { onShiftWarning(.over) }
         if let change { onAccountChange(change) }
         do {
             try store.sync()

@@ -182,6 +182,10 @@ public enum Daemon {
             if microsoftCalls != nil { _ = try? await connection.releaseName(MicrosoftBroker1Names.busName) }
             _ = try? await connection.releaseName(BrokerNames.busName)
         }
+        // state.json alone then holds the state: what an older brokerd, which reads no journal, needs.
+        do { try store.compact() } catch {
+            logger.warning("could not fold the state journal into state.json", metadata: ["error": "\(error)"])
+        }
         logger.info("stopped")
         return 0
     }

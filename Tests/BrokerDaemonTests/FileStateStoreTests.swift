@@ -20,8 +20,10 @@ struct FileStateStoreTests {
         let path = NSTemporaryDirectory() + "state-\(UUID().uuidString)"
         deinit { try? FileManager.default.removeItem(atPath: path) }
         var stateFile: String { path + "/state.json" }
+        var journal: String { path + "/state.journal" }
         func names() -> [String] { (try? FileManager.default.contentsOfDirectory(atPath: path))?.sorted() ?? [] }
-        func bytes() -> Data? { FileManager.default.contents(atPath: stateFile) }
+        /// The bytes of the state file and of its journal.
+        func bytes() -> [Data?] { [stateFile, journal].map { FileManager.default.contents(atPath: $0) } }
     }
 
     static func state(current: Account?, refreshToken: String = "rt-1") -> BrokerState {
@@ -30,8 +32,12 @@ struct FileStateStoreTests {
             clients: ["mail": ClientRecord(lastSeen: current, account: current, refreshToken: refreshToken)])
     }
 
-    @Test(arguments: [(SystemCalls.Call.write, ENOSPC), (.rename, EIO), (.open, EMFILE)])
-    func aFailedSaveLeavesTheFileAsItWas(call: SystemCalls.Call, code: Int32) throws {
+    /// A change is a line appended to the journal; after a start that replayed one (and at a
+    /// clean stop) it is a new snapshot: a temporary file renamed over state.json, and a new journal.
+    @Test(arguments: [
+        (SystemCalls.Call.write, ENOSPC, false), (.write, ENOSPC, true), (.rename, EIO, true), (.open, EMFILE, true),
+    ])
+    func aFailedSaveLeavesTheFilesAsTheyWere(call: SystemCalls.Call, code: Int32, snapshot: Bool) throws {
         let directory = Directory()
         let failing = Atomic(false)
         let store = try FileStateStore(
@@ -39,19 +45,26 @@ struct FileStateStoreTests {
             system: SystemCalls.system.failing(call, with: code) { failing.load(ordering: .relaxed) })
         try store.save(Self.state(current: Self.alice))
         try store.sync()
+        if snapshot {
+            // A line in the journal, then a load that folds it in: the next save writes a snapshot.
+            try store.save(Self.state(current: Self.alice, refreshToken: "rt-2"))
+            try store.sync()
+            #expect(try store.load() == Self.state(current: Self.alice, refreshToken: "rt-2"))
+        }
         let before = directory.bytes()
 
         failing.store(true, ordering: .relaxed)
         #expect(throws: StoreError.self) { try store.save(Self.state(current: nil)) }
         #expect(directory.bytes() == before)
         // No temporary file is left behind, and the lock stays.
-        #expect(directory.names() == ["brokerd.lock", "state.json"])
+        #expect(directory.names() == ["brokerd.lock", "state.journal", "state.json"])
 
         // The disk is back: the same save goes through.
         failing.store(false, ordering: .relaxed)
         try store.save(Self.state(current: nil))
         try store.sync()
         #expect(try store.load()?.current == nil)
+        #expect(try FileStateStore.peek(directory.path)?.current == nil)
     }
 
     @Test func aFailedFlushIsReportedAndTheNextSaveFlushesAgain() throws {
@@ -64,7 +77,7 @@ struct FileStateStoreTests {
         try store.save(Self.state(current: Self.alice))
         #expect(throws: StoreError.self) { try store.sync() }
         // The rename happened: a restarted brokerd reads the new state; only its survival of a power loss was in doubt.
-        #expect(try FileStateStore.peek(directory.stateFile)?.current == Self.alice)
+        #expect(try FileStateStore.peek(directory.path)?.current == Self.alice)
 
         failing.store(false, ordering: .relaxed)
         try store.save(Self.state(current: Self.alice, refreshToken: "rt-2"))
@@ -105,7 +118,7 @@ struct FileStateStoreTests {
         let failing = Atomic(false)
         let store = try FileStateStore(
             directory: directory.path,
-            system: SystemCalls.system.failing(.rename, with: ENOSPC) { failing.load(ordering: .relaxed) })
+            system: SystemCalls.system.failing(.write, with: ENOSPC) { failing.load(ordering: .relaxed) })
         let initial = Self.state(current: Self.alice)
         try store.save(initial)
         try store.sync()
@@ -132,9 +145,17 @@ struct FileStateStoreTests {
 }
 
 extension FileStateStore {
-    /// The state a new store would load from `path`, read without taking the directory's lock.
-    static func peek(_ path: String) throws -> BrokerState? {
-        guard let bytes = FileManager.default.contents(atPath: path) else { return nil }
-        return try StateFileFormat.decode(Array(bytes)).state
+    /// The state a new store would load from `directory` (its state file and journal), read
+    /// without taking the directory's lock.
+    static func peek(_ directory: String) throws -> BrokerState? {
+        guard let bytes = FileManager.default.contents(atPath: directory + "/state.json") else { return nil }
+        var loaded = try StateFileFormat.decode(Array(bytes))
+        if let snapshot = loaded.journal,
+            let journal = FileManager.default.contents(atPath: directory + "/state.journal")
+        {
+            _ = try StateJournal.replay(
+                Array(journal), snapshot: snapshot, onto: &loaded.state, table: &loaded.accounts)
+        }
+        return loaded.state
     }
 }

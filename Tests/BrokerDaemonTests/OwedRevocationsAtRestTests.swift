@@ -15,10 +15,10 @@ struct OwedRevocationsAtRestTests {
 
     @Test func theStateFileKeepsThemInOrder() throws {
         let state = BrokerState(deviceId: "d-1", pendingRevocations: Self.owed)
-        let loaded = try StateFileFormat.decode(StateFileFormat.encode(state))
+        let loaded = try StateFileFormat.decode(StateFileFormat.encode(state).bytes)
         #expect(loaded.state.pendingRevocations == Self.owed)
         // None owed: no key at all, as an older brokerd wrote it.
-        let none = StateFileFormat.encode(BrokerState(deviceId: "d-1"))
+        let none = StateFileFormat.encode(BrokerState(deviceId: "d-1")).bytes
         #expect(!String(decoding: none, as: UTF8.self).contains("pendingRevocations"))
     }
 

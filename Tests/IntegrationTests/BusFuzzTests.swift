@@ -440,7 +440,8 @@ final class FuzzedBroker: @unchecked Sendable {
     }
 
     private static func readStateFile(_ environment: BrokerEnvironment) throws -> [UInt8] {
-        [UInt8](try Data(contentsOf: URL(fileURLWithPath: environment.stateDirectory + "/state.json")))
+        // Both files: a change would be a line in the journal.
+        StateOnDisk.bytes(in: environment.stateDirectory).flatMap { [UInt8]($0 ?? Data()) + [0] }
     }
 
     private static func providerStats(_ environment: BrokerEnvironment) async throws -> Data {

@@ -1013,8 +1013,9 @@ extension CrashRecoveryTests {
             }
         }
 
+        /// The text of state.json and of its journal.
         static func stateText(_ env: BrokerEnvironment) throws -> String {
-            try String(contentsOfFile: env.stateDirectory + "/state.json", encoding: .utf8)
+            StateOnDisk.text(in: env.stateDirectory)
         }
     }
 }

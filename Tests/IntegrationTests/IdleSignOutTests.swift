@@ -7,8 +7,8 @@ import Testing
 
 /// Sign-out after inactivity, with the real GNOME idle monitor: a headless `mutter` (Debian's) on
 /// the test's private bus, its idle time reset by real input through its remote-desktop API, and
-/// the real brokerd. Seconds stand for minutes: inactive for 2 s, then a 10 s warning, long enough
-/// that a test process starved by parallel suites on two cores still acts within it.
+/// the real brokerd. Seconds stand for minutes: inactive for 5 s, then a 10 s warning, long enough
+/// that a test process starved by parallel suites on two cores still acts within each.
 @Suite("Sign-out after inactivity", .serialized, .timeLimit(.minutes(2)))
 struct IdleSignOutTests {
     /// A headless mutter serving the idle monitor and remote desktop on `bus`.
@@ -110,7 +110,7 @@ struct IdleSignOutTests {
     }
 
     private static func start(_ env: BrokerEnvironment, in directory: TemporaryDirectory) throws {
-        let config = try directory.write("idle.conf", #"{"idleSignOutSeconds": 12, "idleWarningSeconds": 10}"#)
+        let config = try directory.write("idle.conf", #"{"idleSignOutSeconds": 15, "idleWarningSeconds": 10}"#)
         chmod(config, 0o600)
         try env.restartBroker(extraArguments: ["--config", config])
     }

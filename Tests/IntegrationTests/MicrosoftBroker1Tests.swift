@@ -202,8 +202,7 @@ struct MicrosoftBroker1Tests {
     func malformedRequests() async throws {
         let (env, _) = try await environment()
         #expect(try await offThePool { try env.signIn(TestUsers.alice, client: "mail-app") }.status == 0)
-        let stateFile = env.stateDirectory + "/state.json"
-        let before = try Data(contentsOf: URL(fileURLWithPath: stateFile))
+        let before = StateOnDisk.bytes(in: env.stateDirectory)
         let connection = try await connect(env)
         defer { connection.close() }
 
@@ -219,7 +218,7 @@ struct MicrosoftBroker1Tests {
             }
         }
         #expect(answered >= 2_000)
-        #expect(try Data(contentsOf: URL(fileURLWithPath: stateFile)) == before, "state.json changed")
+        #expect(StateOnDisk.bytes(in: env.stateDirectory) == before, "the state files changed")
         let accounts = try await call(connection, .getAccounts, #"{"clientId": "mail-app"}"#)
         #expect((accounts["accounts"] as? [[String: Any]])?.count == 1)
         #expect(env.brokerd.process.isRunning)

@@ -27,7 +27,7 @@ struct ProviderFaultTests {
 
     /// Alice signed in on mail-app, whose current account and cached token have been read once,
     /// so reading them again writes nothing: the environment, her access token, the state file.
-    private func signedIn(_ env: BrokerEnvironment) async throws -> (token: String, state: Data?) {
+    private func signedIn(_ env: BrokerEnvironment) async throws -> (token: String, state: [Data?]) {
         let signIn = try env.signIn(alice, client: "mail-app")
         try #require(signIn.status == 0, "\(signIn.stderr)")
         let token = try #require(try signIn.json()["accessToken"] as? String)
@@ -39,7 +39,7 @@ struct ProviderFaultTests {
 
     /// The state file is byte for byte as before, alice is still signed in and her cached token is the same.
     private func expectUnchanged(
-        _ env: BrokerEnvironment, state: Data?, token: String, _ context: String,
+        _ env: BrokerEnvironment, state: [Data?], token: String, _ context: String,
         sourceLocation: SourceLocation = #_sourceLocation
     ) async throws {
         #expect(try env.stateBytes() == state, "\(context): the state file changed", sourceLocation: sourceLocation)

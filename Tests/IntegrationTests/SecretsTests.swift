@@ -116,7 +116,7 @@ struct SecretsTests {
 
     /// The refresh tokens and device secrets in brokerd's state file, whatever their place in it.
     private func refreshTokens(in stateDirectory: String) throws -> Set<String> {
-        let data = try Data(contentsOf: URL(fileURLWithPath: stateDirectory + "/state.json"))
+        let state = try StateOnDisk.json(in: stateDirectory) ?? [:]
         var found: Set<String> = []
         func walk(_ value: Any, key: String?) {
             if let dictionary = value as? [String: Any] {
@@ -129,7 +129,7 @@ struct SecretsTests {
                 found.insert(string)
             }
         }
-        walk(try JSONSerialization.jsonObject(with: data), key: nil)
+        walk(state, key: nil)
         return found
     }
 }

@@ -279,9 +279,8 @@ extension BrokerEnvironment {
         return ((try await idpStats())["exchanges"] as? [String: Any])?[key] as? Int ?? 0
     }
 
-    /// brokerd's state.json, as JSON.
+    /// brokerd's state as its files hold it (state.json and its journal), as JSON.
     func stateFile() throws -> [String: Any] {
-        let data = try Data(contentsOf: URL(fileURLWithPath: stateDirectory + "/state.json"))
-        return try JSONSerialization.jsonObject(with: data) as? [String: Any] ?? [:]
+        try StateOnDisk.json(in: stateDirectory) ?? [:]
     }
 }

@@ -109,14 +109,14 @@ struct TokenStorageTests {
         let (env, keyring) = try await Self.brokerOnKeyring()
         defer { withExtendedLifetime(keyring) {} }  // the daemon stops when it goes
         #expect(try env.signIn(TestUsers.alice, client: "mail-app").status == 0)
-        let aliceState = try Self.stateFile(env)
+        let aliceState = try JSONSerialization.data(withJSONObject: try StateOnDisk.json(in: env.stateDirectory) ?? [:])
         #expect(try env.brokerctl(["sign-out", "--client-id", "mail-app"]).status == 0)
         let bob = try env.signIn(TestUsers.bob, client: "mail-app")
         let bobsToken = try #require(try bob.json()["accessToken"] as? String)
 
         // The keyring holds bob's tokens; the state file goes back to naming alice.
         _ = try env.brokerd.stop()
-        try aliceState.write(toFile: env.stateDirectory + "/state.json", atomically: true, encoding: .utf8)
+        try aliceState.write(to: URL(fileURLWithPath: env.stateDirectory + "/state.json"))
         chmod(env.stateDirectory + "/state.json", 0o600)
         try env.restartBroker(extraArguments: ["--token-storage", "secret-service"])
         try env.brokerd.process.waitForLine(timeout: .seconds(10), stderr: true) {
@@ -194,6 +194,7 @@ struct TokenStorageTests {
         // in memory) does not rewrite state.json: the file is the same one, untouched.
         let path = env.stateDirectory + "/state.json"
         let before = try FileManager.default.attributesOfItem(atPath: path)
+        let bytesBefore = StateOnDisk.bytes(in: env.stateDirectory)
         let refreshes = try await env.tokenRequests("refresh_token")
         #expect(
             try env.brokerctl(["token", "--client-id", "mail-app", "--scope", "User.Read", "--force-refresh"]).status
@@ -202,6 +203,7 @@ struct TokenStorageTests {
         let after = try FileManager.default.attributesOfItem(atPath: path)
         #expect(after[.systemFileNumber] as? Int == before[.systemFileNumber] as? Int, "state.json was replaced")
         #expect(after[.modificationDate] as? Date == before[.modificationDate] as? Date, "state.json was written")
+        #expect(StateOnDisk.bytes(in: env.stateDirectory) == bytesBefore, "a line was added to the journal")
 
         try env.restartBroker(extraArguments: ["--token-storage", "memory"])
         let current = try env.brokerctl(["current-account", "--client-id", "mail-app", "--json"])
@@ -231,13 +233,14 @@ struct TokenStorageTests {
 
     // MARK: Helpers
 
+    /// The text of state.json and of its journal: a token must be in neither.
     static func stateFile(_ env: BrokerEnvironment) throws -> String {
-        try String(contentsOfFile: env.stateDirectory + "/state.json", encoding: .utf8)
+        StateOnDisk.text(in: env.stateDirectory)
     }
 
-    /// The refresh token state.json holds for `client` (`--token-storage plaintext-file`).
+    /// The refresh token the state files hold for `client` (`--token-storage plaintext-file`).
     static func refreshToken(in env: BrokerEnvironment, client: String) throws -> String? {
-        let object = try JSONSerialization.jsonObject(with: Data(try stateFile(env).utf8)) as? [String: Any]
+        let object = try StateOnDisk.json(in: env.stateDirectory)
         return ((object?["clients"] as? [String: Any])?[client] as? [String: Any])?["refreshToken"] as? String
     }
 

@@ -3,25 +3,32 @@ import FoundationEssentials
 import Glibc
 import Locking
 
-/// The broker's state in `<dir>/state.json` (`StateFileFormat`, version 2): directory 0700,
-/// file 0600.
+/// The broker's state in `<dir>/state.json` (`StateFileFormat`, version 2) and the changes made
+/// since in `<dir>/state.journal` (`StateJournal`): directory 0700, files 0600.
 ///
 /// A change is written in two steps (`StateStore`'s `save` and `sync`):
 ///
-/// - `save` writes the whole state to a temporary file in the same directory and renames it over
-///   `state.json`, without an fsync. The rename is atomic, so after a crash of brokerd the file is
-///   the old state or the new one, never a mix, and a restarted brokerd reads the new one. On a
-///   power loss right after it, ext4's default `data=ordered` (its `auto_da_alloc` on a rename
-///   over an existing file) still keeps the file whole: old or new.
-/// - `sync` makes the last save durable: an fsync of the file (its descriptor is kept open from
-///   the save) and of the directory (the rename). The broker calls it after announcing the change
-///   and before replying.
+/// - `save` appends one line to the journal, the size of what changed (a client's record, the
+///   device's account), without an fsync. An append of one `write` is whole after a crash of
+///   brokerd; after a power loss the last line may be cut short, and is dropped when read. When
+///   the journal has grown to the size of the state file (at least 64 KiB), `save` writes a new
+///   snapshot instead: the whole state to a temporary file renamed over `state.json`, and a new,
+///   empty journal renamed over `state.journal`. Each names the other (a random id), so that a
+///   crash between the two renames leaves a journal the new snapshot ignores (its changes are in
+///   the snapshot). So a change costs the bytes of the change, and the whole file only once
+///   every file's worth of changes.
+/// - `sync` makes the last save durable: an fsync of what it wrote (its descriptors are kept
+///   open) and, after a snapshot, of the directory (the renames). The broker calls it after
+///   announcing the change and before replying.
 ///
-/// A save that would write what the file already holds (only access tokens changed, which are
-/// not kept at rest, or nothing did) writes nothing.
+/// A save that would write what the files already hold (only access tokens changed, which are
+/// not kept at rest, or nothing did) writes nothing. A clean stop (``compact()``) and the first
+/// save after a start that replayed a journal write a snapshot, so that an older brokerd, which
+/// reads only `state.json`, finds everything there after a clean stop.
 public final class FileStateStore: StateStore {
     public let directory: String
     public var path: String { directory + "/state.json" }
+    public var journalPath: String { directory + "/state.journal" }
 
     /// What the last load found, for the start-up's log.
     public struct LoadReport: Sendable {
@@ -31,6 +38,9 @@ public final class FileStateStore: StateStore {
         public var clients: Int
         /// Access tokens a version 1 file held, not kept (they are no longer stored at rest).
         public var droppedAccessTokens: Int
+        /// Changes replayed from the journal, and its size.
+        public var journalLines = 0
+        public var journalBytes = 0
         /// Reading, parsing and building the state.
         public var duration: Duration
 
@@ -42,14 +52,28 @@ public final class FileStateStore: StateStore {
     }
 
     private struct Written {
-        /// The persisted part of the state the file holds, when known: a save of the same writes nothing.
+        /// The state the files hold, when known: a save of the same writes nothing, and a save of
+        /// another state appends the difference.
         var state: BrokerState?
-        /// The file of the last save, still to be fsynced (and the directory with it).
-        var unsynced: Int32?
+        /// The account keys the files use.
+        var keys = StateFileFormat.AccountKeys()
+        /// The journal, open for appending, while its lines may follow the snapshot.
+        var journal: Int32?
+        var journalBytes = 0
+        var snapshotBytes = 0
+        /// The snapshot of the last save, still to be fsynced (with the journal and the directory).
+        var unsyncedSnapshot: Int32?
+        /// Lines appended since the last fsync of the journal.
+        var journalUnsynced = false
+        /// Renames not yet made durable by an fsync of the directory.
+        var directoryUnsynced = false
         var report: LoadReport?
     }
 
     private let written = Locked(Written())
+
+    /// The journal is replaced by a snapshot once it is this large, or as large as the snapshot.
+    static let minimumCompactionBytes = 64 << 10
 
     /// Creates the directory (0700) when missing, refuses one of another user's or one that others
     /// can write, and makes one that others can only read private. Locks it
@@ -76,7 +100,10 @@ public final class FileStateStore: StateStore {
     private let lockDescriptor: Int32
 
     deinit {
-        written.withLock { if let fd = $0.unsynced { close(fd) } }
+        written.withLock {
+            if let fd = $0.unsyncedSnapshot { close(fd) }
+            if let fd = $0.journal { close(fd) }
+        }
         close(lockDescriptor)
     }
 
@@ -85,47 +112,16 @@ public final class FileStateStore: StateStore {
 
     /// The saved state, or nil when there is none. Throws ``StoreError/unsafe(_:)`` for a file
     /// that is not a regular file of this user's with one name and mode 0600 (or stricter),
-    /// ``StoreError/corrupt(_:)`` for one that is not a whole state file, and
+    /// ``StoreError/corrupt(_:)`` for one that is not a whole state file or journal, and
     /// ``StoreError/newerFormat(_:)`` for one written by a newer brokerd. A version 1 file is
     /// read (its access tokens dropped) and written as version 2 at the next save.
     public func load() throws -> BrokerState? {
         let start = ContinuousClock.now
-        // O_NONBLOCK: a FIFO put in its place must not hang the start; O_NOFOLLOW: nor may a symlink redirect it.
-        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)
-        if fd < 0 {
-            if errno == ENOENT { return nil }
-            if errno == ELOOP { throw StoreError.unsafe("\(path) is a symbolic link, not the broker's own file") }
-            throw StoreError.io("cannot open \(path)", errno)
-        }
-        defer { close(fd) }
-        var info = stat()
-        guard fstat(fd, &info) == 0 else { throw StoreError.io("cannot stat \(path)", errno) }
-        guard info.st_mode & S_IFMT == S_IFREG else { throw StoreError.unsafe("\(path) is not a regular file") }
-        // Another name for the same file (a hard link someone made) would be changed with it: its
-        // mode, when the file is moved aside and made private.
-        guard info.st_nlink == 1 else {
-            throw StoreError.unsafe(
-                "\(path) has \(info.st_nlink) hard links: another name shares the file, so it is not the broker's own")
-        }
-        guard info.st_uid == getuid() else {
-            throw StoreError.unsafe(
-                "\(path) belongs to uid \(info.st_uid), not to this user (uid \(getuid())): someone else wrote it")
-        }
-        guard info.st_mode & 0o077 == 0 else {
-            let mode = String(info.st_mode & 0o777, radix: 8)
-            let risk = info.st_mode & 0o022 != 0 ? "others may change it" : "others may read its tokens"
-            throw StoreError.unsafe("\(path) has mode \(mode): \(risk); it must be 0600")
-        }
-        let bytes: [UInt8]
-        do {
-            bytes = try FileBytes.read(fd: fd, limit: 64 << 20)
-        } catch {
-            throw StoreError.io("cannot read \(path)", error.code)
-        }
+        guard let bytes = try Self.readOwnFile(path) else { return nil }
         guard !bytes.isEmpty else {
             throw StoreError.corrupt("\(path) is empty (0 bytes): it was cut short, or is not the broker's")
         }
-        let loaded: StateFileFormat.Loaded
+        var loaded: StateFileFormat.Loaded
         do {
             loaded = try StateFileFormat.decode(bytes)
         } catch {
@@ -143,109 +139,257 @@ public final class FileStateStore: StateStore {
                 throw StoreError.corrupt("\(path) is damaged: \(why)")
             }
         }
-        let report = LoadReport(
-            version: loaded.version, bytes: bytes.count, clients: loaded.state.clients.count,
-            droppedAccessTokens: loaded.droppedAccessTokens, duration: ContinuousClock.now - start)
-        written.withLock {
-            // A file in the current format holds exactly this state; an older one is rewritten at the next save.
-            $0.state = loaded.version == StateFileFormat.currentVersion ? loaded.state : nil
-            $0.report = report
-        }
-        return loaded.state
-    }
-
-    /// Replaces `state.json` atomically with `state` (its persisted part), without an fsync:
-    /// ``sync()`` makes it durable. Writes nothing when the file already holds that.
-    public func save(_ state: BrokerState) throws {
-        let persisted = StateFileFormat.persisted(state)
-        if written.withLock({ $0.state == persisted }) { return }
-        let bytes = StateFileFormat.encode(persisted)
-        // In the same directory, so that the rename is atomic; made afresh (O_EXCL), so that it has
-        // this process's owner and mode 0600 whatever an earlier file of that name had.
-        let temporary = "\(directory)/\(Self.temporaryPrefix)\(getpid()).tmp"
-        unlink(temporary)
-        let fd = system.open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0o600)
-        guard fd >= 0 else { throw StoreError.io("cannot create \(temporary)", errno) }
-        var ok = false
-        defer {
-            if !ok {
-                close(fd)
-                unlink(temporary)
+        var replayed = StateJournal.Replayed()
+        var journalBytes = 0
+        if let snapshot = loaded.journal, let journal = try Self.readOwnFile(journalPath) {
+            journalBytes = journal.count
+            do {
+                replayed = try StateJournal.replay(
+                    journal, snapshot: snapshot, onto: &loaded.state, table: &loaded.accounts)
+            } catch {
+                if case .damaged(let why) = error { throw StoreError.corrupt("\(journalPath) is damaged: \(why)") }
+                throw StoreError.corrupt("\(journalPath) is damaged")
             }
         }
+        let report = LoadReport(
+            version: loaded.version, bytes: bytes.count, clients: loaded.state.clients.count,
+            droppedAccessTokens: loaded.droppedAccessTokens, journalLines: replayed.lines, journalBytes: journalBytes,
+            duration: ContinuousClock.now - start)
+        let state = loaded.state
+        written.withLock {
+            // A file in the current format, with no journal to fold in, holds exactly this state:
+            // the next change is a line. Otherwise the next save writes a snapshot.
+            let whole =
+                loaded.version == StateFileFormat.currentVersion && replayed.lines == 0 && !replayed.stale
+                && replayed.tornBytes == 0
+            $0.state = whole ? state : nil
+            $0.report = report
+        }
+        return state
+    }
+
+    /// Writes the change to `state` (its persisted part), without an fsync: ``sync()`` makes it
+    /// durable. Writes nothing when the files already hold that.
+    public func save(_ state: BrokerState) throws {
+        try written.withLock { (written: inout Written) throws in
+            guard let old = written.state else { return try writeSnapshot(state, into: &written) }
+            var keys = written.keys
+            switch StateJournal.change(from: old, to: state, keys: &keys) {
+            case .none: return
+            case .snapshot: try writeSnapshot(state, into: &written)
+            case .line(let line):
+                guard let journal = written.journal,
+                    written.journalBytes < max(Self.minimumCompactionBytes, written.snapshotBytes)
+                else { return try writeSnapshot(state, into: &written) }
+                do {
+                    try writeAll(line, to: journal, naming: journalPath)
+                } catch {
+                    // Part of the line may be there: the journal is not appended to again, the
+                    // next save writes a snapshot (and a new journal) over it.
+                    written.journal = nil
+                    close(journal)
+                    written.state = nil
+                    throw error
+                }
+                written.keys = keys
+                written.journalBytes += line.count
+                written.journalUnsynced = true
+                written.state = state
+            }
+        }
+    }
+
+    /// Makes the last ``save(_:)`` durable: fsync of the journal, and after a snapshot of the
+    /// snapshot and the directory (the renames). Nothing to do when every save is synced already.
+    public func sync() throws {
+        try written.withLock { (written: inout Written) throws in
+            if let snapshot = written.unsyncedSnapshot {
+                written.unsyncedSnapshot = nil
+                let synced = system.fsync(snapshot) == 0
+                let code = errno
+                close(snapshot)
+                guard synced else { throw StoreError.io("cannot fsync \(path)", code) }
+            }
+            if written.journalUnsynced, let journal = written.journal {
+                guard system.fsync(journal) == 0 else { throw StoreError.io("cannot fsync \(journalPath)", errno) }
+                written.journalUnsynced = false
+            }
+            if written.directoryUnsynced {
+                let dirFD = system.open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0)
+                guard dirFD >= 0 else { throw StoreError.io("cannot open \(directory) to fsync it", errno) }
+                defer { close(dirFD) }
+                guard system.fsync(dirFD) == 0 else { throw StoreError.io("cannot fsync \(directory)", errno) }
+                written.directoryUnsynced = false
+            }
+        }
+    }
+
+    /// Folds the journal into a new snapshot, durably, when it holds any change: at a clean stop,
+    /// so that `state.json` alone holds the state.
+    public func compact() throws {
+        try written.withLock { (written: inout Written) throws in
+            guard let state = written.state, written.journalBytes > StateJournal.header(snapshot: "").count + 16
+            else { return }
+            try writeSnapshot(state, into: &written)
+        }
+        try sync()
+    }
+
+    /// Writes `state` whole: a new journal (its header only) and a snapshot naming it, each to a
+    /// temporary file renamed into place, the snapshot first.
+    private func writeSnapshot(_ state: BrokerState, into written: inout Written) throws {
+        let id = String(UInt64.random(in: 1...UInt64.max), radix: 16)
+        let (bytes, keys) = StateFileFormat.encode(state, journal: id)
+        let header = StateJournal.header(snapshot: id)
+        let journal = try writeTemporary(header, named: "journal")
+        let snapshot: (path: String, fd: Int32)
+        do {
+            snapshot = try writeTemporary(bytes, named: "json")
+        } catch {
+            close(journal.fd)
+            unlink(journal.path)
+            throw error
+        }
+        guard system.rename(snapshot.path, path) == 0 else {
+            let code = errno
+            for file in [journal, snapshot] {
+                close(file.fd)
+                unlink(file.path)
+            }
+            throw StoreError.io("cannot rename \(snapshot.path) to \(path)", code)
+        }
+        // From here the snapshot is in place and names the new journal; the old journal names the
+        // old snapshot, so until the rename below it is ignored, and the state is the snapshot's.
+        written.state = state
+        written.keys = keys
+        written.snapshotBytes = bytes.count
+        if let earlier = written.unsyncedSnapshot { close(earlier) }
+        written.unsyncedSnapshot = snapshot.fd
+        written.directoryUnsynced = true
+        if let old = written.journal { close(old) }
+        written.journal = nil
+        guard system.rename(journal.path, journalPath) == 0 else {
+            let code = errno
+            close(journal.fd)
+            unlink(journal.path)
+            // Without its journal, the next save is a snapshot again.
+            written.state = nil
+            throw StoreError.io("cannot rename \(journal.path) to \(journalPath)", code)
+        }
+        written.journal = journal.fd
+        written.journalBytes = header.count
+        written.journalUnsynced = true
+    }
+
+    /// `bytes` in a new file of this directory (mode 0600, made afresh so that it has this
+    /// process's owner whatever an earlier file of that name had), not yet synced; the journal's
+    /// open for appending.
+    private func writeTemporary(_ bytes: [UInt8], named kind: String) throws -> (path: String, fd: Int32) {
+        // In the same directory, so that the rename is atomic.
+        let temporary = "\(directory)/.state.\(kind).\(getpid()).tmp"
+        unlink(temporary)
+        let append = kind == "journal" ? O_APPEND : 0
+        let fd = system.open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW | append, 0o600)
+        guard fd >= 0 else { throw StoreError.io("cannot create \(temporary)", errno) }
+        do {
+            try writeAll(bytes, to: fd, naming: temporary)
+        } catch {
+            close(fd)
+            unlink(temporary)
+            throw error
+        }
+        return (temporary, fd)
+    }
+
+    private func writeAll(_ bytes: [UInt8], to fd: Int32, naming file: String) throws(StoreError) {
         var offset = 0
         while offset < bytes.count {
             let n = bytes[offset...].withUnsafeBytes { system.write(fd, $0) }
             if n < 0 {
                 if errno == EINTR { continue }
-                throw StoreError.io("cannot write \(temporary)", errno)
+                throw StoreError.io("cannot write \(file)", errno)
             }
             offset += n
         }
-        guard system.rename(temporary, path) == 0 else {
-            throw StoreError.io("cannot rename \(temporary) to \(path)", errno)
-        }
-        ok = true
-        written.withLock {
-            // The file an earlier save left unsynced is replaced: this one's sync is the one that counts.
-            if let earlier = $0.unsynced { close(earlier) }
-            $0.unsynced = fd
-            $0.state = persisted
-        }
     }
 
-    /// Makes the last ``save(_:)`` durable: fsync of the file, then of the directory (the
-    /// rename). Nothing to do when every save is synced already.
-    public func sync() throws {
-        guard
-            let fd = written.withLock({ state -> Int32? in
-                defer { state.unsynced = nil }
-                return state.unsynced
-            })
-        else { return }
-        let synced = system.fsync(fd) == 0
-        let code = errno
-        close(fd)
-        guard synced else { throw StoreError.io("cannot fsync \(path)", code) }
-        let dirFD = system.open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0)
-        guard dirFD >= 0 else { throw StoreError.io("cannot open \(directory) to fsync it", errno) }
-        defer { close(dirFD) }
-        guard system.fsync(dirFD) == 0 else { throw StoreError.io("cannot fsync \(directory)", errno) }
+    /// The bytes of `file`, or nil when there is none; refused unless it is a regular file of this
+    /// user's, with one name, that others can neither read nor write.
+    private static func readOwnFile(_ file: String) throws -> [UInt8]? {
+        // O_NONBLOCK: a FIFO put in its place must not hang the start; O_NOFOLLOW: nor may a symlink redirect it.
+        let fd = open(file, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)
+        if fd < 0 {
+            if errno == ENOENT { return nil }
+            if errno == ELOOP { throw StoreError.unsafe("\(file) is a symbolic link, not the broker's own file") }
+            throw StoreError.io("cannot open \(file)", errno)
+        }
+        defer { close(fd) }
+        var info = stat()
+        guard fstat(fd, &info) == 0 else { throw StoreError.io("cannot stat \(file)", errno) }
+        guard info.st_mode & S_IFMT == S_IFREG else { throw StoreError.unsafe("\(file) is not a regular file") }
+        // Another name for the same file (a hard link someone made) would be changed with it: its
+        // mode, when the file is moved aside and made private.
+        guard info.st_nlink == 1 else {
+            throw StoreError.unsafe(
+                "\(file) has \(info.st_nlink) hard links: another name shares the file, so it is not the broker's own")
+        }
+        guard info.st_uid == getuid() else {
+            throw StoreError.unsafe(
+                "\(file) belongs to uid \(info.st_uid), not to this user (uid \(getuid())): someone else wrote it")
+        }
+        guard info.st_mode & 0o077 == 0 else {
+            let mode = String(info.st_mode & 0o777, radix: 8)
+            let risk = info.st_mode & 0o022 != 0 ? "others may change it" : "others may read its tokens"
+            throw StoreError.unsafe("\(file) has mode \(mode): \(risk); it must be 0600")
+        }
+        do {
+            return try FileBytes.read(fd: fd, limit: 64 << 20)
+        } catch {
+            throw StoreError.io("cannot read \(file)", error.code)
+        }
     }
 
     /// Moves an unusable state file aside (never overwrites it silently) and returns where it
     /// went: `state.json.broken-<unix time>`, with a counter when that name is taken, so that an
-    /// earlier copy is never replaced. The copy is made 0600 when it is this user's.
+    /// earlier copy is never replaced. Its journal goes aside with it (`state.journal.broken-…`).
+    /// The copies are made 0600 when they are this user's.
     public func quarantine() -> String? {
-        let stamp = "\(path).broken-\(time(nil))"
+        if Self.exists(journalPath) { _ = Self.moveAside(journalPath) }
+        let aside = Self.moveAside(path)
+        syncDirectory()
+        return aside
+    }
+
+    private static func moveAside(_ file: String) -> String? {
+        let stamp = "\(file).broken-\(time(nil))"
         for attempt in 0..<100 {
             let aside = attempt == 0 ? stamp : "\(stamp)-\(attempt)"
             // link + unlink rather than rename: link never replaces an existing file.
-            if link(path, aside) == 0 {
-                unlink(path)
+            if link(file, aside) == 0 {
+                unlink(file)
             } else if errno == EEXIST {
                 continue
             } else {
                 // No hard link possible (a file system without them, or a directory): rename,
                 // once the name is known to be free.
-                if Self.exists(aside) { continue }
-                guard rename(path, aside) == 0 else { return nil }
+                if exists(aside) { continue }
+                guard rename(file, aside) == 0 else { return nil }
             }
             var info = stat()
             // Not when the file has another name (a hard link): that file's mode is not the broker's to change.
             if lstat(aside, &info) == 0, info.st_mode & S_IFMT == S_IFREG, info.st_uid == getuid(), info.st_nlink == 1 {
                 chmod(aside, 0o600)
             }
-            syncDirectory()
             return aside
         }
         return nil
     }
 
-    /// The prefix of the temporary files `save` writes (`.state.json.<pid>.tmp`).
-    static let temporaryPrefix = ".state.json."
+    /// The prefixes of the temporary files a snapshot writes (`.state.json.<pid>.tmp`,
+    /// `.state.journal.<pid>.tmp`).
+    static let temporaryPrefixes = [".state.json.", ".state.journal."]
 
-    /// Removes `.state.json.<pid>.tmp` files whose process is gone (killed during a save).
+    /// Removes the temporary files of processes that are gone (killed during a snapshot).
     private func removeAbandonedTemporaryFiles() {
         guard let dir = opendir(directory) else { return }
         defer { closedir(dir) }
@@ -253,8 +397,8 @@ public final class FileStateStore: StateStore {
             let name = withUnsafeBytes(of: entry.pointee.d_name) {
                 String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self)
             }
-            guard name.hasPrefix(Self.temporaryPrefix), name.hasSuffix(".tmp"),
-                let pid = Int32(name.dropFirst(Self.temporaryPrefix.count).dropLast(4))
+            guard let prefix = Self.temporaryPrefixes.first(where: { name.hasPrefix($0) }), name.hasSuffix(".tmp"),
+                let pid = Int32(name.dropFirst(prefix.count).dropLast(4))
             else { continue }
             if pid != getpid(), kill(pid, 0) != 0, errno == ESRCH {
                 unlink("\(directory)/\(name)")

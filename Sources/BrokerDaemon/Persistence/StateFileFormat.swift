@@ -49,6 +49,10 @@ enum StateFileFormat {
         var version: Int
         /// Access tokens the file held (version 1) and that were not kept.
         var droppedAccessTokens: Int
+        /// The file's account table (version 2), which the journal's lines name accounts by.
+        var accounts: [String: Account] = [:]
+        /// The journal that holds the changes made after the file was written (`journal`), if any.
+        var journal: String?
     }
 
     /// Why bytes are not a usable state file; `FileStateStore` words it with the path.
@@ -80,29 +84,11 @@ enum StateFileFormat {
 
     // MARK: Writing
 
-    /// The version 2 file of `state` (its persisted part: access tokens are left out).
-    static func encode(_ state: BrokerState) -> [UInt8] {
-        // Every distinct account once, keyed by its identifier (made unique when needed).
-        var keys: [Account: String] = [:]
-        var table: [String: Account] = [:]
-        var last: (account: Account, key: String)?
-        func key(for account: Account) -> String {
-            if let last, last.account == account { return last.key }
-            if let known = keys[account] {
-                last = (account, known)
-                return known
-            }
-            var candidate = account.identifier
-            var suffix = 1
-            while table[candidate] != nil {
-                candidate = "\(account.identifier)#\(suffix)"
-                suffix += 1
-            }
-            keys[account] = candidate
-            table[candidate] = account
-            last = (account, candidate)
-            return candidate
-        }
+    /// The version 2 file of `state` (its persisted part: access tokens are left out), naming the
+    /// journal (`StateJournal`) that holds the changes made after it; with the keys it gave the
+    /// accounts, which the journal's lines go on using.
+    static func encode(_ state: BrokerState, journal: String? = nil) -> (bytes: [UInt8], keys: AccountKeys) {
+        var keys = AccountKeys()
         // One pass over the clients, in order: their text goes to a buffer of its own, since the
         // table (written first) is known only once every client has been seen.
         var clients = JSONWriter(capacity: state.clients.count * 160)
@@ -112,29 +98,18 @@ enum StateFileFormat {
             if !first { clients.raw(",") }
             first = false
             clients.string(clientId)
-            clients.raw(":{")
-            var fields = 0
-            func field(_ name: StaticString, _ value: String?) {
-                guard let value else { return }
-                if fields > 0 { clients.raw(",") }
-                fields += 1
-                clients.raw(name)
-                clients.string(value)
-            }
-            field("\"account\":", record.account.map(key(for:)))
-            field("\"lastSeen\":", record.lastSeen.map(key(for:)))
-            field("\"refreshToken\":", record.refreshToken)
-            clients.raw("}")
+            clients.raw(":")
+            clients.client(record, keys: &keys)
         }
         clients.raw("}")
 
-        var out = JSONWriter(capacity: clients.bytes.count + 256 + table.count * 256)
+        var out = JSONWriter(capacity: clients.bytes.count + 256 + keys.table.count * 256)
         out.raw("{\"accounts\":{")
-        for (index, tableKey) in table.keys.sorted().enumerated() {
+        for (index, tableKey) in keys.table.keys.sorted().enumerated() {
             if index > 0 { out.raw(",") }
             out.string(tableKey)
             out.raw(":")
-            if let account = table[tableKey] { out.account(account) }
+            if let account = keys.table[tableKey] { out.account(account) }
         }
         out.raw("},\"clients\":")
         out.bytes.append(contentsOf: clients.bytes)
@@ -144,18 +119,13 @@ enum StateFileFormat {
         }
         out.raw(",\"deviceId\":")
         out.string(state.deviceId)
+        if let journal {
+            out.raw(",\"journal\":")
+            out.string(journal)
+        }
         if !state.pendingRevocations.isEmpty {
-            out.raw(",\"pendingRevocations\":[")
-            for (index, owed) in state.pendingRevocations.enumerated() {
-                out.raw(index > 0 ? ",{\"clientId\":" : "{\"clientId\":")
-                out.string(owed.clientId)
-                out.raw(",\"kind\":")
-                out.string(owed.token.kind)
-                out.raw(",\"token\":")
-                out.string(owed.token.value)
-                out.raw("}")
-            }
-            out.raw("]")
+            out.raw(",\"pendingRevocations\":")
+            out.pendingRevocations(state.pendingRevocations)
         }
         if let deadline = state.signOutDeadline {
             out.raw(",\"signOutDeadline\":\(deadline)")
@@ -165,30 +135,55 @@ enum StateFileFormat {
             out.string(boot)
         }
         if !state.singleSignOn.isEmpty {
-            out.raw(",\"singleSignOn\":{")
-            for (index, (identifier, grant)) in state.singleSignOn.sorted(by: { $0.key < $1.key }).enumerated() {
-                if index > 0 { out.raw(",") }
-                out.string(identifier)
-                out.raw(":{\"anchor\":")
-                out.string(grant.anchorClientId)
-                if let secret = grant.deviceSecret {
-                    out.raw(",\"deviceSecret\":")
-                    out.string(secret.secret)
-                }
-                if let family = grant.family {
-                    out.raw(",\"family\":")
-                    out.string(family)
-                }
-                if let secret = grant.deviceSecret {
-                    out.raw(",\"idToken\":")
-                    out.string(secret.idToken)
-                }
-                out.raw("}")
-            }
-            out.raw("}")
+            out.raw(",\"singleSignOn\":")
+            out.singleSignOn(state.singleSignOn)
         }
         out.raw(",\"version\":\(currentVersion)}")
-        return out.bytes
+        return (out.bytes, keys)
+    }
+
+    /// The keys of a file's account table: every distinct account once, under its identifier
+    /// (followed by `#1`, `#2`, … when that is taken by another account).
+    struct AccountKeys {
+        private(set) var table: [String: Account] = [:]
+        private var keys: [Account: String] = [:]
+        private var last: (account: Account, key: String)?
+        /// Keys given since the last ``takeAdded()``.
+        private var added: [String] = []
+
+        init() {}
+
+        /// The keys given since the last call, which a journal line must write with their accounts.
+        mutating func takeAdded() -> [String] {
+            defer { added = [] }
+            return added
+        }
+
+        /// The table a file was read with.
+        init(table: [String: Account]) {
+            self.table = table
+            for (key, account) in table where keys[account] == nil { keys[account] = key }
+        }
+
+        /// The key of `account`, given one (`isNew`) when the table has none.
+        mutating func key(for account: Account) -> (key: String, isNew: Bool) {
+            if let last, last.account == account { return (last.key, false) }
+            if let known = keys[account] {
+                last = (account, known)
+                return (known, false)
+            }
+            var candidate = account.identifier
+            var suffix = 1
+            while table[candidate] != nil {
+                candidate = "\(account.identifier)#\(suffix)"
+                suffix += 1
+            }
+            keys[account] = candidate
+            table[candidate] = account
+            added.append(candidate)
+            last = (account, candidate)
+            return (candidate, true)
+        }
     }
 
     // MARK: Reading
@@ -298,6 +293,10 @@ enum StateFileFormat {
             return account
         }
         let clients = try readClients(&reader, at: offsets["clients"], account: reference)
+        let journal =
+            try reader.at(offsets["journal"]) { (reader: inout JSONReader) throws(JSONReader.Problem) in
+                try reader.readString("journal")
+            }
         let singleSignOn = try reader.at(offsets["singleSignOn"], readSingleSignOn) ?? [:]
         let owed = try reader.at(offsets["pendingRevocations"], readPendingRevocations) ?? []
         let boot =
@@ -312,11 +311,11 @@ enum StateFileFormat {
             state: BrokerState(
                 deviceId: deviceId, current: current, clients: clients, singleSignOn: singleSignOn,
                 pendingRevocations: owed, signedInBoot: boot, signOutDeadline: deadline.map(Int64.init)),
-            version: 2, droppedAccessTokens: 0)
+            version: 2, droppedAccessTokens: 0, accounts: table, journal: journal)
     }
 
     /// The `pendingRevocations` array: objects with `clientId`, `kind` and `token`, all required.
-    private static func readPendingRevocations(_ reader: inout JSONReader) throws(JSONReader.Problem)
+    static func readPendingRevocations(_ reader: inout JSONReader) throws(JSONReader.Problem)
         -> [PendingRevocation]
     {
         try reader.expect(.array, "pendingRevocations")
@@ -350,7 +349,7 @@ enum StateFileFormat {
 
     /// The `singleSignOn` object: per account identifier, `anchor` (required), `family`, and
     /// `deviceSecret` with `idToken` (both or neither).
-    private static func readSingleSignOn(_ reader: inout JSONReader) throws(JSONReader.Problem) -> [String:
+    static func readSingleSignOn(_ reader: inout JSONReader) throws(JSONReader.Problem) -> [String:
         SingleSignOnGrant]
     {
         try reader.expect(.object, "singleSignOn")
@@ -456,29 +455,98 @@ enum StateFileFormat {
         var first = true
         while let clientId = try reader.nextKey(first: first) {
             first = false
-            try reader.expect(.object, "clients[\(clientId)]")
-            try reader.openObject()
-            var record = ClientRecord()
-            var firstField = true
-            while let field = try reader.nextKeyRange(first: firstField) {
-                firstField = false
-                if reader.key(field, is: "lastSeen") {
-                    record.lastSeen = try account(&reader, clientId, "lastSeen")
-                } else if reader.key(field, is: "account") {
-                    record.account = try account(&reader, clientId, "account")
-                } else if reader.key(field, is: "refreshToken") {
-                    record.refreshToken = try reader.readStringOrNull("clients[\(clientId)].refreshToken")
-                } else if try !other(&reader, field) {
-                    try reader.skipValue()
-                }
-            }
+            let record = try readClient(&reader, clientId, account: account, other: other)
             if !record.isEmptyAtRest { clients[clientId] = record }
         }
         return clients
+    }
+
+    /// One client's record (an object) of either version; see ``readClients``.
+    static func readClient(
+        _ reader: inout JSONReader, _ clientId: String,
+        account: (inout JSONReader, _ clientId: String, _ field: String) throws(JSONReader.Problem) -> Account?,
+        other: (inout JSONReader, _ field: (Range<Int>, escaped: Bool)) throws(JSONReader.Problem) -> Bool = { _, _ in
+            false
+        }
+    ) throws(JSONReader.Problem) -> ClientRecord {
+        try reader.expect(.object, "clients[\(clientId)]")
+        try reader.openObject()
+        var record = ClientRecord()
+        var firstField = true
+        while let field = try reader.nextKeyRange(first: firstField) {
+            firstField = false
+            if reader.key(field, is: "lastSeen") {
+                record.lastSeen = try account(&reader, clientId, "lastSeen")
+            } else if reader.key(field, is: "account") {
+                record.account = try account(&reader, clientId, "account")
+            } else if reader.key(field, is: "refreshToken") {
+                record.refreshToken = try reader.readStringOrNull("clients[\(clientId)].refreshToken")
+            } else if try !other(&reader, field) {
+                try reader.skipValue()
+            }
+        }
+        return record
     }
 }
 
 extension ClientRecord {
     /// Whether the record holds nothing that is kept at rest (access tokens are not).
     var isEmptyAtRest: Bool { lastSeen == nil && account == nil && refreshToken == nil }
+}
+
+extension JSONWriter {
+    /// A client's record at rest: its accounts by their table keys, and its refresh token.
+    mutating func client(_ record: ClientRecord, keys: inout StateFileFormat.AccountKeys) {
+        raw("{")
+        var fields = 0
+        func field(_ name: StaticString, _ value: String?) {
+            guard let value else { return }
+            if fields > 0 { raw(",") }
+            fields += 1
+            raw(name)
+            string(value)
+        }
+        field("\"account\":", record.account.map { keys.key(for: $0).key })
+        field("\"lastSeen\":", record.lastSeen.map { keys.key(for: $0).key })
+        field("\"refreshToken\":", record.refreshToken)
+        raw("}")
+    }
+
+    mutating func pendingRevocations(_ owed: [PendingRevocation]) {
+        raw("[")
+        for (index, revocation) in owed.enumerated() {
+            raw(index > 0 ? ",{\"clientId\":" : "{\"clientId\":")
+            string(revocation.clientId)
+            raw(",\"kind\":")
+            string(revocation.token.kind)
+            raw(",\"token\":")
+            string(revocation.token.value)
+            raw("}")
+        }
+        raw("]")
+    }
+
+    mutating func singleSignOn(_ grants: [String: SingleSignOnGrant]) {
+        raw("{")
+        for (index, (identifier, grant)) in grants.sorted(by: { $0.key < $1.key }).enumerated() {
+            if index > 0 { raw(",") }
+            string(identifier)
+            raw(":{\"anchor\":")
+            string(grant.anchorClientId)
+            if let secret = grant.deviceSecret {
+                raw(",\"deviceSecret\":")
+                string(secret.secret)
+            }
+            if let family = grant.family {
+                raw(",\"family\":")
+                string(family)
+            }
+            if let secret = grant.deviceSecret {
+                raw(",\"idToken\":")
+                string(secret.idToken)
+            }
+            raw("}")
+        }
+        raw("}")
+    }
 }

@@ -313,8 +313,8 @@ enum TokenStorageSetup {
                 "loaded the state file",
                 metadata: [
                     "file": "\(files.path)", "format": "\(report.version)", "bytes": "\(report.bytes)",
-                    "clients": "\(report.clients)",
-                    "ms": "\(report.milliseconds)",
+                    "clients": "\(report.clients)", "journalLines": "\(report.journalLines)",
+                    "journalBytes": "\(report.journalBytes)", "ms": "\(report.milliseconds)",
                 ])
             if report.droppedAccessTokens > 0 {
                 logger.info(

@@ -10,20 +10,9 @@ import TestSupport
 struct StateFileSnapshot: CustomStringConvertible {
     let object: [String: Any]
 
-    /// The state file in `directory`, or nil when there is none.
+    /// The state in `directory` (its state file with the journal's changes), or nil when there is none.
     static func read(in directory: String) throws -> StateFileSnapshot? {
-        let path = directory + "/state.json"
-        guard FileManager.default.fileExists(atPath: path) else { return nil }
-        let data = try Data(contentsOf: URL(fileURLWithPath: path))
-        let parsed: Any
-        do { parsed = try JSONSerialization.jsonObject(with: data) } catch {
-            throw ProcessFailure(
-                "\(path) (\(data.count) bytes) is not JSON: \(error): \(String(decoding: data, as: UTF8.self))")
-        }
-        guard let object = parsed as? [String: Any] else {
-            throw ProcessFailure("\(path) is not a JSON object: \(String(decoding: data, as: UTF8.self))")
-        }
-        return StateFileSnapshot(object: object)
+        try StateOnDisk.json(in: directory).map(StateFileSnapshot.init(object:))
     }
 
     /// `state.json.broken-*` files: the broker found a state file it could not use.

@@ -46,12 +46,10 @@ extension BrokerEnvironment {
         try await idpStats()[name] as? Int ?? 0
     }
 
-    /// The broker's state file, byte for byte (tokens included: the tests run brokerd with
-    /// `--token-storage plaintext-file`), or nil while the broker has written none.
-    func stateBytes() throws -> Data? {
-        let path = stateDirectory + "/state.json"
-        guard FileManager.default.fileExists(atPath: path) else { return nil }
-        return try Data(contentsOf: URL(fileURLWithPath: path))
+    /// The broker's state files (state.json and its journal), byte for byte (tokens included:
+    /// the tests run brokerd with `--token-storage plaintext-file`).
+    func stateBytes() throws -> [Data?] {
+        StateOnDisk.bytes(in: stateDirectory)
     }
 
     /// How many times brokerd logged that it is retrying a provider request.
