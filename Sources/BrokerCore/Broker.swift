@@ -52,6 +52,9 @@ public actor Broker {
     /// when there are too many. Records from before a start count as the least recent.
     var clientActivity: [String: UInt64] = [:]
     var activityCounter: UInt64 = 0
+    /// The clients whose records hold nothing but what they saw (`maxClients` bounds them), kept
+    /// as changes come so that a change need not look at every client; nil until first needed.
+    var bystanders: Set<String>?
     /// The armed sign-out at the end of an inactivity warning.
     var idleDeadlineTimer: Task<Void, Never>?
     /// A token response showed a family (`foci`): the provider offers family refresh tokens.
@@ -603,7 +606,7 @@ public actor Broker {
         throws(BrokerFailure)
     {
         var next = proposed
-        noteActiveClients(from: state, to: &next)
+        let nextBystanders = noteActiveClients(from: state, to: &next)
         do {
             try store.save(next)
         } catch {
@@ -611,6 +614,7 @@ public actor Broker {
             throw BrokerFailure(.storageFailed, "the broker could not save its state (\(error)); nothing was changed")
         }
         published.withLock { $0 = next }
+        bystanders = nextBystanders
         if endingWarning { onShiftWarning(.over) }
         if let change { onAccountChange(change) }
         do {

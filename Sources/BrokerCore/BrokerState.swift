@@ -81,25 +81,79 @@ public struct DeviceSecret: Sendable, Equatable {
 }
 
 /// What the broker keeps for one clientId.
+///
+/// A value, kept in one shared box until it is changed (copy on write): the broker copies its
+/// state for every change, and with many apps known a copy of the table then costs one reference
+/// per app instead of one per string; two records from the same box are equal at once.
 public struct ClientRecord: Sendable, Equatable {
+    /// Changed only while this record holds the one reference to it (`unique()`), so it is
+    /// never changed while shared, between threads or otherwise.
+    private final class Storage: @unchecked Sendable {
+        var lastSeen: Account?
+        var account: Account?
+        var refreshToken: String?
+        var accessTokens: [String: CachedAccessToken]
+
+        init(
+            lastSeen: Account?, account: Account?, refreshToken: String?, accessTokens: [String: CachedAccessToken]
+        ) {
+            self.lastSeen = lastSeen
+            self.account = account
+            self.refreshToken = refreshToken
+            self.accessTokens = accessTokens
+        }
+
+        func copy() -> Storage {
+            Storage(lastSeen: lastSeen, account: account, refreshToken: refreshToken, accessTokens: accessTokens)
+        }
+    }
+
+    private var storage: Storage
+
+    private mutating func unique() -> Storage {
+        if !isKnownUniquelyReferenced(&storage) { storage = storage.copy() }
+        return storage
+    }
+
     /// What this clientId got as `current` from its last `GetCurrentAccount`: its next `previous`.
-    public var lastSeen: Account?
+    public var lastSeen: Account? {
+        get { storage.lastSeen }
+        set { unique().lastSeen = newValue }
+    }
     /// The account this clientId signed in with and holds tokens for.
-    public var account: Account?
+    public var account: Account? {
+        get { storage.account }
+        set { unique().account = newValue }
+    }
     /// Refresh tokens belong to the clientId they were issued to, never shared with another.
-    public var refreshToken: String?
+    public var refreshToken: String? {
+        get { storage.refreshToken }
+        set { unique().refreshToken = newValue }
+    }
     /// Access tokens by the normalized scope string they were asked for. Kept in memory only:
     /// they are short-lived, and after a restart the refresh token gets new ones.
-    public var accessTokens: [String: CachedAccessToken]
+    public var accessTokens: [String: CachedAccessToken] {
+        get { storage.accessTokens }
+        set { unique().accessTokens = newValue }
+    }
 
     public init(
         lastSeen: Account? = nil, account: Account? = nil, refreshToken: String? = nil,
         accessTokens: [String: CachedAccessToken] = [:]
     ) {
-        self.lastSeen = lastSeen
-        self.account = account
-        self.refreshToken = refreshToken
-        self.accessTokens = accessTokens
+        storage = Storage(lastSeen: lastSeen, account: account, refreshToken: refreshToken, accessTokens: accessTokens)
+    }
+
+    public static func == (lhs: ClientRecord, rhs: ClientRecord) -> Bool {
+        lhs.storage === rhs.storage
+            || (lhs.lastSeen == rhs.lastSeen && lhs.account == rhs.account && lhs.refreshToken == rhs.refreshToken
+                && lhs.accessTokens == rhs.accessTokens)
+    }
+
+    /// Whether the two hold the same at rest (access tokens are not kept there).
+    public func sameAtRest(as other: ClientRecord) -> Bool {
+        storage === other.storage
+            || (lastSeen == other.lastSeen && account == other.account && refreshToken == other.refreshToken)
     }
 
     /// Whether nothing is left worth keeping (the record can be dropped).

@@ -130,19 +130,18 @@ struct StateJournalTests {
     func tornLastLine() throws {
         let directory = Directory()
         var state = Self.crowd(3)
-        do {
-            let store = try FileStateStore(directory: directory.path)
-            try store.save(state)
-            state.clients["app-0"] = nil
-            try store.save(state)
-            try store.sync()
-        }
+        // One store throughout: a second one in this process could find the directory's lock still
+        // held by a child another test is spawning (it holds a copy of the descriptor until its exec).
+        let store = try FileStateStore(directory: directory.path)
+        try store.save(state)
+        state.clients["app-0"] = nil
+        try store.save(state)
+        try store.sync()
         let handle = try #require(FileHandle(forWritingAtPath: directory.journal))
         try handle.seekToEnd()
         try handle.write(contentsOf: Data(#"{"clients":{"app-1":nu"#.utf8))
         try handle.close()
 
-        let store = try FileStateStore(directory: directory.path)
         #expect(try store.load() == Self.atRest(state))
         state.clients["app-2"] = nil
         try store.save(state)
@@ -156,16 +155,13 @@ struct StateJournalTests {
     func staleJournal() throws {
         let directory = Directory()
         let state = Self.crowd(2)
-        do {
-            let store = try FileStateStore(directory: directory.path)
-            try store.save(state)
-            try store.sync()
-        }
+        let store = try FileStateStore(directory: directory.path)
+        try store.save(state)
+        try store.sync()
         // The journal of an earlier snapshot, with a change that snapshot's successor holds already.
         let stale = String(decoding: StateJournal.header(snapshot: "0123"), as: UTF8.self) + #"{"current":null}"# + "\n"
         try Data(stale.utf8).write(to: URL(fileURLWithPath: directory.journal))
         chmod(directory.journal, 0o600)
-        let store = try FileStateStore(directory: directory.path)
         #expect(try store.load() == Self.atRest(state))
     }
 
@@ -173,18 +169,15 @@ struct StateJournalTests {
     func damagedLine() throws {
         let directory = Directory()
         var state = Self.crowd(2)
-        do {
-            let store = try FileStateStore(directory: directory.path)
-            try store.save(state)
-            state.current = nil
-            try store.save(state)
-            try store.sync()
-        }
+        let store = try FileStateStore(directory: directory.path)
+        try store.save(state)
+        state.current = nil
+        try store.save(state)
+        try store.sync()
         var journal = try String(contentsOfFile: directory.journal, encoding: .utf8)
         journal = journal.replacingOccurrences(of: #""current":null"#, with: #""current":"alice""#)
         try Data(journal.utf8).write(to: URL(fileURLWithPath: directory.journal))
         chmod(directory.journal, 0o600)
-        let store = try FileStateStore(directory: directory.path)
         do {
             _ = try store.load()
             Issue.record("a damaged journal was used")
@@ -221,13 +214,10 @@ struct StateJournalTests {
     @Test("a journal of another user's, or readable by others, is refused like the state file")
     func unsafeJournal() throws {
         let directory = Directory()
-        do {
-            let store = try FileStateStore(directory: directory.path)
-            try store.save(Self.crowd(1))
-            try store.sync()
-        }
-        chmod(directory.journal, 0o644)
         let store = try FileStateStore(directory: directory.path)
+        try store.save(Self.crowd(1))
+        try store.sync()
+        chmod(directory.journal, 0o644)
         do {
             _ = try store.load()
             Issue.record("a journal others can read was used")

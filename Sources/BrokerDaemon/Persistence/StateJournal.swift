@@ -53,23 +53,31 @@ enum StateJournal {
         var clients = JSONWriter(capacity: 256)
         _ = keys.takeAdded()
         var changed: [(String, ClientRecord?)] = []
+        var newClients = 0
+        // One look at each client; an unchanged one shares its storage and compares at once.
         for (clientId, record) in new.clients {
             let before = old.clients[clientId]
+            if let before {
+                if before.sameAtRest(as: record) { continue }
+            } else {
+                newClients += 1
+            }
             if record.isEmptyAtRest {
                 if let before, !before.isEmptyAtRest {
                     if before.refreshToken != nil { return .snapshot }
                     changed.append((clientId, nil))
                 }
-            } else if let before, before.sameAtRest(as: record) {
-                continue
             } else {
                 if before?.refreshToken != nil, record.refreshToken == nil { return .snapshot }
                 changed.append((clientId, record))
             }
         }
-        for (clientId, record) in old.clients where !record.isEmptyAtRest && new.clients[clientId] == nil {
-            if record.refreshToken != nil { return .snapshot }
-            changed.append((clientId, nil))
+        // Fewer records than the old ones plus the new: some were removed.
+        if new.clients.count < old.clients.count + newClients {
+            for (clientId, record) in old.clients where !record.isEmptyAtRest && new.clients[clientId] == nil {
+                if record.refreshToken != nil { return .snapshot }
+                changed.append((clientId, nil))
+            }
         }
         let oldSecrets = Set(old.singleSignOn.values.compactMap { $0.deviceSecret?.secret })
         let newSecrets = Set(new.singleSignOn.values.compactMap { $0.deviceSecret?.secret })
@@ -293,12 +301,5 @@ enum StateJournal {
         }
         try reader.end()
         return offsets
-    }
-}
-
-extension ClientRecord {
-    /// Whether the two hold the same at rest (access tokens are not kept).
-    func sameAtRest(as other: ClientRecord) -> Bool {
-        lastSeen == other.lastSeen && account == other.account && refreshToken == other.refreshToken
     }
 }
