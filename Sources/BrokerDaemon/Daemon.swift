@@ -97,6 +97,11 @@ public enum Daemon {
         if rebooted != nil { logger.notice("signed out: the device restarted since the sign-in (signOutAfterReboot)") }
         let lockWatch = await watchScreenLock(options, connection: connection, broker: service.broker, logger: logger)
         defer { withExtendedLifetime(lockWatch) {} }
+        // Before any warning, a resumed one too: the person is told of each.
+        let notice =
+            options.deviceMode == .shared && options.configuration.idleSignOutSeconds ?? 0 > 0
+            ? await SignOutNotice.start(session: connection, service: service, clock: clock, logger: logger) : nil
+        defer { withExtendedLifetime(notice) {} }
         // A warning a killed run left: kept, or its sign-out done now, before anyone is served.
         let lapsed: Task<SignOutOutcome?, Never>?
         do { lapsed = try await service.broker.resumeIdleDeadline() } catch {
