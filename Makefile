@@ -6,7 +6,7 @@ PREFIX       ?= /usr/local
 CONFIG       ?= debug
 BIN_DIR       = $(shell $(SWIFT) build -c $(CONFIG) --show-bin-path 2>/dev/null)
 APT_PACKAGES  = libdbus-1-dev libcurl4-openssl-dev pkg-config dbus python3 python3-dbus python3-gi gnome-keyring curl scdoc \
-	mutter libgl1-mesa-dri
+	mutter libgl1-mesa-dri notification-daemon xvfb
 # The GTK tutorial window (examples/TutorialWindow) and its tests: a headless X server, the
 # accessibility bus and its Python client, screenshots, translations.
 # What `make install` puts under PREFIX (and `make uninstall` removes), relative to PREFIX.
@@ -41,7 +41,8 @@ all: build
 deps:
 	@if ! pkg-config --exists dbus-1 libcurl 2>/dev/null || ! command -v dbus-daemon >/dev/null \
 		|| ! command -v gnome-keyring-daemon >/dev/null || ! command -v curl >/dev/null || ! command -v scdoc >/dev/null \
-		|| ! command -v mutter >/dev/null \
+		|| ! command -v mutter >/dev/null || ! command -v Xvfb >/dev/null \
+		|| ! test -x /usr/lib/notification-daemon/notification-daemon \
 		|| ! /usr/bin/python3 -c 'import dbus, gi' 2>/dev/null; then \
 		echo "Installing $(APT_PACKAGES) ..."; \
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \

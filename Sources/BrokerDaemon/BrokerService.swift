@@ -12,6 +12,8 @@ final class BrokerService: Sendable {
     /// The properties, cached so that Get/GetAll never wait for the broker actor.
     let properties: PropertyCache
     let callers: CallerPolicy
+    /// The account's and the warnings' changes, for the adapters that follow the shift.
+    let shiftEvents: ShiftEvents
 
     /// `channel` is where changes are announced (the connection brokerd serves on), `callers`
     /// who may call.
@@ -27,12 +29,22 @@ final class BrokerService: Sendable {
             BrokerNames.signOutDeadlineProperty: .uint64(0),
         ])
         self.properties = properties
+        let shiftEvents = ShiftEvents()
+        self.shiftEvents = shiftEvents
+        let announce = Self.announcing(on: channel, properties: properties, logger: logger)
+        let warn = Self.warning(on: channel, properties: properties, logger: logger)
         self.broker = Broker(
             configuration: configuration, provider: provider, store: store, clock: clock,
             initialState: initialState, logger: logger, callers: callers, cleaner: cleaner,
-            onAccountChange: Self.announcing(on: channel, properties: properties, logger: logger),
+            onAccountChange: { change in
+                announce(change)
+                shiftEvents.publish(.signedIn(change.current != nil))
+            },
             onSignInProgress: Self.reporting(on: channel, logger: logger),
-            onShiftWarning: Self.warning(on: channel, properties: properties, logger: logger))
+            onShiftWarning: { warning in
+                warn(warning)
+                shiftEvents.publish(.warning(warning))
+            })
         self.callers = callers
     }
 

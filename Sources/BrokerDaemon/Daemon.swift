@@ -97,13 +97,18 @@ public enum Daemon {
         if rebooted != nil { logger.notice("signed out: the device restarted since the sign-in (signOutAfterReboot)") }
         let lockWatch = await watchScreenLock(options, connection: connection, broker: service.broker, logger: logger)
         defer { withExtendedLifetime(lockWatch) {} }
+        // Before any warning, a resumed one too: the person is told of each.
+        let notice =
+            options.deviceMode == .shared && options.configuration.idleSignOutSeconds ?? 0 > 0
+            ? await SignOutNotice.start(session: connection, service: service, clock: clock, logger: logger) : nil
+        defer { withExtendedLifetime(notice) {} }
         // A warning a killed run left: kept, or its sign-out done now, before anyone is served.
         let lapsed: Task<SignOutOutcome?, Never>?
         do { lapsed = try await service.broker.resumeIdleDeadline() } catch {
             throw DaemonError.state("cannot resume the inactivity deadline: \(error.message)")
         }
         _ = await lapsed?.value
-        let idleWatch = await watchInactivity(options, connection: connection, broker: service.broker, logger: logger)
+        let idleWatch = await watchInactivity(options, connection: connection, service: service, logger: logger)
         defer { withExtendedLifetime(idleWatch) {} }
         if authority == nil {
             service.broker.setDeviceFact(DeviceFact.providerNotConfigured, to: UnconfiguredProvider.remedy)
@@ -278,20 +283,22 @@ public enum Daemon {
         return String(cString: address)
     }
 
-    /// `idleSignOutSeconds` (shared mode): the person's inactivity from GNOME's idle monitor. Said
-    /// at start, and in the device information, when there is none.
+    /// `idleSignOutSeconds` (shared mode): the person's inactivity from the first idle source the
+    /// desktop offers (``IdleSources``). Said at start, and in the device information, which one,
+    /// or that there is none.
     private static func watchInactivity(
-        _ options: DaemonOptions, connection: DBusConnection, broker: Broker, logger: Logger
-    ) async -> IdleWatch? {
+        _ options: DaemonOptions, connection: DBusConnection, service: BrokerService, logger: Logger
+    ) async -> (any IdleSource)? {
+        let broker = service.broker
         guard let idle = await broker.configuration.idleSignOut, options.deviceMode == .shared else { return nil }
-        let watch = await IdleWatch.start(session: connection, idle: idle, broker: broker, logger: logger)
+        let watch = await IdleSources.first(session: connection, idle: idle, service: service, logger: logger)
         if watch == nil {
             logger.warning(
                 Logger.Message(
-                    stringLiteral: "idleSignOutSeconds is set, but the desktop offers no idle monitor "
-                        + "(\(IdleWatch.busName), GNOME's): the device is not signed out after inactivity"))
+                    stringLiteral: "idleSignOutSeconds is set, but the desktop offers no idle source "
+                        + "(\(IdleSources.offered)): the device is not signed out after inactivity"))
         }
-        broker.setDeviceFact(DeviceFact.idleSource, to: watch == nil ? "none found at start" : IdleWatch.busName)
+        broker.setDeviceFact(DeviceFact.idleSource, to: watch?.source ?? "none found at start")
         return watch
     }
 

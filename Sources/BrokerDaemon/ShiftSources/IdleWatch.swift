@@ -7,12 +7,13 @@ import Logging
 /// (`org.gnome.Mutter.IdleMonitor`): an idle watch fires when the person has been inactive until
 /// the warning is due, and a user-active watch (one-shot, armed then) when they are active again.
 /// The core decides what that means; this only tells it. Watches and signals: nothing is polled.
-final class IdleWatch: Sendable {
+final class IdleWatch: IdleSource {
     static let busName = "org.gnome.Mutter.IdleMonitor"
     static let path = "/org/gnome/Mutter/IdleMonitor/Core"
     static let interface = "org.gnome.Mutter.IdleMonitor"
 
     private let listener: Task<Void, Never>
+    var source: String { Self.busName }
 
     private init(listener: Task<Void, Never>) { self.listener = listener }
 

@@ -1,6 +1,5 @@
 import BrokerCore
 import DBus
-import Glibc
 import Logging
 
 /// The session's screen lock, for `signOutOnLock`: the desktop's screensaver says it became
@@ -37,11 +36,12 @@ final class ScreenLockWatch: Sendable {
                 })
             if (try? await hasOwner(name, on: session)) == true { sources.append(name) }
         }
-        let (systemBus, logind) = await logindSession(logger: logger)
+        let session = await LogindSession.find(logger: logger)
+        let (systemBus, logind) = (session?.bus, session?.path)
         if let systemBus, let logind,
             let signals = try? await systemBus.signals(
                 matching: DBusMatchRule(
-                    sender: "org.freedesktop.login1", path: logind, interface: "org.freedesktop.login1.Session",
+                    sender: LogindSession.busName, path: logind, interface: LogindSession.sessionInterface,
                     member: "Lock"))
         {
             tasks.append(
@@ -72,30 +72,5 @@ final class ScreenLockWatch: Sendable {
             destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
             member: "NameHasOwner", arguments: [.string(name)], timeout: .seconds(5)
         ).first?.bool ?? false
-    }
-
-    /// The system bus and this login session's object at logind (from `XDG_SESSION_ID`, else
-    /// the session of this process); nils where there is none, as in a container.
-    private static func logindSession(logger: Logger) async -> (DBusConnection?, String?) {
-        guard let bus = try? DBusConnection.systemBus(logger: logger) else { return (nil, nil) }
-        let manager = (
-            destination: "org.freedesktop.login1", path: "/org/freedesktop/login1",
-            interface: "org.freedesktop.login1.Manager"
-        )
-        let reply: [DBusValue]?
-        if let id = getenv("XDG_SESSION_ID").map({ String(cString: $0) }), !id.isEmpty {
-            reply = try? await bus.call(
-                destination: manager.destination, path: manager.path, interface: manager.interface,
-                member: "GetSession", arguments: [.string(id)], timeout: .seconds(5))
-        } else {
-            reply = try? await bus.call(
-                destination: manager.destination, path: manager.path, interface: manager.interface,
-                member: "GetSessionByPID", arguments: [.uint32(UInt32(getpid()))], timeout: .seconds(5))
-        }
-        guard let path = reply?.first?.objectPath else {
-            bus.close()
-            return (nil, nil)
-        }
-        return (bus, path)
     }
 }

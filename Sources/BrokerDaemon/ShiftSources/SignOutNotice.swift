@@ -1,0 +1,122 @@
+import BrokerCore
+import DBus
+import Locking
+import Logging
+
+/// The person is told, not only the apps: when a warning of a sign-out starts, a desktop
+/// notification (`org.freedesktop.Notifications`) says when and why, with an action "Stay signed
+/// in" whose invocation counts as the person's activity (the core's `personActive`). It is
+/// withdrawn when the warning is cancelled or ends with the sign-out. With no notification server
+/// on the session bus, one log line and nothing else: apps still hear `SignOutPending`.
+final class SignOutNotice: Sendable {
+    static let busName = "org.freedesktop.Notifications"
+    static let path = "/org/freedesktop/Notifications"
+    static let interface = "org.freedesktop.Notifications"
+    /// The action's key, which `ActionInvoked` names.
+    static let stayAction = "stay-signed-in"
+
+    private let tasks: [Task<Void, Never>]
+
+    private init(tasks: [Task<Void, Never>]) { self.tasks = tasks }
+
+    deinit { for task in tasks { task.cancel() } }
+
+    /// Follows `service`'s warnings from now on and tells the person through `session`.
+    static func start(session: DBusConnection, service: BrokerService, clock: any WallClock, logger: Logger) async
+        -> SignOutNotice
+    {
+        /// The notification on screen, if any: the one an action may name and a withdrawal closes.
+        let shown = Locked<UInt32?>(nil)
+        let warnings = service.shiftEvents.subscribe()
+        var tasks: [Task<Void, Never>] = []
+        // Subscribed whether or not a server runs now: one may be started (or activated) later.
+        // A sender rule with a well-known name matches whoever owns it when the signal comes.
+        if let actions = try? await session.signals(
+            matching: DBusMatchRule(sender: busName, path: path, interface: interface, member: "ActionInvoked"))
+        {
+            let broker = service.broker
+            tasks.append(
+                Task {
+                    for await action in actions {
+                        guard let id = action.arguments.first?.uint32, id == shown.withLock({ $0 }),
+                            action.arguments.dropFirst().first?.string == stayAction
+                        else { continue }
+                        logger.notice("the person chose to stay signed in", metadata: ["notification": "\(id)"])
+                        await broker.personActive()
+                    }
+                })
+        }
+        if let closed = try? await session.signals(
+            matching: DBusMatchRule(sender: busName, path: path, interface: interface, member: "NotificationClosed"))
+        {
+            tasks.append(
+                Task {
+                    // Dismissed or expired: nothing left to withdraw, and nothing to replace.
+                    for await signal in closed {
+                        guard let id = signal.arguments.first?.uint32 else { continue }
+                        shown.withLock { if $0 == id { $0 = nil } }
+                    }
+                })
+        }
+        tasks.append(
+            Task {
+                var told = false  // that no server answered
+                for await event in warnings {
+                    guard case .warning(let warning) = event else { continue }
+                    switch warning {
+                    case .pending(let cause, let deadline):
+                        do {
+                            let id = try await notify(
+                                session, replacing: shown.withLock { $0 },
+                                body: body(seconds: max(0, deadline - clock.now()), cause: cause))
+                            shown.withLock { $0 = id }
+                            logger.info("told the person of the sign-out", metadata: ["notification": "\(id)"])
+                        } catch {
+                            // Said once: a desktop without notifications stays without them.
+                            logger.log(
+                                level: told ? .debug : .notice,
+                                Logger.Message(
+                                    stringLiteral: "no notification server answered (\(busName)): the person is not "
+                                        + "told of the sign-out on screen; apps still hear SignOutPending"),
+                                metadata: ["error": "\(error)"])
+                            told = true
+                        }
+                    case .cancelled, .over:
+                        guard let id = shown.withLock({ $0 }) else { continue }
+                        shown.withLock { $0 = nil }
+                        // A notification the server closed already answers an error: nothing to do.
+                        _ = try? await session.call(
+                            destination: busName, path: path, interface: interface, member: "CloseNotification",
+                            arguments: [.uint32(id)], timeout: .seconds(5))
+                    }
+                }
+            })
+        return SignOutNotice(tasks: tasks)
+    }
+
+    /// Shows (or updates) the notification; its id.
+    private static func notify(_ session: DBusConnection, replacing: UInt32?, body: String) async throws -> UInt32 {
+        let reply = try await session.call(
+            destination: busName, path: path, interface: interface, member: "Notify",
+            arguments: [
+                .string("Shared device"), .uint32(replacing ?? 0), .string("system-log-out"),
+                .string("Signing out soon"), .string(body), .strings([stayAction, "Stay signed in"]),
+                // Critical: a server keeps it on screen until it is withdrawn, rather than let it
+                // expire while the countdown still runs.
+                .vardict(["urgency": .byte(2)]), .int32(0),
+            ], timeout: .seconds(5))
+        guard let id = reply.first?.uint32 else {
+            throw DBusError.invalidArgs("Notify answered \(reply.map(\.signature)), not a u")
+        }
+        return id
+    }
+
+    /// What the person reads: when, and why.
+    static func body(seconds: Int64, cause: SignOutCause) -> String {
+        let when =
+            seconds >= 120
+            ? "\((seconds + 30) / 60) minutes" : seconds == 1 ? "1 second" : "\(seconds) seconds"
+        let why = cause == .idle ? " because of inactivity" : ""
+        return "You will be signed out in \(when)\(why). Use the device, or choose Stay signed in, to keep working."
+    }
+}

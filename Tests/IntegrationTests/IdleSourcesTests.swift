@@ -1,0 +1,216 @@
+import BrokerAPI
+import DBus
+import Foundation
+import Locking
+import TestSupport
+import Testing
+
+/// Sign-out after inactivity on desktops without GNOME's idle monitor: the idle time of
+/// `org.freedesktop.ScreenSaver` (KDE on X11), then logind's `IdleHint`. Real brokerd and
+/// brokerctl; both services are stand-ins the test owns on private buses, since neither can be
+/// driven for real here: KDE's screen locker needs a running Plasma session (and answers the idle
+/// time only on X11), and logind's hint is set by a desktop through a real login session on the
+/// machine's system bus. Seconds stand for minutes: inactive for 2 s, then a 10 s warning.
+@Suite("Idle sources beyond GNOME's", .serialized, .timeLimit(.minutes(2)))
+struct IdleSourcesTests {
+    static let config = #"{"idleSignOutSeconds": 12, "idleWarningSeconds": 10}"#
+
+    /// brokerd with the idle sign-out on, no GNOME idle monitor, and the system bus `systemBus`
+    /// (none unless given), plus what `environment` adds.
+    static func environment(systemBus: String? = nil, extra: [String: String] = [:]) throws
+        -> BrokerEnvironment
+    {
+        let directory = try TemporaryDirectory()
+        let config = try directory.write("idle.conf", Self.config)
+        chmod(config, 0o600)
+        return try BrokerEnvironment(
+            brokerArguments: ["--config", config],
+            brokerEnvironment: ["DBUS_SYSTEM_BUS_ADDRESS": systemBus ?? "unix:path=/nonexistent"].merging(extra) {
+                $1
+            })
+    }
+
+    /// brokerd again, with the idle sign-out on: after the test's stand-ins are on the bus.
+    static func restart(_ env: BrokerEnvironment) async throws {
+        try await offThePool {
+            let config = try env.directory.write("idle.conf", Self.config)
+            chmod(config, 0o600)
+            try env.restartBroker(extraArguments: ["--config", config])
+        }
+    }
+
+    /// The broker's signals, as an app hears them.
+    static func listen(_ env: BrokerEnvironment) async throws -> (DBusConnection, AsyncStream<DBusSignal>) {
+        let app = try await offThePool { try DBusConnection(address: env.bus.address) }
+        let signals = try await app.signals(
+            matching: DBusMatchRule(path: BrokerNames.objectPath, interface: BrokerNames.interface))
+        return (app, signals)
+    }
+
+    /// The next of `members` on `stream`, within `timeout`.
+    static func next(
+        _ members: Set<String>, on stream: AsyncStream<DBusSignal>, timeout: Duration = .seconds(15)
+    ) async throws -> DBusSignal {
+        guard let found = await within(timeout, { await stream.first { members.contains($0.member) } }) else {
+            throw ProcessFailure("none of \(members) within \(timeout)")
+        }
+        return found
+    }
+
+    private static func realtimeMicroseconds() -> UInt64 { UInt64(Date().timeIntervalSince1970 * 1_000_000) }
+
+    @Test("org.freedesktop.ScreenSaver: the idle time growing warns, activity cancels")
+    func screenSaver() async throws {
+        let env = try await offThePool { try Self.environment() }
+        // The screensaver is on the bus before brokerd starts, as on a desktop.
+        let saver = try await StandInScreenSaver(bus: env.bus)
+        defer { withExtendedLifetime(saver) {} }
+        try await Self.restart(env)
+        let info = try await offThePool { try env.brokerctl(["device-info"]) }
+        #expect(
+            info.stdout.contains("org.freedesktop.ScreenSaver (GetSessionIdleTime at /org/freedesktop/ScreenSaver)"),
+            "\(info.stdout)")
+        // Asked once at start (is it there, does it answer), then nothing while nobody is signed in.
+        let askedAtStart = saver.asked
+        let (app, signals) = try await Self.listen(env)
+        defer { app.close() }
+        saver.touch()
+        #expect(try await offThePool { try env.signIn(TestUsers.alice, client: "mail-app") }.status == 0)
+        #expect(askedAtStart >= 1 && saver.askedBeforeTouch == askedAtStart, "\(askedAtStart), \(saver.asked)")
+
+        // Nobody touches the device: the idle time grows past the quiet 2 s, the warning starts.
+        let pending = try await Self.next([BrokerNames.signOutPendingSignal], on: signals)
+        #expect(pending.arguments.first?.string == "idle")
+        // The person is active again: the next answer (within a second) is small, the warning ends.
+        saver.touch()
+        let cancelled = try await Self.next([BrokerNames.signOutCancelledSignal, "AccountChanged"], on: signals)
+        #expect(cancelled.member == BrokerNames.signOutCancelledSignal)
+        let signedIn = try await offThePool {
+            let reply = try env.brokerctl(["current-account", "--client-id", "mail-app", "--json"])
+            return try reply.json()["current"] is [String: Any]
+        }
+        #expect(signedIn, "still signed in")
+    }
+
+    @Test("logind's IdleHint: the quiet time counts from IdleSinceHint, the hint's end cancels")
+    func logindIdleHint() async throws {
+        let system = try await offThePool { try PrivateBus() }
+        let logind = try await FakeLogind(bus: system, session: "c9")
+        let session = StandInLogindSession(connection: logind.connection, path: logind.sessionPath)
+        defer { withExtendedLifetime((logind, session)) {} }
+        let env = try await offThePool {
+            try Self.environment(systemBus: system.address, extra: ["XDG_SESSION_ID": "c9"])
+        }
+        let info = try await offThePool { try env.brokerctl(["device-info"]) }
+        #expect(info.stdout.contains("logind IdleHint (/org/freedesktop/login1/session/c9)"), "\(info.stdout)")
+        let (app, signals) = try await Self.listen(env)
+        defer { app.close() }
+        #expect(try await offThePool { try env.signIn(TestUsers.alice, client: "mail-app") }.status == 0)
+
+        // The desktop's own idle delay passed a second ago: the warning starts 2 s after that.
+        let since = Self.realtimeMicroseconds() - 1_000_000
+        try session.setIdle(true, since: since)
+        let pending = try await Self.next([BrokerNames.signOutPendingSignal], on: signals)
+        let deadline = pending.arguments.dropFirst().first?.uint64 ?? 0
+        // Due at since + 2 s + 10 s (the core keeps whole seconds), never counted from the signal.
+        #expect(deadline >= since + 11_000_000 && deadline <= since + 14_000_000, "\(deadline) since \(since)")
+
+        try session.setIdle(false, since: 0)
+        let cancelled = try await Self.next([BrokerNames.signOutCancelledSignal, "AccountChanged"], on: signals)
+        #expect(cancelled.member == BrokerNames.signOutCancelledSignal)
+    }
+
+    @Test("no idle source at all: said at start and in the device information")
+    func noSource() async throws {
+        let env = try await offThePool { try Self.environment() }
+        let info = try await offThePool { try env.brokerctl(["device-info"]) }
+        #expect(info.stdout.contains("none found at start"), "\(info.stdout)")
+        #expect(env.brokerd.process.stderrText.contains("the desktop offers no idle source"))
+    }
+}
+
+/// `org.freedesktop.ScreenSaver` as KDE's screen locker serves it, for the idle time only:
+/// `GetSessionIdleTime` answers the milliseconds since the test last called ``touch()``.
+final class StandInScreenSaver: DBusObject, @unchecked Sendable {
+    let connection: DBusConnection
+    private let state = Locked<(lastActivity: ContinuousClock.Instant, asked: Int, askedBeforeTouch: Int?)>(
+        (.now, 0, nil))
+
+    init(bus: PrivateBus) async throws {
+        connection = try await offThePool { try DBusConnection(address: bus.address) }
+        connection.export(self, at: "/org/freedesktop/ScreenSaver")
+        guard try await connection.requestName("org.freedesktop.ScreenSaver") == .primaryOwner else {
+            throw ProcessFailure("org.freedesktop.ScreenSaver is taken on the test bus")
+        }
+    }
+
+    deinit { connection.close() }
+
+    /// How often brokerd asked.
+    var asked: Int { state.withLock { $0.asked } }
+    /// How often it had asked when the test first touched.
+    var askedBeforeTouch: Int? { state.withLock { $0.askedBeforeTouch } }
+
+    /// The person's input: the idle time starts again from 0.
+    func touch() {
+        state.withLock {
+            $0.lastActivity = .now
+            if $0.askedBeforeTouch == nil { $0.askedBeforeTouch = $0.asked }
+        }
+    }
+
+    var interfaces: [DBusInterfaceDescription] {
+        [
+            DBusInterfaceDescription(
+                name: "org.freedesktop.ScreenSaver",
+                methods: [.init(name: "GetSessionIdleTime", inArguments: [], outArguments: [.init("seconds", "u")])])
+        ]
+    }
+
+    func handleMethodCall(_ call: DBusMethodCall) async throws -> [DBusValue] {
+        let idle = state.withLock { state in
+            state.asked += 1
+            return ContinuousClock.now - state.lastActivity
+        }
+        let milliseconds = idle.components.seconds * 1000 + idle.components.attoseconds / 1_000_000_000_000_000
+        return [.uint32(UInt32(clamping: milliseconds))]
+    }
+
+    func propertyValues(interface: String) -> [String: DBusValue] { [:] }
+}
+
+/// logind's session object, for its idle hint: `IdleHint` and `IdleSinceHint`, changed by the
+/// test and announced with `PropertiesChanged`, as logind does when the desktop sets the hint.
+final class StandInLogindSession: DBusObject, @unchecked Sendable {
+    private let connection: DBusConnection
+    private let path: String
+    private let hint = Locked<(idle: Bool, since: UInt64)>((false, 0))
+
+    init(connection: DBusConnection, path: String) {
+        self.connection = connection
+        self.path = path
+        connection.export(self, at: path)
+    }
+
+    func setIdle(_ idle: Bool, since: UInt64) throws {
+        hint.withLock { $0 = (idle, since) }
+        try connection.emitPropertiesChanged(
+            path: path, interface: "org.freedesktop.login1.Session",
+            changed: ["IdleHint": .bool(idle), "IdleSinceHint": .uint64(since)], invalidated: [])
+    }
+
+    var interfaces: [DBusInterfaceDescription] {
+        [
+            DBusInterfaceDescription(
+                name: "org.freedesktop.login1.Session", methods: [],
+                properties: [.init(name: "IdleHint", signature: "b"), .init(name: "IdleSinceHint", signature: "t")])
+        ]
+    }
+
+    func handleMethodCall(_ call: DBusMethodCall) async throws -> [DBusValue] { [] }
+
+    func propertyValues(interface: String) -> [String: DBusValue] {
+        let (idle, since) = hint.withLock { $0 }
+        return ["IdleHint": .bool(idle), "IdleSinceHint": .uint64(since)]
+    }
+}
