@@ -4,11 +4,14 @@ import Logging
 
 /// The session's screen lock, for `signOutOnLock`: the desktop's screensaver says it became
 /// active (`ActiveChanged(true)` of `org.gnome.ScreenSaver` on GNOME, `org.freedesktop.ScreenSaver`
-/// on KDE and Xfce) or logind locks the session (its session object's `Lock` signal on the system
+/// on KDE, `org.xfce.ScreenSaver` from xfce4-screensaver, `org.mate.ScreenSaver` on MATE; each a
+/// descendant of gnome-screensaver's interface) or logind locks the session (its session object's `Lock` signal on the system
 /// bus, which `loginctl lock-session` and most lock screens use). Each ends the shift (cause
 /// `lock`). Signals only: nothing is polled.
 final class ScreenLockWatch: Sendable {
-    static let screenSavers = ["org.gnome.ScreenSaver", "org.freedesktop.ScreenSaver"]
+    static let screenSavers = [
+        "org.gnome.ScreenSaver", "org.freedesktop.ScreenSaver", "org.xfce.ScreenSaver", "org.mate.ScreenSaver",
+    ]
 
     private let tasks: [Task<Void, Never>]
     /// What the watch listens to, in words, for the start-up's log and the device information.
