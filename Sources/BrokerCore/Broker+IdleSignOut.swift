@@ -15,7 +15,8 @@ extension Broker {
         guard let idle = configuration.idleSignOut, configuration.deviceMode == .shared, state.current != nil,
             state.signOutDeadline == nil
         else { return }
-        let deadline = clock.now() + idle.warning
+        // The next whole second after the full warning: the person gets at least what was promised.
+        let deadline = (clock.nowMicroseconds() + idle.warning * 1_000_000 + 999_999) / 1_000_000
         var next = state
         next.signOutDeadline = deadline
         do { try commit(next) } catch {
@@ -61,9 +62,10 @@ extension Broker {
 
     private func armIdleDeadline(_ deadline: Int64) {
         idleDeadlineTimer?.cancel()
-        let wait = max(0, deadline - clock.now())
+        // To the microsecond: the sign-out comes at the second announced, not up to one after it.
+        let wait = max(0, deadline * 1_000_000 - clock.nowMicroseconds())
         idleDeadlineTimer = Task {
-            do { try await Task.sleep(for: .seconds(wait)) } catch { return }
+            do { try await Task.sleep(for: .microseconds(wait)) } catch { return }
             await self.idleDeadlineReached(deadline)
         }
     }

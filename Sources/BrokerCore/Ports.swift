@@ -267,5 +267,13 @@ public struct NothingToClean: DeviceCleaner {
 
 /// The time, in unix seconds.
 public protocol WallClock: Sendable {
+    /// Unix seconds.
     func now() -> Int64
+    /// Unix microseconds: for a deadline announced in whole seconds to be met at that second,
+    /// not up to a second after it.
+    func nowMicroseconds() -> Int64
+}
+
+extension WallClock {
+    public func nowMicroseconds() -> Int64 { now() &* 1_000_000 }
 }

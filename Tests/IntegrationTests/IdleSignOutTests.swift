@@ -146,7 +146,8 @@ struct IdleSignOutTests {
             deadlines.append(pending.arguments.dropFirst().first?.uint64 ?? 0)
         }
         let now = UInt64(Date().timeIntervalSince1970 * 1_000_000)
-        #expect(deadlines.allSatisfy { $0 == deadlines[0] && $0 > now && $0 <= now + 10_000_000 }, "\(deadlines)")
+        // The warning's 10 s, up to the next whole second (deadlines are whole seconds).
+        #expect(deadlines.allSatisfy { $0 == deadlines[0] && $0 > now && $0 <= now + 11_000_000 }, "\(deadlines)")
         #expect(try await Self.deadlineProperty(apps[0].0) == deadlines[0])
 
         // The person touches the keyboard: cancelled, still signed in.
@@ -164,13 +165,18 @@ struct IdleSignOutTests {
             _ = try watcher.waitForLine(timeout: .seconds(10)) { $0 == "sign-out cancelled (idle)" }
         }
 
-        // Inactive again, to the deadline: every app hears the sign-out, with its cause.
-        for (_, signals) in apps {
-            _ = try await Self.next([BrokerNames.signOutPendingSignal], on: signals)
+        // Inactive again, to the deadline: every app hears the sign-out, with its cause, each in a
+        // task of its own so that when each heard it is known.
+        let heardAt = try await Self.eachApp(apps) { signals in
+            let pending = try await Self.next([BrokerNames.signOutPendingSignal], on: signals)
             let signedOut = try await Self.next(["AccountChanged"], on: signals)
+            let at = Self.microsecondsNow()
             #expect(signedOut.arguments.last?.string == "signed-out")
             #expect(signedOut.arguments.dropFirst().first?.vardict?[AccountKey.signOutCause]?.string == "idle")
+            return (at, pending.arguments.dropFirst().first?.uint64 ?? 0)
         }
+        let deadline = Int64(heardAt.map(\.1).max() ?? 0)
+        #expect(heardAt.allSatisfy { $0.0 >= deadline }, "signed out before the deadline: \(heardAt)")
         #expect(try await Self.deadlineProperty(apps[0].0) == 0)
         let current = try await offThePool {
             try env.brokerctl(["current-account", "--client-id", "notes-app", "--json"])
@@ -179,6 +185,49 @@ struct IdleSignOutTests {
         try await offThePool {
             _ = try watcher.waitForLine(timeout: .seconds(10)) { $0.hasPrefix("signed-out (idle)") }
         }
+
+        // The reference, in the same run: an app's SignOut, from the call to the last app's AccountChanged.
+        #expect(try await offThePool { try env.signIn(TestUsers.alice, client: "mail-app") }.status == 0)
+        try await mutter.type()
+        for (_, signals) in apps { _ = try await Self.next(["AccountChanged"], on: signals) }
+        let called = Self.microsecondsNow()
+        let caller = apps[0].0
+        let signOut = Task {
+            try await caller.call(
+                destination: BrokerNames.busName, path: BrokerNames.objectPath, interface: BrokerNames.interface,
+                member: Broker1Method.signOut.rawValue,
+                arguments: [.string("mail-app"), .string(""), .vardict([:])])
+        }
+        let referenceAt = try await Self.eachApp(apps) { signals in
+            _ = try await Self.next(["AccountChanged"], on: signals)
+            return (Self.microsecondsNow(), 0)
+        }
+        _ = try await signOut.value
+        let idleMs = Double((heardAt.map(\.0).max() ?? 0) - deadline) / 1000
+        let referenceMs = Double((referenceAt.map(\.0).max() ?? 0) - called) / 1000
+        print(
+            "FIGURE idle sign-out: deadline to the last of 3 apps' AccountChanged \(idleMs) ms; "
+                + "reference, an app's SignOut call to the last AccountChanged \(referenceMs) ms")
+    }
+
+    /// `body` run for each app's signals at once; what each returned, in the apps' order.
+    private static func eachApp(
+        _ apps: [(DBusConnection, AsyncStream<DBusSignal>)],
+        _ body: @escaping @Sendable (AsyncStream<DBusSignal>) async throws -> (Int64, UInt64)
+    ) async throws -> [(Int64, UInt64)] {
+        try await withThrowingTaskGroup(of: (Int, (Int64, UInt64)).self) { group in
+            for (index, (_, signals)) in apps.enumerated() { group.addTask { (index, try await body(signals)) } }
+            var results = [(Int64, UInt64)](repeating: (0, 0), count: apps.count)
+            for try await (index, result) in group { results[index] = result }
+            return results
+        }
+    }
+
+    /// The realtime clock in microseconds, as the broker's deadlines are given.
+    private static func microsecondsNow() -> Int64 {
+        var spec = timespec()
+        clock_gettime(CLOCK_REALTIME, &spec)
+        return Int64(spec.tv_sec) * 1_000_000 + Int64(spec.tv_nsec) / 1_000
     }
 
     /// The first `count` warnings of `stream`, waiting at most 15 s.
