@@ -5,9 +5,9 @@ import Logging
 /// The session's screen lock, for `signOutOnLock`: the desktop's screensaver says it became
 /// active (`ActiveChanged(true)` of `org.gnome.ScreenSaver` on GNOME, `org.freedesktop.ScreenSaver`
 /// on KDE, `org.xfce.ScreenSaver` from xfce4-screensaver, `org.mate.ScreenSaver` on MATE; each a
-/// descendant of gnome-screensaver's interface) or logind locks the session (its session object's `Lock` signal on the system
-/// bus, which `loginctl lock-session` and most lock screens use). Each ends the shift (cause
-/// `lock`). Signals only: nothing is polled.
+/// descendant of gnome-screensaver's interface) or logind locks the session (its session
+/// object's `Lock` signal on the system bus, which `loginctl lock-session` and most lock screens
+/// use). Each ends the shift (cause `lock`). Signals only: nothing is polled.
 final class ScreenLockWatch: Sendable {
     static let screenSavers = [
         "org.gnome.ScreenSaver", "org.freedesktop.ScreenSaver", "org.xfce.ScreenSaver", "org.mate.ScreenSaver",
