@@ -104,14 +104,9 @@ enum StateFileFormat {
         clients.raw("}")
 
         var out = JSONWriter(capacity: clients.bytes.count + 256 + keys.table.count * 256)
-        out.raw("{\"accounts\":{")
-        for (index, tableKey) in keys.table.keys.sorted().enumerated() {
-            if index > 0 { out.raw(",") }
-            out.string(tableKey)
-            out.raw(":")
-            if let account = keys.table[tableKey] { out.account(account) }
-        }
-        out.raw("},\"clients\":")
+        out.raw("{\"accounts\":")
+        out.accounts(Array(keys.table.keys), of: keys.table)
+        out.raw(",\"clients\":")
         out.bytes.append(contentsOf: clients.bytes)
         if let current = state.current {
             out.raw(",\"current\":")
@@ -495,6 +490,18 @@ extension ClientRecord {
 }
 
 extension JSONWriter {
+    /// The entries `keys` of an account table, as an object, keys sorted.
+    mutating func accounts(_ keys: [String], of table: [String: Account]) {
+        raw("{")
+        for (index, key) in keys.sorted().enumerated() {
+            if index > 0 { raw(",") }
+            string(key)
+            raw(":")
+            if let account = table[key] { account(account) }
+        }
+        raw("}")
+    }
+
     /// A client's record at rest: its accounts by their table keys, and its refresh token.
     mutating func client(_ record: ClientRecord, keys: inout StateFileFormat.AccountKeys) {
         raw("{")

@@ -99,14 +99,8 @@ enum StateJournal {
         // Only the accounts this line added: the rest are in the snapshot or earlier lines.
         let added = keys.takeAdded()
         if !added.isEmpty {
-            out.raw(",\"accounts\":{")
-            for (index, key) in added.sorted().enumerated() {
-                if index > 0 { out.raw(",") }
-                out.string(key)
-                out.raw(":")
-                if let account = keys.table[key] { out.account(account) }
-            }
-            out.raw("}")
+            out.raw(",\"accounts\":")
+            out.accounts(added, of: keys.table)
         }
         out.bytes.append(contentsOf: clients.bytes)
         if old.current != new.current {
