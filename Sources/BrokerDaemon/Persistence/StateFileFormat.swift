@@ -497,7 +497,7 @@ extension JSONWriter {
             if index > 0 { raw(",") }
             string(key)
             raw(":")
-            if let account = table[key] { account(account) }
+            if let entry = table[key] { account(entry) }
         }
         raw("}")
     }
