@@ -149,6 +149,7 @@ public enum Daemon {
                 "mode": "\(options.deviceMode.rawValue)", "authority": "\(authority.map { "\($0)" } ?? "none")",
                 "state": "\(store.path)",
             ])
+        StartFailure.clear()
         // The readiness line scripts and tests wait for.
         Console.printLine(
             "brokerd ready: \(BrokerNames.busName) as \(connection.uniqueName), device mode "

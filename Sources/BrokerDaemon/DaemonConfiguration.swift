@@ -169,9 +169,16 @@ public struct DaemonConfigurationFile: Decodable, Sendable {
     /// a device mode anyone could have written is no administrator's decision. One that exists
     /// but cannot be read stops the start too, rather than leave the user's file in charge.
     public static func loadAdministrator(fallback: String? = nil) throws(DaemonError) -> DaemonConfigurationFile? {
+        try loadAdministratorFile(fallback: fallback)?.file
+    }
+
+    /// The same, with the path it was read from.
+    public static func loadAdministratorFile(fallback: String? = nil) throws(DaemonError) -> (
+        file: DaemonConfigurationFile, path: String
+    )? {
         for path in [administratorPath] + (fallback.map { [$0] } ?? []) {
             if let file = try readChecked(path, by: .administrator) {
-                return try parse(file.bytes, path: path, permissions: file.permissions)
+                return (try parse(file.bytes, path: path, permissions: file.permissions), path)
             }
         }
         return nil

@@ -29,11 +29,5 @@ public struct DaemonOptions: Sendable {
     }
 
     /// `$XDG_STATE_HOME/shared-device-broker`, or `~/.local/state/shared-device-broker`.
-    public static func defaultStateDirectory() -> String {
-        if let state = getenv("XDG_STATE_HOME").map({ String(cString: $0) }), state.hasPrefix("/") {
-            return state + "/shared-device-broker"
-        }
-        let home = getenv("HOME").map { String(cString: $0) } ?? "/tmp"
-        return home + "/.local/state/shared-device-broker"
-    }
+    public static func defaultStateDirectory() -> String { StartFailureRecord.defaultStateDirectory() }
 }

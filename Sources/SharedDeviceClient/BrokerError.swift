@@ -97,10 +97,17 @@ public enum BrokerError: Error, Sendable, Equatable, CustomStringConvertible {
             "org.freedesktop.DBus.Error.NoServer", "org.freedesktop.DBus.Error.SpawnFailed":
             self = .brokerUnavailable("the broker is not running on this bus (\(error.message))")
         case let name where name.hasPrefix("org.freedesktop.DBus.Error.Spawn."):
-            // The bus tried to start it and it failed: its own words are in its log.
-            self = .brokerUnavailable(
-                "the broker could not be started (\(error.message)); its log says why: journalctl --user -u "
-                    + "shared-device-broker (under systemd), else the session's log")
+            // The bus tried to start it and it failed: its own words are in the file it leaves when
+            // the bus started it, else (under systemd) in the journal.
+            if let failure = StartFailureRecord.read() {
+                self = .brokerUnavailable(
+                    "the broker could not be started (\(error.message)): \(failure.message) (from "
+                        + "\(StartFailureRecord.defaultPath))")
+            } else {
+                self = .brokerUnavailable(
+                    "the broker could not be started (\(error.message)); its log says why: journalctl --user -u "
+                        + "shared-device-broker")
+            }
         case "org.freedesktop.DBus.Error.NoReply", "org.freedesktop.DBus.Error.Timeout",
             "org.freedesktop.DBus.Error.TimedOut":
             self = .timedOut("the broker did not answer in time (\(error.message))")

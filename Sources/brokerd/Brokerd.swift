@@ -99,7 +99,21 @@ struct Brokerd: AsyncParsableCommand {
             let user =
                 try config.map { path throws(DaemonError) in try DaemonConfigurationFile.load(path: path) }
                 ?? DaemonConfigurationFile()
-            let administrator = try DaemonConfigurationFile.loadAdministrator(fallback: adminConfig)
+            let administratorFile = try DaemonConfigurationFile.loadAdministratorFile(fallback: adminConfig)
+            let administrator = administratorFile?.file
+            if let adminConfig, let used = administratorFile?.path, used != adminConfig {
+                logger.warning(
+                    "--admin-config is ignored: the administrator's file exists and is the one read",
+                    metadata: ["ignored": "\(adminConfig)", "read": "\(used)"])
+            }
+            // Which files were read, in the order their settings win: what an administrator checks first.
+            logger.info(
+                "configuration",
+                metadata: [
+                    "administrator": "\(administratorFile?.path ?? "none (\(DaemonConfigurationFile.administratorPath))")",
+                    "user": "\(config ?? "none")",
+                    "order": "the administrator's file, then the command line, then the user's file",
+                ])
             var file = user.overridden(by: administrator)
             if let fixed = administrator?.deviceMode, let asked = deviceMode, asked != fixed {
                 logger.warning(
@@ -133,7 +147,28 @@ struct Brokerd: AsyncParsableCommand {
             throw ExitCode(status)
         } catch let error as DaemonError {
             Console.printError("brokerd: \(error)")
+            StartFailure.record("brokerd: \(error)", status: 1)
             throw ExitCode(1)
+        }
+    }
+
+    /// ArgumentParser's, but a command line brokerd cannot use is also recorded where the client
+    /// library reads why the broker did not start (``StartFailure``): started by the bus, brokerd's
+    /// standard error reaches nobody.
+    static func main() async {
+        do {
+            var command = try parseAsRoot()
+            if var asyncCommand = command as? AsyncParsableCommand {
+                try await asyncCommand.run()
+            } else {
+                try command.run()
+            }
+        } catch {
+            let status = exitCode(for: error).rawValue
+            if status == 64 {
+                StartFailure.record("brokerd: \(fullMessage(for: error))", status: status)
+            }
+            exit(withError: error)
         }
     }
 }

@@ -71,22 +71,146 @@ struct FirstRunTests {
         #expect(!ids[0].isEmpty && ids[0] == ids[1], "\(ids)")
     }
 
-    @Test("a broker the bus could not start: brokerctl says where its log is")
-    func aStartThatFailed() async throws {
+    /// Every way brokerd's start can fail, as an administrator meets it: started by the bus (no
+    /// systemd, so its standard error reaches nobody), the app hears the bus's `Spawn.ChildExited`;
+    /// brokerctl (the client library) must say brokerd's own words, read back from the file the
+    /// docs name, and the exit status must be one brokerd(8) lists for that case.
+    @Test(
+        "a broker the bus could not start: brokerctl says brokerd's own words, from the file brokerd(8) names",
+        arguments: [
+            StartFailureCase(
+                name: "a misspelt configuration key", config: #"{"tokenStorag": "memory"}"#, flags: [], status: 1,
+                says: #"unknown key "tokenStorag" at the top level"#),
+            StartFailureCase(
+                name: "a device mode brokerd does not know", config: nil, flags: ["--device-mode", "kiosk"],
+                status: 64, says: "kiosk"),
+            StartFailureCase(
+                name: "a configuration file others can write", config: #"{"deviceMode": "shared"}"#, flags: [],
+                status: 1, says: "fix it with: chmod go-w", configMode: 0o666),
+        ])
+    func aStartThatFailed(_ failure: StartFailureCase) async throws {
         let directory = try TemporaryDirectory()
-        // An activation file whose broker exits at once, as a broker with a broken configuration does.
+        let stateHome = directory.path + "/state-home"
+        var arguments = ["--state-dir", directory.path + "/state", "--token-storage", "memory"] + failure.flags
+        if let config = failure.config {
+            let path = try directory.write("broker.conf", config)
+            chmod(path, failure.configMode)
+            arguments += ["--config", path]
+        }
+        let command = arguments
+        // Run by hand first: the exit status, against the manual.
+        let direct = try await offThePool {
+            try CommandProcess(
+                "brokerd", executable: Binaries.path("brokerd"), arguments: command,
+                environment: ["XDG_STATE_HOME": stateHome]
+            ).waitForExit(timeout: .seconds(20))
+        }
+        #expect(direct.status == failure.status, "\(failure.name): \(direct.stderr)")
+        #expect(Self.documentedExitStatuses().contains(direct.status), "exit \(direct.status) is not in brokerd(8)")
+        try? FileManager.default.removeItem(atPath: stateHome)
+
+        // Then as the bus starts it.
         let services = directory.path + "/services"
         try FileManager.default.createDirectory(atPath: services, withIntermediateDirectories: true)
         _ = try directory.write(
             "services/io.shareddevice.Broker1.service",
-            "[D-BUS Service]\nName=io.shareddevice.Broker1\nExec=/bin/sh -c 'exit 64'\n")
+            "[D-BUS Service]\nName=io.shareddevice.Broker1\nExec=\(Binaries.path("brokerd")) "
+                + arguments.joined(separator: " ") + "\n")
         let bus = try await offThePool {
             try PrivateBus(
-                configFile: try directory.write("bus.conf", PrivateBus.configuration(serviceDirectory: services)))
+                configFile: try directory.write("bus.conf", PrivateBus.configuration(serviceDirectory: services)),
+                environment: ["XDG_STATE_HOME": stateHome])
         }
-        let info = try await offThePool { try runBrokerctl(["device-info"], address: bus.address) }
+        let info = try await offThePool {
+            try CommandProcess(
+                "brokerctl", executable: Binaries.path("brokerctl"),
+                arguments: ["device-info", "--address", bus.address],
+                environment: ["XDG_STATE_HOME": stateHome]
+            ).waitForExit(timeout: .seconds(20))
+        }
         #expect(info.status != 0)
         #expect(info.stderr.contains("could not be started"), "\(info.stderr)")
+        #expect(info.stderr.contains(failure.says), "\(failure.name): \(info.stderr)")
+        #expect(info.stderr.contains(stateHome + "/shared-device-broker/brokerd-start-failure.log"), "\(info.stderr)")
+    }
+
+    @Test("a start that succeeds removes the last failure; with none recorded, brokerctl names the journal")
+    func aStartThatSucceededForgetsTheFailure() async throws {
+        let directory = try TemporaryDirectory()
+        let stateHome = directory.path + "/state-home"
+        let recorded = stateHome + "/shared-device-broker/brokerd-start-failure.log"
+        let failed = try await offThePool {
+            try CommandProcess(
+                "brokerd", executable: Binaries.path("brokerd"), arguments: ["--device-mode", "kiosk"],
+                environment: ["XDG_STATE_HOME": stateHome]
+            ).waitForExit(timeout: .seconds(20))
+        }
+        #expect(failed.status == 64)
+        #expect(FileManager.default.fileExists(atPath: recorded))
+        let env = try await offThePool {
+            try BrokerEnvironment(brokerEnvironment: ["XDG_STATE_HOME": stateHome])
+        }
+        #expect(!FileManager.default.fileExists(atPath: recorded), "the failure outlived a start that succeeded")
+        withExtendedLifetime(env) {}
+
+        // Nothing recorded (a broker under systemd writes to the journal): brokerctl says where to look.
+        let services = directory.path + "/services"
+        try FileManager.default.createDirectory(atPath: services, withIntermediateDirectories: true)
+        _ = try directory.write(
+            "services/io.shareddevice.Broker1.service",
+            "[D-BUS Service]\nName=io.shareddevice.Broker1\nExec=/bin/sh -c 'exit 1'\n")
+        let bus = try await offThePool {
+            try PrivateBus(
+                configFile: try directory.write("bus.conf", PrivateBus.configuration(serviceDirectory: services)),
+                environment: ["XDG_STATE_HOME": stateHome])
+        }
+        let info = try await offThePool {
+            try CommandProcess(
+                "brokerctl", executable: Binaries.path("brokerctl"),
+                arguments: ["device-info", "--address", bus.address],
+                environment: ["XDG_STATE_HOME": stateHome]
+            ).waitForExit(timeout: .seconds(20))
+        }
         #expect(info.stderr.contains("journalctl --user -u shared-device-broker"), "\(info.stderr)")
     }
+
+    @Test("the start names every configuration file read, in the order their settings win")
+    func theStartNamesItsFiles() async throws {
+        let directory = try TemporaryDirectory()
+        let user = try directory.write("user.conf", #"{"browserSignOut": "when-asked"}"#)
+        let admin = try directory.write("admin.conf", #"{"deviceMode": "shared"}"#)
+        chmod(user, 0o600)
+        chmod(admin, 0o644)
+        let env = try await offThePool {
+            try BrokerEnvironment(brokerArguments: ["--config", user, "--admin-config", admin])
+        }
+        let log = env.brokerd.process.stderrText
+        let line = try #require(log.split(separator: "\n").first { $0.hasSuffix("] configuration") }, "\(log)")
+        #expect(line.contains("administrator=\(admin)") && line.contains("user=\(user)"), "\(line)")
+        #expect(line.contains("the administrator's file, then the command line, then the user's file"), "\(line)")
+    }
+
+    /// The exit statuses brokerd(8) lists (`*N*` items under EXIT STATUS).
+    static func documentedExitStatuses() -> Set<Int32> {
+        let page = (try? String(contentsOfFile: Repository.root + "/man/brokerd.8.scd", encoding: .utf8)) ?? ""
+        guard let section = page.components(separatedBy: "# EXIT STATUS").dropFirst().first else { return [] }
+        let body = section.components(separatedBy: "\n# ").first ?? ""
+        return Set(
+            body.split(separator: "\n").compactMap { line -> Int32? in
+                guard line.hasPrefix("*"), line.hasSuffix("*") else { return nil }
+                return Int32(line.dropFirst().dropLast())
+            })
+    }
+}
+
+/// One way a start fails: the configuration and flags that cause it, the status brokerd(8)
+/// gives for it, and words of brokerd's message.
+struct StartFailureCase: Sendable, CustomTestStringConvertible {
+    var name: String
+    var config: String?
+    var flags: [String]
+    var status: Int32
+    var says: String
+    var configMode: mode_t = 0o600
+    var testDescription: String { name }
 }

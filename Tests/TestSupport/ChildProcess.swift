@@ -28,6 +28,14 @@ package final class ChildProcess: @unchecked Sendable {
     /// Standard input, while the test keeps it open to type into.
     private var input: FileHandle?
 
+    /// `XDG_STATE_HOME` for every child of this test run, unless a test gives its own.
+    package static let testStateHome: String = {
+        let path = NSTemporaryDirectory() + "shared-device-broker-tests-\(getpid())/state"
+        try? FileManager.default.createDirectory(
+            atPath: path, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        return path
+    }()
+
     /// Starts `executable` with `arguments`. Standard input gets `stdin` and is closed, unless
     /// `keepStdinOpen`: then the test types lines with ``type(_:)`` and ends them with ``closeStdin()``.
     package init(
@@ -38,6 +46,8 @@ package final class ChildProcess: @unchecked Sendable {
         var env = ProcessInfo.processInfo.environment
         // Never the developer's own bus: a test names its bus explicitly.
         env["DBUS_SESSION_BUS_ADDRESS"] = "disabled:"
+        // Nor the developer's own state directory: a brokerd that fails to start leaves why there.
+        env["XDG_STATE_HOME"] = Self.testStateHome
         for (key, value) in environment { env[key] = value }
         let child = try Spawned.start(executable, arguments: arguments, environment: env)
         pid = child.pid

@@ -31,14 +31,15 @@ package final class PrivateBus: @unchecked Sendable {
         """
     }
 
-    /// A `--session` bus, or one run with the configuration file `configFile`.
-    package init(configFile: String? = nil) throws {
+    /// A `--session` bus, or one run with the configuration file `configFile`; `environment` is
+    /// added to the bus's, which the services it activates inherit.
+    package init(configFile: String? = nil, environment: [String: String] = [:]) throws {
         daemon = try ChildProcess(
             "dbus-daemon", executable: "/usr/bin/dbus-daemon",
             arguments: [
                 configFile.map { "--config-file=\($0)" } ?? "--session",
                 "--nofork", "--nopidfile", "--print-address=1",
-            ])
+            ], environment: environment)
         address = try daemon.waitForLine(timeout: .seconds(10)) { $0.contains("unix:") || $0.contains("tcp:") }
             .trimmingCharacters(in: .whitespaces)
     }

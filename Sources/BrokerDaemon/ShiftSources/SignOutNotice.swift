@@ -19,6 +19,12 @@ final class SignOutNotice: Sendable {
 
     private init(tasks: [Task<Void, Never>]) { self.tasks = tasks }
 
+    /// Whole seconds left, rounded down: a deadline is the whole second after the full warning, so
+    /// this is the warning's own length when it starts, never one more.
+    static func secondsLeft(until deadline: Int64, clock: any WallClock) -> Int64 {
+        max(0, (deadline &* 1_000_000 - clock.nowMicroseconds()) / 1_000_000)
+    }
+
     deinit { for task in tasks { task.cancel() } }
 
     /// Follows `service`'s warnings from now on and tells the person through `session`.
@@ -68,7 +74,7 @@ final class SignOutNotice: Sendable {
                         do {
                             let id = try await notify(
                                 session, replacing: shown.withLock { $0 },
-                                body: body(seconds: max(0, deadline - clock.now()), cause: cause))
+                                body: body(seconds: Self.secondsLeft(until: deadline, clock: clock), cause: cause))
                             shown.withLock { $0 = id }
                             logger.info("told the person of the sign-out", metadata: ["notification": "\(id)"])
                         } catch {

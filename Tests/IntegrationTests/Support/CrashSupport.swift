@@ -131,8 +131,12 @@ final class ActivatingBus: @unchecked Sendable {
 final class CommandProcess: @unchecked Sendable {
     private let child: ChildProcess
 
-    init(_ name: String, executable: String, arguments: [String], stdin: String? = nil) throws {
-        child = try ChildProcess(name, executable: executable, arguments: arguments, stdin: stdin ?? "")
+    init(
+        _ name: String, executable: String, arguments: [String], stdin: String? = nil,
+        environment: [String: String] = [:]
+    ) throws {
+        child = try ChildProcess(
+            name, executable: executable, arguments: arguments, environment: environment, stdin: stdin ?? "")
     }
 
     /// Waits at most `timeout` for the exit (killing the command after it); then the output is complete.
