@@ -110,7 +110,8 @@ struct Brokerd: AsyncParsableCommand {
             logger.info(
                 "configuration",
                 metadata: [
-                    "administrator": "\(administratorFile?.path ?? "none (\(DaemonConfigurationFile.administratorPath))")",
+                    "administrator":
+                        "\(administratorFile?.path ?? "none (\(DaemonConfigurationFile.administratorPath))")",
                     "user": "\(config ?? "none")",
                     "order": "the administrator's file, then the command line, then the user's file",
                 ])
