@@ -7,7 +7,7 @@ import SharedDeviceClient
 /// sign-in page (email and one-time code, password, browser) or the signed-in page ("Call
 /// Microsoft Graph API", "Sign Out", "Get device info"), and the log, newest last. While the
 /// broker warns of a sign-out after inactivity, the signed-in page starts with a countdown and
-/// "Stay signed in".
+/// "Stay signed in"; after a sign-out nobody asked for, the sign-in page says why.
 ///
 /// Its members are GTK's and touched on GTK's thread only (``GtkThread``): broker calls run in
 /// Swift tasks and hand their results back through ``GtkThread/onMain(_:)``, so the window keeps
@@ -42,6 +42,8 @@ final class TutorialWindow: @unchecked Sendable {
     /// The sign-out warning at the top of the signed-in page: the countdown and "Stay signed in".
     private let warningBanner = tw_alert_box_new(12)!
     private let warningLabel = Make.label("")
+    /// Why the device was signed out, when nobody here asked (inactivity, the screen lock, ...).
+    private let signedOutNote = Make.label("")
 
     /// The account the window shows; nil: nobody.
     private var shown: Account?
@@ -104,10 +106,13 @@ final class TutorialWindow: @unchecked Sendable {
         }
         browserRow.setVisible(false)
         signInButtons = [sendCode, submitCode, resend, withPassword, withBrowser]
+        signedOutNote.setVisible(false)
+        gtk_widget_add_css_class(signedOutNote, "heading")
         let signIn = Make.box(
             vertical: true,
             [
-                Make.label(tr("Sign in with your work email: a code is sent there.")), emailEntry, sendCode, codeRow,
+                signedOutNote, Make.label(tr("Sign in with your work email: a code is sent there.")), emailEntry,
+                sendCode, codeRow,
                 codeError, passwordEntry, withPassword, withBrowser, browserRow,
             ])
 
@@ -189,6 +194,8 @@ final class TutorialWindow: @unchecked Sendable {
         shown = account
         if let account {
             accountLabel.labelText = String(format: tr("Signed in: %@"), account.description)
+            // Why the last person was signed out is for the sign-in page only.
+            signedOutNote.setVisible(false)
             setPage(.signedIn)
         } else {
             accountLabel.labelText = tr("Nobody is signed in")
@@ -242,6 +249,18 @@ final class TutorialWindow: @unchecked Sendable {
         ticker = nil
         warningBanner.setVisible(false)
         return wasShown
+    }
+
+    /// What the person is told about a sign-out nobody at this window asked for; nil for an app's
+    /// `SignOut`, which the person (or another app) did on purpose.
+    private static func words(for cause: SignOutCause) -> String? {
+        switch cause {
+        case .app: nil
+        case .idle: tr("Signed out after inactivity")
+        case .lock: tr("Signed out because the screen was locked")
+        case .reboot: tr("Signed out because the device restarted")
+        case .provider: tr("Signed out: the identity provider ended the session")
+        }
     }
 
     private func showUnavailable(_ error: BrokerError) {
@@ -362,10 +381,14 @@ final class TutorialWindow: @unchecked Sendable {
     private func accountChanged(_ change: AccountChange) {
         switch change.reason {
         case .signedOut:
+            let why = change.cause.flatMap(Self.words(for:))
             if let previous = change.previous ?? shown {
-                toast(String(format: tr("%@ was signed out"), previous.username))
+                toast(why ?? String(format: tr("%@ was signed out"), previous.username))
                 log(String(format: tr("%@ was signed out on this device"), previous.description))
             }
+            if let why { log(why) }
+            signedOutNote.labelText = why ?? ""
+            signedOutNote.setVisible(why != nil)
         case .signedIn:
             if let current = change.current { log(String(format: tr("%@ signed in"), current.description)) }
         case .brokerRestarted:
