@@ -457,6 +457,8 @@ def scenario(run):
           % elapsed, flush=True)
     run.check(True, "Sign Out in Calendar puts Mail on the sign-in page")
     run.check(not any(t.startswith("Name: ") for t in calendar.labels()), "the profile is cleared after sign-out")
+    run.check(not any(t.startswith("Signed out") for t in mail.labels()),
+              "an app's Sign Out gives Mail no reason line (someone asked for it)", str(mail.labels()))
     run.snap("5-signed-out", [mail, calendar])
     # Carol signed in with a code, but the provider's end-session page is opened all the same:
     # through the portal, in the kiosk's Chromium (closed here; the browser part below checks it).
