@@ -7,8 +7,6 @@ CONFIG       ?= debug
 BIN_DIR       = $(shell $(SWIFT) build -c $(CONFIG) --show-bin-path 2>/dev/null)
 APT_PACKAGES  = libdbus-1-dev libcurl4-openssl-dev pkg-config dbus python3 python3-dbus python3-gi gnome-keyring curl scdoc \
 	mutter libgl1-mesa-dri notification-daemon xvfb
-# The GTK tutorial window (examples/TutorialWindow) and its tests: a headless X server, the
-# accessibility bus and its Python client, screenshots, translations.
 # What `make install` puts under PREFIX (and `make uninstall` removes), relative to PREFIX.
 INSTALLED_FILES = bin/brokerd bin/brokerctl share/man/man1/brokerctl.1 share/man/man5/broker.conf.5 \
 	share/man/man8/brokerd.8 share/bash-completion/completions/brokerd share/bash-completion/completions/brokerctl \
@@ -20,7 +18,11 @@ INSTALLED_FILES = bin/brokerd bin/brokerctl share/man/man1/brokerctl.1 share/man
 	lib/systemd/user/shared-device-broker.service.d/microsoft-broker1.conf
 RELEASE_BIN   = $(shell $(SWIFT) build -c release --show-bin-path 2>/dev/null)
 INSTALL_BIN  ?= $(RELEASE_BIN)
-GUI_PACKAGES  = libgtk-4-dev libadwaita-1-dev xvfb x11-apps at-spi2-core python3-pyatspi python3-pil gettext
+# The GTK tutorial window (examples/TutorialWindow) and its tests: a headless X server, the
+# accessibility bus and its Python client, screenshots, translations, real X input (xdotool) and
+# the X server's idle time (python3-xlib, for the sign-out after inactivity).
+GUI_PACKAGES  = libgtk-4-dev libadwaita-1-dev xvfb x11-apps at-spi2-core python3-pyatspi python3-pil gettext \
+	xdotool python3-xlib
 # The browser suite (Tests/Browser): a real Chromium driven by Selenium under Xvfb, pages opened by
 # the real desktop portal (with its GTK backend) on a private bus.
 BROWSER_PACKAGES = chromium chromium-driver python3-selenium xdg-desktop-portal xdg-desktop-portal-gtk xvfb
@@ -52,8 +54,8 @@ deps:
 ## gui-deps: what the GTK tutorial window needs to build and to be tested, when missing.
 gui-deps: deps
 	@if ! pkg-config --exists gtk4 libadwaita-1 2>/dev/null || ! command -v Xvfb >/dev/null \
-		|| ! command -v xwd >/dev/null || ! command -v msgfmt >/dev/null \
-		|| ! /usr/bin/python3 -c 'import pyatspi, PIL' 2>/dev/null; then \
+		|| ! command -v xwd >/dev/null || ! command -v msgfmt >/dev/null || ! command -v xdotool >/dev/null \
+		|| ! /usr/bin/python3 -c 'import pyatspi, PIL, Xlib' 2>/dev/null; then \
 		echo "Installing $(GUI_PACKAGES) ..."; \
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(GUI_PACKAGES); \

@@ -16,6 +16,13 @@ sign-in form, the redirect reaches brokerd's loopback listener, and both windows
 Out in Mail puts both back on the sign-in page and, shared mode's browserSignOut being "always",
 loads idp-sim's end-session page in Chromium. The portal's OpenURI calls are read with dbus-monitor.
 
+Sign-out after inactivity, as a person sees it: brokerd restarted with idleSignOutSeconds and
+idleWarningSeconds of a few seconds, its idle source the X server's own idle time (org.freedesktop.
+ScreenSaver's GetSessionIdleTime, served by screensaver_idle.py from MIT-SCREEN-SAVER). Sign in
+and keep still: both windows show the countdown, which falls; a real click (xdotool, XTEST) on
+Mail's "Stay signed in" is input, brokerd withdraws the warning and the banners go; keep still
+again past the deadline: both windows say the device was signed out after inactivity.
+
 Usage: test_window.py --window-bin DIR --broker-bin DIR [--artifacts DIR]
   DIR of tutorial-window (with locale/ beside it), DIR of brokerd, idp-sim and brokerctl.
   Needs what `make gui-deps` and `make browser-deps` install (`make test-gui` runs both).
@@ -25,7 +32,9 @@ are saved in ARTIFACTS.
 """
 import argparse
 import json
+import math
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -169,15 +178,15 @@ class Run:
         self.authorize = metadata["authorization_endpoint"]
         self.logout = metadata["end_session_endpoint"]
 
-    def start_broker(self):
+    def start_broker(self, extra=()):
         binary = os.path.join(self.args.broker_bin, "brokerd")
         # No BROWSER (see __init__); a tripwire xdg-open first on PATH records any fallback from the portal.
         env = dict(self.env, PATH=self.path("tripwire") + ":" + self.env.get("PATH", "/usr/bin:/bin"))
         self.broker, _ = self.start(
             "brokerd-%d" % (len(self.broker_names) + 1),
             [binary, "--device-mode", "shared", "--authority", self.authority, "--state-dir",
-             os.path.join(self.directory, "state"), "--token-storage", "plaintext-file", "--log-level", "debug"],
-            env=env, ready="brokerd ready:")
+             os.path.join(self.directory, "state"), "--token-storage", "plaintext-file", "--log-level", "debug",
+             *extra], env=env, ready="brokerd ready:")
         self.broker_names.add(self.desktop.name_owner(harness.BROKER_NAME))
 
     def start_kiosk_browser(self):
@@ -307,6 +316,36 @@ class Window:
     def click(self, name):
         self.find("push button", name).queryAction().doAction(0)
 
+    def click_with_pointer(self, name):
+        """Clicks the button as a person does: real X input (xdotool, through XTEST) at the button's
+        place in the window as AT-SPI gives it, after raising the window above the others (no window
+        manager: the windows overlap). AT-SPI's action would be no input to the X server."""
+        button = self.find("push button", name)
+        x, y, width, height = button.queryComponent().getExtents(self.pyatspi.WINDOW_COORDS)
+        window = self.x_window()
+        subprocess.run(["xdotool", "windowraise", window], env=self.run.env, check=True, timeout=10)
+        subprocess.run(["xdotool", "mousemove", "--window", window, str(x + width // 2), str(y + height // 2),
+                        "click", "1"], env=self.run.env, check=True, timeout=10)
+
+    def x_window(self):
+        """The X window of this app's frame (its title is the app's name), for xdotool."""
+        found = subprocess.run(["xdotool", "search", "--onlyvisible", "--name", "^%s$" % self.app_name],
+                               env=self.run.env, capture_output=True, text=True, timeout=10).stdout.split()
+        if len(found) != 1:
+            raise Failure("%d visible X windows are titled %s, not one" % (len(found), self.app_name))
+        return found[0]
+
+    def countdown(self):
+        """The seconds the sign-out warning's banner shows, or None when it shows none."""
+        for text in self.labels():
+            match = COUNTDOWN.fullmatch(text)
+            if match:
+                return int(match.group(1))
+        return None
+
+    def log_text(self):
+        return self.find("text", "Log", 10).queryText().getText(0, -1)
+
     def type(self, role, name, text):
         self.find(role, name).queryEditableText().setTextContents(text)
 
@@ -346,6 +385,15 @@ class Window:
     def close(self):
         self.process.terminate()
         self.process.wait(timeout=10)
+
+
+# Sign-out after inactivity, in seconds: brokerd warns after IDLE_SIGN_OUT - IDLE_WARNING without
+# input, and signs out IDLE_WARNING later. The warning must outlast what the test does in it (read the
+# countdown twice, two screenshots, find and click the button) on a busy machine; the window test
+# runs alone, after the Swift suites, so a few seconds of room are enough.
+IDLE_SIGN_OUT = 16
+IDLE_WARNING = 12
+COUNTDOWN = re.compile(r"You will be signed out in (\d+) s because of inactivity")
 
 
 def scenario(run):
@@ -409,6 +457,8 @@ def scenario(run):
           % elapsed, flush=True)
     run.check(True, "Sign Out in Calendar puts Mail on the sign-in page")
     run.check(not any(t.startswith("Name: ") for t in calendar.labels()), "the profile is cleared after sign-out")
+    run.check(not any(t.startswith("Signed out") for t in mail.labels()),
+              "an app's Sign Out gives Mail no reason line (someone asked for it)", str(mail.labels()))
     run.snap("5-signed-out", [mail, calendar])
     # Carol signed in with a code, but the provider's end-session page is opened all the same:
     # through the portal, in the kiosk's Chromium (closed here; the browser part below checks it).
@@ -430,6 +480,7 @@ def scenario(run):
     calendar.wait_for_account("Nobody is signed in")
 
     browser_sign_in_and_out(run, mail, calendar)
+    idle_sign_out(run, mail, calendar)
 
     # Translations, read through the accessible tree.
     mail.close()
@@ -440,7 +491,7 @@ def scenario(run):
         names = wait_until(lambda: set(n.name for n in window.nodes()) >= set(expected) and
                            set(n.name for n in window.nodes()), 20, "the %s labels" % language)
         run.check(set(expected) <= names, "LANGUAGE=%s shows translated labels" % language, str(expected))
-        run.snap("10-%s" % language, [window])
+        run.snap("12-%s" % language, [window])
         window.close()
 
 
@@ -542,6 +593,119 @@ def browser_sign_in_and_out(run, mail, calendar):
               "; ".join(entry.get("message", "") for entry in severe))
     print("# figure: %.1f s for the browser part (sign-in through the portal and Chromium, sign-out, end-session "
           "page)" % (time.monotonic() - started), flush=True)
+
+
+def idle_sign_out(run, mail, calendar):
+    """Sign-out after inactivity with the X server's real idle time: the countdown in both windows,
+    Mail's "Stay signed in" clicked with real X input, then the sign-out after keeping still."""
+    # No desktop's screensaver runs on a bare Xvfb, so nothing on the bus tells brokerd the
+    # person's idle time. screensaver_idle.py is the small adapter that serves it the way KDE's
+    # screensaver does (GetSessionIdleTime), and its answers are the X server's own idle time
+    # (MIT-SCREEN-SAVER), so only real input to this X server makes the person active. It must
+    # own its name before brokerd starts: brokerd chooses its idle source at start.
+    adapter = os.path.join(os.path.dirname(os.path.abspath(__file__)), "screensaver_idle.py")
+    run.start("screensaver-idle", ["/usr/bin/python3", adapter], ready="serving")
+    config = run.path("idle.conf")
+    with open(os.open(config, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as out:
+        json.dump({"idleSignOutSeconds": IDLE_SIGN_OUT, "idleWarningSeconds": IDLE_WARNING}, out)
+    run.broker.send_signal(signal.SIGTERM)
+    run.broker.wait(timeout=15)
+    run.start_broker(["--config", config])
+    info = subprocess.run([os.path.join(run.args.broker_bin, "brokerctl"), "device-info"], env=run.env,
+                          capture_output=True, text=True, timeout=30)
+    run.check("org.freedesktop.ScreenSaver (GetSessionIdleTime at /org/freedesktop/ScreenSaver)" in info.stdout,
+              "brokerd reads the person's idle time from the X server, through org.freedesktop.ScreenSaver",
+              info.stdout + info.stderr)
+    mail.wait_for_account("Nobody is signed in")
+    calendar.wait_for_account("Nobody is signed in")
+
+    # Carol signs in (the pointer moved first, as a person's hand does), then keeps still.
+    x_input(run, "mousemove", "1050", "750")
+    carol = "carol@contoso.example"
+    mail.type("text", "Email", carol)
+    mail.click("Send code")
+    mail.find("text", "Code")
+    mail.type("text", "Code", run.latest_code(carol))
+    mail.click("Sign in with code")
+    mail.wait_for_account("Signed in: " + carol)
+    calendar.wait_for_account("Signed in: " + carol)
+    signed_in = time.monotonic()
+
+    def timed_countdown():
+        before = time.time()
+        shown = mail.countdown()
+        return shown and (shown, before, time.time())
+
+    first, before, after = wait_until(timed_countdown, IDLE_SIGN_OUT + 10, "the sign-out countdown in Mail", 0.1)
+    print("# figure: the warning came %.1f s after the sign-in (%d s of quiet configured)"
+          % (time.monotonic() - signed_in, IDLE_SIGN_OUT - IDLE_WARNING), flush=True)
+    # Counted from the deadline: what the label showed while it was read lies between the seconds
+    # left (rounded up) at the end of the read and at its start, one more for a tick not yet drawn.
+    deadline = sign_out_deadline(run) / 1e6
+    lowest, highest = math.ceil(deadline - after), math.ceil(deadline - before) + 1
+    run.check(0 < first <= IDLE_WARNING and lowest <= first <= highest,
+              "Mail shows \"You will be signed out in %d s because of inactivity\", counted from brokerd's "
+              "SignOutDeadline" % first, "%d s shown, %d to %d s expected" % (first, lowest, highest))
+    run.check(bool(wait_quietly(lambda: (calendar.countdown() or 0) > 0, 5)), "Calendar shows the countdown too")
+
+    def fallen():
+        shown = mail.countdown()
+        return shown if shown is not None and shown < first else None
+
+    later = wait_until(fallen, 5, "the countdown to fall")
+    run.check(later < first, "the countdown falls once a second (%d s, then %d s)" % (first, later))
+    run.check(mail.find("push button", "Stay signed in", 5) is not None, "the banner offers \"Stay signed in\"")
+    run.snap("10-sign-out-warning", [mail, calendar])
+
+    # The click on "Stay signed in" is real input to the X server: the idle time falls, brokerd
+    # hears it through GetSessionIdleTime and withdraws the warning.
+    clicked = time.monotonic()
+    print("# figure: the click came %.1f s before the deadline (%d s of warning configured)"
+          % (deadline - time.time(), IDLE_WARNING), flush=True)
+    mail.click_with_pointer("Stay signed in")
+    # A toast shows for 5 s, and one added meanwhile waits its turn: 10 s.
+    run.check(bool(wait_quietly(lambda: "Staying signed in" in mail.labels(), 10)),
+              "the real click reached Mail's \"Stay signed in\" (its toast says so)")
+    wait_until(lambda: mail.countdown() is None and calendar.countdown() is None, 10, "the banners to go")
+    print("# figure: %.1f s from the click to both banners gone, as AT-SPI reads them"
+          % (time.monotonic() - clicked), flush=True)
+    run.check(True, "after the click brokerd withdrew the warning: the banner is gone in both windows")
+    run.check(sign_out_deadline(run) == 0, "SignOutDeadline is back to 0")
+    run.check("You are still signed in" in mail.log_text(), "Mail's log says the person is still signed in")
+    run.check((mail.account_line() or "").startswith("Signed in: " + carol), "carol is still signed in")
+
+    # Keep still again: the warning comes back after the quiet part, and at its deadline the
+    # device is signed out; both windows say why.
+    wait_until(mail.countdown, IDLE_SIGN_OUT + 10, "the second warning in Mail", 0.1)
+    deadline = sign_out_deadline(run) / 1e6
+    run.check(deadline > 0, "kept still, the warning came again")
+    mail.wait_for_account("Nobody is signed in", timeout=IDLE_WARNING + 15)
+    print("# figure: Mail showed the sign-in page %.1f s after the deadline, as AT-SPI reads it"
+          % (time.time() - deadline), flush=True)
+    calendar.wait_for_account("Nobody is signed in", timeout=10)
+    run.check(True, "at the deadline the device was signed out: both windows show the sign-in page")
+    for window in (mail, calendar):
+        run.check(bool(wait_quietly(lambda: "Signed out after inactivity" in window.labels(), 5)),
+                  "%s says it was signed out after inactivity" % window.app_name, str(window.labels()))
+        run.check(window.countdown() is None, "%s shows no countdown after the sign-out" % window.app_name)
+    run.snap("11-signed-out-after-inactivity", [mail, calendar])
+
+
+def x_input(run, *arguments):
+    """Real input to the X server (xdotool through XTEST), as a person's hand gives it."""
+    subprocess.run(["xdotool", *arguments], env=run.env, check=True, timeout=10)
+
+
+def sign_out_deadline(run):
+    """brokerd's SignOutDeadline property (microseconds of the realtime clock; 0: no warning)."""
+    reply = subprocess.run(
+        ["gdbus", "call", "--session", "--dest", harness.BROKER_NAME, "--object-path", "/io/shareddevice/Broker1",
+         "--method", "org.freedesktop.DBus.Properties.Get", harness.BROKER_NAME, "SignOutDeadline"],
+        env=run.env, check=True, capture_output=True, text=True, timeout=10).stdout
+    match = re.search(r"uint64 (\d+)", reply)
+    if not match:
+        raise Failure("SignOutDeadline read as %r" % reply)
+    return int(match.group(1))
 
 
 def page_screenshot(run, name):

@@ -68,6 +68,13 @@ static inline gboolean tw_save_png(GtkWidget *widget, const char *path) {
     return saved;
 }
 
+/// A horizontal box whose accessible role is an alert (AT-SPI's notification), so that a screen
+/// reader announces it when it appears; the role can only be given at construction.
+static inline GtkWidget *tw_alert_box_new(int spacing) {
+    return GTK_WIDGET(g_object_new(GTK_TYPE_BOX, "orientation", GTK_ORIENTATION_HORIZONTAL, "spacing", spacing,
+                                   "accessible-role", GTK_ACCESSIBLE_ROLE_ALERT, NULL));
+}
+
 /// A GAction parameter type of one string (G_VARIANT_TYPE_STRING is a macro).
 static inline const GVariantType *tw_variant_type_string(void) { return G_VARIANT_TYPE_STRING; }
 

@@ -5,7 +5,9 @@ import SharedDeviceClient
 
 /// The tutorial's window: the device mode and the current account at the top, then either the
 /// sign-in page (email and one-time code, password, browser) or the signed-in page ("Call
-/// Microsoft Graph API", "Sign Out", "Get device info"), and the log, newest last.
+/// Microsoft Graph API", "Sign Out", "Get device info"), and the log, newest last. While the
+/// broker warns of a sign-out after inactivity, the signed-in page starts with a countdown and
+/// "Stay signed in"; after a sign-out nobody asked for, the sign-in page says why.
 ///
 /// Its members are GTK's and touched on GTK's thread only (``GtkThread``): broker calls run in
 /// Swift tasks and hand their results back through ``GtkThread/onMain(_:)``, so the window keeps
@@ -37,11 +39,21 @@ final class TutorialWindow: @unchecked Sendable {
     private let logBuffer = gtk_text_buffer_new(nil)!
     private let logView: Widget
     private var signInButtons: [Widget] = []
+    /// The sign-out warning at the top of the signed-in page: the countdown and "Stay signed in".
+    private let warningBanner = tw_alert_box_new(12)!
+    private let warningLabel = Make.label("")
+    /// Why the device was signed out, when nobody here asked (inactivity, the screen lock, ...).
+    private let signedOutNote = Make.label("")
 
     /// The account the window shows; nil: nobody.
     private var shown: Account?
     private var codeFlow: SignInCodeRequiredState?
     private var browserFlow: Task<Void, Never>?
+    /// The pending sign-out's deadline (microseconds of the realtime clock) and its reason; nil:
+    /// no warning.
+    private var warning: (deadline: UInt64, reason: SignOutCause)?
+    /// Wakes the countdown each time its number changes, while a warning is on.
+    private var ticker: Task<Void, Never>?
 
     init(
         application: UnsafeMutablePointer<GtkApplication>, broker: PublicClientApplication, appName: String,
@@ -94,10 +106,13 @@ final class TutorialWindow: @unchecked Sendable {
         }
         browserRow.setVisible(false)
         signInButtons = [sendCode, submitCode, resend, withPassword, withBrowser]
+        signedOutNote.setVisible(false)
+        gtk_widget_add_css_class(signedOutNote, "heading")
         let signIn = Make.box(
             vertical: true,
             [
-                Make.label(tr("Sign in with your work email: a code is sent there.")), emailEntry, sendCode, codeRow,
+                signedOutNote, Make.label(tr("Sign in with your work email: a code is sent there.")), emailEntry,
+                sendCode, codeRow,
                 codeError, passwordEntry, withPassword, withBrowser, browserRow,
             ])
 
@@ -107,7 +122,9 @@ final class TutorialWindow: @unchecked Sendable {
         browserSwitch.accessibleLabel(tr("Also sign out of the browser"))
         let switchRow = Make.box(vertical: false, [Make.label(tr("Also sign out of the browser")), browserSwitch])
         let deviceInfo = Make.button(tr("Get device info")) { [unowned self] in self.showDeviceInformation() }
-        let signedIn = Make.box(vertical: true, [callGraph, profileLabel, switchRow, signOut, deviceInfo])
+        buildWarningBanner()
+        let signedIn = Make.box(
+            vertical: true, [warningBanner, callGraph, profileLabel, switchRow, signOut, deviceInfo])
 
         pageWidgets = [
             .unavailable: statusPage, .signIn: signIn, .signedIn: signedIn, .loading: Make.label(tr("Loading …")),
@@ -138,6 +155,28 @@ final class TutorialWindow: @unchecked Sendable {
         }
     }
 
+    /// libadwaita 1.2 (Debian 12) has no AdwBanner: a card with the countdown and the button.
+    private func buildWarningBanner() {
+        let stay = Make.button(tr("Stay signed in")) { [unowned self] in
+            // The broker offers apps no method to extend a session, on purpose: an app could then
+            // keep the session of a person who walked away alive for the next one at the device.
+            // What keeps the person signed in is the person: this click is input, which the
+            // desktop's idle source reports to brokerd, and brokerd withdraws the warning
+            // (SignOutCancelled hides this banner). So the button only says so.
+            self.toast(tr("Staying signed in"))
+        }
+        gtk_widget_add_css_class(stay, "suggested-action")
+        gtk_widget_set_valign(stay, GTK_ALIGN_CENTER)
+        gtk_widget_set_hexpand(warningLabel, 1)
+        gtk_widget_add_css_class(warningLabel, "warning")
+        gtk_widget_add_css_class(warningLabel, "heading")
+        for child in [warningLabel, stay] { gtk_box_append(warningBanner.as(GtkBox.self), child) }
+        gtk_widget_add_css_class(warningBanner, "card")
+        for child in [warningLabel, stay] { child.margins(12) }
+        warningBanner.accessibleLabel(tr("Sign-out warning"))
+        warningBanner.setVisible(false)
+    }
+
     // MARK: What the window shows
 
     private enum Page: String, Hashable {
@@ -155,10 +194,72 @@ final class TutorialWindow: @unchecked Sendable {
         shown = account
         if let account {
             accountLabel.labelText = String(format: tr("Signed in: %@"), account.description)
+            // Why the last person was signed out is for the sign-in page only.
+            signedOutNote.setVisible(false)
             setPage(.signedIn)
         } else {
             accountLabel.labelText = tr("Nobody is signed in")
+            // Nobody left to sign out: a warning still shown would count down to nothing.
+            endWarning()
             setPage(.signIn)
+        }
+    }
+
+    /// The warning's banner, or its new deadline (a warning that started again).
+    private func showWarning(deadline: UInt64, reason: SignOutCause) {
+        let first = warning == nil
+        warning = (deadline, reason)
+        warningBanner.setVisible(true)
+        showCountdown()
+        if first { log(warningLabel.labelText) }
+        ticker?.cancel()
+        ticker = Task.detached { [weak self] in
+            // Each wake-up lands just after the whole second the number changes on, counted from
+            // the deadline, so the number never lags the broker's clock by most of a second.
+            while let left = Self.microsecondsLeft(until: deadline), left > 0 {
+                do { try await Task.sleep(for: .microseconds(left % 1_000_000 + 5_000)) } catch { return }
+                GtkThread.onMain { [weak self] in self?.showCountdown() }
+            }
+        }
+    }
+
+    private func showCountdown() {
+        guard let warning else { return }
+        let left = Self.microsecondsLeft(until: warning.deadline) ?? 0
+        // Whole seconds, rounded up: "1 s" until the deadline itself.
+        let seconds = Int32(clamping: left / 1_000_000 + (left % 1_000_000 > 0 ? 1 : 0))
+        let text =
+            warning.reason == .idle
+            ? tr("You will be signed out in %d s because of inactivity") : tr("You will be signed out in %d s")
+        warningLabel.labelText = String(format: text, seconds)
+    }
+
+    /// Microseconds from now to `deadline` on the realtime clock (the broker's); nil when past.
+    private static func microsecondsLeft(until deadline: UInt64) -> UInt64? {
+        let now = UInt64(max(0, Date().timeIntervalSince1970 * 1_000_000))
+        return deadline > now ? deadline - now : nil
+    }
+
+    /// Hides the banner; true when one was shown.
+    @discardableResult
+    private func endWarning() -> Bool {
+        let wasShown = warning != nil
+        warning = nil
+        ticker?.cancel()
+        ticker = nil
+        warningBanner.setVisible(false)
+        return wasShown
+    }
+
+    /// What the person is told about a sign-out nobody at this window asked for; nil for an app's
+    /// `SignOut`, which the person (or another app) did on purpose.
+    private static func words(for cause: SignOutCause) -> String? {
+        switch cause {
+        case .app: nil
+        case .idle: tr("Signed out after inactivity")
+        case .lock: tr("Signed out because the screen was locked")
+        case .reboot: tr("Signed out because the device restarted")
+        case .provider: tr("Signed out: the identity provider ended the session")
         }
     }
 
@@ -237,13 +338,57 @@ final class TutorialWindow: @unchecked Sendable {
         }
     }
 
+    /// Follows the broker's sign-out warnings (``SignOutWarning``), for as long as the window lives.
+    func followSignOutWarnings() {
+        let broker = self.broker
+        Task.detached { [weak self] in
+            var backoff: Duration = .milliseconds(100)
+            var again = false
+            while !Task.isCancelled {
+                do {
+                    let warnings = try await broker.signOutWarnings()
+                    backoff = .milliseconds(100)
+                    if again {
+                        // A cancellation may have been missed while the bus was away; the
+                        // subscription starts with the warning in progress, if there is one.
+                        GtkThread.onMain { [weak self] in self?.endWarning() }
+                    }
+                    again = true
+                    for await warning in warnings {
+                        GtkThread.onMain { [weak self] in self?.signOutWarning(warning) }
+                    }
+                } catch {}
+                // No bus yet, or the connection was lost (the stream ended): again, later, never in
+                // a tight loop.
+                do { try await Task.sleep(for: backoff) } catch { return }
+                backoff = min(backoff * 2, .seconds(5))
+            }
+        }
+    }
+
+    private func signOutWarning(_ warning: SignOutWarning) {
+        switch warning {
+        case .pending(let reason, let deadline):
+            showWarning(deadline: deadline, reason: reason)
+        case .cancelled:
+            if endWarning() {
+                toast(tr("You are still signed in"))
+                log(tr("You are still signed in"))
+            }
+        }
+    }
+
     private func accountChanged(_ change: AccountChange) {
         switch change.reason {
         case .signedOut:
+            let why = change.cause.flatMap(Self.words(for:))
             if let previous = change.previous ?? shown {
-                toast(String(format: tr("%@ was signed out"), previous.username))
+                toast(why ?? String(format: tr("%@ was signed out"), previous.username))
                 log(String(format: tr("%@ was signed out on this device"), previous.description))
             }
+            if let why { log(why) }
+            signedOutNote.labelText = why ?? ""
+            signedOutNote.setVisible(why != nil)
         case .signedIn:
             if let current = change.current { log(String(format: tr("%@ signed in"), current.description)) }
         case .brokerRestarted:

@@ -98,6 +98,7 @@ enum TutorialApplication {
             state.window = window
             window.log(String(format: tr("%@ (client id %@)"), appName, clientId))
             window.followAccountChanges()
+            window.followSignOutWarnings()
             window.loadCurrentAccount()
             gtk_window_present(window.window.as(GtkWindow.self))
         }
