@@ -14,8 +14,8 @@ public enum SignOutWarning: Sendable, Equatable {
 
 extension PublicClientApplication {
     /// The broker's sign-out warnings, from the moment this returns (the bus has the match rules)
-    /// until the consumer stops; first the warning in progress, if one is (the `SignOutDeadline`
-    /// property). Beside ``accountChanges``, which then reports the sign-out itself.
+    /// until the consumer stops or the connection to the bus ends (the sequence then ends too);
+    /// first the warning in progress, if one is (the `SignOutDeadline` property). Beside ``accountChanges``, which then reports the sign-out itself.
     public func signOutWarnings() async throws(BrokerError) -> AsyncStream<SignOutWarning> {
         let connection = try link.connection()
         let rule = { (member: String) in
@@ -49,6 +49,8 @@ extension PublicClientApplication {
                         continuation.yield(.pending(reason: reason, deadline: deadline))
                     }
                 }
+                // The connection went away: the consumer must hear that no warning will come.
+                continuation.finish()
             },
             Task {
                 for await signal in cancelled {
@@ -56,6 +58,7 @@ extension PublicClientApplication {
                         continuation.yield(.cancelled(reason: reason))
                     }
                 }
+                continuation.finish()
             },
         ]
         continuation.onTermination = { _ in for reader in readers { reader.cancel() } }

@@ -2,6 +2,7 @@ import BrokerAPI
 import Foundation
 import HTTP
 import SharedDeviceClient
+import TestSupport
 import Testing
 
 /// The client library (`SharedDeviceClient`) over a real bus, against the real brokerd and idp-sim.
@@ -212,6 +213,19 @@ struct ClientLibraryTests {
         #expect(await recorder.waitUntilEnded(timeout: .seconds(5)))
         // The application object still works afterwards.
         #expect(try await app.deviceInformation().deviceMode == .shared)
+    }
+
+    @Test("the bus going away ends signOutWarnings: a window following it learns no warning will come")
+    func warningsEndWithTheBus() async throws {
+        let env = try BrokerEnvironment()
+        let app = try application(env)
+        let warnings = try await app.signOutWarnings()
+        env.bus.stop()
+        let ended = await within(.seconds(10)) {
+            for await _ in warnings {}
+            return true
+        }
+        #expect(ended == true, "signOutWarnings went on after the bus was gone")
     }
 
     @Test(
