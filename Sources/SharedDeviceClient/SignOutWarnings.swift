@@ -15,7 +15,8 @@ public enum SignOutWarning: Sendable, Equatable {
 extension PublicClientApplication {
     /// The broker's sign-out warnings, from the moment this returns (the bus has the match rules)
     /// until the consumer stops or the connection to the bus ends (the sequence then ends too);
-    /// first the warning in progress, if one is (the `SignOutDeadline` property). Beside ``accountChanges``, which then reports the sign-out itself.
+    /// first the warning in progress, if one is (the `SignOutDeadline` property). Beside
+    /// ``accountChanges``, which then reports the sign-out itself.
     public func signOutWarnings() async throws(BrokerError) -> AsyncStream<SignOutWarning> {
         let connection = try link.connection()
         let rule = { (member: String) in
