@@ -5,6 +5,9 @@
 # each with the time the AccountChanged signal took to reach it. The orchestrator
 # (examples/MultiAppDemo) exits 0 only when every app saw every change, and stops everything it
 # started, on failure and on Ctrl-C too.
+#
+# BIN_DIR: where the built binaries are (brokerd, idp-sim, the apps); without it the script asks
+# `swift build --show-bin-path`, which needs this package's directory and the Swift toolchain.
 set -euo pipefail
 
 BIN_DIR=${BIN_DIR:-$(swift build --show-bin-path)}

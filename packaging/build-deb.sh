@@ -24,8 +24,13 @@ gzip -9n "$ROOT"/usr/share/man/man*/*
 DOC=$ROOT/usr/share/doc/$PACKAGE
 install -d "$DOC" "$ROOT/etc/shared-device-broker"
 install -m 0644 packaging/debian/copyright "$DOC/copyright"
-install -m 0644 README.md docs/kiosk.md docs/dbus-api.md docs/microsoft-broker1.md "$DOC/"
-gzip -9n "$DOC"/*.md
+# The README and every page it leads to, in the tree's layout, so that a link such as
+# docs/kiosk.md finds docs/kiosk.md.gz beside it (the package test follows each link).
+install -d "$DOC/docs"
+install -m 0644 README.md BENCHMARKS.md CONTRIBUTING.md "$DOC/"
+install -m 0644 docs/*.md docs/*.png "$DOC/docs/"
+install -D -m 0644 benchmarks/results/subscribers.png "$DOC/benchmarks/results/subscribers.png"
+gzip -9n "$DOC"/*.md "$DOC"/docs/*.md
 # A native package's changelog, in Debian's format, pointing at the project's own.
 {
     echo "$PACKAGE ($VERSION) unstable; urgency=medium"

@@ -50,6 +50,25 @@ $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$(readlink -f "
 check "installed: /usr/bin/brokerd and the activation file" test -x /usr/bin/brokerd -a \
     -f /usr/share/dbus-1/services/io.shareddevice.Broker1.service
 check "the manual pages are installed" test -f /usr/share/man/man5/broker.conf.5.gz
+# Every page a shipped page links to is shipped too (compressed, beside it).
+check "every .md and image the shipped docs link to is shipped" /usr/bin/python3 -c '
+import gzip, os, re, sys
+doc = "/usr/share/doc/shared-device-broker"
+missing = []
+for folder, _, files in os.walk(doc):
+    for name in files:
+        if not name.endswith(".md.gz"):
+            continue
+        text = gzip.open(os.path.join(folder, name), "rt").read()
+        for target in re.findall(r"\]\(([^)#\s]+)", text):
+            if "://" in target or not target.endswith((".md", ".png")):
+                continue
+            path = os.path.normpath(os.path.join(folder, target))
+            if not (os.path.exists(path) or os.path.exists(path + ".gz")):
+                missing.append(name + " -> " + target)
+print("\n".join("  missing: " + m for m in missing))
+sys.exit(1 if missing else 0)
+'
 check "brokerd --version says $VERSION" test "$(/usr/bin/brokerd --version)" = "$VERSION"
 
 # A private bus that starts brokerd (and a Secret Service) from the installed activation files,

@@ -581,6 +581,8 @@ public actor Broker {
     nonisolated func checkClient(_ clientId: String) throws(BrokerFailure) {
         try InputRules.clientId(clientId)
         if let known = configuration.knownClientIds, !known.contains(clientId) {
+            // Logged as an AccessDenied is: an administrator looks for a misconfigured app here.
+            logger.warning("refused a clientId the configuration does not list", metadata: ["clientId": "\(clientId)"])
             throw BrokerFailure(
                 .unknownClient,
                 "clientId \(clientId) is not registered with this broker; add it to the configuration's clients")

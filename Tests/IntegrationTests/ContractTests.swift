@@ -154,6 +154,10 @@ struct ContractTests {
         let result = try env.brokerctl(["current-account", "--client-id", "stranger-app"])
         #expect(result.status == 1)
         #expect(result.stderr.contains("io.shareddevice.Broker1.Error.UnknownClient"))
+        // In the log too, as an administrator looks for a misconfigured app there.
+        try env.brokerd.process.waitForLine(timeout: .seconds(5), stderr: true) {
+            $0.contains("refused a clientId the configuration does not list") && $0.contains("stranger-app")
+        }
         #expect(try env.brokerctl(["current-account", "--client-id", "mail-app"]).status == 0)
     }
 
