@@ -234,4 +234,6 @@ public enum DeviceFact {
     public static let screenLock = "screenLock"
     /// `s`: with `idleSignOutSeconds`, what brokerd learns the person's inactivity from.
     public static let idleSource = "idleSource"
+    /// `s`: present while the provider's discovery document cannot be read: why, and what to check.
+    public static let discoveryError = "discoveryError"
 }

@@ -57,12 +57,14 @@ public enum Daemon {
             listed: options.configuration.clearOnSignOut ?? [],
             home: getenv("HOME").map { String(cString: $0) } ?? "", logger: logger)
         let provider: any IdentityProvider
+        var oidc: OIDCProvider?
         if let authority {
             provider = OIDCProvider(
                 authority: authority, clock: clock, logger: logger,
                 clientSecrets: try options.configuration.clientSecrets(), tenantId: tenant,
                 allowPasswordGrant: options.configuration.allowPasswordGrant == true,
                 urlOpener: DesktopPortal(connection: connection, fallback: BrowserCommand(), logger: logger))
+            oidc = provider as? OIDCProvider
         } else {
             logger.warning("\(UnconfiguredProvider.remedy); until then sign-ins and tokens get NotConfigured")
             provider = UnconfiguredProvider()
@@ -158,6 +160,8 @@ public enum Daemon {
         // Revocations a previous run owed the provider (it was killed, or the provider was down).
         let owed = Task { await service.broker.resumePendingRevocations() }
         defer { owed.cancel() }
+        let discovery = discoverAtStart(oidc, broker: service.broker, logger: logger)
+        defer { discovery?.cancel() }
 
         let reason = await stop.next()
         logger.info("stopping", metadata: ["reason": "\(reason)"])
@@ -194,6 +198,22 @@ public enum Daemon {
         }
         logger.info("stopped")
         return 0
+    }
+
+    /// Reads the provider's discovery document once brokerd serves (never holding up its start),
+    /// so that a wrong authority is said at once, in the log and in the device information, rather
+    /// than at the first sign-in as the wrong problem; the device information shows the last
+    /// failure until a read succeeds.
+    static func discoverAtStart(_ provider: OIDCProvider?, broker: Broker, logger: Logger) -> Task<Void, Never>? {
+        guard let provider else { return nil }
+        provider.observeDiscovery { failure in broker.setDeviceFact(DeviceFact.discoveryError, to: failure) }
+        return Task {
+            do { _ = try await provider.endpoints() } catch {
+                logger.warning(
+                    "the identity provider's discovery document could not be read",
+                    metadata: ["authority": "\(provider.authority)", "why": "\(error)"])
+            }
+        }
     }
 
     /// Owns another broker's name (its object is exported already). A name someone else owns

@@ -29,6 +29,9 @@ public enum IdentityError: Error, Sendable, Equatable, CustomStringConvertible {
     case cancelled
     /// No browser could be given a page: what was tried and why each failed.
     case browserUnavailable(String)
+    /// The authority is not an OpenID Connect issuer (its discovery document is not there, or is
+    /// another issuer's): a configuration to fix, not a provider to wait for. The text says which.
+    case notAnIssuer(String)
 
     public var description: String {
         switch self {
@@ -47,6 +50,7 @@ public enum IdentityError: Error, Sendable, Equatable, CustomStringConvertible {
             return text
         case .cancelled: return "the request was cancelled"
         case .browserUnavailable(let why): return "no browser could be opened: \(why)"
+        case .notAnIssuer(let text): return text
         }
     }
 
@@ -93,6 +97,8 @@ public enum IdentityError: Error, Sendable, Equatable, CustomStringConvertible {
             return BrokerFailure(.cancelled, "the request was cancelled")
         case .browserUnavailable:
             return BrokerFailure(.browserUnavailable, description)
+        case .notAnIssuer(let text):
+            return BrokerFailure(.notConfigured, text)
         case .oauth(let status, let error, _, let codes, let suberror):
             let text = description
             if status >= 500 || status == 429 {

@@ -83,6 +83,12 @@ public final class OIDCProvider: IdentityProvider {
         }
     }
 
+    /// `body` hears how each read of the discovery document went: nil when it was read, else why
+    /// not (for the device information, which shows the last failure until a read succeeds).
+    public func observeDiscovery(_ body: @escaping @Sendable (String?) -> Void) {
+        metadata.observer.withLock { $0 = body }
+    }
+
     // MARK: IdentityProvider
 
     /// Native authentication's password path where the provider offers it (remembered after
@@ -98,6 +104,9 @@ public final class OIDCProvider: IdentityProvider {
     private func passwordSignIn(clientId: String, username: String, password: String, scopes: Scopes)
         async throws(BrokerFailure) -> ProviderTokens
     {
+        // Discovery first: a wrong authority also has no native-authentication endpoints, and
+        // would otherwise be reported as a provider that offers none (NotSupported).
+        _ = try await endpoints(for: .other)
         if await nativeAuthentication.mayBeOffered {
             if let tokens = try await nativePasswordSignIn(
                 clientId: clientId, username: username, password: password, scopes: scopes)
@@ -392,6 +401,8 @@ actor MetadataCache {
     private var inFlight: Task<ProviderMetadata, any Error>?
     /// The document once read, for readers that must not wait for the actor or the network.
     nonisolated let latest = Locked<ProviderMetadata?>(nil)
+    /// Told after each fetch: nil when it succeeded, else why it failed.
+    nonisolated let observer = Locked<(@Sendable (String?) -> Void)?>(nil)
 
     init(authority: Authority, requester: ProviderHTTP, logger: Logger) {
         self.authority = authority
@@ -408,10 +419,13 @@ actor MetadataCache {
             let metadata = try await task.value
             cached = metadata
             latest.withLock { $0 = metadata }
+            observer.withLock { $0 }?(nil)
             return metadata
         } catch let error as IdentityError {
+            observer.withLock { $0 }?(error.description)
             throw error
         } catch {
+            observer.withLock { $0 }?("\(error)")
             throw IdentityError.badResponse("\(error)")
         }
     }
@@ -420,10 +434,26 @@ actor MetadataCache {
         let response = try await requester.send(
             .get(authority.discoveryURL, headers: [HTTPHeader("Accept", "application/json")]),
             what: "the discovery document", replay: .idempotent)
+        // 4xx: nothing is there, which no retry changes: the authority is most likely not the issuer.
+        if (400..<500).contains(response.status) {
+            throw IdentityError.notAnIssuer(
+                "the discovery document at \(authority.discoveryURL) answered HTTP \(response.status): is the "
+                    + "authority the provider's issuer? (for Entra ID: https://login.microsoftonline.com/TENANT/v2.0; "
+                    + "the issuer is the URL before /.well-known/openid-configuration)")
+        }
         guard response.status == 200 else {
             throw IdentityError.badResponse("\(authority.discoveryURL) answered HTTP \(response.status)")
         }
-        let metadata = try ProviderMetadata.parse(response.body, for: authority)
+        let metadata: ProviderMetadata
+        do { metadata = try ProviderMetadata.parse(response.body, for: authority) } catch {
+            // A page, not a document (a web site's root answers 200 with HTML): the same mistake.
+            if case .badResponse(let why) = error, why.contains("not JSON") || why.contains("not valid JSON") {
+                throw IdentityError.notAnIssuer(
+                    "the discovery document at \(authority.discoveryURL) is not JSON (\(why)): is the authority "
+                        + "the provider's issuer?")
+            }
+            throw error
+        }
         logger.info("provider discovered", metadata: ["issuer": "\(metadata.issuer)"])
         return metadata
     }

@@ -65,8 +65,9 @@ public struct ProviderMetadata: Sendable, Equatable {
         var normalizedIssuer = issuer
         while normalizedIssuer.hasSuffix("/") { normalizedIssuer.removeLast() }
         guard normalizedIssuer == authority.url || isTenantTemplate(normalizedIssuer, of: authority) else {
-            throw IdentityError.badResponse(
-                "the discovery document's issuer \(issuer) is not the authority \(authority.url)")
+            throw IdentityError.notAnIssuer(
+                "the authority \(authority.url) is not the issuer its discovery document names (\(issuer)); "
+                    + "set the authority to the issuer")
         }
         guard let token = document["token_endpoint"]?.string else {
             throw IdentityError.badResponse("the discovery document has no token_endpoint")

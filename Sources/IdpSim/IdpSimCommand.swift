@@ -118,7 +118,8 @@ struct IdpSimCommand: AsyncParsableCommand {
                 endpoints.setBaseURL("http://\(urlHost):\(boundPort)")
                 // The one line tests wait for; printed only once the socket accepts connections.
                 FileHandle.standardOutput.write(Data("listening on http://\(urlHost):\(boundPort)\n".utf8))
-                logger.info("authority \(endpoints.baseURL + endpoints.authorityPath)")
+                // What brokerd's authority must be (the issuer), where an administrator looks first.
+                FileHandle.standardOutput.write(Data("authority \(endpoints.baseURL + endpoints.authorityPath)\n".utf8))
             },
             logger: logger)
         try await app.runService()

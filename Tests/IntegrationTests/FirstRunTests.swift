@@ -1,3 +1,4 @@
+import BrokerAPI
 import Foundation
 import TestSupport
 import Testing
@@ -172,6 +173,42 @@ struct FirstRunTests {
             ).waitForExit(timeout: .seconds(20))
         }
         #expect(info.stderr.contains("journalctl --user -u shared-device-broker"), "\(info.stderr)")
+    }
+
+    @Test("a wrong authority (the provider's root, not its issuer) is named at start, in device-info and by sign-ins")
+    func aWrongAuthority() async throws {
+        let env = try await offThePool { try BrokerEnvironment() }
+        // idp-sim says its issuer on standard output, beside where it listens.
+        try await offThePool {
+            _ = try env.idp.process.waitForLine(timeout: .seconds(5)) { $0 == "authority \(env.idp.authority)" }
+        }
+        // The administrator gave the provider's root URL: brokerd starts, and says so at once.
+        try await offThePool { try env.restartBroker(extraArguments: ["--authority", env.idp.baseURL]) }
+        let warned = try await offThePool {
+            try env.brokerd.process.waitForLine(timeout: .seconds(15), stderr: true) {
+                $0.contains("discovery document could not be read")
+            }
+        }
+        #expect(warned.contains("is the authority the provider's issuer?"), "\(warned)")
+        let info = try await offThePool { try env.brokerctl(["device-info", "--json"]) }
+        let facts = try info.json()["extraDeviceInformation"] as? [String: Any]
+        let discoveryError = facts?[DeviceFact.discoveryError] as? String
+        #expect(discoveryError?.contains("answered HTTP 404: is the authority the provider's issuer?") == true, "\(info)")
+
+        // Each call names the mistake, never a provider to wait for nor a flow it lacks.
+        let options = try await offThePool { try env.brokerctl(["sign-in-options", "--client-id", "mail-app"]) }
+        #expect(options.stderr.contains("io.shareddevice.Broker1.Error.NotConfigured"), "\(options.stderr)")
+        #expect(options.stderr.contains("is the authority the provider's issuer?"), "\(options.stderr)")
+        let password = try await offThePool { try env.signIn(TestUsers.alice, client: "mail-app") }
+        #expect(password.stderr.contains("io.shareddevice.Broker1.Error.NotConfigured"), "\(password.stderr)")
+        #expect(!password.stderr.contains("NotSupported"), "\(password.stderr)")
+
+        // Fixed: the error leaves the device information once a read succeeds.
+        try await offThePool { try env.restartBroker() }
+        #expect(try await offThePool { try env.signIn(TestUsers.alice, client: "mail-app") }.status == 0)
+        let fixed = try await offThePool { try env.brokerctl(["device-info", "--json"]) }
+        let fixedFacts = try fixed.json()["extraDeviceInformation"] as? [String: Any]
+        #expect(fixedFacts != nil && fixedFacts?[DeviceFact.discoveryError] == nil, "\(fixed.stdout)")
     }
 
     @Test("the start names every configuration file read, in the order their settings win")
