@@ -53,4 +53,52 @@ public enum Broker1Method: String, CaseIterable, Sendable {
         case .signOut: "ssa{sv}"
         }
     }
+
+    /// The position of its options argument (`a{sv}`, the contract's `io.shareddevice.Contract.Options`); nil when it has none.
+    public var optionsArgument: Int? {
+        switch self {
+        case .acquireTokenInteractive, .signOut: 2
+        case .startSignIn, .acquireTokenSilent: 3
+        case .getDeviceInformation, .getSignInOptions, .getCurrentAccount, .signInWithPassword, .submitCode, .finishSignIn, .resendCode, .cancelSignIn, .getAccounts: nil
+        }
+    }
+
+    /// The keys its options accept, each with its value's D-Bus signature, in the contract's order;
+    /// brokerd refuses any other key.
+    public var options: [(key: String, signature: String)] {
+        switch self {
+        case .getDeviceInformation: []
+        case .getSignInOptions: []
+        case .getCurrentAccount: []
+        case .signInWithPassword: []
+        case .startSignIn: [("method", "s")]
+        case .submitCode: []
+        case .finishSignIn: []
+        case .resendCode: []
+        case .cancelSignIn: []
+        case .acquireTokenInteractive: [("prompt", "s"), ("loginHint", "s"), ("flowId", "s")]
+        case .acquireTokenSilent: [("forceRefresh", "b")]
+        case .getAccounts: []
+        case .signOut: [("signoutFromBrowser", "b")]
+        }
+    }
+
+    /// The errors it may reply (the contract's `io.shareddevice.Contract.Errors`: the interface's, then its own).
+    public var errors: [BrokerErrorCode] {
+        switch self {
+        case .getDeviceInformation: [.accessDenied, .limitsExceeded, .cancelled]
+        case .getSignInOptions: [.accessDenied, .limitsExceeded, .cancelled, .invalidArgument, .unknownClient, .notConfigured, .serverUnavailable, .serverError]
+        case .getCurrentAccount: [.accessDenied, .limitsExceeded, .cancelled, .invalidArgument, .unknownClient, .storageFailed]
+        case .signInWithPassword: [.accessDenied, .limitsExceeded, .cancelled, .invalidArgument, .unknownClient, .invalidUsername, .notConfigured, .storageLocked, .accountAlreadySignedIn, .userNotFound, .invalidPassword, .interactionRequired, .notSupported, .serverUnavailable, .serverError, .storageFailed]
+        case .startSignIn: [.accessDenied, .limitsExceeded, .cancelled, .invalidArgument, .unknownClient, .invalidUsername, .notConfigured, .storageLocked, .accountAlreadySignedIn, .userNotFound, .interactionRequired, .notSupported, .serverUnavailable, .serverError]
+        case .submitCode: [.accessDenied, .limitsExceeded, .cancelled, .invalidArgument, .flowNotFound, .invalidCode, .codeExpired, .storageLocked, .accountAlreadySignedIn, .interactionRequired, .serverUnavailable, .serverError, .storageFailed]
+        case .finishSignIn: [.accessDenied, .limitsExceeded, .cancelled, .invalidArgument, .flowNotFound, .codeExpired, .unknownClient, .storageLocked, .accountAlreadySignedIn, .serverUnavailable, .serverError, .storageFailed]
+        case .resendCode: [.accessDenied, .limitsExceeded, .cancelled, .invalidArgument, .flowNotFound, .serverUnavailable, .serverError]
+        case .cancelSignIn: [.accessDenied, .limitsExceeded, .cancelled, .invalidArgument, .flowNotFound]
+        case .acquireTokenInteractive: [.accessDenied, .limitsExceeded, .cancelled, .invalidArgument, .unknownClient, .invalidUsername, .notConfigured, .storageLocked, .accountAlreadySignedIn, .interactionRequired, .notSupported, .browserUnavailable, .serverUnavailable, .serverError, .storageFailed]
+        case .acquireTokenSilent: [.accessDenied, .limitsExceeded, .cancelled, .invalidArgument, .unknownClient, .notConfigured, .storageLocked, .noAccount, .interactionRequired, .serverUnavailable, .serverError, .storageFailed]
+        case .getAccounts: [.accessDenied, .limitsExceeded, .cancelled, .invalidArgument, .unknownClient]
+        case .signOut: [.accessDenied, .limitsExceeded, .cancelled, .invalidArgument, .unknownClient, .noAccount, .storageFailed]
+        }
+    }
 }

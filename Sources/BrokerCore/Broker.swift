@@ -572,8 +572,20 @@ public actor Broker {
             throw BrokerFailure(.noAccount, "nobody is signed in; sign in first")
         }
         if !accountId.isEmpty && accountId != account.identifier {
+            // An app that passes a username (an identifier has no "@") would otherwise read that its
+            // user is not signed in, when it only named the account the wrong way.
+            if account.hasUsername(accountId) || accountId.contains("@") {
+                throw BrokerFailure(
+                    .noAccount,
+                    "accountId must be the account's identifier, not a username: the signed-in account "
+                        + "\(account.username) has the identifier \(account.identifier) (GetCurrentAccount and "
+                        + "GetAccounts give it); or pass an empty accountId for the signed-in account")
+            }
             throw BrokerFailure(
-                .noAccount, "account \(accountId) is not signed in; the signed-in account is \(account.identifier)")
+                .noAccount,
+                "no signed-in account has the identifier \(accountId); the signed-in account's is "
+                    + "\(account.identifier) (accountId is an account's identifier, or empty for the signed-in account)"
+            )
         }
         return account
     }

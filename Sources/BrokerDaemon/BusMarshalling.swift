@@ -89,6 +89,34 @@ enum BusMarshalling {
         [text(progress.flowId), .string(progress.stage.rawValue), .vardict(progress.details.mapValues(text))]
     }
 
+    /// Refuses a call whose options (`a{sv}`) hold a key the contract does not list for its method
+    /// (`io.shareddevice.Contract.Options`), or a listed key with a value of another type, as the
+    /// configuration file refuses an unknown key: a misspelt `forcerefresh` ignored would leave the
+    /// caller believing it was obeyed. Names the key and the ones the method knows; nothing changed.
+    static func checkOptions(_ method: Broker1Method, _ arguments: [DBusValue]) throws(BrokerFailure) {
+        guard let index = method.optionsArgument, arguments.indices.contains(index),
+            let options = arguments[index].vardict
+        else { return }
+        let known = method.options
+        // The first in order, so that the same call always gets the same message.
+        for key in options.keys.sorted() {
+            guard let signature = known.first(where: { $0.key == key })?.signature else {
+                let names = known.map { "\($0.key) (\($0.signature))" }
+                throw BrokerFailure(
+                    .invalidArgument,
+                    "\(method.rawValue) has no option \"\(OutsideText.escaped(key))\"; "
+                        + (names.isEmpty
+                            ? "it takes none: pass an empty dictionary"
+                            : "its options are \(names.joined(separator: ", "))"))
+            }
+            if let value = options[key], value.signature != signature {
+                throw BrokerFailure(
+                    .invalidArgument,
+                    "option \(key) of \(method.rawValue) must be of type \(signature), not \(value.signature)")
+            }
+        }
+    }
+
     /// A boolean option: absent is false, any other type is the caller's mistake.
     static func boolOption(_ options: [String: DBusValue], _ key: String) throws(BrokerFailure) -> Bool {
         guard let value = options[key] else { return false }

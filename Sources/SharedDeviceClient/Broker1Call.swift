@@ -24,8 +24,13 @@ struct Broker1Call: Sendable {
         Self(method: .signInWithPassword, arguments: [.string(clientId), .string(username), .string(password), .strings(scopes)])
     }
 
-    static func startSignIn(clientId: String, username: String, scopes: [String], options: [String: DBusValue]) -> Self {
-        Self(method: .startSignIn, arguments: [.string(clientId), .string(username), .strings(scopes), .vardict(options)])
+    /// The options `StartSignIn` accepts, as the contract lists them: the library sends no other key.
+    enum StartSignInOption: String, Sendable {
+        case method
+    }
+
+    static func startSignIn(clientId: String, username: String, scopes: [String], options: [StartSignInOption: DBusValue]) -> Self {
+        Self(method: .startSignIn, arguments: [.string(clientId), .string(username), .strings(scopes), .vardict(options.byName)])
     }
 
     static func submitCode(flowId: String, code: String) -> Self {
@@ -44,19 +49,43 @@ struct Broker1Call: Sendable {
         Self(method: .cancelSignIn, arguments: [.string(flowId)])
     }
 
-    static func acquireTokenInteractive(clientId: String, scopes: [String], options: [String: DBusValue]) -> Self {
-        Self(method: .acquireTokenInteractive, arguments: [.string(clientId), .strings(scopes), .vardict(options)])
+    /// The options `AcquireTokenInteractive` accepts, as the contract lists them: the library sends no other key.
+    enum AcquireTokenInteractiveOption: String, Sendable {
+        case prompt
+        case loginHint
+        case flowId
     }
 
-    static func acquireTokenSilent(clientId: String, scopes: [String], accountId: String, options: [String: DBusValue]) -> Self {
-        Self(method: .acquireTokenSilent, arguments: [.string(clientId), .strings(scopes), .string(accountId), .vardict(options)])
+    static func acquireTokenInteractive(clientId: String, scopes: [String], options: [AcquireTokenInteractiveOption: DBusValue]) -> Self {
+        Self(method: .acquireTokenInteractive, arguments: [.string(clientId), .strings(scopes), .vardict(options.byName)])
+    }
+
+    /// The options `AcquireTokenSilent` accepts, as the contract lists them: the library sends no other key.
+    enum AcquireTokenSilentOption: String, Sendable {
+        case forceRefresh
+    }
+
+    static func acquireTokenSilent(clientId: String, scopes: [String], accountId: String, options: [AcquireTokenSilentOption: DBusValue]) -> Self {
+        Self(method: .acquireTokenSilent, arguments: [.string(clientId), .strings(scopes), .string(accountId), .vardict(options.byName)])
     }
 
     static func getAccounts(clientId: String) -> Self {
         Self(method: .getAccounts, arguments: [.string(clientId)])
     }
 
-    static func signOut(clientId: String, accountId: String, options: [String: DBusValue]) -> Self {
-        Self(method: .signOut, arguments: [.string(clientId), .string(accountId), .vardict(options)])
+    /// The options `SignOut` accepts, as the contract lists them: the library sends no other key.
+    enum SignOutOption: String, Sendable {
+        case signoutFromBrowser
+    }
+
+    static func signOut(clientId: String, accountId: String, options: [SignOutOption: DBusValue]) -> Self {
+        Self(method: .signOut, arguments: [.string(clientId), .string(accountId), .vardict(options.byName)])
+    }
+}
+
+extension Dictionary where Key: RawRepresentable, Key.RawValue == String {
+    /// The options keyed by their names, as they go on the bus.
+    fileprivate var byName: [String: Value] {
+        Dictionary<String, Value>(map { ($0.key.rawValue, $0.value) }, uniquingKeysWith: { first, _ in first })
     }
 }

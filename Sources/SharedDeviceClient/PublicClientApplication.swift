@@ -90,7 +90,7 @@ public final class PublicClientApplication: Sendable {
         let reply = try await link.call(
             .startSignIn(
                 clientId: clientId, username: "", scopes: scopes,
-                options: [OptionKey.method: .string(SignInMethod.deviceCode.rawValue)]),
+                options: [.method: .string(SignInMethod.deviceCode.rawValue)]),
             timeout: configuration.tokenTimeout)
         guard reply.count == 2, let flowId = reply[0].string, let challenge = reply[1].vardict else {
             throw ReplyDecoding.malformed("\(Broker1Method.startSignIn.rawValue) did not return (flowId, challenge)")
@@ -103,10 +103,10 @@ public final class PublicClientApplication: Sendable {
     /// the browser flow in the broker and throws ``BrokerError/cancelled(_:)``.
     public func acquireToken(_ parameters: InteractiveTokenParameters) async throws(BrokerError) -> TokenResult {
         let flowId = Self.newFlowId()
-        var options: [String: DBusValue] = [
-            OptionKey.prompt: .string(parameters.promptType.rawValue), OptionKey.flowId: .string(flowId),
+        var options: [Broker1Call.AcquireTokenInteractiveOption: DBusValue] = [
+            .prompt: .string(parameters.promptType.rawValue), .flowId: .string(flowId),
         ]
-        if let hint = parameters.loginHint { options[OptionKey.loginHint] = .string(hint) }
+        if let hint = parameters.loginHint { options[.loginHint] = .string(hint) }
         let listener = try await progressListener(flowId: flowId, parameters.progress)
         defer { listener?.cancel() }
         do {
@@ -164,7 +164,7 @@ public final class PublicClientApplication: Sendable {
             try await link.call(
                 .acquireTokenSilent(
                     clientId: clientId, scopes: parameters.scopes, accountId: parameters.account?.identifier ?? "",
-                    options: [OptionKey.forceRefresh: .bool(parameters.forceRefresh)]),
+                    options: [.forceRefresh: .bool(parameters.forceRefresh)]),
                 timeout: configuration.tokenTimeout
             ).first)
     }
@@ -181,7 +181,7 @@ public final class PublicClientApplication: Sendable {
             try await link.call(
                 .signOut(
                     clientId: clientId, accountId: account?.identifier ?? "",
-                    options: [OptionKey.signoutFromBrowser: .bool(parameters.signoutFromBrowser)]),
+                    options: [.signoutFromBrowser: .bool(parameters.signoutFromBrowser)]),
                 timeout: configuration.tokenTimeout
             ).first)
     }

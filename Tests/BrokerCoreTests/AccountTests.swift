@@ -83,6 +83,33 @@ struct AccountTests {
         #expect(await failureCode { try await nobody.broker.signOut(clientId: "mail", accountId: "") } == .noAccount)
     }
 
+    @Test("an accountId that is a username gets NoAccount saying the identifier is expected, and which")
+    func usernameForAccountId() async throws {
+        let h = Harness()
+        _ = try await h.signIn()
+        let identifier = try #require(h.broker.deviceAccount?.identifier)
+        for given in ["alice@contoso.example", "ALICE@contoso.example", "bob@contoso.example"] {
+            do throws(BrokerFailure) {
+                _ = try await h.broker.acquireTokenSilent(
+                    clientId: "mail", scopes: ["User.Read"], accountId: given, forceRefresh: false)
+                Issue.record("\(given) was taken for an identifier")
+            } catch let failure {
+                #expect(failure.code == .noAccount)
+                #expect(failure.message.contains("must be the account's identifier, not a username"), "\(failure)")
+                #expect(failure.message.contains(identifier), "\(failure)")
+            }
+        }
+        do throws(BrokerFailure) {
+            try await h.broker.signOut(clientId: "mail", accountId: "someone.else")
+            Issue.record("someone.else was signed out")
+        } catch let failure {
+            #expect(failure.code == .noAccount)
+            #expect(failure.message.contains("no signed-in account has the identifier someone.else"), "\(failure)")
+            #expect(failure.message.contains(identifier), "\(failure)")
+        }
+        #expect(h.broker.deviceAccount != nil)
+    }
+
     @Test func defaultModeKeepsOneAccountPerApp() async throws {
         let h = Harness(mode: .default)
         _ = try await h.signIn("alice@contoso.example", client: "mail")

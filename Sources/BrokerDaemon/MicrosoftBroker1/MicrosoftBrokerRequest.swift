@@ -7,6 +7,11 @@ import Identity
 /// no key twice, no byte order mark, no trailing comma), unknown keys ignored, everything the
 /// broker acts on type-checked, and what does not hold is a
 /// ``MicrosoftBrokerFailure`` with status 6 (ApiContractViolation), before anything changes.
+///
+/// Unknown keys are ignored here, unlike the options of `io.shareddevice.Broker1` (which refuses
+/// them): this protocol is Microsoft's, and its clients (MSAL, Edge, ...) send fields brokerd does
+/// not act on (`redirectUri`, `popParams`, ...), more with each of their releases. Refusing them
+/// would break apps that nobody here can change.
 struct MicrosoftBrokerRequest: Sendable, Equatable {
     /// At most this many bytes of request JSON: the protocol's requests are a few KiB.
     static let maxBytes = 64 * 1024

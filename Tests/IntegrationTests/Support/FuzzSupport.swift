@@ -859,6 +859,19 @@ struct FuzzFigures: Sendable {
         latencies.append(latency)
         if latency > slowest.0 { slowest = (latency, call.description) }
         if let problem = call.expectation.problem(with: outcome) { problems.append("\(call.description): \(problem)") }
+        if let problem = Self.outsideContract(call, outcome) { problems.append("\(call.description): \(problem)") }
+    }
+
+    /// The contract lists the errors each method may reply (`io.shareddevice.Contract.Errors`,
+    /// and docs/dbus-api.md from it): a broker error outside that list breaks what apps were told.
+    static func outsideContract(_ call: FuzzCall, _ outcome: Result<[DBusValue], DBusError>) -> String? {
+        guard case .failure(let error) = outcome, call.path == Fuzz.path,
+            call.interface == Fuzz.interface || call.interface.isEmpty,
+            let method = Broker1Method(rawValue: call.member), let code = BrokerErrorCode(dbusErrorName: error.name),
+            !method.errors.contains(code)
+        else { return nil }
+        return "got \(code.rawValue), which the contract does not list for \(method.rawValue) ("
+            + "\(method.errors.map(\.rawValue).joined(separator: " ")))"
     }
 
     func percentile(_ p: Double) -> Duration {
