@@ -193,7 +193,8 @@ struct FirstRunTests {
         let info = try await offThePool { try env.brokerctl(["device-info", "--json"]) }
         let facts = try info.json()["extraDeviceInformation"] as? [String: Any]
         let discoveryError = facts?[DeviceFact.discoveryError] as? String
-        #expect(discoveryError?.contains("answered HTTP 404: is the authority the provider's issuer?") == true, "\(info)")
+        #expect(
+            discoveryError?.contains("answered HTTP 404: is the authority the provider's issuer?") == true, "\(info)")
 
         // Each call names the mistake, never a provider to wait for nor a flow it lacks.
         let options = try await offThePool { try env.brokerctl(["sign-in-options", "--client-id", "mail-app"]) }
