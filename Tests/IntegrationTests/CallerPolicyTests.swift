@@ -82,8 +82,10 @@ struct CallerPolicyTests {
             "\(lines)")
         #expect(lines.contains("has exited"), "\(lines)")
 
-        #expect(
-            env.brokerd.process.stderrText.contains("refused a connection whose process exited or ran another program"))
+        // Standard error is read on a thread of its own: waited for, not read at once.
+        try env.brokerd.process.waitForLine(timeout: .seconds(10), stderr: true) {
+            $0.contains("refused a connection whose process exited or ran another program")
+        }
         // Nothing changed: the device is still signed in.
         #expect(
             try env.brokerctl(["current-account", "--client-id", "mail-app"]).stdout.contains(TestUsers.alice.username))
@@ -162,7 +164,9 @@ struct CallerPolicyTests {
         let env = try BrokerEnvironment(mode: "shared", brokerArguments: ["--config", user, "--admin-config", admin])
         let info = try env.brokerctl(["device-info", "--json"]).json()
         #expect(info["deviceMode"] as? String == "default")
-        #expect(env.brokerd.process.stderrText.contains("the administrator's configuration sets the device mode"))
+        try env.brokerd.process.waitForLine(timeout: .seconds(10), stderr: true) {
+            $0.contains("the administrator's configuration sets the device mode")
+        }
 
         // A file someone else could have written is no administrator's: brokerd refuses to start.
         chown(admin, 65534, 65534)

@@ -97,7 +97,9 @@ struct DesktopPortalTests {
     func noBrowserAtAll() async throws {
         let env = try await offThePool {
             try BrokerEnvironment(
-                brokerArguments: ["--interactive-timeout", "1"],
+                // Long enough for the portal and xdg-open to be found missing on two busy cores:
+                // before that, the time-out would say Cancelled instead.
+                brokerArguments: ["--interactive-timeout", "4"],
                 brokerEnvironment: ["BROWSER": "", "PATH": "/nonexistent"])
         }
         let ctl = try env.startBrokerctl(["sign-in", "--client-id", "mail-app", "--interactive"])

@@ -125,7 +125,11 @@ struct IdleSourcesTests {
         let env = try await offThePool { try Self.environment() }
         let info = try await offThePool { try env.brokerctl(["device-info"]) }
         #expect(info.stdout.contains("none found at start"), "\(info.stdout)")
-        #expect(env.brokerd.process.stderrText.contains("the desktop offers no idle source"))
+        try await offThePool {
+            try env.brokerd.process.waitForLine(timeout: .seconds(10), stderr: true) {
+                $0.contains("the desktop offers no idle source")
+            }
+        }
     }
 }
 

@@ -72,7 +72,11 @@ struct ScreenLockTests {
         let env = try await offThePool { try Self.environment() }
         let info = try await offThePool { try env.brokerctl(["device-info"]) }
         #expect(info.stdout.contains("none found at start"), "\(info.stdout)")
-        #expect(env.brokerd.process.stderrText.contains("signOutOnLock is set, but no screensaver"))
+        try await offThePool {
+            try env.brokerd.process.waitForLine(timeout: .seconds(10), stderr: true) {
+                $0.contains("signOutOnLock is set, but no screensaver")
+            }
+        }
     }
 
     private static func configArguments(_ env: BrokerEnvironment) throws -> [String] {

@@ -40,7 +40,10 @@ struct ShiftEndTests {
         try env.restartBroker(extraArguments: [
             "--config", try Self.config(directory, #"{"signOutAfterReboot": true}"#),
         ])
-        #expect(try env.brokerd.process.stderrText.contains("the device restarted since the sign-in"))
+        // Standard error is read on its own: the readiness line on standard output may come first.
+        try env.brokerd.process.waitForLine(timeout: .seconds(10), stderr: true) {
+            $0.contains("the device restarted since the sign-in")
+        }
         let after = try current(env)
         #expect(after["current"] is NSNull, "\(after)")
         #expect((after["previous"] as? [String: Any])?["username"] as? String == TestUsers.alice.username)
@@ -127,8 +130,10 @@ struct ShiftEndTests {
             let directory = try TemporaryDirectory()
             let config = try Self.config(directory, "{\"clearOnSignOut\": [\"\(listed)\"]}")
             let env = try BrokerEnvironment()
-            let brokerd = try TokenStorageTests.startBrokerd(env, ["--config", config, "--token-storage", "memory"])
+            // The first one stopped before the second starts: it would otherwise find the state
+            // directory still locked, and say that instead.
             _ = try env.brokerd.stop()
+            let brokerd = try TokenStorageTests.startBrokerd(env, ["--config", config, "--token-storage", "memory"])
             #expect(try brokerd.waitForExit(timeout: .seconds(10)) != 0)
             #expect(brokerd.stderrText.contains("clearOnSignOut lists \(listed)"), "\(brokerd.stderrText)")
         }
