@@ -444,16 +444,9 @@ actor MetadataCache {
         guard response.status == 200 else {
             throw IdentityError.badResponse("\(authority.discoveryURL) answered HTTP \(response.status)")
         }
-        let metadata: ProviderMetadata
-        do { metadata = try ProviderMetadata.parse(response.body, for: authority) } catch {
-            // A page, not a document (a web site's root answers 200 with HTML): the same mistake.
-            if case .badResponse(let why) = error, why.contains("not JSON") || why.contains("not valid JSON") {
-                throw IdentityError.notAnIssuer(
-                    "the discovery document at \(authority.discoveryURL) is not JSON (\(why)): is the authority "
-                        + "the provider's issuer?")
-            }
-            throw error
-        }
+        // A 200 that is not a document stays a provider's fault: a captive portal or a proxy
+        // answers so too, and the authority may well be right.
+        let metadata = try ProviderMetadata.parse(response.body, for: authority)
         logger.info("provider discovered", metadata: ["issuer": "\(metadata.issuer)"])
         return metadata
     }

@@ -233,11 +233,20 @@ struct ProviderFaultTests {
             try await expectUnchanged(env, state: state, token: token, context)
         }
 
-        // Discovery is a GET: a 500 is retried. A broker that has not discovered yet is needed.
+        // Discovery is a GET: a 500 is retried. A broker that has not discovered yet is needed:
+        // brokerd reads discovery once it serves, so it starts with the fault on, and its own
+        // start's tries are over (the warning logged) before the counts are reset.
         let fresh = try BrokerEnvironment()
+        try await fresh.setFault("error500", endpoint: "discovery")
+        try await offThePool { try fresh.restartBroker() }
+        try await offThePool {
+            _ = try fresh.brokerd.process.waitForLine(timeout: .seconds(15), stderr: true) {
+                $0.contains("discovery document could not be read")
+            }
+        }
+        try await fresh.resetStats()
         _ = try await fresh.probe(clientId: "mail-app")
         let freshState = try fresh.stateBytes()
-        try await fresh.setFault("error500", endpoint: "discovery")
         let signIn = try await fresh.faultedCall(
             ["sign-in", "--client-id", "mail-app", "--username", alice.username, "--password-stdin"],
             stdin: alice.password + "\n")
