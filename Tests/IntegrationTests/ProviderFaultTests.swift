@@ -430,11 +430,20 @@ struct ProviderFaultTests {
     )
     func overallBound() async throws {
         let env = try BrokerEnvironment()
-        _ = try await env.probe(clientId: "mail-app")
-        let state = try env.stateBytes()
+        // The first brokerd's own discovery at start must be over, or it would take the slow answer.
+        try await offThePool {
+            _ = try env.brokerd.process.waitForLine(timeout: .seconds(15), stderr: true) {
+                $0.contains("provider discovered")
+            }
+        }
         try await env.setFault("slow", endpoint: "discovery", count: 1, delayMs: 14_000)
         try await env.setFault("slow", endpoint: "jwks", count: 1, delayMs: 14_000)
         try await env.setFault("slow", count: 1, delayMs: 30_000)
+        // A broker that has not discovered yet: its start's discovery meets the slow answer, and
+        // the sign-in below waits for that same read (one discovery in flight at a time).
+        try await offThePool { try env.restartBroker() }
+        _ = try await env.probe(clientId: "mail-app")
+        let state = try env.stateBytes()
         let call = try await env.faultedCall(
             ["sign-in", "--client-id", "mail-app", "--username", alice.username, "--password-stdin"],
             stdin: alice.password + "\n", timeout: .seconds(50))
