@@ -148,7 +148,8 @@ extension Broker {
         guard let grant = state.singleSignOn[account.identifier],
             singleSignOnAccount(account.identifier, in: state) != nil
         else { return .failure(.noGrant) }
-        let scopes = requested
+        // Single sign-on is a sign-in of this app too: it asks for the app's default scopes.
+        let scopes = signInScopes(requested.values, clientId: clientId)
         let offered = try await singleSignOnOffered(correlationId)
         let anchor = state.clients[grant.anchorClientId]
         let isAnchor = grant.anchorClientId == clientId

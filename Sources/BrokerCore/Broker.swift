@@ -162,7 +162,7 @@ public actor Broker {
         if let holder = account(for: clientId), !holder.hasUsername(username) {
             throw alreadySignedIn(holder)
         }
-        let scopes = Scopes(requested)
+        let scopes = signInScopes(requested, clientId: clientId)
         let startGeneration = generation
         let correlationId = Self.newCorrelationId()
         logger.info(

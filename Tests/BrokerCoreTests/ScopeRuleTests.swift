@@ -3,7 +3,7 @@ import Testing
 
 /// An app's grant bounds what its refresh token gives: scopes beyond it come through single
 /// sign-on from the device's sign-in where the provider allows, and otherwise the error names the
-/// call and the scopes.
+/// call and the scopes. The administrator's default scopes widen every sign-in up front.
 @Suite("Broker core: scopes beyond an app's grant, and default scopes")
 struct ScopeRuleTests {
     let alice = ScriptedProvider.account("alice@contoso.example")
@@ -110,5 +110,23 @@ struct ScopeRuleTests {
         #expect(h.broker.snapshot.clients["mail"]?.refreshToken == refreshToken)
         _ = try await h.broker.acquireTokenSilent(
             clientId: "mail", scopes: ["User.Read"], accountId: "", forceRefresh: true)
+    }
+
+    @Test func everySignInAsksForTheClientsDefaultScopes() async throws {
+        let h = Harness(defaultScopes: ["mail": ["User.Read", "Mail.Read"], "calendar": ["Calendars.Read"]])
+        h.provider.offer(.nativeSSO)
+        let signedIn = try await h.signIn(client: "mail", scopes: [])
+        #expect(signedIn.scopes == Scopes(["User.Read", "Mail.Read"]))
+        // A silent call for them is the cache's: no refresh.
+        let silent = try await h.broker.acquireTokenSilent(
+            clientId: "mail", scopes: ["Mail.Read", "User.Read"], accountId: "", forceRefresh: false)
+        #expect(silent.accessToken == signedIn.accessToken)
+        #expect(h.provider.refreshCalls == 0)
+        // Single sign-on is calendar's sign-in: it asks for calendar's default scopes too.
+        let calendar = try await h.broker.acquireTokenSilent(
+            clientId: "calendar", scopes: ["User.Read"], accountId: "", forceRefresh: false)
+        #expect(calendar.scopes == Scopes(["User.Read", "Calendars.Read"]))
+        // Other clients are not affected.
+        #expect(try await h.signIn(client: "notes", scopes: []).scopes == Scopes([]))
     }
 }
