@@ -17,6 +17,13 @@ extension Broker {
         public var codeLength: UInt32
     }
 
+    /// What a sign-in of `clientId` asks the provider for: the call's scopes and the app's default
+    /// ones (``BrokerConfiguration/defaultScopes``). The grant a sign-in makes bounds what later
+    /// silent calls can refresh, so the app's usual scopes are asked for whatever the call named.
+    nonisolated func signInScopes(_ requested: [String], clientId: String) -> Scopes {
+        Scopes(requested + (configuration.defaultScopes[clientId] ?? []))
+    }
+
     /// What the configured provider lets `clientId` offer (`GetSignInOptions`): its sign-in
     /// flows, and how other apps then get tokens of their own.
     public func signInOptions(clientId: String) async throws(BrokerFailure) -> SignInOptions {
@@ -48,7 +55,7 @@ extension Broker {
         let flowId = Self.newCorrelationId()
         flows.addCode(
             .init(
-                clientId: clientId, username: username, scopes: Scopes(requested),
+                clientId: clientId, username: username, scopes: signInScopes(requested, clientId: clientId),
                 continuationToken: challenge.continuationToken, startedAt: clock.now()), id: flowId, owner: owner)
         try await endIfCallerLeft(owner)
         logger.info(
@@ -85,7 +92,7 @@ extension Broker {
         try InputRules.scopes(requested)
         try checkTokenStorage()
         try admitFlow(owner: owner)
-        let scopes = Scopes(requested)
+        let scopes = signInScopes(requested, clientId: clientId)
         let correlationId = Self.newCorrelationId()
         let provider = self.provider
         let grant = try await callProvider(correlationId) {
@@ -263,7 +270,7 @@ extension Broker {
         if let loginHint, !loginHint.isEmpty { try InputRules.username(loginHint) }
         try checkTokenStorage()
         try admitFlow(owner: owner)
-        let scopes = Scopes(requested)
+        let scopes = signInScopes(requested, clientId: clientId)
         let startGeneration = generation
         let correlationId = Self.newCorrelationId()
         let id = flowId.isEmpty ? correlationId : flowId

@@ -38,17 +38,121 @@ extension Broker {
         clientId: String, scopes: Scopes, account: Account, correlationId: String,
         startGeneration: UInt64
     ) async throws(BrokerFailure) -> AppTokens {
-        let state = self.state
-        guard let grant = state.singleSignOn[account.identifier],
-            singleSignOnAccount(account.identifier, in: state) != nil
-        else {
+        let outcome = try await trySingleSignOn(
+            clientId: clientId, scopes: scopes, account: account, widening: nil, correlationId: correlationId,
+            startGeneration: startGeneration)
+        switch outcome {
+        case .success(let tokens):
+            return tokens
+        case .failure(.noGrant):
             throw BrokerFailure(
                 .interactionRequired,
                 "this app holds no refresh token for \(account.username), and no sign-in of another app on this device "
                     + "can give it one; sign in interactively")
+        case .failure(.notOffered):
+            throw BrokerFailure(
+                .interactionRequired,
+                "the identity provider offers no single sign-on between apps (neither OpenID Connect Native SSO, "
+                    + "family "
+                    + "refresh tokens nor OAuth 2.0 token exchange), so this app must sign \(account.username) in "
+                    + "interactively"
+            )
+        case .failure(.nothingUsable(let mechanisms)):
+            throw BrokerFailure(
+                .interactionRequired,
+                "the sign-in of \(account.username) on this device holds nothing the provider's single sign-on "
+                    + "(\(mechanisms.map(\.rawValue).joined(separator: ", "))) can use; sign in interactively")
+        case .failure(.refused(let refusals)):
+            throw BrokerFailure(
+                .interactionRequired,
+                "the identity provider refused single sign-on for this app (\(refusals.joined(separator: "; "))); "
+                    + "sign \(account.username) in interactively")
         }
+    }
+
+    /// The app's refresh token was refused for scopes beyond its grant (`refusal`, the provider's
+    /// `invalid_scope`). A person asked again on a kiosk whose sign-in was a password would not
+    /// know why, so the broker first gets the wider token through the device's sign-in, as it
+    /// would for another app, and adopts its refresh token. Where no mechanism can, the error
+    /// names the call that asks the user and the scopes to give it; the old refresh token is
+    /// kept either way when nothing replaces it, since it still serves the scopes it has.
+    func widenThroughSingleSignOn(
+        clientId: String, scopes: Scopes, account: Account, refusal: BrokerFailure, replacing refreshToken: String,
+        correlationId: String, startGeneration: UInt64
+    ) async throws(BrokerFailure) -> AppTokens {
+        let outcome = try await trySingleSignOn(
+            clientId: clientId, scopes: scopes, account: account, widening: refreshToken,
+            correlationId: correlationId, startGeneration: startGeneration)
+        let why: String
+        switch outcome {
+        case .success(let tokens):
+            logger.info(
+                "scopes beyond the app's grant came through single sign-on",
+                metadata: ["clientId": "\(clientId)", "correlationId": "\(correlationId)"])
+            return tokens
+        case .failure(.noGrant): why = "no sign-in on this device can give them"
+        case .failure(.notOffered): why = "the identity provider offers no single sign-on between apps"
+        case .failure(.nothingUsable(let mechanisms)):
+            why =
+                "the sign-in on this device holds nothing the provider's single sign-on "
+                + "(\(mechanisms.map(\.rawValue).joined(separator: ", "))) can use"
+        case .failure(.refused(let refusals)): why = refusals.joined(separator: "; ")
+        }
+        throw consentNeeded(clientId: clientId, scopes: scopes, refusal: refusal, singleSignOn: why)
+    }
+
+    /// The error of scopes only a person can grant: which scopes, why the broker could not get
+    /// them, and the call to make, with every scope the app holds and the new ones, so that the
+    /// new grant serves all of them.
+    private nonisolated func consentNeeded(
+        clientId: String, scopes: Scopes, refusal: BrokerFailure, singleSignOn: String
+    ) -> BrokerFailure {
+        // What this app was granted, as far as the tokens it holds show (access tokens are kept
+        // in memory only, so after a restart the call's scopes are all the broker knows).
+        let cached = state.clients[clientId]?.accessTokens.values.flatMap(\.scopes.resourceScopes) ?? []
+        let held = Set(cached).sorted()
+        let heldLowered = Set(held.map { $0.lowercased() })
+        var missing = scopes.resourceScopes.filter { !heldLowered.contains($0.lowercased()) }
+        if missing.isEmpty { missing = scopes.resourceScopes }
+        let all = held + missing.filter { !held.contains($0) }
+        let named = missing.isEmpty ? "these scopes" : "scopes \(missing.joined(separator: " "))"
+        let with = all.isEmpty ? "" : " with scopes \(all.joined(separator: " "))"
+        // The call to make first, where a person reads; then why, for whoever looks further.
+        return BrokerFailure(
+            .interactionRequired,
+            "the provider gives \(named) only with the user's consent; sign in again with them: "
+                + "AcquireTokenInteractive (or SignInWithPassword/StartSignIn)\(with) (single sign-on could not get "
+                + "them without a person: \(singleSignOn); the refresh was refused: \(refusal.message))")
+    }
+
+    /// Why single sign-on gave no tokens.
+    enum SingleSignOnRefusal: Error {
+        /// No sign-in on the device made a grant for the account.
+        case noGrant
+        /// The provider offers no mechanism.
+        case notOffered
+        /// Offered, but the grant holds nothing these mechanisms take.
+        case nothingUsable([SingleSignOnMechanism])
+        /// Each mechanism tried was refused, in words.
+        case refused([String])
+    }
+
+    /// The mechanisms in order until one gives tokens (adopted for the app); a refusal passes to
+    /// the next. `widening` is the app's own refresh token when it holds one already, refused for
+    /// these scopes: then the app may be the grant's anchor, and the new refresh token replaces it.
+    private func trySingleSignOn(
+        clientId: String, scopes requested: Scopes, account: Account, widening: String?, correlationId: String,
+        startGeneration: UInt64
+    ) async throws(BrokerFailure) -> Result<AppTokens, SingleSignOnRefusal> {
+        let state = self.state
+        guard let grant = state.singleSignOn[account.identifier],
+            singleSignOnAccount(account.identifier, in: state) != nil
+        else { return .failure(.noGrant) }
+        // Single sign-on is a sign-in of this app too: it asks for the app's default scopes.
+        let scopes = signInScopes(requested.values, clientId: clientId)
         let offered = try await singleSignOnOffered(correlationId)
         let anchor = state.clients[grant.anchorClientId]
+        let isAnchor = grant.anchorClientId == clientId
         let provider = self.provider
         var refusals: [String] = []
         for mechanism in SingleSignOnMechanism.allCases {
@@ -61,14 +165,24 @@ extension Broker {
                         clientId: clientId, deviceSecret: deviceSecret, scopes: scopes)
                 }
             case .familyRefreshToken:
-                guard grant.family != nil, grant.anchorClientId != clientId, let familyToken = anchor?.refreshToken
-                else { continue }
+                guard grant.family != nil, let familyToken = anchor?.refreshToken else { continue }
+                guard !isAnchor else {
+                    // The family refresh token is this app's own, just refused for these scopes.
+                    if widening != nil {
+                        refusals.append(
+                            "\(mechanism.rawValue): this app's refresh token is the family's, refused for these "
+                                + "scopes already")
+                    }
+                    continue
+                }
                 attempt = {
                     try await provider.redeemFamilyRefreshToken(
                         clientId: clientId, refreshToken: familyToken, scopes: scopes)
                 }
             case .tokenExchange:
-                guard offered.contains(.tokenExchange), grant.anchorClientId != clientId,
+                // The anchor exchanging its own token (RFC 8693 lets a client present its own) is
+                // worth it only for scopes beyond its grant: otherwise it holds a refresh token.
+                guard offered.contains(.tokenExchange), !isAnchor || widening != nil,
                     let subject = anchor.flatMap({ exchangeSubject(of: $0) })
                 else { continue }
                 attempt = { try await provider.exchangeToken(clientId: clientId, subject: subject, scopes: scopes) }
@@ -81,9 +195,10 @@ extension Broker {
                         "clientId": "\(clientId)", "mechanism": "\(mechanism.rawValue)",
                         "correlationId": "\(correlationId)",
                     ])
-                return try adoptSingleSignOn(
-                    tokens, clientId: clientId, scopes: scopes, account: account,
-                    correlationId: correlationId, startGeneration: startGeneration)
+                return .success(
+                    try adoptSingleSignOn(
+                        tokens, clientId: clientId, scopes: scopes, account: account, replacing: widening,
+                        correlationId: correlationId, startGeneration: startGeneration))
             } catch  where error.code == .interactionRequired {
                 logger.info(
                     "single sign-on refused",
@@ -94,28 +209,13 @@ extension Broker {
                 refusals.append("\(mechanism.rawValue): \(error.message)")
             }
         }
-        if refusals.isEmpty && offered.isEmpty && grant.family == nil {
-            throw BrokerFailure(
-                .interactionRequired,
-                "the identity provider offers no single sign-on between apps (neither OpenID Connect Native SSO, "
-                    + "family "
-                    + "refresh tokens nor OAuth 2.0 token exchange), so this app must sign \(account.username) in "
-                    + "interactively"
-            )
-        }
+        if refusals.isEmpty && offered.isEmpty && grant.family == nil { return .failure(.notOffered) }
         if refusals.isEmpty {
             // Offered, but this sign-in holds nothing it takes: a device secret lost with
             // `--token-storage memory`, say, or the signing-in app's own tokens gone.
-            let mechanisms = offered.union(grant.family == nil ? [] : [.familyRefreshToken]).sorted()
-            throw BrokerFailure(
-                .interactionRequired,
-                "the sign-in of \(account.username) on this device holds nothing the provider's single sign-on "
-                    + "(\(mechanisms.map(\.rawValue).joined(separator: ", "))) can use; sign in interactively")
+            return .failure(.nothingUsable(offered.union(grant.family == nil ? [] : [.familyRefreshToken]).sorted()))
         }
-        throw BrokerFailure(
-            .interactionRequired,
-            "the identity provider refused single sign-on for this app (\(refusals.joined(separator: "; "))); "
-                + "sign \(account.username) in interactively")
+        return .failure(.refused(refusals))
     }
 
     /// The signing-in app's token an RFC 8693 exchange presents: a live access token, else its
@@ -133,8 +233,9 @@ extension Broker {
     }
 
     /// Stores the app's new tokens; a new device secret or a family the provider named updates the grant.
+    /// `replacing` is the app's refresh token that was refused for these scopes, when it held one.
     private func adoptSingleSignOn(
-        _ tokens: ProviderTokens, clientId: String, scopes: Scopes, account: Account,
+        _ tokens: ProviderTokens, clientId: String, scopes: Scopes, account: Account, replacing: String?,
         correlationId: String, startGeneration: UInt64
     ) throws(BrokerFailure) -> AppTokens {
         guard generation == startGeneration, singleSignOnAccount(account.identifier, in: state) == account else {
@@ -152,13 +253,35 @@ extension Broker {
         var record = next.clients[clientId] ?? ClientRecord()
         if record.account?.identifier != account.identifier { record.dropTokens() }
         record.account = account
-        // An exchange may issue no refresh token: then the next expiry exchanges again.
-        record.refreshToken = tokens.refreshToken
+        var retired: String?
+        if let replacing {
+            // The new refresh token covers the wider scopes. Without one (an exchange need not
+            // issue it) the old one stays: it still serves its own scopes, and these are got
+            // again through single sign-on when this token expires. A sign-in of the app while
+            // the exchange ran gave a newer grant, which stays.
+            if let issued = tokens.refreshToken {
+                retired = record.refreshToken == replacing ? replacing : issued
+                if record.refreshToken == replacing { record.refreshToken = issued }
+            }
+        } else {
+            // An exchange may issue no refresh token: then the next expiry exchanges again.
+            record.refreshToken = tokens.refreshToken
+        }
         record.accessTokens[scopes.joined] = CachedAccessToken(
             accessToken: tokens.accessToken, expiresOn: tokens.expiresOn, idToken: tokens.idToken, scopes: scopes)
         next.clients[clientId] = record
         next.singleSignOn[account.identifier]?.update(with: tokens, from: clientId)
+        // A refresh token nobody holds any more is revoked rather than left valid at the provider.
+        // Not in a family: a provider may revoke a family's tokens together, the other apps' and
+        // the family refresh token with them; those end with the device's sign-out.
+        let owed =
+            retired.flatMap { token in
+                next.singleSignOn[account.identifier]?.family == nil && tokens.family == nil
+                    ? [PendingRevocation(clientId: clientId, token: .refreshToken(token))] : nil
+            } ?? []
+        next.owe(owed)
         try commit(next)
+        if !owed.isEmpty { Task { await self.revokeOwed(owed) } }
         return AppTokens(
             accessToken: tokens.accessToken, expiresOn: tokens.expiresOn, idToken: tokens.idToken,
             scopes: scopes, account: account, authority: provider.authority, correlationId: correlationId)

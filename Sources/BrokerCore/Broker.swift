@@ -162,7 +162,7 @@ public actor Broker {
         if let holder = account(for: clientId), !holder.hasUsername(username) {
             throw alreadySignedIn(holder)
         }
-        let scopes = Scopes(requested)
+        let scopes = signInScopes(requested, clientId: clientId)
         let startGeneration = generation
         let correlationId = Self.newCorrelationId()
         logger.info(
@@ -313,6 +313,13 @@ public actor Broker {
             {
                 try self.forgetRejectedRefreshToken(clientId: clientId, refreshToken: refreshToken)
                 throw error
+            } catch let error as BrokerFailure where error.code == .interactionRequired {
+                // Scopes beyond the refresh token's grant: the token still serves its own, and
+                // the device's sign-in may give these without a person, as it does another app.
+                guard let account = self.account(for: clientId) else { throw error }
+                return try await self.widenThroughSingleSignOn(
+                    clientId: clientId, scopes: scopes, account: account, refusal: error, replacing: refreshToken,
+                    correlationId: correlationId, startGeneration: startGeneration)
             }
             return try self.adoptRefresh(
                 outcome, clientId: clientId, scopes: scopes, usedRefreshToken: refreshToken,

@@ -54,6 +54,10 @@ public struct BrokerConfiguration: Sendable {
     public var signOutAfterReboot: Bool
     /// Sign-out after inactivity (`idleSignOutSeconds`, `idleWarningSeconds`): nil when off.
     public var idleSignOut: IdleSignOut?
+    /// Per clientId, the scopes every sign-in of that app asks for besides the call's own (the
+    /// administrator's `defaultScopes`): a grant is what later silent calls can refresh without a
+    /// person, so an app that signs in with fewer scopes than it will use gets them up front.
+    public var defaultScopes: [String: [String]]
 
     public init(
         deviceMode: DeviceMode, brokerVersion: String, tenantId: String = "",
@@ -61,8 +65,9 @@ public struct BrokerConfiguration: Sendable {
         extraDeviceInformation: [String: String] = [:], interactiveTimeout: Duration = .seconds(300),
         browserSignOut: BrowserSignOutPolicy? = nil, maxClients: Int = BrokerConfiguration.defaultMaxClients,
         providerNotConfigured: String? = nil, bootId: String? = nil, signOutAfterReboot: Bool = false,
-        idleSignOut: IdleSignOut? = nil
+        idleSignOut: IdleSignOut? = nil, defaultScopes: [String: [String]] = [:]
     ) {
+        self.defaultScopes = defaultScopes
         self.idleSignOut = idleSignOut
         self.bootId = bootId
         self.signOutAfterReboot = signOutAfterReboot

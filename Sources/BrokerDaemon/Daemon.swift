@@ -83,7 +83,7 @@ public enum Daemon {
                         ? IdleSignOut(
                             after: Int64(seconds), warning: Int64(options.configuration.idleWarningSeconds ?? 60))
                         : nil
-                }),
+                }, defaultScopes: options.configuration.defaultScopes()),
             provider: provider, store: tokenStore, clock: clock, initialState: initialState, cleaner: cleaner,
             channel: connection,
             callers: CallerPolicy(

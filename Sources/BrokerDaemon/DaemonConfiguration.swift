@@ -42,9 +42,12 @@ public struct DaemonConfigurationFile: Decodable, Sendable {
         public var clientSecretMethod: String?
         /// When present, only processes running one of these executables may use this clientId.
         public var allowedExecutables: [String]?
+        /// Scopes every sign-in of this app asks for besides the call's own.
+        public var defaultScopes: [String]?
 
         private enum CodingKeys: String, CodingKey, CaseIterable {
             case clientId, name, clientSecret, clientSecretFile, clientSecretMethod, allowedExecutables
+            case defaultScopes
         }
 
         /// Every key a client's entry may have (broker.conf(5) documents each).
@@ -59,6 +62,15 @@ public struct DaemonConfigurationFile: Decodable, Sendable {
             clientSecretFile = try values.decodeIfPresent(String.self, forKey: .clientSecretFile)
             clientSecretMethod = try values.decodeIfPresent(String.self, forKey: .clientSecretMethod)
             allowedExecutables = try values.decodeIfPresent([String].self, forKey: .allowedExecutables)
+            do {
+                defaultScopes = try values.decodeIfPresent([String].self, forKey: .defaultScopes)
+            } catch DecodingError.typeMismatch {
+                // Decoding's own words name Swift's types and a coding path; the administrator
+                // needs the key and the form it takes.
+                throw WrongValue(
+                    place: WrongValue.render(decoder.codingPath) + ".defaultScopes", expected: "an array of strings",
+                    example: #"["User.Read", "Mail.Read"]"#)
+            }
         }
     }
     public var deviceMode: DeviceMode?
@@ -273,6 +285,8 @@ public struct DaemonConfigurationFile: Decodable, Sendable {
             file = try JSONDecoder().decode(DaemonConfigurationFile.self, from: Data(bytes))
         } catch let unknown as UnknownKey {
             throw DaemonError.configuration("the configuration file \(path) \(unknown)")
+        } catch let wrong as WrongValue {
+            throw DaemonError.configuration("the configuration file \(path) \(wrong)")
         } catch {
             throw DaemonError.configuration("the configuration file \(path) is not valid: \(error)")
         }
@@ -318,6 +332,20 @@ public struct DaemonConfigurationFile: Decodable, Sendable {
                             + "would never match a program: give the program's full path, as /proc/PID/exe shows it")
                 }
             }
+            for (number, scope) in (client.defaultScopes ?? []).enumerated() {
+                do {
+                    try InputRules.scopes([scope])
+                } catch {
+                    throw refuse(
+                        "\(place).defaultScopes[\(number)] is \"\(scope)\", not a scope an app could ask for "
+                            + "(\(error.message)): fix it")
+                }
+            }
+            if (client.defaultScopes?.count ?? 0) > InputRules.maxScopes {
+                throw refuse(
+                    "\(place).defaultScopes names \(client.defaultScopes?.count ?? 0) scopes; at most "
+                        + "\(InputRules.maxScopes) are allowed")
+            }
             if let file = client.clientSecretFile, !file.hasPrefix("/") {
                 throw refuse(
                     "\(place).clientSecretFile is \"\(file)\", not an absolute path: give the file's full path")
@@ -328,6 +356,15 @@ public struct DaemonConfigurationFile: Decodable, Sendable {
                 throw refuse("\(place) (clientId \(client.clientId)) \(error.why)")
             }
         }
+    }
+
+    /// clientId -> the scopes every sign-in of it asks for, for the clients that have some.
+    public func defaultScopes() -> [String: [String]] {
+        var scopes: [String: [String]] = [:]
+        for client in clients ?? [] {
+            if let defaults = client.defaultScopes, !defaults.isEmpty { scopes[client.clientId] = defaults }
+        }
+        return scopes
     }
 
     /// clientId -> the executables allowed to use it, for the clients that are bound.
@@ -392,6 +429,20 @@ extension DaemonConfigurationFile.Client {
 }
 
 /// A key of the configuration the broker does not know, with where it stands.
+/// A value of a type the key does not take, named with where it stands and the form it takes.
+struct WrongValue: Error, CustomStringConvertible {
+    var place: String
+    var expected: String
+    var example: String
+
+    var description: String { "has \(place) that is not \(expected): give it as, say, \(example)" }
+
+    /// `clients[0]` for a decoder's path.
+    static func render(_ path: [any CodingKey]) -> String {
+        String(path.map { $0.intValue.map { "[\($0)]" } ?? ".\($0.stringValue)" }.joined().dropFirst())
+    }
+}
+
 struct UnknownKey: Error, CustomStringConvertible {
     var key: String
     var place: String

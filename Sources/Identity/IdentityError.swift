@@ -115,12 +115,10 @@ public enum IdentityError: Error, Sendable, Equatable, CustomStringConvertible {
             case "user_not_found":
                 return BrokerFailure(.userNotFound, text)
             case "invalid_scope" where kind == .refresh:
-                // Scopes beyond what was consented: a person can grant them in an interactive
-                // sign-in; the refresh token still serves the scopes it has.
-                return BrokerFailure(
-                    .interactionRequired,
-                    "the provider does not give these scopes without the user (\(text)); sign in interactively",
-                    refreshTokenStillValid: true)
+                // Scopes beyond the refresh token's grant: the token still serves the scopes it
+                // has. The provider's words only: the core tries single sign-on for these scopes
+                // and, where it cannot get them, words the error with the call and scopes to use.
+                return BrokerFailure(.interactionRequired, text, refreshTokenStillValid: true)
             case "invalid_scope":
                 return BrokerFailure(.invalidArgument, text)
             case "interaction_required", "login_required", "consent_required", "redirect":

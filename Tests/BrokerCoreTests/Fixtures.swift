@@ -240,7 +240,7 @@ struct Harness {
     init(
         mode: DeviceMode = .shared, knownClients: Set<String>? = nil, state: BrokerState? = nil,
         browserSignOut: BrowserSignOutPolicy? = nil, callers: any CallerDirectory = EveryCallerConnected(),
-        maxClients: Int = BrokerConfiguration.defaultMaxClients
+        maxClients: Int = BrokerConfiguration.defaultMaxClients, defaultScopes: [String: [String]] = [:]
     ) {
         provider = ScriptedProvider(clock: clock)
         let changes = self.changes
@@ -248,7 +248,8 @@ struct Harness {
         broker = Broker(
             configuration: BrokerConfiguration(
                 deviceMode: mode, brokerVersion: "test", tenantId: "tenant",
-                knownClientIds: knownClients, browserSignOut: browserSignOut, maxClients: maxClients),
+                knownClientIds: knownClients, browserSignOut: browserSignOut, maxClients: maxClients,
+                defaultScopes: defaultScopes),
             provider: provider, store: store, clock: clock,
             initialState: state ?? BrokerState(deviceId: "device-1"),
             logger: Logger(label: "test"), callers: callers,

@@ -263,4 +263,37 @@ struct DaemonConfigurationTests {
     func settingsThatCannotTakeEffect(_ text: String, _ why: String) throws {
         try Self.expectRefused(text, saying: why)
     }
+
+    @Test(
+        "defaultScopes: an array of scopes, or refused naming the key, what it takes and an example",
+        arguments: [
+            (
+                #"{"clients": [{"clientId": "mail", "defaultScopes": "User.Read Mail.Read"}]}"#,
+                #"has clients[0].defaultScopes that is not an array of strings: give it as, say, ["User.Read", "#
+            ),
+            (
+                #"{"clients": [{"clientId": "a"}, {"clientId": "mail", "defaultScopes": ["User.Read", 7]}]}"#,
+                "has clients[1].defaultScopes that is not an array of strings"
+            ),
+            (
+                #"{"clients": [{"clientId": "mail", "defaultScopes": ["User.Read Mail.Read"]}]}"#,
+                #"clients[0].defaultScopes[0] is "User.Read Mail.Read", not a scope an app could ask for"#
+            ),
+            (
+                #"{"clients": [{"clientId": "mail", "defaultScope": ["User.Read"]}]}"#,
+                #"unknown key "defaultScope" in clients[0]"#
+            ),
+        ] as [(String, String)])
+    func defaultScopesRefused(_ text: String, _ why: String) throws {
+        try Self.expectRefused(text, saying: why)
+    }
+
+    @Test func defaultScopesAreReadPerClient() throws {
+        let files = try Files()
+        let path = try files.write(
+            "scopes.json",
+            #"{"clients": [{"clientId": "mail", "defaultScopes": ["User.Read", "Mail.Read"]}, {"clientId": "notes"}]}"#,
+            mode: 0o644)
+        #expect(try DaemonConfigurationFile.load(path: path).defaultScopes() == ["mail": ["User.Read", "Mail.Read"]])
+    }
 }
