@@ -15,14 +15,16 @@ import Testing
 struct MicrosoftBroker1Tests {
     /// A broker serving the protocol because its configuration file says so, with the
     /// provider's tenant as the device's.
-    private func environment(extraArguments: [String] = []) async throws -> (BrokerEnvironment, TemporaryDirectory) {
+    private func environment(extraArguments: [String] = [], idpArguments: [String] = []) async throws -> (
+        BrokerEnvironment, TemporaryDirectory
+    ) {
         let files = try TemporaryDirectory()
         let config = try files.write(
             "broker.json", #"{"tenantId": "\#(TestUsers.guidTenant)", "compatibility": ["microsoft-broker1"]}"#)
         let env = try await offThePool {
             try BrokerEnvironment(
                 brokerArguments: ["--config", config, "--interactive-timeout", "20"] + extraArguments,
-                tenant: TestUsers.guidTenant)
+                idpArguments: idpArguments, tenant: TestUsers.guidTenant)
         }
         return (env, files)
     }
@@ -152,9 +154,10 @@ struct MicrosoftBroker1Tests {
         #expect((accounts["accounts"] as? [[String: Any]])?.first?["username"] as? String == TestUsers.alice.username)
     }
 
+    /// A provider without single sign-on: with one, the wider token comes silently (ScopeRuleTests).
     @Test("scopes beyond the grant: status 2, so the app goes interactive, and the grant still serves its own")
     func scopesBeyondTheGrant() async throws {
-        let (env, _) = try await environment()
+        let (env, _) = try await environment(idpArguments: SingleSignOnTests.plainProvider)
         #expect(try await offThePool { try env.signIn(TestUsers.alice, client: "mail-app") }.status == 0)
         let connection = try await connect(env)
         defer { connection.close() }
