@@ -167,7 +167,7 @@ struct Brokerd: AsyncParsableCommand {
         } catch {
             let status = exitCode(for: error).rawValue
             if status == 64 {
-                StartFailure.record("brokerd: \(fullMessage(for: error))", status: status)
+                StartFailure.record("brokerd: \(message(for: error))", status: status)
             }
             exit(withError: error)
         }
