@@ -434,8 +434,9 @@ actor MetadataCache {
         let response = try await requester.send(
             .get(authority.discoveryURL, headers: [HTTPHeader("Accept", "application/json")]),
             what: "the discovery document", replay: .idempotent)
-        // 4xx: nothing is there, which no retry changes: the authority is most likely not the issuer.
-        if (400..<500).contains(response.status) {
+        // Nothing there (400, 404, 405, 410), which no retry changes: the authority is most likely
+        // not the issuer. Other 4xx (a proxy's 407, a 408, a 429) are not about the authority.
+        if [400, 404, 405, 410].contains(response.status) {
             throw IdentityError.notAnIssuer(
                 "the discovery document at \(authority.discoveryURL) answered HTTP \(response.status): is the "
                     + "authority the provider's issuer? (for Entra ID: https://login.microsoftonline.com/TENANT/v2.0; "

@@ -1,5 +1,6 @@
 import BrokerAPI
 import DBus
+import Glibc
 
 /// Everything that can go wrong in a call to the broker: one case per broker error name
 /// (`io.shareddevice.Broker1.Error.*`), plus what can happen on the way.
@@ -99,7 +100,9 @@ public enum BrokerError: Error, Sendable, Equatable, CustomStringConvertible {
         case let name where name.hasPrefix("org.freedesktop.DBus.Error.Spawn."):
             // The bus tried to start it and it failed: its own words are in the file it leaves when
             // the bus started it, else (under systemd) in the journal.
-            if let failure = StartFailureRecord.read() {
+            // Only a failure of this start: each activation that fails writes it afresh, and an
+            // older one (a start that died without writing) would name the wrong cause.
+            if let failure = StartFailureRecord.read(), Int64(time(nil)) - failure.time < 60 {
                 self = .brokerUnavailable(
                     "the broker could not be started (\(error.message)): \(failure.message) (from "
                         + "\(StartFailureRecord.defaultPath))")

@@ -32,8 +32,9 @@ struct FileStateStoreTests {
             clients: ["mail": ClientRecord(lastSeen: current, account: current, refreshToken: refreshToken)])
     }
 
-    /// A change is a line appended to the journal; after a start that replayed one (and at a
-    /// clean stop) it is a new snapshot: a temporary file renamed over state.json, and a new journal.
+    /// A change is a line appended to the journal; after a start that found the journal cut short
+    /// (and at a clean stop) it is a new snapshot: a temporary file renamed over state.json, and a
+    /// new journal.
     @Test(arguments: [
         (SystemCalls.Call.write, ENOSPC, false), (.write, ENOSPC, true), (.rename, EIO, true), (.open, EMFILE, true),
     ])
@@ -46,9 +47,13 @@ struct FileStateStoreTests {
         try store.save(Self.state(current: Self.alice))
         try store.sync()
         if snapshot {
-            // A line in the journal, then a load that folds it in: the next save writes a snapshot.
+            // A line in the journal, cut short by a power loss, then a start: the next save writes a snapshot.
             try store.save(Self.state(current: Self.alice, refreshToken: "rt-2"))
             try store.sync()
+            let handle = try #require(FileHandle(forWritingAtPath: directory.journal))
+            try handle.seekToEnd()
+            try handle.write(contentsOf: Data(#"{"current":nu"#.utf8))
+            try handle.close()
             #expect(try store.load() == Self.state(current: Self.alice, refreshToken: "rt-2"))
         }
         let before = directory.bytes()

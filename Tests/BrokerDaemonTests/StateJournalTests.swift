@@ -211,6 +211,32 @@ struct StateJournalTests {
             try FileManager.default.attributesOfItem(atPath: directory.stateFile)[.systemFileNumber] as? Int == inode)
     }
 
+    @Test("after a start that replayed lines, the next change is a line, and a clean stop folds all into state.json")
+    func aLoadGoesOnWithLines() throws {
+        let directory = Directory()
+        let store = try FileStateStore(directory: directory.path)
+        var state = Self.crowd(4)
+        try store.save(state)
+        state.clients["app-9"] = ClientRecord(lastSeen: Self.account(9))
+        try store.save(state)
+        try store.sync()
+        // A restart: the state is read back, lines and all.
+        #expect(try store.load() == Self.atRest(state))
+        let inode = try FileManager.default.attributesOfItem(atPath: directory.stateFile)[.systemFileNumber] as? Int
+        state.clients["app-10"] = ClientRecord(lastSeen: Self.account(10))
+        try store.save(state)
+        try store.sync()
+        #expect(
+            try FileManager.default.attributesOfItem(atPath: directory.stateFile)[.systemFileNumber] as? Int == inode,
+            "the first change after the start rewrote state.json")
+        // A restart that changes nothing, then a clean stop: state.json alone holds every line.
+        #expect(try store.load() == Self.atRest(state))
+        try store.compact()
+        let alone = try StateFileFormat.decode(
+            Array(try #require(FileManager.default.contents(atPath: directory.stateFile))))
+        #expect(alone.state == Self.atRest(state))
+    }
+
     @Test("a journal of another user's, or readable by others, is refused like the state file")
     func unsafeJournal() throws {
         let directory = Directory()

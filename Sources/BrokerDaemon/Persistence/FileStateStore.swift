@@ -22,9 +22,10 @@ import Locking
 ///   announcing the change and before replying.
 ///
 /// A save that would write what the files already hold (only access tokens changed, which are
-/// not kept at rest, or nothing did) writes nothing. A clean stop (``compact()``) and the first
-/// save after a start that replayed a journal write a snapshot, so that an older brokerd, which
-/// reads only `state.json`, finds everything there after a clean stop.
+/// not kept at rest, or nothing did) writes nothing. A restart goes on appending to a whole
+/// journal of its snapshot; after one cut short or missing, and after a failed write or flush,
+/// the next save is a snapshot. A clean stop (``compact()``) writes one too, so that an older
+/// brokerd, which reads only `state.json`, finds everything there.
 public final class FileStateStore: StateStore {
     public let directory: String
     public var path: String { directory + "/state.json" }
@@ -67,6 +68,9 @@ public final class FileStateStore: StateStore {
         var journalUnsynced = false
         /// Renames not yet made durable by an fsync of the directory.
         var directoryUnsynced = false
+        /// The files do not hold `state` as lines can follow (loaded from an older format or a
+        /// journal cut short, or a write or flush failed): the next save, or compact, is a snapshot.
+        var needsSnapshot = false
         var report: LoadReport?
     }
 
@@ -156,13 +160,24 @@ public final class FileStateStore: StateStore {
             droppedAccessTokens: loaded.droppedAccessTokens, journalLines: replayed.lines, journalBytes: journalBytes,
             duration: ContinuousClock.now - start)
         let state = loaded.state
+        // A current file whose journal is its own and whole goes on taking lines; otherwise (an
+        // older format, a journal cut short, one of an earlier snapshot, or none) the next save,
+        // or the clean stop, writes a snapshot.
+        var appendTo: Int32?
+        if loaded.version == StateFileFormat.currentVersion, loaded.journal != nil, journalBytes > 0,
+            !replayed.stale, replayed.tornBytes == 0
+        {
+            let fd = open(journalPath, O_WRONLY | O_APPEND | O_CLOEXEC | O_NOFOLLOW)
+            if fd >= 0 { appendTo = fd }
+        }
         written.withLock {
-            // A file in the current format, with no journal to fold in, holds exactly this state:
-            // the next change is a line. Otherwise the next save writes a snapshot.
-            let whole =
-                loaded.version == StateFileFormat.currentVersion && replayed.lines == 0 && !replayed.stale
-                && replayed.tornBytes == 0
-            $0.state = whole ? state : nil
+            if let earlier = $0.journal { close(earlier) }
+            $0.state = state
+            $0.keys = StateFileFormat.AccountKeys(table: loaded.accounts)
+            $0.journal = appendTo
+            $0.journalBytes = journalBytes
+            $0.snapshotBytes = bytes.count
+            $0.needsSnapshot = appendTo == nil
             $0.report = report
         }
         return state
@@ -172,7 +187,9 @@ public final class FileStateStore: StateStore {
     /// durable. Writes nothing when the files already hold that.
     public func save(_ state: BrokerState) throws {
         try written.withLock { (written: inout Written) throws in
-            guard let old = written.state else { return try writeSnapshot(state, into: &written) }
+            guard let old = written.state, !written.needsSnapshot else {
+                return try writeSnapshot(state, into: &written)
+            }
             var keys = written.keys
             switch StateJournal.change(from: old, to: state, keys: &keys) {
             case .none: return
@@ -188,7 +205,7 @@ public final class FileStateStore: StateStore {
                     // next save writes a snapshot (and a new journal) over it.
                     written.journal = nil
                     close(journal)
-                    written.state = nil
+                    written.needsSnapshot = true
                     throw error
                 }
                 written.keys = keys
@@ -208,10 +225,21 @@ public final class FileStateStore: StateStore {
                 let synced = system.fsync(snapshot) == 0
                 let code = errno
                 close(snapshot)
-                guard synced else { throw StoreError.io("cannot fsync \(path)", code) }
+                guard synced else {
+                    // A failed fsync is not retried (Linux may report success the second time
+                    // without the data): the next save writes everything again.
+                    written.needsSnapshot = true
+                    throw StoreError.io("cannot fsync \(path)", code)
+                }
             }
             if written.journalUnsynced, let journal = written.journal {
-                guard system.fsync(journal) == 0 else { throw StoreError.io("cannot fsync \(journalPath)", errno) }
+                guard system.fsync(journal) == 0 else {
+                    let code = errno
+                    written.journal = nil
+                    close(journal)
+                    written.needsSnapshot = true
+                    throw StoreError.io("cannot fsync \(journalPath)", code)
+                }
                 written.journalUnsynced = false
             }
             if written.directoryUnsynced {
@@ -228,7 +256,8 @@ public final class FileStateStore: StateStore {
     /// so that `state.json` alone holds the state.
     public func compact() throws {
         try written.withLock { (written: inout Written) throws in
-            guard let state = written.state, written.journalBytes > StateJournal.header(snapshot: "").count + 16
+            guard let state = written.state,
+                written.needsSnapshot || written.journalBytes > StateJournal.header(snapshot: "").count + 16
             else { return }
             try writeSnapshot(state, into: &written)
         }
@@ -269,16 +298,17 @@ public final class FileStateStore: StateStore {
         if let old = written.journal { close(old) }
         written.journal = nil
         guard system.rename(journal.path, journalPath) == 0 else {
-            let code = errno
+            // The snapshot is in place and whole, and the journal on disk names the one before:
+            // the state is written. Only no line may follow it: the next save is a snapshot again.
             close(journal.fd)
             unlink(journal.path)
-            // Without its journal, the next save is a snapshot again.
-            written.state = nil
-            throw StoreError.io("cannot rename \(journal.path) to \(journalPath)", code)
+            written.needsSnapshot = true
+            return
         }
         written.journal = journal.fd
         written.journalBytes = header.count
         written.journalUnsynced = true
+        written.needsSnapshot = false
     }
 
     /// `bytes` in a new file of this directory (mode 0600, made afresh so that it has this

@@ -43,7 +43,8 @@ enum StateJournal {
         case line([UInt8])
         /// A secret left the state (a sign-out's refresh tokens, a device secret, a revocation
         /// the provider confirmed): a snapshot, so that it leaves the files too, rather than
-        /// stay in an earlier line until the next one.
+        /// stay in an earlier line until the next one. A rotated refresh token is a line: the
+        /// provider no longer takes the old one, and a refresh must not cost the whole file.
         case snapshot
     }
 

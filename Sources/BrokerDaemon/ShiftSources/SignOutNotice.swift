@@ -33,6 +33,8 @@ final class SignOutNotice: Sendable {
     {
         /// The notification on screen, if any: the one an action may name and a withdrawal closes.
         let shown = Locked<UInt32?>(nil)
+        /// Every notice shown during the warning on now, which "Stay signed in" may come from.
+        let ofThisWarning = Locked<Set<UInt32>>([])
         let warnings = service.shiftEvents.subscribe()
         var tasks: [Task<Void, Never>] = []
         // Subscribed whether or not a server runs now: one may be started (or activated) later.
@@ -44,7 +46,9 @@ final class SignOutNotice: Sendable {
             tasks.append(
                 Task {
                     for await action in actions {
-                        guard let id = action.arguments.first?.uint32, id == shown.withLock({ $0 }),
+                        // Against every notice of this warning, not the one on screen: a server sends
+                        // NotificationClosed with the action, and that may be handled first.
+                        guard let id = action.arguments.first?.uint32, ofThisWarning.withLock({ $0.contains(id) }),
                             action.arguments.dropFirst().first?.string == stayAction
                         else { continue }
                         logger.notice("the person chose to stay signed in", metadata: ["notification": "\(id)"])
@@ -76,6 +80,7 @@ final class SignOutNotice: Sendable {
                                 session, replacing: shown.withLock { $0 },
                                 body: body(seconds: Self.secondsLeft(until: deadline, clock: clock), cause: cause))
                             shown.withLock { $0 = id }
+                            ofThisWarning.withLock { _ = $0.insert(id) }
                             logger.info("told the person of the sign-out", metadata: ["notification": "\(id)"])
                         } catch {
                             // Said once: a desktop without notifications stays without them.
@@ -88,6 +93,7 @@ final class SignOutNotice: Sendable {
                             told = true
                         }
                     case .cancelled, .over:
+                        ofThisWarning.withLock { $0 = [] }
                         guard let id = shown.withLock({ $0 }) else { continue }
                         shown.withLock { $0 = nil }
                         // A notification the server closed already answers an error: nothing to do.
