@@ -111,24 +111,9 @@ struct FirstRunTests {
         try? FileManager.default.removeItem(atPath: stateHome)
 
         // Then as the bus starts it.
-        let services = directory.path + "/services"
-        try FileManager.default.createDirectory(atPath: services, withIntermediateDirectories: true)
-        _ = try directory.write(
-            "services/io.shareddevice.Broker1.service",
-            "[D-BUS Service]\nName=io.shareddevice.Broker1\nExec=\(Binaries.path("brokerd")) "
-                + arguments.joined(separator: " ") + "\n")
-        let bus = try await offThePool {
-            try PrivateBus(
-                configFile: try directory.write("bus.conf", PrivateBus.configuration(serviceDirectory: services)),
-                environment: ["XDG_STATE_HOME": stateHome])
-        }
-        let info = try await offThePool {
-            try CommandProcess(
-                "brokerctl", executable: Binaries.path("brokerctl"),
-                arguments: ["device-info", "--address", bus.address],
-                environment: ["XDG_STATE_HOME": stateHome]
-            ).waitForExit(timeout: .seconds(20))
-        }
+        let info = try await Self.deviceInfo(
+            activating: Binaries.path("brokerd") + " " + arguments.joined(separator: " "), in: directory,
+            stateHome: stateHome)
         #expect(info.status != 0)
         #expect(info.stderr.contains("could not be started"), "\(info.stderr)")
         #expect(info.stderr.contains(failure.says), "\(failure.name): \(info.stderr)")
@@ -155,23 +140,7 @@ struct FirstRunTests {
         withExtendedLifetime(env) {}
 
         // Nothing recorded (a broker under systemd writes to the journal): brokerctl says where to look.
-        let services = directory.path + "/services"
-        try FileManager.default.createDirectory(atPath: services, withIntermediateDirectories: true)
-        _ = try directory.write(
-            "services/io.shareddevice.Broker1.service",
-            "[D-BUS Service]\nName=io.shareddevice.Broker1\nExec=/bin/sh -c 'exit 1'\n")
-        let bus = try await offThePool {
-            try PrivateBus(
-                configFile: try directory.write("bus.conf", PrivateBus.configuration(serviceDirectory: services)),
-                environment: ["XDG_STATE_HOME": stateHome])
-        }
-        let info = try await offThePool {
-            try CommandProcess(
-                "brokerctl", executable: Binaries.path("brokerctl"),
-                arguments: ["device-info", "--address", bus.address],
-                environment: ["XDG_STATE_HOME": stateHome]
-            ).waitForExit(timeout: .seconds(20))
-        }
+        let info = try await Self.deviceInfo(activating: "/bin/sh -c 'exit 1'", in: directory, stateHome: stateHome)
         #expect(info.stderr.contains("journalctl --user -u shared-device-broker"), "\(info.stderr)")
     }
 
@@ -226,6 +195,30 @@ struct FirstRunTests {
         let line = try #require(log.split(separator: "\n").first { $0.hasSuffix("] configuration") }, "\(log)")
         #expect(line.contains("administrator=\(admin)") && line.contains("user=\(user)"), "\(line)")
         #expect(line.contains("the administrator's file, then the command line, then the user's file"), "\(line)")
+    }
+
+    /// `brokerctl device-info` on a private bus that starts `exec` for the broker's name, both with
+    /// `XDG_STATE_HOME` at `stateHome`.
+    static func deviceInfo(activating exec: String, in directory: TemporaryDirectory, stateHome: String) async throws
+        -> CommandResult
+    {
+        let services = directory.path + "/services"
+        try FileManager.default.createDirectory(atPath: services, withIntermediateDirectories: true)
+        _ = try directory.write(
+            "services/io.shareddevice.Broker1.service",
+            "[D-BUS Service]\nName=io.shareddevice.Broker1\nExec=\(exec)\n")
+        let bus = try await offThePool {
+            try PrivateBus(
+                configFile: try directory.write("bus.conf", PrivateBus.configuration(serviceDirectory: services)),
+                environment: ["XDG_STATE_HOME": stateHome])
+        }
+        return try await offThePool {
+            try CommandProcess(
+                "brokerctl", executable: Binaries.path("brokerctl"),
+                arguments: ["device-info", "--address", bus.address],
+                environment: ["XDG_STATE_HOME": stateHome]
+            ).waitForExit(timeout: .seconds(20))
+        }
     }
 
     /// The exit statuses brokerd(8) lists (`*N*` items under EXIT STATUS).
