@@ -57,6 +57,8 @@ struct SignInOptionsTests {
     func errors() async throws {
         let env = try BrokerEnvironment()
         try await env.setProviderFault("unavailable", endpoint: "discovery")
+        // brokerd reads discovery once it serves: a broker started under the fault has none cached.
+        try env.restartBroker()
         let down = try env.brokerctl(["sign-in-options", "--client-id", "mail-app"], timeout: .seconds(60))
         #expect(down.status == 1)
         #expect(down.stderr.contains("io.shareddevice.Broker1.Error.ServerUnavailable"), "\(down.stderr)")
