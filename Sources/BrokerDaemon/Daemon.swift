@@ -192,6 +192,16 @@ public enum Daemon {
             if microsoftCalls != nil { _ = try? await connection.releaseName(MicrosoftBroker1Names.busName) }
             _ = try? await connection.releaseName(BrokerNames.busName)
         }
+        // Every provider request ends before the process does: exit tears libcurl and its TLS
+        // library down, and a transfer still on the HTTP thread then crashes the process (status
+        // 139 seen once, stopped right after start with the start's discovery under way). The
+        // HTTP client stops first, as a request of a shared read (discovery) is not the
+        // cancelled task's own; revocations not confirmed stay owed.
+        owed.cancel()
+        discovery?.cancel()
+        await oidc?.stop()
+        await owed.value
+        await discovery?.value
         // state.json alone then holds the state: what an older brokerd, which reads no journal, needs.
         do { try store.compact() } catch {
             logger.warning("could not fold the state journal into state.json", metadata: ["error": "\(error)"])

@@ -51,6 +51,10 @@ struct SharedState: Sendable {
     var cancelledEarly: Set<UInt64> = []
     var nextID: UInt64 = 1
     var stopping = false
+    /// The worker thread has returned (after its teardown), or never ran.
+    var threadEnded = false
+    /// Who waits for the thread's end (``CurlWorker/stopAndWait()``).
+    var endWaiters: [CheckedContinuation<Void, Never>] = []
 }
 
 /// The shared half of the worker: the lock-protected queue and the wake-up.
@@ -83,6 +87,12 @@ final class CurlWorker: Sendable {
         state.multi = multi
         let started = startThread { [self] in
             CurlLoop(worker: self)?.run()
+            let waiters = self.state.withLock { state in
+                state.threadEnded = true
+                defer { state.endWaiters = [] }
+                return state.endWaiters
+            }
+            for waiter in waiters { waiter.resume() }
         }
         if !started {
             state.multi = nil
@@ -142,6 +152,21 @@ final class CurlWorker: Sendable {
         state.withLock { state in
             state.stopping = true
             state.multi?.wakeup()
+        }
+    }
+
+    /// Stops the worker (every transfer ends as cancelled, later requests fail at once) and
+    /// returns once its thread has torn libcurl's handles down.
+    func stopAndWait() async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let ended = state.withLock { state -> Bool in
+                state.stopping = true
+                guard state.started, state.startFailure == nil, !state.threadEnded else { return true }
+                state.endWaiters.append(continuation)
+                state.multi?.wakeup()
+                return false
+            }
+            if ended { continuation.resume() }
         }
     }
 }

@@ -28,6 +28,13 @@ public final class HTTPClient: Sendable {
         worker.shutdown()
     }
 
+    /// Ends every transfer (as cancelled) and stops the worker thread; later requests fail at
+    /// once. For a process about to exit: exit tears libcurl and its TLS library down, and a
+    /// transfer still running on the worker thread then crashes the process.
+    public func stop() async {
+        await worker.stopAndWait()
+    }
+
     /// Sends `request` and returns the response, whatever its status.
     ///
     /// Cancelling the calling task aborts the transfer and throws ``HTTPError/cancelled``.

@@ -42,6 +42,8 @@ public final class OIDCProvider: IdentityProvider {
     let nativeAuthentication = NativeAuthenticationSupport()
     /// Where sign-in and end-session pages go: the desktop portal in brokerd, a browser command otherwise.
     let urlOpener: any URLOpener
+    /// Stops the HTTP client this provider's requests go through (``stop()``).
+    private let stopTransport: @Sendable () async -> Void
 
     public convenience init(
         authority: Authority, http: HTTPClient = .shared, clock: any WallClock, logger: Logger,
@@ -51,15 +53,16 @@ public final class OIDCProvider: IdentityProvider {
         self.init(
             authority: authority, requester: ProviderHTTP(http: http, policy: retryPolicy, logger: logger),
             clock: clock, logger: logger, clientSecrets: clientSecrets, tenantId: tenantId,
-            allowPasswordGrant: allowPasswordGrant, urlOpener: urlOpener)
+            allowPasswordGrant: allowPasswordGrant, urlOpener: urlOpener, stopTransport: { await http.stop() })
     }
 
     /// A provider whose requests go through `requester` (tests inject a transport, a clock and a sleeper).
     init(
         authority: Authority, requester: ProviderHTTP, clock: any WallClock, logger: Logger,
         clientSecrets: [String: ClientSecret] = [:], tenantId: String = "", allowPasswordGrant: Bool = false,
-        urlOpener: any URLOpener = BrowserCommand()
+        urlOpener: any URLOpener = BrowserCommand(), stopTransport: @escaping @Sendable () async -> Void = {}
     ) {
+        self.stopTransport = stopTransport
         self.urlOpener = urlOpener
         self.allowPasswordGrant = allowPasswordGrant
         self.authority = authority.url
@@ -81,6 +84,12 @@ public final class OIDCProvider: IdentityProvider {
     public func endpoints() async throws(IdentityError) -> ProviderMetadata {
         try await requester.withBudget { () async throws(IdentityError) -> ProviderMetadata in try await metadata.get()
         }
+    }
+
+    /// Ends every request to the provider (as cancelled) and stops its HTTP client: for a process
+    /// about to exit, which would otherwise tear libcurl down under a running transfer.
+    public func stop() async {
+        await stopTransport()
     }
 
     /// `body` hears how each read of the discovery document went: nil when it was read, else why

@@ -269,6 +269,24 @@ struct HTTPClientTests {
         }
     }
 
+    /// What a process about to exit needs: stop ends the transfer in flight as cancelled, returns
+    /// once the worker is gone, and a later request fails at once without libcurl.
+    @Test func stopEndsTransfersAndTheWorker() async throws {
+        let own = HTTPClient(userAgent: "stop-test")
+        try await withServer({ _ in .respond(status: 200, delay: .seconds(10)) }) { server in
+            let running = Task { await sendError(own, .get("\(server.base)/slow")) }
+            let started = await server.wait(within: .seconds(10)) { !$0.received.isEmpty }
+            try #require(started, "the request never reached the server")
+            await own.stop()
+            #expect(await running.value == .cancelled)
+            let after = await sendError(own, .get("\(server.base)/after"))
+            #expect("\(String(describing: after))".contains("shut down"), "\(String(describing: after))")
+            #expect(server.received.count == 1, "a request went out after the stop")
+        }
+        // A client never used has no worker: stop returns at once.
+        await HTTPClient(userAgent: "unused").stop()
+    }
+
     /// With 20 slow transfers in flight on one worker, a request with a short total timeout and a
     /// cancelled one still end promptly. Timed on a dedicated thread (see DedicatedExecutor.swift).
     /// The cancellation comes last, when libcurl has no timer due soon (long connect timeouts), so
