@@ -251,19 +251,8 @@ enum StateFileFormat {
                 try reader.readAccountOrNull("current")
             } ?? nil
 
-        // One Account value per table entry: every client naming it shares its strings.
         var table: [String: Account] = [:]
-        if let at = offsets["accounts"] {
-            reader.position = at
-            try reader.expect(.object, "accounts")
-            try reader.openObject()
-            var first = true
-            while let key = try reader.nextKey(first: first) {
-                first = false
-                let account = try reader.readAccount("accounts[\(key)]")
-                table[key] = current.flatMap { $0 == account ? $0 : nil } ?? account
-            }
-        }
+        try readAccounts(&reader, at: offsets["accounts"], into: &table, sharing: current)
 
         // Most clients name the same account: compare the key's bytes with the last one before making a String of them.
         var last: (key: Range<Int>, account: Account)?
@@ -307,6 +296,24 @@ enum StateFileFormat {
                 deviceId: deviceId, current: current, clients: clients, singleSignOn: singleSignOn,
                 pendingRevocations: owed, signedInBoot: boot, signOutDeadline: deadline.map(Int64.init)),
             version: 2, droppedAccessTokens: 0, accounts: table, journal: journal)
+    }
+
+    /// The `accounts` table at `offset` (if any), each entry added to `table`. One Account value
+    /// per entry, the same as `current` where equal: every client naming it shares its strings.
+    static func readAccounts(
+        _ reader: inout JSONReader, at offset: Int?, into table: inout [String: Account],
+        sharing current: Account? = nil
+    ) throws(JSONReader.Problem) {
+        guard let offset else { return }
+        reader.position = offset
+        try reader.expect(.object, "accounts")
+        try reader.openObject()
+        var first = true
+        while let key = try reader.nextKey(first: first) {
+            first = false
+            let account = try reader.readAccount("accounts[\(key)]")
+            table[key] = current.flatMap { $0 == account ? $0 : nil } ?? account
+        }
     }
 
     /// The `pendingRevocations` array: objects with `clientId`, `kind` and `token`, all required.

@@ -211,16 +211,7 @@ enum StateJournal {
             var reader = JSONReader(buffer)
             let offsets = try topLevel(&reader)
             // The accounts first: this line's clients may name them.
-            if let at = offsets["accounts"] {
-                reader.position = at
-                try reader.expect(.object, "accounts")
-                try reader.openObject()
-                var first = true
-                while let key = try reader.nextKey(first: first) {
-                    first = false
-                    table[key] = try reader.readAccount("accounts[\(key)]")
-                }
-            }
+            try StateFileFormat.readAccounts(&reader, at: offsets["accounts"], into: &table, sharing: state.current)
             let known = table
             func reference(_ reader: inout JSONReader, _ clientId: String, _ field: String) throws(JSONReader.Problem)
                 -> Account?
