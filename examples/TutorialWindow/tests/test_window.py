@@ -641,9 +641,11 @@ def idle_sign_out(run, mail, calendar):
           % (time.monotonic() - signed_in, IDLE_SIGN_OUT - IDLE_WARNING), flush=True)
     # Counted from the deadline: what the label showed while it was read lies between the seconds
     # left (rounded up) at the end of the read and at its start, one more for a tick not yet drawn.
+    # brokerd rounds the deadline up to a whole second after the full warning, so the first figure
+    # shown may be one more than the warning's length.
     deadline = sign_out_deadline(run) / 1e6
     lowest, highest = math.ceil(deadline - after), math.ceil(deadline - before) + 1
-    run.check(0 < first <= IDLE_WARNING and lowest <= first <= highest,
+    run.check(0 < first <= IDLE_WARNING + 1 and lowest <= first <= highest,
               "Mail shows \"You will be signed out in %d s because of inactivity\", counted from brokerd's "
               "SignOutDeadline" % first, "%d s shown, %d to %d s expected" % (first, lowest, highest))
     run.check(bool(wait_quietly(lambda: (calendar.countdown() or 0) > 0, 5)), "Calendar shows the countdown too")
