@@ -236,4 +236,9 @@ public enum DeviceFact {
     public static let idleSource = "idleSource"
     /// `s`: present while the provider's discovery document cannot be read: why, and what to check.
     public static let discoveryError = "discoveryError"
+    /// `s`: with `sharedSignals`, how receiving the provider's events goes: the stream and its
+    /// last poll, or what fails and when brokerd tries again.
+    public static let sharedSignals = "sharedSignals"
+    /// `s`: with `sessionCheckSeconds`, how the last check of the device's sign-in at the provider went.
+    public static let sessionCheck = "sessionCheck"
 }

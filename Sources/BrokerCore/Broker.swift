@@ -205,6 +205,7 @@ public actor Broker {
         if signedIn {
             next.current = tokens.account
             next.signedInBoot = configuration.bootId
+            next.signedInAt = clock.now()
             // The device's sign-in is the only one other apps build on.
             next.singleSignOn = [:]
         }
@@ -273,7 +274,7 @@ public actor Broker {
 
     /// New tokens for the app: with its refresh token, or without one through single sign-on
     /// from another app's sign-in. One at a time per app (``refreshes``).
-    private func refresh(clientId: String, scopes: Scopes, account: Account) async throws(BrokerFailure) -> AppTokens {
+    func refresh(clientId: String, scopes: Scopes, account: Account) async throws(BrokerFailure) -> AppTokens {
         let startGeneration = generation
         let correlationId = Self.newCorrelationId()
         let task: Task<AppTokens, any Error>
@@ -437,7 +438,7 @@ public actor Broker {
     }
 
     /// The app whose sign-in the device's is (its ID token is the end-session page's hint).
-    private func shiftClientId(for account: Account) -> String {
+    func shiftClientId(for account: Account) -> String {
         state.singleSignOn[account.identifier]?.anchorClientId
             ?? state.clients.keys.sorted().first { state.clients[$0]?.refreshToken != nil } ?? ""
     }
@@ -445,7 +446,7 @@ public actor Broker {
     /// Every way the device's sign-in ends comes here: the state written (the revocations owed
     /// with it) before `AccountChanged`, then the revocations, the browser policy and the
     /// clean-up list, each reported in the outcome, none undoing the sign-out.
-    private func end(_ account: Account, for clientId: String, fromBrowser: Bool, cause: SignOutCause)
+    func end(_ account: Account, for clientId: String, fromBrowser: Bool, cause: SignOutCause)
         async throws(BrokerFailure) -> SignOutOutcome
     {
         await followUp(try write(end: account, for: clientId, cause: cause), fromBrowser: fromBrowser)
@@ -490,6 +491,7 @@ public actor Broker {
         if configuration.deviceMode == .shared {
             next.current = nil
             next.signedInBoot = nil
+            next.signedInAt = nil
             next.signOutDeadline = nil
         }
         // Owed to the provider from the moment the sign-out is written: a crash or an outage

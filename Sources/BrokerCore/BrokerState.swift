@@ -17,6 +17,9 @@ public struct BrokerState: Sendable, Equatable {
     public var pendingRevocations: [PendingRevocation]
     /// The boot (the kernel's boot id) the device's sign-in was made in, when it is known.
     public var signedInBoot: String?
+    /// When the device's sign-in was made (unix seconds): a provider's word that a session ended
+    /// before it (a sign-out event delivered late, or again) is about an earlier sign-in.
+    public var signedInAt: Int64?
     /// While the person is warned of a sign-out after inactivity: when it happens (unix seconds).
     /// Kept, so that a broker killed during the warning neither forgets nor extends it.
     public var signOutDeadline: Int64?
@@ -24,9 +27,10 @@ public struct BrokerState: Sendable, Equatable {
     public init(
         deviceId: String, current: Account? = nil, clients: [String: ClientRecord] = [:],
         singleSignOn: [String: SingleSignOnGrant] = [:], pendingRevocations: [PendingRevocation] = [],
-        signedInBoot: String? = nil, signOutDeadline: Int64? = nil
+        signedInBoot: String? = nil, signOutDeadline: Int64? = nil, signedInAt: Int64? = nil
     ) {
         self.signedInBoot = signedInBoot
+        self.signedInAt = signedInAt
         self.signOutDeadline = signOutDeadline
         self.deviceId = deviceId
         self.current = current

@@ -69,6 +69,13 @@ public enum Daemon {
             logger.warning("\(UnconfiguredProvider.remedy); until then sign-ins and tokens get NotConfigured")
             provider = UnconfiguredProvider()
         }
+        // Read before anything is served: a transmitter or a secret file that cannot be used stops the start.
+        let sharedSignals = try options.configuration.sharedSignals?.settings()
+        if sharedSignals != nil, oidc == nil {
+            throw DaemonError.configuration(
+                "sharedSignals is set but no authority is: the broker's Shared Signals client gets its token from the "
+                    + "authority; set authority too")
+        }
         let service = BrokerService(
             configuration: BrokerConfiguration(
                 deviceMode: options.deviceMode, brokerVersion: version, tenantId: tenant,
@@ -162,6 +169,9 @@ public enum Daemon {
         defer { owed.cancel() }
         let discovery = discoverAtStart(oidc, broker: service.broker, logger: logger)
         defer { discovery?.cancel() }
+        let providerSignals = listenToProvider(
+            options, sharedSignals: sharedSignals, oidc: oidc, broker: service.broker, logger: logger)
+        defer { providerSignals.forEach { $0.cancel() } }
 
         let reason = await stop.next()
         logger.info("stopping", metadata: ["reason": "\(reason)"])
@@ -199,9 +209,11 @@ public enum Daemon {
         // cancelled task's own; revocations not confirmed stay owed.
         owed.cancel()
         discovery?.cancel()
+        providerSignals.forEach { $0.cancel() }
         await oidc?.stop()
         await owed.value
         await discovery?.value
+        for task in providerSignals { await task.value }
         // state.json alone then holds the state: what an older brokerd, which reads no journal, needs.
         do { try store.compact() } catch {
             logger.warning("could not fold the state journal into state.json", metadata: ["error": "\(error)"])
@@ -224,6 +236,35 @@ public enum Daemon {
                     metadata: ["authority": "\(provider.authority)", "why": "\(error)"])
             }
         }
+    }
+
+    /// How the provider's word that a session ended reaches the device: a Shared Signals stream
+    /// (`sharedSignals`), a check of the device's sign-in (`sessionCheckSeconds`), or both.
+    static func listenToProvider(
+        _ options: DaemonOptions, sharedSignals: SharedSignalsSettings?, oidc: OIDCProvider?, broker: Broker,
+        logger: Logger
+    ) -> [Task<Void, Never>] {
+        var tasks: [Task<Void, Never>] = []
+        if let sharedSignals, let oidc {
+            let pollSeconds =
+                options.configuration.sharedSignals?.pollSeconds
+                ?? DaemonConfigurationFile.SharedSignals.defaultPollSeconds
+            broker.setDeviceFact(DeviceFact.sharedSignals, to: "\(sharedSignals.transmitter): connecting")
+            tasks.append(
+                SharedSignalsListener.start(
+                    SharedSignalsReceiver(settings: sharedSignals, provider: oidc, logger: logger),
+                    every: pollSeconds, broker: broker, logger: logger))
+        }
+        if let seconds = options.configuration.sessionCheckSeconds, seconds > 0 {
+            if options.deviceMode == .shared {
+                broker.setDeviceFact(DeviceFact.sessionCheck, to: "every \(seconds) s")
+                tasks.append(SessionCheck.start(every: seconds, broker: broker, logger: logger))
+            } else {
+                logger.warning(
+                    "sessionCheckSeconds is set, but checks the device's sign-in, which only shared mode has")
+            }
+        }
+        return tasks
     }
 
     /// Owns another broker's name (its object is exported already). A name someone else owns

@@ -100,10 +100,83 @@ public struct DaemonConfigurationFile: Decodable, Sendable {
     public var idleSignOutSeconds: Int?
     /// The last seconds of them announced as a warning (default 60).
     public var idleWarningSeconds: Int?
+    /// The provider's Shared Signals transmitter, which tells the broker of sessions it ended.
+    public var sharedSignals: SharedSignals?
+    /// Seconds between checks that the device's sign-in still holds at the provider (0 or absent: off).
+    public var sessionCheckSeconds: Int?
+    /// Capabilities every token request declares in `claims` (`xms_cc`), e.g. `["cp1"]` for CAE.
+    public var clientCapabilities: [String]?
+
+    /// `sharedSignals`: the transmitter (its issuer) and the broker's own client at the authority.
+    public struct SharedSignals: Decodable, Sendable {
+        public var transmitter: String
+        public var clientId: String
+        public var clientSecretFile: String?
+        public var clientSecretMethod: String?
+        public var scope: String?
+        public var pollSeconds: Int?
+
+        private enum CodingKeys: String, CodingKey, CaseIterable {
+            case transmitter, clientId, clientSecretFile, clientSecretMethod, scope, pollSeconds
+        }
+
+        static let knownKeys = CodingKeys.allCases.map(\.rawValue)
+        /// How often the broker polls when the file does not say.
+        public static let defaultPollSeconds = 30
+
+        public init(from decoder: any Decoder) throws {
+            try UnknownKey.check(decoder, known: Self.knownKeys)
+            let values = try decoder.container(keyedBy: CodingKeys.self)
+            transmitter = try values.decode(String.self, forKey: .transmitter)
+            clientId = try values.decode(String.self, forKey: .clientId)
+            clientSecretFile = try values.decodeIfPresent(String.self, forKey: .clientSecretFile)
+            clientSecretMethod = try values.decodeIfPresent(String.self, forKey: .clientSecretMethod)
+            scope = try values.decodeIfPresent(String.self, forKey: .scope)
+            pollSeconds = try values.decodeIfPresent(Int.self, forKey: .pollSeconds)
+            if let pollSeconds, !(1...3600).contains(pollSeconds) {
+                throw DecodingError.dataCorruptedError(
+                    forKey: .pollSeconds, in: values,
+                    debugDescription: "sharedSignals.pollSeconds must be between 1 and 3600")
+            }
+        }
+
+        /// What the receiver needs: the transmitter checked as an authority is, the secret read
+        /// from its file (readable by its owner alone).
+        public func settings() throws(DaemonError) -> SharedSignalsSettings {
+            let transmitter: Authority
+            do { transmitter = try Authority(self.transmitter) } catch {
+                throw DaemonError.configuration("sharedSignals.transmitter \(self.transmitter): \(error)")
+            }
+            guard let file = clientSecretFile else {
+                throw DaemonError.configuration(
+                    "sharedSignals needs clientSecretFile: the broker's own client authenticates with a secret "
+                        + "(the client-credentials grant), kept in a file only brokerd's user can read")
+            }
+            guard file.hasPrefix("/") else {
+                throw DaemonError.configuration(
+                    "sharedSignals.clientSecretFile is \"\(file)\", not an absolute path: give the file's full path")
+            }
+            let method: ClientSecret.Method
+            switch clientSecretMethod {
+            case nil: method = .basic
+            case let name?:
+                guard let known = ClientSecret.Method(rawValue: name) else {
+                    throw DaemonError.configuration(
+                        "sharedSignals.clientSecretMethod is \"\(name)\": it must be client_secret_basic or "
+                            + "client_secret_post")
+                }
+                method = known
+            }
+            return SharedSignalsSettings(
+                transmitter: transmitter, clientId: clientId,
+                clientSecret: ClientSecret(secret: try SecretFile.read(file), method: method), scope: scope)
+        }
+    }
 
     private enum CodingKeys: String, CodingKey, CaseIterable {
         case deviceMode, authority, tenantId, clients, tokenStorage, allowPasswordGrant, compatibility, browserSignOut
         case maxClients, signOutAfterReboot, clearOnSignOut, signOutOnLock, idleSignOutSeconds, idleWarningSeconds
+        case sharedSignals, sessionCheckSeconds, clientCapabilities
     }
 
     /// Every key the file may have (broker.conf(5) documents each).
@@ -126,8 +199,21 @@ public struct DaemonConfigurationFile: Decodable, Sendable {
         signOutOnLock = try values.decodeIfPresent(Bool.self, forKey: .signOutOnLock)
         idleSignOutSeconds = try values.decodeIfPresent(Int.self, forKey: .idleSignOutSeconds)
         idleWarningSeconds = try values.decodeIfPresent(Int.self, forKey: .idleWarningSeconds)
+        sharedSignals = try values.decodeIfPresent(SharedSignals.self, forKey: .sharedSignals)
+        sessionCheckSeconds = try values.decodeIfPresent(Int.self, forKey: .sessionCheckSeconds)
+        clientCapabilities = try values.decodeIfPresent([String].self, forKey: .clientCapabilities)
+        for capability in clientCapabilities ?? []
+        where capability.isEmpty || capability.count > 64
+            || !capability.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "-" || $0 == "_") })
+        {
+            throw DecodingError.dataCorruptedError(
+                forKey: .clientCapabilities, in: values,
+                debugDescription: "clientCapabilities holds \"\(capability)\"; a capability is a short name such as cp1"
+            )
+        }
         for (key, value) in [
             (CodingKeys.idleSignOutSeconds, idleSignOutSeconds), (.idleWarningSeconds, idleWarningSeconds),
+            (.sessionCheckSeconds, sessionCheckSeconds),
         ]
         where value.map({ !(0...86_400).contains($0) }) == true {
             throw DecodingError.dataCorruptedError(
@@ -144,8 +230,12 @@ public struct DaemonConfigurationFile: Decodable, Sendable {
         tokenStorage: TokenStorage? = nil, allowPasswordGrant: Bool? = nil,
         compatibility: [CompatibilityProtocol]? = nil, browserSignOut: BrowserSignOutPolicy? = nil,
         maxClients: Int? = nil, signOutAfterReboot: Bool? = nil, clearOnSignOut: [String]? = nil,
-        signOutOnLock: Bool? = nil, idleSignOutSeconds: Int? = nil, idleWarningSeconds: Int? = nil
+        signOutOnLock: Bool? = nil, idleSignOutSeconds: Int? = nil, idleWarningSeconds: Int? = nil,
+        sharedSignals: SharedSignals? = nil, sessionCheckSeconds: Int? = nil, clientCapabilities: [String]? = nil
     ) {
+        self.sharedSignals = sharedSignals
+        self.sessionCheckSeconds = sessionCheckSeconds
+        self.clientCapabilities = clientCapabilities
         self.signOutOnLock = signOutOnLock
         self.idleSignOutSeconds = idleSignOutSeconds
         self.idleWarningSeconds = idleWarningSeconds
@@ -213,7 +303,10 @@ public struct DaemonConfigurationFile: Decodable, Sendable {
             clearOnSignOut: administrator.clearOnSignOut ?? clearOnSignOut,
             signOutOnLock: administrator.signOutOnLock ?? signOutOnLock,
             idleSignOutSeconds: administrator.idleSignOutSeconds ?? idleSignOutSeconds,
-            idleWarningSeconds: administrator.idleWarningSeconds ?? idleWarningSeconds)
+            idleWarningSeconds: administrator.idleWarningSeconds ?? idleWarningSeconds,
+            sharedSignals: administrator.sharedSignals ?? sharedSignals,
+            sessionCheckSeconds: administrator.sessionCheckSeconds ?? sessionCheckSeconds,
+            clientCapabilities: administrator.clientCapabilities ?? clientCapabilities)
     }
 
     /// The user's configuration (`--config`): a regular file of the user's or root's that nobody

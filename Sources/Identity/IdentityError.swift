@@ -123,13 +123,16 @@ public enum IdentityError: Error, Sendable, Equatable, CustomStringConvertible {
                 return BrokerFailure(.invalidArgument, text)
             case "interaction_required", "login_required", "consent_required", "redirect":
                 return BrokerFailure(.interactionRequired, text)
+            case "expired_token" where kind == .refresh:
+                return BrokerFailure(.interactionRequired, text, grantEnded: true)
             case "expired_token":
-                return BrokerFailure(kind == .refresh ? .interactionRequired : .codeExpired, text)
+                return BrokerFailure(.codeExpired, text)
             case "invalid_grant":
                 switch kind {
                 case .refresh:
                     return BrokerFailure(
-                        .interactionRequired, "the refresh token was refused (\(text)); sign in interactively")
+                        .interactionRequired, "the refresh token was refused (\(text)); sign in interactively",
+                        grantEnded: true)
                 case .code where suberror == "invalid_oob_value":
                     return BrokerFailure(.invalidCode, "the code is not correct; type it again")
                 case .password where codes.contains(50034) || suberror == "user_not_found":

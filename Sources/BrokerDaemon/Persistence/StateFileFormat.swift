@@ -31,7 +31,7 @@ import Glibc
 ///
 /// `signOutDeadline` (optional, unix seconds) is when an inactivity warning in progress signs the
 /// device out. `signedInBoot` (optional) is the kernel's boot id when the device's sign-in was made
-/// (`signOutAfterReboot`); an older brokerd skips it.
+/// (`signOutAfterReboot`), `signedInAt` (optional, unix seconds) when; an older brokerd skips both.
 ///
 /// `pendingRevocations` (optional, with `--token-storage plaintext-file` only: they are secrets)
 /// lists the tokens of ended sign-ins that the provider has not yet confirmed revoked, oldest
@@ -124,6 +124,9 @@ enum StateFileFormat {
         }
         if let deadline = state.signOutDeadline {
             out.raw(",\"signOutDeadline\":\(deadline)")
+        }
+        if let at = state.signedInAt {
+            out.raw(",\"signedInAt\":\(at)")
         }
         if let boot = state.signedInBoot {
             out.raw(",\"signedInBoot\":")
@@ -291,10 +294,15 @@ enum StateFileFormat {
             try reader.at(offsets["signOutDeadline"]) { (reader: inout JSONReader) throws(JSONReader.Problem) in
                 try reader.readInteger()
             } ?? nil
+        let signedInAt =
+            try reader.at(offsets["signedInAt"]) { (reader: inout JSONReader) throws(JSONReader.Problem) in
+                try reader.readInteger()
+            } ?? nil
         return Loaded(
             state: BrokerState(
                 deviceId: deviceId, current: current, clients: clients, singleSignOn: singleSignOn,
-                pendingRevocations: owed, signedInBoot: boot, signOutDeadline: deadline.map(Int64.init)),
+                pendingRevocations: owed, signedInBoot: boot, signOutDeadline: deadline.map(Int64.init),
+                signedInAt: signedInAt.map(Int64.init)),
             version: 2, droppedAccessTokens: 0, accounts: table, journal: journal)
     }
 

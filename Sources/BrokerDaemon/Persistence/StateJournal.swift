@@ -125,6 +125,10 @@ enum StateJournal {
             out.raw(",\"signOutDeadline\":")
             out.raw(new.signOutDeadline.map { "\($0)" } ?? "null")
         }
+        if old.signedInAt != new.signedInAt {
+            out.raw(",\"signedInAt\":")
+            out.raw(new.signedInAt.map { "\($0)" } ?? "null")
+        }
         if old.signedInBoot != new.signedInBoot {
             out.raw(",\"signedInBoot\":")
             if let boot = new.signedInBoot { out.string(boot) } else { out.raw("null") }
@@ -261,6 +265,17 @@ enum StateJournal {
                         throw .shape("signOutDeadline is not a whole number of seconds")
                     }
                     state.signOutDeadline = Int64(deadline)
+                }
+            }
+            if let at = offsets["signedInAt"] {
+                reader.position = at
+                if try reader.kind() == .null {
+                    state.signedInAt = nil
+                } else {
+                    guard let seconds = try reader.readInteger() else {
+                        throw .shape("signedInAt is not a whole number of seconds")
+                    }
+                    state.signedInAt = Int64(seconds)
                 }
             }
             if let at = offsets["signedInBoot"] {
