@@ -171,7 +171,7 @@ public enum Daemon {
         defer { discovery?.cancel() }
         let providerSignals = listenToProvider(
             options, sharedSignals: sharedSignals, oidc: oidc, broker: service.broker, logger: logger)
-        defer { providerSignals.forEach { $0.cancel() } }
+        defer { for task in providerSignals { task.cancel() } }
 
         let reason = await stop.next()
         logger.info("stopping", metadata: ["reason": "\(reason)"])
@@ -209,7 +209,7 @@ public enum Daemon {
         // cancelled task's own; revocations not confirmed stay owed.
         owed.cancel()
         discovery?.cancel()
-        providerSignals.forEach { $0.cancel() }
+        for task in providerSignals { task.cancel() }
         await oidc?.stop()
         await owed.value
         await discovery?.value
