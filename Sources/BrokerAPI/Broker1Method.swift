@@ -76,8 +76,8 @@ public enum Broker1Method: String, CaseIterable, Sendable {
         case .finishSignIn: []
         case .resendCode: []
         case .cancelSignIn: []
-        case .acquireTokenInteractive: [("prompt", "s"), ("loginHint", "s"), ("flowId", "s")]
-        case .acquireTokenSilent: [("forceRefresh", "b")]
+        case .acquireTokenInteractive: [("prompt", "s"), ("loginHint", "s"), ("flowId", "s"), ("claims", "s")]
+        case .acquireTokenSilent: [("forceRefresh", "b"), ("claims", "s")]
         case .getAccounts: []
         case .signOut: [("signoutFromBrowser", "b")]
         }

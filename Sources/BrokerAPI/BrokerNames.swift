@@ -176,6 +176,8 @@ public enum OptionKey {
     public static let flowId = "flowId"
     /// `b`, AcquireTokenSilent: skip the cache and use the refresh token.
     public static let forceRefresh = "forceRefresh"
+    /// `s`: a claims request (a resource's claims challenge), for AcquireTokenSilent and AcquireTokenInteractive.
+    public static let claims = "claims"
     /// `b`, SignOut: also end the provider's browser session.
     public static let signoutFromBrowser = "signoutFromBrowser"
     /// `s`, StartSignIn: ``SignInMethod``, `email-code` when absent.

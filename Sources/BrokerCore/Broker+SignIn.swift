@@ -262,7 +262,7 @@ extension Broker {
     /// empty) lets ``cancelSignIn(flowId:owner:)`` end it.
     public func acquireTokenInteractive(
         clientId: String, scopes requested: [String], prompt: Prompt?, loginHint: String?,
-        flowId: String, owner: String
+        flowId: String, owner: String, claims: String? = nil
     ) async throws(BrokerFailure) -> AppTokens {
         try checkClient(clientId)
         try InputRules.scopes(requested)
@@ -285,7 +285,7 @@ extension Broker {
         let shared = configuration.deviceMode == .shared
         let request = InteractiveRequest(
             prompt: shared ? .login : (holder != nil && prompt == .selectAccount ? nil : prompt), loginHint: hint,
-            maxAge: shared ? 0 : nil, timeout: configuration.interactiveTimeout,
+            maxAge: shared ? 0 : nil, claims: claims, timeout: configuration.interactiveTimeout,
             progress: { stage, details in
                 report(SignInProgress(owner: owner, flowId: id, stage: stage, details: details))
             })

@@ -242,16 +242,20 @@ public actor Broker {
 
     /// A token from the cache while it has more than the margin of life left, otherwise from
     /// the refresh token. `.interactionRequired` when neither works.
+    ///
+    /// `claims` (a resource's claims challenge, Continuous Access Evaluation's
+    /// `insufficient_claims`): the cache is skipped, the refresh carries them, and a refusal is
+    /// `.interactionRequired` for an interactive call with the same claims.
     public func acquireTokenSilent(
         clientId: String, scopes requested: [String], accountId: String,
-        forceRefresh: Bool
+        forceRefresh: Bool, claims: String? = nil
     ) async throws(BrokerFailure) -> AppTokens {
         try checkClient(clientId)
         try InputRules.scopes(requested)
         try InputRules.accountId(accountId)
         try checkTokenStorage()
         let scopes = Scopes(requested)
-        var force = forceRefresh
+        var force = forceRefresh || claims != nil
         var account: Account
         while true {
             let state = self.state
@@ -262,19 +266,29 @@ public actor Broker {
             guard let running = refreshes[clientId] else { break }
             let result: Result<AppTokens, any Error>
             do { result = .success(try await running.task.value) } catch { result = .failure(error) }
-            if running.scopes == scopes {
+            // A challenge asks for a token issued after it: one already on its way may not be.
+            if running.scopes == scopes, claims == nil {
                 // The same request was already on its way: share its answer.
                 return try Self.unwrap(result)
             }
             // A refresh for other scopes of this app rotated the refresh token; look again.
             force = false
         }
-        return try await refresh(clientId: clientId, scopes: scopes, account: account)
+        do {
+            return try await refresh(clientId: clientId, scopes: scopes, account: account, claims: claims)
+        } catch let failure where claims != nil && failure.code == .interactionRequired {
+            throw BrokerFailure(
+                .interactionRequired,
+                "\(failure.message); the claims challenge needs the person: call AcquireTokenInteractive with the "
+                    + "same claims option")
+        }
     }
 
     /// New tokens for the app: with its refresh token, or without one through single sign-on
     /// from another app's sign-in. One at a time per app (``refreshes``).
-    func refresh(clientId: String, scopes: Scopes, account: Account) async throws(BrokerFailure) -> AppTokens {
+    func refresh(clientId: String, scopes: Scopes, account: Account, claims: String? = nil) async throws(BrokerFailure)
+        -> AppTokens
+    {
         let startGeneration = generation
         let correlationId = Self.newCorrelationId()
         let task: Task<AppTokens, any Error>
@@ -282,8 +296,8 @@ public actor Broker {
             state.clients[clientId]?.account?.identifier == account.identifier
         {
             task = refreshTask(
-                clientId: clientId, scopes: scopes, refreshToken: refreshToken, correlationId: correlationId,
-                startGeneration: startGeneration)
+                clientId: clientId, scopes: scopes, refreshToken: refreshToken, claims: claims,
+                correlationId: correlationId, startGeneration: startGeneration)
         } else {
             task = Task {
                 try await self.signInThroughSingleSignOn(
@@ -299,7 +313,7 @@ public actor Broker {
     }
 
     private func refreshTask(
-        clientId: String, scopes: Scopes, refreshToken: String, correlationId: String,
+        clientId: String, scopes: Scopes, refreshToken: String, claims: String?, correlationId: String,
         startGeneration: UInt64
     ) -> Task<AppTokens, any Error> {
         Task<AppTokens, any Error> {
@@ -308,7 +322,8 @@ public actor Broker {
             let outcome: ProviderTokens
             do {
                 outcome = try await self.callProvider(correlationId) {
-                    try await self.provider.refresh(clientId: clientId, refreshToken: refreshToken, scopes: scopes)
+                    try await self.provider.refresh(
+                        clientId: clientId, refreshToken: refreshToken, scopes: scopes, claims: claims)
                 }
             } catch let error as BrokerFailure where error.code == .interactionRequired && !error.refreshTokenStillValid
             {

@@ -113,15 +113,18 @@ public struct InteractiveRequest: Sendable {
     /// many seconds before the request, and the ID token's `auth_time` must show it. 0 (shared
     /// mode) means "now": a browser session left behind by someone else cannot sign anyone in.
     public var maxAge: Int64?
+    /// An app's claims request (a claims challenge), sent as the authorization request's `claims`.
+    public var claims: String?
     /// How long a person has to finish in the browser.
     public var timeout: Duration
     /// Told each stage the sign-in reaches, with its details (the page's `url`).
     public var progress: @Sendable (SignInStage, [String: String]) -> Void
 
     public init(
-        prompt: Prompt? = nil, loginHint: String? = nil, maxAge: Int64? = nil, timeout: Duration,
-        progress: @escaping @Sendable (SignInStage, [String: String]) -> Void = { _, _ in }
+        prompt: Prompt? = nil, loginHint: String? = nil, maxAge: Int64? = nil, claims: String? = nil,
+        timeout: Duration, progress: @escaping @Sendable (SignInStage, [String: String]) -> Void = { _, _ in }
     ) {
+        self.claims = claims
         self.prompt = prompt
         self.loginHint = loginHint
         self.maxAge = maxAge
@@ -172,7 +175,10 @@ public protocol IdentityProvider: Sendable {
     var authority: String { get }
     func signInWithPassword(clientId: String, username: String, password: String, scopes: Scopes) async throws
         -> ProviderTokens
-    func refresh(clientId: String, refreshToken: String, scopes: Scopes) async throws -> ProviderTokens
+    /// `claims`: an app's claims request (OpenID Connect Core 5.5: a JSON object, or the base64
+    /// of a resource's claims challenge), sent with the refresh; nil for none.
+    func refresh(clientId: String, refreshToken: String, scopes: Scopes, claims: String?) async throws
+        -> ProviderTokens
     func revoke(clientId: String, token: RevocableToken) async throws -> EndpointOutcome
 
     /// Native authentication: asks the provider to send a one-time code to the user.
@@ -214,6 +220,13 @@ public protocol IdentityProvider: Sendable {
     func redeemFamilyRefreshToken(clientId: String, refreshToken: String, scopes: Scopes) async throws -> ProviderTokens
     /// RFC 8693: `clientId`, authenticated as itself, exchanges another app's token of the user.
     func exchangeToken(clientId: String, subject: SubjectToken, scopes: Scopes) async throws -> ProviderTokens
+}
+
+extension IdentityProvider {
+    /// A refresh without a claims request.
+    public func refresh(clientId: String, refreshToken: String, scopes: Scopes) async throws -> ProviderTokens {
+        try await refresh(clientId: clientId, refreshToken: refreshToken, scopes: scopes, claims: nil)
+    }
 }
 
 /// Where the broker's state lives between runs.

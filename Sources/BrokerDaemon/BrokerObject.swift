@@ -1,5 +1,6 @@
 import BrokerCore
 import DBus
+import Identity
 import Locking
 import Logging
 
@@ -191,7 +192,8 @@ final class BrokerObject: DBusObject, Broker1Handler {
         let result = try await broker.acquireTokenInteractive(
             clientId: clientId, scopes: scopes, prompt: try BusMarshalling.promptOption(options),
             loginHint: try BusMarshalling.stringOption(options, OptionKey.loginHint),
-            flowId: try BusMarshalling.stringOption(options, OptionKey.flowId) ?? "", owner: caller)
+            flowId: try BusMarshalling.stringOption(options, OptionKey.flowId) ?? "", owner: caller,
+            claims: try Self.claimsOption(options))
         return [BusMarshalling.tokenResult(result)]
     }
 
@@ -201,8 +203,16 @@ final class BrokerObject: DBusObject, Broker1Handler {
     ) async throws(BrokerFailure) -> [DBusValue] {
         let result = try await broker.acquireTokenSilent(
             clientId: clientId, scopes: scopes, accountId: accountId,
-            forceRefresh: try BusMarshalling.boolOption(options, OptionKey.forceRefresh))
+            forceRefresh: try BusMarshalling.boolOption(options, OptionKey.forceRefresh),
+            claims: try Self.claimsOption(options))
         return [BusMarshalling.tokenResult(result)]
+    }
+
+    /// The `claims` option, refused here when it is no claims request: before anything is asked.
+    static func claimsOption(_ options: [String: DBusValue]) throws(BrokerFailure) -> String? {
+        guard let claims = try BusMarshalling.stringOption(options, OptionKey.claims) else { return nil }
+        _ = try ClaimsRequest.decode(claims)
+        return claims
     }
 
     func getAccounts(clientId: String, caller: String) async throws(BrokerFailure) -> [DBusValue] {

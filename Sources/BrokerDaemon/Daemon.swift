@@ -63,6 +63,7 @@ public enum Daemon {
                 authority: authority, clock: clock, logger: logger,
                 clientSecrets: try options.configuration.clientSecrets(), tenantId: tenant,
                 allowPasswordGrant: options.configuration.allowPasswordGrant == true,
+                clientCapabilities: options.configuration.clientCapabilities ?? [],
                 urlOpener: DesktopPortal(connection: connection, fallback: BrowserCommand(), logger: logger))
             oidc = provider as? OIDCProvider
         } else {

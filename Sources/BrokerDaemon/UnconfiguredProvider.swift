@@ -19,7 +19,8 @@ struct UnconfiguredProvider: IdentityProvider {
     func signInWithPassword(clientId: String, username: String, password: String, scopes: Scopes) async throws
         -> ProviderTokens
     { throw refuse() }
-    func refresh(clientId: String, refreshToken: String, scopes: Scopes) async throws -> ProviderTokens {
+    func refresh(clientId: String, refreshToken: String, scopes: Scopes, claims: String?) async throws
+        -> ProviderTokens {
         throw refuse()
     }
     func revoke(clientId: String, token: RevocableToken) async throws -> EndpointOutcome { throw refuse() }

@@ -37,6 +37,8 @@ extension OIDCProvider {
         if let prompt = request.prompt { query.append(("prompt", prompt.rawValue)) }
         if let maxAge = request.maxAge { query.append(("max_age", String(maxAge))) }
         if let hint = request.loginHint, !hint.isEmpty { query.append(("login_hint", hint)) }
+        let claims = try request.claims.map { (text: String) throws(BrokerFailure) in try ClaimsRequest.decode(text) }
+        if let parameter = claimsParameter(claims) { query.append(("claims", parameter)) }
         let url = authorize + (authorize.contains("?") ? "&" : "?") + HTTPRequest.formURLEncoded(query)
         let recency = request.maxAge.map { AuthenticationRecency(maxAge: $0, requestedAt: clock.now()) }
 
@@ -130,6 +132,7 @@ extension OIDCProvider {
         return try await requester.withBudget { () async throws(BrokerFailure) -> ProviderTokens in
             try await grant(
                 .authorizationCode, clientId: clientId, scopes: scopes, nonce: nonce, recency: recency,
+                claims: claims,
                 fields: [
                     ("grant_type", "authorization_code"), ("code", code), ("redirect_uri", listener.redirectURI),
                     ("code_verifier", verifier),

@@ -37,6 +37,8 @@ public final class OIDCProvider: IdentityProvider {
     /// Whether the resource-owner password grant may be used where native authentication is
     /// not offered (the administrator's explicit choice: RFC 9700 deprecates the grant).
     let allowPasswordGrant: Bool
+    /// Declared in every request's `claims` as `xms_cc` (e.g. `cp1`: the client answers CAE's claims challenges).
+    let clientCapabilities: [String]
     let metadata: MetadataCache
     private let signingKeys: SigningKeysCache
     let nativeAuthentication = NativeAuthenticationSupport()
@@ -48,20 +50,24 @@ public final class OIDCProvider: IdentityProvider {
     public convenience init(
         authority: Authority, http: HTTPClient = .shared, clock: any WallClock, logger: Logger,
         clientSecrets: [String: ClientSecret] = [:], tenantId: String = "", allowPasswordGrant: Bool = false,
-        retryPolicy: RetryPolicy = .standard, urlOpener: any URLOpener = BrowserCommand()
+        clientCapabilities: [String] = [], retryPolicy: RetryPolicy = .standard,
+        urlOpener: any URLOpener = BrowserCommand()
     ) {
         self.init(
             authority: authority, requester: ProviderHTTP(http: http, policy: retryPolicy, logger: logger),
             clock: clock, logger: logger, clientSecrets: clientSecrets, tenantId: tenantId,
-            allowPasswordGrant: allowPasswordGrant, urlOpener: urlOpener, stopTransport: { await http.stop() })
+            allowPasswordGrant: allowPasswordGrant, clientCapabilities: clientCapabilities, urlOpener: urlOpener,
+            stopTransport: { await http.stop() })
     }
 
     /// A provider whose requests go through `requester` (tests inject a transport, a clock and a sleeper).
     init(
         authority: Authority, requester: ProviderHTTP, clock: any WallClock, logger: Logger,
         clientSecrets: [String: ClientSecret] = [:], tenantId: String = "", allowPasswordGrant: Bool = false,
-        urlOpener: any URLOpener = BrowserCommand(), stopTransport: @escaping @Sendable () async -> Void = {}
+        clientCapabilities: [String] = [], urlOpener: any URLOpener = BrowserCommand(),
+        stopTransport: @escaping @Sendable () async -> Void = {}
     ) {
+        self.clientCapabilities = clientCapabilities
         self.stopTransport = stopTransport
         self.urlOpener = urlOpener
         self.allowPasswordGrant = allowPasswordGrant
@@ -158,10 +164,13 @@ public final class OIDCProvider: IdentityProvider {
     /// A refresh is a one-time request: with rotation, the provider takes the refresh token once
     /// (presenting it again revokes its whole family). It is sent again only when the provider
     /// clearly did not process it (no connection, 503, 429); see ``RetryPolicy``.
-    public func refresh(clientId: String, refreshToken: String, scopes: Scopes) async throws -> ProviderTokens {
-        try await requester.withBudget { () async throws(BrokerFailure) -> ProviderTokens in
+    public func refresh(clientId: String, refreshToken: String, scopes: Scopes, claims: String?) async throws
+        -> ProviderTokens
+    {
+        let requested = try claims.map { (text: String) throws(BrokerFailure) in try ClaimsRequest.decode(text) }
+        return try await requester.withBudget { () async throws(BrokerFailure) -> ProviderTokens in
             try await grant(
-                .refresh, clientId: clientId, scopes: scopes,
+                .refresh, clientId: clientId, scopes: scopes, claims: requested,
                 fields: [
                     ("grant_type", "refresh_token"), ("refresh_token", refreshToken),
                 ])
@@ -202,9 +211,10 @@ public final class OIDCProvider: IdentityProvider {
     /// Posts one grant to the token endpoint and reads the answer (RFC 6749 5.1, 5.2).
     func grant(
         _ kind: GrantKind, clientId: String, scopes: Scopes, nonce: String? = nil,
-        recency: AuthenticationRecency? = nil, fields: [(String, String)]
+        recency: AuthenticationRecency? = nil, claims: JSONValue? = nil, fields: [(String, String)]
     ) async throws(BrokerFailure) -> ProviderTokens {
-        let (response, endpoints) = try await postGrant(kind, clientId: clientId, scope: scopes, fields: fields)
+        let (response, endpoints) = try await postGrant(
+            kind, clientId: clientId, scope: scopes, claims: claims, fields: fields)
         guard response.status == 200 else { throw Self.oauthError(response).brokerFailure(during: kind, host: host) }
         do {
             return try await tokens(
@@ -221,9 +231,9 @@ public final class OIDCProvider: IdentityProvider {
     /// Every grant spends something once (a refresh token, a code, a continuation token, a device
     /// code), so what is needed to check the answer (the signing keys) is fetched first: a provider
     /// whose JWKS cannot be had fails the call before the grant is spent, not after.
-    func postGrant(_ kind: GrantKind, clientId: String, scope: Scopes?, fields: [(String, String)])
-        async throws(BrokerFailure) -> (response: HTTPResponse, endpoints: ProviderMetadata)
-    {
+    func postGrant(
+        _ kind: GrantKind, clientId: String, scope: Scopes?, claims: JSONValue? = nil, fields: [(String, String)]
+    ) async throws(BrokerFailure) -> (response: HTTPResponse, endpoints: ProviderMetadata) {
         let endpoints = try await endpoints(for: kind)
         if endpoints.jwksURI != nil {
             do {
@@ -233,8 +243,9 @@ public final class OIDCProvider: IdentityProvider {
             }
         }
         let scopeField = scope.map { [("scope", Self.scopeParameter($0, kind: kind, endpoints: endpoints))] } ?? []
+        let claimsField = claimsParameter(claims).map { [("claims", $0)] } ?? []
         var request = HTTPRequest.postForm(
-            endpoints.tokenEndpoint, fields: authenticated(clientId, fields + scopeField))
+            endpoints.tokenEndpoint, fields: authenticated(clientId, fields + scopeField + claimsField))
         addBasicAuthentication(clientId, to: &request)
         return (try await send(request, kind: kind, what: kind.request, replay: .oneTime), endpoints)
     }
@@ -322,6 +333,12 @@ public final class OIDCProvider: IdentityProvider {
         } catch {
             throw error.brokerFailure(during: kind, host: host)
         }
+    }
+
+    /// Every token and authorization request's `claims`: the app's, with the configured client
+    /// capabilities (`clientCapabilities`) merged in; nil when there is neither.
+    func claimsParameter(_ claims: JSONValue?) -> String? {
+        ClaimsRequest.parameter(claims, capabilities: clientCapabilities)
     }
 
     /// Adds `client_id`, and the secret for `client_secret_post` clients.

@@ -54,6 +54,7 @@ struct Broker1Call: Sendable {
         case prompt
         case loginHint
         case flowId
+        case claims
     }
 
     static func acquireTokenInteractive(clientId: String, scopes: [String], options: [AcquireTokenInteractiveOption: DBusValue]) -> Self {
@@ -63,6 +64,7 @@ struct Broker1Call: Sendable {
     /// The options `AcquireTokenSilent` accepts, as the contract lists them: the library sends no other key.
     enum AcquireTokenSilentOption: String, Sendable {
         case forceRefresh
+        case claims
     }
 
     static func acquireTokenSilent(clientId: String, scopes: [String], accountId: String, options: [AcquireTokenSilentOption: DBusValue]) -> Self {

@@ -38,7 +38,8 @@ final class ScriptedProvider: IdentityProvider, @unchecked Sendable {
         return tokens(for: username, clientId: clientId, scopes: scopes)
     }
 
-    func refresh(clientId: String, refreshToken: String, scopes: Scopes) async throws -> ProviderTokens {
+    func refresh(clientId: String, refreshToken: String, scopes: Scopes, claims: String?) async throws
+        -> ProviderTokens {
         lock.withLock { _ in _refreshCalls += 1 }
         if let gate = refreshGate { for await _ in gate { break } }
         if rejectRefresh { throw BrokerFailure(.interactionRequired, "refresh token revoked") }

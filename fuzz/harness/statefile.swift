@@ -190,7 +190,8 @@ private struct OfflineProvider: IdentityProvider {
     func signInWithPassword(clientId: String, username: String, password: String, scopes: Scopes) async throws
         -> ProviderTokens
     { throw offline }
-    func refresh(clientId: String, refreshToken: String, scopes: Scopes) async throws -> ProviderTokens {
+    func refresh(clientId: String, refreshToken: String, scopes: Scopes, claims: String?) async throws
+        -> ProviderTokens {
         throw offline
     }
     func revoke(clientId: String, token: RevocableToken) async throws -> EndpointOutcome { .notOffered }

@@ -58,7 +58,7 @@ final class MicrosoftBroker1Object: DBusObject, MicrosoftBroker1Handler {
             let tokens = try await self.core(namedAccount: request.account != nil) { () async throws(BrokerFailure) in
                 try await self.broker.acquireTokenSilent(
                     clientId: clientId, scopes: request.scopes ?? [],
-                    accountId: self.accountId(request), forceRefresh: false)
+                    accountId: self.accountId(request), forceRefresh: false, claims: request.claims)
             }
             return MicrosoftBrokerResponse.token(tokens, clientId: clientId)
         }
@@ -86,7 +86,8 @@ final class MicrosoftBroker1Object: DBusObject, MicrosoftBroker1Handler {
             let tokens = try await self.core { () async throws(BrokerFailure) in
                 try await self.broker.acquireTokenInteractive(
                     clientId: clientId, scopes: request.scopes ?? [], prompt: prompt,
-                    loginHint: hint.flatMap { $0.isEmpty ? nil : $0 }, flowId: flowId, owner: caller)
+                    loginHint: hint.flatMap { $0.isEmpty ? nil : $0 }, flowId: flowId, owner: caller,
+                    claims: request.claims)
             }
             return MicrosoftBrokerResponse.token(tokens, clientId: clientId)
         }

@@ -1,4 +1,5 @@
 import BrokerAPI
+import BrokerCore
 import FoundationEssentials
 import Identity
 
@@ -29,6 +30,9 @@ struct MicrosoftBrokerRequest: Sendable, Equatable {
     var prompt: String?
     /// `username`: the login hint.
     var username: String?
+    /// The claims request (`claims`, or `decodedClaims` as Microsoft's library names the JSON), with
+    /// the request's `clientCapabilities` merged in as `xms_cc`; nil when it has neither.
+    var claims: String?
 
     struct AccountReference: Sendable, Equatable {
         var homeAccountId: String
@@ -76,6 +80,19 @@ struct MicrosoftBrokerRequest: Sendable, Equatable {
         prompt = try Self.string(field("prompt"), "prompt")
         username = try Self.string(field("username"), "username")
         account = try Self.account(field("account"))
+        var requestedClaims = try Self.string(field("claims"), "claims")
+        if requestedClaims?.isEmpty != false {
+            requestedClaims = try Self.string(field("decodedClaims"), "decodedClaims")
+        }
+        let capabilities = try Self.strings(field("clientCapabilities"), "clientCapabilities") ?? []
+        do throws(BrokerFailure) {
+            let decoded = try requestedClaims.flatMap { (text: String) throws(BrokerFailure) in
+                text.isEmpty ? nil : try ClaimsRequest.decode(text)
+            }
+            claims = ClaimsRequest.parameter(decoded, capabilities: capabilities)
+        } catch {
+            throw .contractViolation(error.message)
+        }
 
         switch method {
         case .getAccounts, .removeAccount, .acquireTokenSilently, .acquireTokenInteractively:
