@@ -20,7 +20,8 @@ struct UnconfiguredProvider: IdentityProvider {
         -> ProviderTokens
     { throw refuse() }
     func refresh(clientId: String, refreshToken: String, scopes: Scopes, claims: String?) async throws
-        -> ProviderTokens {
+        -> ProviderTokens
+    {
         throw refuse()
     }
     func revoke(clientId: String, token: RevocableToken) async throws -> EndpointOutcome { throw refuse() }

@@ -39,7 +39,8 @@ final class ScriptedProvider: IdentityProvider, @unchecked Sendable {
     }
 
     func refresh(clientId: String, refreshToken: String, scopes: Scopes, claims: String?) async throws
-        -> ProviderTokens {
+        -> ProviderTokens
+    {
         lock.withLock { _ in _refreshCalls += 1 }
         if let gate = refreshGate { for await _ in gate { break } }
         if rejectRefresh { throw BrokerFailure(.interactionRequired, "refresh token revoked") }

@@ -8,7 +8,8 @@ struct UnreachableProvider: IdentityProvider {
         -> ProviderTokens
     { throw down }
     func refresh(clientId: String, refreshToken: String, scopes: Scopes, claims: String?) async throws
-        -> ProviderTokens { throw down }
+        -> ProviderTokens
+    { throw down }
     func revoke(clientId: String, token: RevocableToken) async throws -> EndpointOutcome { throw down }
     func startCodeSignIn(clientId: String, username: String) async throws -> CodeChallenge { throw down }
     func resendCode(clientId: String, continuationToken: String) async throws -> CodeChallenge { throw down }

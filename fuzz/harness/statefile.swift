@@ -191,7 +191,8 @@ private struct OfflineProvider: IdentityProvider {
         -> ProviderTokens
     { throw offline }
     func refresh(clientId: String, refreshToken: String, scopes: Scopes, claims: String?) async throws
-        -> ProviderTokens {
+        -> ProviderTokens
+    {
         throw offline
     }
     func revoke(clientId: String, token: RevocableToken) async throws -> EndpointOutcome { .notOffered }
