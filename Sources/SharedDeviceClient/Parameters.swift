@@ -6,11 +6,15 @@ public struct SilentTokenParameters: Sendable {
     public var account: Account?
     /// Skip the cache and use the refresh token.
     public var forceRefresh: Bool
+    /// A resource's claims challenge (MSAL: `claimsRequest`): the `claims` of its
+    /// `WWW-Authenticate: Bearer error="insufficient_claims"` answer, as it came, or the JSON.
+    public var claims: String?
     /// Creates the parameters.
-    public init(scopes: [String], account: Account? = nil, forceRefresh: Bool = false) {
+    public init(scopes: [String], account: Account? = nil, forceRefresh: Bool = false, claims: String? = nil) {
         self.scopes = scopes
         self.account = account
         self.forceRefresh = forceRefresh
+        self.claims = claims
     }
 }
 

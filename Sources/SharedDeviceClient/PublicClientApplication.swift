@@ -164,7 +164,10 @@ public final class PublicClientApplication: Sendable {
             try await link.call(
                 .acquireTokenSilent(
                     clientId: clientId, scopes: parameters.scopes, accountId: parameters.account?.identifier ?? "",
-                    options: [.forceRefresh: .bool(parameters.forceRefresh)]),
+                    options: parameters.claims.map {
+                        [.forceRefresh: .bool(parameters.forceRefresh), .claims: .string($0)]
+                    }
+                        ?? [.forceRefresh: .bool(parameters.forceRefresh)]),
                 timeout: configuration.tokenTimeout
             ).first)
     }

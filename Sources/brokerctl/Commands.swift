@@ -305,12 +305,16 @@ struct Token: AsyncCommand {
     @OptionGroup var client: ClientOptions
     @Option(name: .customLong("scope"), help: "A scope to ask for; repeat for more.") var scopes: [String] = []
     @Flag(help: "Skip the cache and use the refresh token.") var forceRefresh = false
+    @Option(
+        help: ArgumentHelp(
+            "A resource's claims challenge (its WWW-Authenticate claims value, or the JSON): skip the cache and "
+                + "send it with the refresh.", valueName: "claims")) var claims: String?
     @OptionGroup var common: CommonOptions
 
     func runAsync() async throws {
         try await reportingErrors {
             let result = try await common.application(clientId: client.clientId)
-                .acquireTokenSilent(SilentTokenParameters(scopes: scopes, forceRefresh: forceRefresh))
+                .acquireTokenSilent(SilentTokenParameters(scopes: scopes, forceRefresh: forceRefresh, claims: claims))
             if common.json { return Output.json(result) }
             Output.fields([
                 ("Account", Output.account(result.account)), ("Scopes", result.scopes.joined(separator: " ")),
