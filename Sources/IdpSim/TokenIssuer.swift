@@ -52,6 +52,9 @@ enum IDTokenForgery: Sendable {
 struct TokenIssuer: Sendable {
     /// The `aud` of every access token: the simulated Graph API that `/v1.0/me` stands for.
     static let apiAudience = "https://graph.local"
+    /// The `aud` of an application token for the Shared Signals transmitter, which a client
+    /// credentials grant asks for with the scope `https://ssf.local/.default`.
+    static let sharedSignalsAudience = "https://ssf.local"
     static let defaultScopes = ["openid", "profile", "offline_access", "User.Read"]
 
     let keys: SigningKeys
@@ -110,6 +113,22 @@ struct TokenIssuer: Sendable {
         if let session = signIn.deviceSession, session.handOutSecret { response.device_secret = session.secret }
         if signIn.isExchange { response.issued_token_type = TokenExchange.accessTokenType }
         return response
+    }
+
+    /// The client credentials grant (RFC 6749 §4.4): an access token of the application itself,
+    /// for `audience`; no refresh token (§4.4.3) and no ID token, as there is no person.
+    func issueApp(_ client: ClientRegistration, audience: String) async throws -> TokenResponse {
+        let now = Date(timeIntervalSince1970: Date().timeIntervalSince1970.rounded(.down))
+        let expiry = now.addingTimeInterval(TimeInterval(accessTokenLifetime))
+        let objectId = UserStore.derivedObjectId(clientId: client.clientId)
+        let access = AppAccessTokenClaims(
+            iss: endpoints.issuer(forTenant: tenantId), aud: audience, exp: .init(value: expiry),
+            iat: .init(value: now), nbf: .init(value: now), sub: objectId, oid: objectId, tid: tenantId,
+            azp: client.clientId, appid: client.clientId, idtyp: AppAccessTokenClaims.appType, ver: "2.0",
+            uti: RandomToken.make(bytes: 12))
+        return TokenResponse(
+            access_token: try await keys.sign(access), expires_in: accessTokenLifetime,
+            ext_expires_in: accessTokenLifetime, scope: audience + "/.default")
     }
 
     /// Native SSO's `ds_hash` (like OIDC's `at_hash`): the left-most half of the SHA-256 of the

@@ -36,6 +36,8 @@ struct TokenRoutes: Sendable {
             signIn = try await AuthorizeRoutes(provider: provider).codeGrant(parameters, client: client)
         case "oob":
             signIn = try await NativeAuthRoutes(provider: provider).oobGrant(parameters, client: client)
+        case "client_credentials":
+            return FaultResponses.after(fault, try await clientCredentialsGrant(parameters, client: client))
         case DeviceAuthorization.grantType where provider.offers(.deviceCode):
             signIn = try await DeviceAuthorization(provider: provider).grant(parameters, client: client)
         case TokenExchange.grantType where TokenExchange.offered(by: provider):
@@ -61,6 +63,29 @@ struct TokenRoutes: Sendable {
             "issued tokens",
             metadata: ["grant": "\(grantType)", "client": "\(client.clientId)", "user": "\(signIn.user.username)"])
         return FaultResponses.after(fault, JSONBody.response(encoding: tokens, headers: .noStore))
+    }
+
+    /// Client credentials (RFC 6749 §4.4): only a client that authenticated with its secret may
+    /// act as itself. Its token is for the Shared Signals transmitter when the scope names it,
+    /// else for the API, as Entra's `RESOURCE/.default` scope chooses the resource.
+    private func clientCredentialsGrant(_ parameters: [String: String], client: ClientRegistration) async throws
+        -> Response
+    {
+        guard client.isConfidential else {
+            throw OAuthError(
+                status: .badRequest, error: "unauthorized_client",
+                description:
+                    "The client credentials grant is for confidential clients; '\(client.clientId)' is public.",
+                codes: [700025])
+        }
+        let scopes = (parameters["scope"] ?? "").split(separator: " ")
+        let audience =
+            scopes.contains { $0.hasPrefix(TokenIssuer.sharedSignalsAudience) }
+            ? TokenIssuer.sharedSignalsAudience : TokenIssuer.apiAudience
+        let tokens = try await provider.issuer.issueApp(client, audience: audience)
+        provider.logger.info(
+            "issued tokens", metadata: ["grant": "client_credentials", "client": "\(client.clientId)"])
+        return JSONBody.response(encoding: tokens, headers: .noStore)
     }
 
     /// Resource owner password credentials (RFC 6749 §4.3).
