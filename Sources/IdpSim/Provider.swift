@@ -38,6 +38,8 @@ enum OptionalFeature: String, Sendable, CaseIterable, ExpressibleByArgument {
     case tokenExchange = "token-exchange"
     /// The device authorization grant (RFC 8628).
     case deviceCode = "device-code"
+    /// A Shared Signals Framework 1.0 transmitter (poll delivery, RFC 8936).
+    case sharedSignals = "shared-signals"
 }
 
 /// Everything a request handler needs: the directory, keys, and the in-memory state actors.
@@ -55,6 +57,8 @@ struct Provider: Sendable {
     let authorization: AuthorizationStore
     let deviceSecrets: DeviceSecretStore
     let deviceCodes: DeviceCodeStore
+    let sharedSignals = SharedSignals()
+    let revocations: SessionRevocations
     let logger: Logger
 
     /// Whether an optional part is on.
@@ -65,6 +69,7 @@ struct Provider: Sendable {
         self.settings = settings
         self.endpoints = Endpoints(authorityPath: authorityPath, multiTenant: settings.multiTenant)
         self.keys = try await SigningKeys.generate()
+        self.revocations = SessionRevocations()
         self.refreshTokens = RefreshTokenStore(lifetime: TimeInterval(settings.refreshTokenLifetime))
         self.issuer = TokenIssuer(
             keys: keys, endpoints: endpoints, tenantId: users.tenantId,
@@ -88,7 +93,9 @@ struct Provider: Sendable {
         ResourceRoutes(provider: self).register(on: router)
         if !settings.without.contains(.nativeAuth) { NativeAuthRoutes(provider: self).register(on: router) }
         AuthorizeRoutes(provider: self).register(on: router)
+        if offers(.sharedSignals) { SharedSignalsRoutes(provider: self).register(on: router) }
         TestRoutes(provider: self).register(on: router)
+        OperatorRoutes(provider: self).register(on: router)
         return router
     }
 }
@@ -103,6 +110,8 @@ struct ErrorMiddleware: RouterMiddleware {
         do {
             return try await next(request, context)
         } catch let error as OAuthError {
+            return error.response()
+        } catch let error as SharedSignalsError {
             return error.response()
         }
     }

@@ -22,6 +22,7 @@ struct TokenRoutes: Sendable {
         if let replacement { return replacement }
 
         let client = try ClientAuthenticator(users: provider.users).authenticate(request, parameters)
+        for username in await namedUsers(parameters) { try await refuseDisabledAccount(username) }
         var signIn: SignIn
         switch grantType {
         case "password":
@@ -49,6 +50,7 @@ struct TokenRoutes: Sendable {
                 status: .badRequest, error: "unsupported_grant_type",
                 description: "The provided value for the input parameter 'grant_type' is not valid.", codes: [70003])
         }
+        try await refuseDisabledAccount(signIn.user.username)
         // Native SSO §3.1: a person's sign-in granted `device_sso` (with `openid`) starts a device session.
         if ["password", "authorization_code", "oob", DeviceAuthorization.grantType].contains(grantType),
             provider.offers(.nativeSSO),
@@ -86,6 +88,30 @@ struct TokenRoutes: Sendable {
         provider.logger.info(
             "issued tokens", metadata: ["grant": "client_credentials", "client": "\(client.clientId)"])
         return JSONBody.response(encoding: tokens, headers: .noStore)
+    }
+
+    /// The users a request names or whose tokens it presents, so that a disabled account is told
+    /// so (and not that its revoked refresh token is revoked) before anything is looked at.
+    private func namedUsers(_ parameters: [String: String]) async -> [String] {
+        var users: [String] = []
+        if parameters["continuation_token"] == nil, let username = parameters.nonEmpty("username") {
+            users.append(username)
+        }
+        for name in ["refresh_token", "subject_token"] {
+            if let token = parameters.nonEmpty(name), let owner = await provider.refreshTokens.owner(of: token) {
+                users.append(owner)
+            }
+        }
+        if let secret = parameters.nonEmpty("actor_token"), let owner = await provider.deviceSecrets.owner(of: secret) {
+            users.append(owner)
+        }
+        return users
+    }
+
+    /// Entra's answer to every grant of a disabled account.
+    func refuseDisabledAccount(_ username: String) async throws {
+        guard await provider.revocations.isDisabled(username) else { return }
+        throw OAuthError.invalidGrant("User account is disabled.", code: 50057)
     }
 
     /// Resource owner password credentials (RFC 6749 §4.3).

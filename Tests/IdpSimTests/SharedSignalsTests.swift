@@ -131,4 +131,234 @@ struct SharedSignalsTests {
         let discovery = try await HTTP.get(server.authority + "/.well-known/openid-configuration").json
         #expect((discovery["grant_types_supported"] as? [String])?.contains("client_credentials") == true)
     }
+
+    // MARK: - Transmitter
+
+    @Test func metadataIsAtTheWellKnownPathBeforeTheIssuersPath() async throws {
+        let server = try await IdpSimServer.start()
+        let path = "/.well-known/ssf-configuration/\(server.tenantId)/v2.0"
+        let metadata = try await HTTP.get(server.baseURL + path)
+        #expect(metadata.status == 200)
+        let json = metadata.json
+        #expect(json["spec_version"] as? String == "1_0")
+        #expect(json["issuer"] as? String == server.authority)
+        #expect(json["jwks_uri"] as? String == server.authority + "/discovery/v2.0/keys")
+        #expect(json["delivery_methods_supported"] as? [String] == ["urn:ietf:rfc:8936"])
+        #expect(json["configuration_endpoint"] as? String == server.authority + "/ssf/streams")
+        #expect(json["status_endpoint"] as? String == server.authority + "/ssf/status")
+        #expect(json["verification_endpoint"] as? String == server.authority + "/ssf/verify")
+        #expect(json["authorization_schemes"] as? [[String: String]] == [["spec_urn": "urn:ietf:rfc:6749"]])
+        #expect(json["default_subjects"] as? String == "ALL")
+
+        let plain = try await IdpSimServer.start(arguments: ["--without", "shared-signals"])
+        #expect(try await HTTP.get(plain.baseURL + path).status == 404)
+        let token = try await Self.bearer(plain)
+        #expect(try await Self.createStream(plain, token: token).status == 404)
+    }
+
+    @Test func streamsAreCreatedOncePerClientReadAndDeleted() async throws {
+        let server = try await IdpSimServer.start()
+        let streams = server.authority + "/ssf/streams"
+        let none = try await Self.call("GET", streams, token: nil)
+        #expect(none.status == 401)
+        #expect(none.header("WWW-Authenticate")?.contains(#"error="invalid_token""#) == true)
+        let userToken = try #require(try await passwordGrant(server).string("access_token"))
+        #expect(try await Self.call("GET", streams, token: userToken).status == 401)
+
+        let token = try await Self.bearer(server)
+        let push = try await Self.call(
+            "POST", streams, token: token, json: #"{"delivery":{"method":"urn:ietf:rfc:8935"}}"#)
+        #expect(push.status == 400)
+        #expect(push.string("err") == "invalid_request")
+
+        let requested = Self.allEvents.prefix(1) + ["https://example.com/unknown"]
+        let created = try await Self.createStream(server, token: token, events: Array(requested))
+        #expect(created.status == 201)
+        let id = try #require(created.string("stream_id"))
+        #expect(created.string("iss") == server.authority)
+        #expect(created.string("aud") == "conf-app")
+        #expect(created.string("description") == "t")
+        let delivery = try #require(created.json["delivery"] as? [String: String])
+        #expect(delivery["method"] == "urn:ietf:rfc:8936")
+        #expect(delivery["endpoint_url"] == server.authority + "/ssf/poll/" + id)
+        #expect(created.json["events_supported"] as? [String] == Self.allEvents)
+        #expect(created.json["events_requested"] as? [String] == Array(requested))
+        #expect(created.json["events_delivered"] as? [String] == [Self.allEvents[0]])
+
+        #expect(try await Self.createStream(server, token: token).status == 409)
+        let list = try await Self.call("GET", streams, token: token)
+        let array = try #require(try JSONSerialization.jsonObject(with: list.body) as? [[String: Any]])
+        #expect(array.map { $0["stream_id"] as? String } == [id])
+        #expect(try await Self.call("GET", streams + "?stream_id=\(id)", token: token).string("stream_id") == id)
+        #expect(try await Self.call("GET", streams + "?stream_id=other", token: token).status == 404)
+        let status = try await Self.call("GET", server.authority + "/ssf/status?stream_id=\(id)", token: token)
+        #expect(status.string("status") == "enabled")
+        #expect(status.string("stream_id") == id)
+
+        #expect(try await Self.call("DELETE", streams + "?stream_id=\(id)", token: token).status == 204)
+        #expect(try await Self.call("GET", streams + "?stream_id=\(id)", token: token).status == 404)
+        #expect(try await Self.poll(server.authority + "/ssf/poll/" + id, token: token).status == 404)
+        #expect(try await Self.createStream(server, token: token).status == 201)
+    }
+
+    @Test func revokingSessionsQueuesAVerifiableSETUntilItIsAcknowledged() async throws {
+        let (server, token, endpoint) = try await Self.withStream()
+        let refresh = try #require(try await passwordGrant(server).string("refresh_token"))
+        let revoked = try await Self.post(server, "/test/revoke-sessions?username=alice@contoso.test")
+        #expect(revoked.status == 200)
+        #expect(revoked.json["revokedFamilies"] as? Int == 1)
+        #expect(revoked.json["queuedEvents"] as? Int == 1)
+        #expect(try await refreshGrant(server, refresh).status == 400)
+        #expect(try await Self.post(server, "/test/revoke-sessions?username=nobody@contoso.test").status == 404)
+
+        let first = try await Self.poll(endpoint, token: token)
+        #expect(first.sets.count == 1)
+        #expect(first.more == false)
+        let (jti, set) = try #require(first.sets.first)
+        let verified = try await Self.keys(server).verify(set, as: VerifiedSET.self)
+        #expect(verified.jti == jti)
+        #expect(verified.iss == server.authority)
+        #expect(verified.aud == "conf-app")
+        #expect(abs(verified.iat - Int(Date().timeIntervalSince1970)) < 60)
+        let header = Self.header(set)
+        #expect(header["typ"] as? String == "secevent+jwt")
+        #expect(header["alg"] as? String == "ES256")
+        #expect(header["kid"] as? String != nil)
+        let claims = jwtPayload(set)
+        let subject = try #require(claims["sub_id"] as? [String: Any])
+        #expect(subject["format"] as? String == "complex")
+        #expect(subject["user"] as? [String: String] == ["format": "email", "email": "alice@contoso.test"])
+        #expect(subject["tenant"] as? [String: String] == ["format": "opaque", "id": server.tenantId])
+        let events = try #require(claims["events"] as? [String: [String: Any]])
+        #expect(events.count == 1)
+        let event = try #require(events[Self.allEvents[0]])
+        #expect(event["initiating_entity"] as? String == "admin")
+        #expect(event["event_timestamp"] as? Int != nil)
+        #expect((event["reason_admin"] as? [String: String])?["en"] != nil)
+
+        let again = try await Self.poll(endpoint, token: token)
+        #expect(again.sets == first.sets)
+        let acked = try await Self.poll(endpoint, token: token, #"{"ack":["\#(jti)"],"returnImmediately":true}"#)
+        #expect(acked.sets.isEmpty)
+        let listing = try await HTTP.get(server.baseURL + "/test/ssf/streams")
+        let stream = try #require((try JSONSerialization.jsonObject(with: listing.body) as? [[String: Any]])?.first)
+        #expect(stream["queued"] as? Int == 0)
+        #expect(stream["acked"] as? Int == 1)
+        let stats = try await HTTP.get(server.baseURL + "/test/stats").json
+        #expect(stats["ssf-poll"] as? Int == 3)
+
+        _ = try await Self.post(server, "/test/change-credential?username=alice@contoso.test")
+        let change = try await Self.poll(endpoint, token: token, #"{"maxEvents":1}"#)
+        let changeSET = try #require(change.sets.first?.value)
+        let payload = try #require(jwtPayload(changeSET)["events"] as? [String: Any])
+        let credential = try #require(payload[Self.allEvents[1]] as? [String: Any])
+        #expect(credential["credential_type"] as? String == "password")
+        #expect(credential["change_type"] as? String == "update")
+    }
+
+    @Test func onlyRequestedEventsAreQueuedAndStatusGovernsDelivery() async throws {
+        let (server, token, endpoint) = try await Self.withStream(events: [Self.allEvents[0]])
+        let change = try await Self.post(server, "/test/change-credential?username=alice@contoso.test")
+        #expect(change.json["queuedEvents"] as? Int == 0)
+
+        #expect(
+            try await HTTP.postJSON(server.baseURL + "/test/ssf/stream-status", #"{"status":"paused"}"#).status == 200)
+        _ = try await Self.post(server, "/test/revoke-sessions?username=alice@contoso.test")
+        #expect(try await Self.poll(endpoint, token: token).sets.isEmpty)
+        let status = try await Self.call("GET", server.authority + "/ssf/status", token: token)
+        #expect(status.string("status") == "paused")
+        _ = try await HTTP.postJSON(server.baseURL + "/test/ssf/stream-status", #"{"status":"enabled"}"#)
+        #expect(try await Self.poll(endpoint, token: token).sets.count == 1)
+
+        _ = try await HTTP.postJSON(
+            server.baseURL + "/test/ssf/stream-status", #"{"status":"disabled","reason":"maintenance"}"#)
+        _ = try await Self.post(server, "/test/revoke-sessions?username=alice@contoso.test")
+        #expect(try await Self.poll(endpoint, token: token).sets.isEmpty)
+        let disabled = try await Self.call("GET", server.authority + "/ssf/status", token: token)
+        #expect(disabled.string("status") == "disabled")
+        #expect(disabled.string("reason") == "maintenance")
+
+        #expect(try await Self.post(server, "/test/ssf/delete-streams").json["deleted"] as? Int == 1)
+        #expect(try await Self.poll(endpoint, token: token).status == 404)
+    }
+
+    @Test func pollsFailAsTheFaultSays() async throws {
+        let (server, token, endpoint) = try await Self.withStream()
+        let fault = #"{"mode":"unavailable","endpoint":"ssf","count":1}"#
+        #expect(try await HTTP.postJSON(server.baseURL + "/test/faults", fault).status == 200)
+        #expect(try await Self.poll(endpoint, token: token).status == 503)
+        #expect(try await Self.poll(endpoint, token: token).status == 200)
+    }
+
+    @Test func disabledAccountsCannotSignInUntilEnabled() async throws {
+        let (server, token, endpoint) = try await Self.withStream()
+        let disabled = try await Self.post(server, "/test/disable-account?username=alice@contoso.test")
+        #expect(disabled.json["queuedEvents"] as? Int == 1)
+        let refused = try await passwordGrant(server)
+        #expect(refused.status == 400)
+        #expect(refused.string("error") == "invalid_grant")
+        #expect(refused.json["error_codes"] as? [Int] == [50057])
+        let set = try #require(try await Self.poll(endpoint, token: token).sets.first?.value)
+        #expect((jwtPayload(set)["events"] as? [String: Any])?[Self.allEvents[2]] != nil)
+
+        _ = try await Self.post(server, "/test/enable-account?username=alice@contoso.test")
+        #expect(try await passwordGrant(server).status == 200)
+    }
+
+    @Test(arguments: ["wrongKey", "wrongAudience", "wrongIssuer", "expired", "none"])
+    func injectedSETsAreHostileAsNamed(forgery: String) async throws {
+        let (server, token, endpoint) = try await Self.withStream()
+        let refresh = try #require(try await passwordGrant(server).string("refresh_token"))
+        let injected = try await HTTP.postJSON(
+            server.baseURL + "/test/ssf/inject",
+            #"{"username":"alice@contoso.test","event":"session-revoked","forgery":"\#(forgery)"}"#)
+        #expect(injected.json["queued"] as? Int == 1)
+        #expect(try await refreshGrant(server, refresh).status == 200)
+        let (jti, set) = try #require(try await Self.poll(endpoint, token: token).sets.first)
+        #expect(jti == injected.string("jti"))
+        let keys = try await Self.keys(server)
+        let verified = try? await keys.verify(set, as: VerifiedSET.self)
+        let claims = jwtPayload(set)
+        switch forgery {
+        case "wrongKey":
+            #expect(verified == nil)
+            #expect(Self.header(set)["kid"] as? String != nil)
+        case "wrongAudience":
+            #expect(verified != nil)
+            #expect(claims["aud"] as? String != "conf-app")
+        case "wrongIssuer":
+            #expect(claims["iss"] as? String != server.authority)
+        case "expired":
+            #expect((claims["iat"] as? Int ?? .max) < Int(Date().timeIntervalSince1970) - 86400)
+        default:
+            #expect(verified?.aud == "conf-app")
+            #expect(verified?.iss == server.authority)
+        }
+    }
+
+    @Test func aReplayQueuesTheLastDeliveredSETAgain() async throws {
+        let (server, token, endpoint) = try await Self.withStream()
+        let none = try await HTTP.postJSON(
+            server.baseURL + "/test/ssf/inject", #"{"username":"alice@contoso.test","event":"session-revoked"}"#)
+        #expect(none.json["queued"] as? Int == 1)
+        let (jti, set) = try #require(try await Self.poll(endpoint, token: token).sets.first)
+        _ = try await Self.poll(endpoint, token: token, #"{"ack":["\#(jti)"]}"#)
+        let replay = try await HTTP.postJSON(
+            server.baseURL + "/test/ssf/inject",
+            #"{"username":"alice@contoso.test","event":"session-revoked","forgery":"replay"}"#)
+        #expect(replay.string("jti") == jti)
+        #expect(try await Self.poll(endpoint, token: token).sets == [jti: set])
+    }
+
+    @Test func verificationQueuesAnEventWithTheReceiversState() async throws {
+        let (server, token, endpoint) = try await Self.withStream()
+        let id = try #require(endpoint.split(separator: "/").last.map(String.init))
+        let answer = try await Self.call(
+            "POST", server.authority + "/ssf/verify", token: token, json: #"{"stream_id":"\#(id)","state":"s-1"}"#)
+        #expect(answer.status == 204)
+        let claims = jwtPayload(try #require(try await Self.poll(endpoint, token: token).sets.first?.value))
+        #expect(claims["sub_id"] as? [String: String] == ["format": "opaque", "id": id])
+        let events = claims["events"] as? [String: [String: String]]
+        #expect(events?["https://schemas.openid.net/secevent/ssf/event-type/verification"] == ["state": "s-1"])
+    }
 }
