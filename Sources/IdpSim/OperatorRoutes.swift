@@ -31,6 +31,22 @@ struct OperatorRoutes: Sendable {
             provider.logger.info("account enabled", metadata: ["user": "\(user.username)"])
             return JSONBody.response(["username": user.username, "disabled": false, "wasDisabled": was])
         }
+        router.post("/test/require-fresh-tokens") { request, _ in
+            let user = try user(request)
+            let at = await provider.revocations.revoke(username: user.username)
+            provider.logger.info("fresh access tokens required", metadata: ["user": "\(user.username)"])
+            return JSONBody.response(["username": user.username, "revokedAt": Int(at.timeIntervalSince1970)])
+        }
+        if provider.offers(.cae) {
+            router.get("/test/last-claims") { request, _ in
+                guard let clientId = request.queryParameters.nonEmpty("client_id") else {
+                    throw OAuthError.invalidRequest("client_id query parameter is required")
+                }
+                let text = await provider.claimsRequests.last(clientId: clientId)
+                let claims = text.flatMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) }
+                return JSONBody.response(["claims": claims ?? NSNull()])
+            }
+        }
         if provider.offers(.sharedSignals) { registerSharedSignals(on: router) }
     }
 

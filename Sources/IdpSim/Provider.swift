@@ -40,6 +40,8 @@ enum OptionalFeature: String, Sendable, CaseIterable, ExpressibleByArgument {
     case deviceCode = "device-code"
     /// A Shared Signals Framework 1.0 transmitter (poll delivery, RFC 8936).
     case sharedSignals = "shared-signals"
+    /// Continuous Access Evaluation: the `claims` request parameter, `xms_cc`, claims challenges.
+    case cae
 }
 
 /// Everything a request handler needs: the directory, keys, and the in-memory state actors.
@@ -59,6 +61,7 @@ struct Provider: Sendable {
     let deviceCodes: DeviceCodeStore
     let sharedSignals = SharedSignals()
     let revocations: SessionRevocations
+    let claimsRequests = ClaimsRequests()
     let logger: Logger
 
     /// Whether an optional part is on.
@@ -73,7 +76,7 @@ struct Provider: Sendable {
         self.refreshTokens = RefreshTokenStore(lifetime: TimeInterval(settings.refreshTokenLifetime))
         self.issuer = TokenIssuer(
             keys: keys, endpoints: endpoints, tenantId: users.tenantId,
-            accessTokenLifetime: settings.accessTokenLifetime, refreshTokens: refreshTokens,
+            accessTokenLifetime: settings.accessTokenLifetime, refreshTokens: refreshTokens, revocations: revocations,
             familyTokens: !settings.without.contains(.familyTokens))
         self.nativeAuth = NativeAuthStore(codeLifetime: TimeInterval(settings.codeLifetime))
         self.authorization = AuthorizationStore(codeLifetime: TimeInterval(settings.codeLifetime))

@@ -23,6 +23,8 @@ struct AccessTokenClaims: JWTPayload, Equatable {
     var appid: String
     var ver: String
     var uti: String
+    /// Continuous Access Evaluation: the client capabilities it declared (`cp1`), when it did.
+    var xms_cc: [String]? = nil
 
     var scopes: [String] { scp.split(separator: " ").map(String.init) }
 
@@ -51,6 +53,7 @@ struct AppAccessTokenClaims: JWTPayload, Equatable {
     var idtyp: String
     var ver: String
     var uti: String
+    var xms_cc: [String]? = nil
 
     static let appType = "app"
 

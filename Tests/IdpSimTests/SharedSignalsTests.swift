@@ -361,4 +361,64 @@ struct SharedSignalsTests {
         let events = claims["events"] as? [String: [String: String]]
         #expect(events?["https://schemas.openid.net/secevent/ssf/event-type/verification"] == ["state": "s-1"])
     }
+
+    // MARK: - Continuous Access Evaluation
+
+    @Test func aCapableTokenIssuedBeforeARevocationIsChallenged() async throws {
+        let server = try await IdpSimServer.start()
+        let me = server.baseURL + "/v1.0/me"
+        let signIn = try await passwordGrant(server, extra: [("claims", Self.capable)])
+        let capable = try #require(signIn.string("access_token"))
+        #expect(jwtPayload(capable)["xms_cc"] as? [String] == ["cp1"])
+        let plain = try #require(try await passwordGrant(server).string("access_token"))
+        #expect(jwtPayload(plain)["xms_cc"] == nil)
+        #expect(try await HTTP.get(me, headers: ["Authorization": "Bearer \(capable)"]).status == 200)
+
+        let required = try await Self.post(server, "/test/require-fresh-tokens?username=alice@contoso.test")
+        let revokedAt = try #require(required.json["revokedAt"] as? Int)
+        let challenged = try await HTTP.get(me, headers: ["Authorization": "Bearer \(capable)"])
+        #expect(challenged.status == 401)
+        let header = try #require(challenged.header("WWW-Authenticate"))
+        #expect(header.hasPrefix(#"Bearer realm="", authorization_uri="\#(server.authority)/oauth2/v2.0/authorize""#))
+        #expect(header.contains(#"error="insufficient_claims""#))
+        let encoded = try #require(header.components(separatedBy: #"claims=""#).last?.dropLast())
+        let decoded = String(decoding: try #require(Data(base64Encoded: String(encoded))), as: UTF8.self)
+        #expect(decoded == #"{"access_token":{"nbf":{"essential":true,"value":"\#(revokedAt)"}}}"#)
+        // Without the capability a token is honoured until it expires.
+        #expect(try await HTTP.get(me, headers: ["Authorization": "Bearer \(plain)"]).status == 200)
+
+        let claims = #"{"access_token":{"xms_cc":{"values":["cp1"]},"nbf":{"essential":true,"value":"\#(revokedAt)"}}}"#
+        let refreshed = try await HTTP.postForm(
+            server.tokenURL,
+            [
+                ("grant_type", "refresh_token"), ("client_id", "broker-app"),
+                ("refresh_token", try #require(signIn.string("refresh_token"))), ("claims", claims),
+            ])
+        let fresh = try #require(refreshed.string("access_token"))
+        #expect(try await HTTP.get(me, headers: ["Authorization": "Bearer \(fresh)"]).status == 200)
+
+        let last = try await HTTP.get(server.baseURL + "/test/last-claims?client_id=broker-app").json
+        let access = (last["claims"] as? [String: Any])?["access_token"] as? [String: Any]
+        #expect((access?["xms_cc"] as? [String: [String]])?["values"] == ["cp1"])
+        let stats = try await HTTP.get(server.baseURL + "/test/stats").json
+        #expect(stats["claims"] as? Int == 2)
+        let malformed = try await passwordGrant(server, extra: [("claims", "{not json")])
+        #expect(malformed.status == 400)
+        #expect(malformed.string("error") == "invalid_request")
+
+        _ = try await Self.post(server, "/test/disable-account?username=alice@contoso.test")
+        let disabled = try await HTTP.get(me, headers: ["Authorization": "Bearer \(plain)"])
+        #expect(disabled.status == 401)
+        #expect(disabled.header("WWW-Authenticate")?.contains(#"error="invalid_token""#) == true)
+    }
+
+    @Test func withoutCAENoTokenIsChallenged() async throws {
+        let server = try await IdpSimServer.start(arguments: ["--without", "cae"])
+        let token = try #require(
+            try await passwordGrant(server, extra: [("claims", Self.capable)]).string("access_token"))
+        #expect(jwtPayload(token)["xms_cc"] == nil)
+        _ = try await Self.post(server, "/test/revoke-sessions?username=alice@contoso.test")
+        let me = try await HTTP.get(server.baseURL + "/v1.0/me", headers: ["Authorization": "Bearer \(token)"])
+        #expect(me.status == 200)
+    }
 }
