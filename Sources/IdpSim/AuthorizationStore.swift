@@ -83,6 +83,13 @@ actor AuthorizationStore {
         sessions[id] = nil
     }
 
+    /// Ends every browser session of `username` (an administrator revoked them); returns how many.
+    func endSessions(username: String) -> Int {
+        let ids = sessions.filter { $0.value.username.lowercased() == username.lowercased() }.map(\.key)
+        for id in ids { sessions[id] = nil }
+        return ids.count
+    }
+
     /// Moves every browser session's authentication back by `seconds` (for tests: "signed in an
     /// hour ago"); returns how many there are.
     func ageSessions(by seconds: TimeInterval) -> Int {

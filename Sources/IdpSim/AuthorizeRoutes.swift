@@ -125,6 +125,12 @@ struct AuthorizeRoutes: Sendable {
             provider.logger.info("sign-in form: invalid credentials", metadata: ["user": "\(username)"])
             return signInForm(flowId: flowId, username: username, error: "Your account or password is incorrect.")
         }
+        guard await !provider.revocations.isDisabled(user.username) else {
+            provider.logger.info("sign-in form: account disabled", metadata: ["user": "\(user.username)"])
+            return signInForm(
+                flowId: flowId, username: username,
+                error: "Your account has been locked. Contact your support person to unlock it, then try again.")
+        }
         await provider.authorization.removePending(flowId)
         let (sessionId, session) = await provider.authorization.createSession(username: user.username)
         var response = await complete(pending, session: session)

@@ -46,6 +46,11 @@ actor DeviceSecretStore {
         return .live(session)
     }
 
+    /// Whose a device secret is, whatever its state.
+    func owner(of secret: String) -> String? {
+        bySecret[secret]?.username
+    }
+
     /// Whether `sid` names a session whose secret is still usable.
     func isLive(sid: String) -> Bool {
         bySecret.values.contains { $0.sid == sid && !$0.revoked && $0.expiresAt > Date() }

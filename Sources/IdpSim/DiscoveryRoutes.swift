@@ -39,7 +39,7 @@ struct DiscoveryRoutes: Sendable {
             "end_session_endpoint": endpoints.url(Endpoints.logoutPath),
             "response_types_supported": ["code"],
             "response_modes_supported": ["query"],
-            "grant_types_supported": ["authorization_code", "refresh_token", "password"],
+            "grant_types_supported": ["authorization_code", "refresh_token", "password", "client_credentials"],
             "subject_types_supported": ["pairwise"],
             "id_token_signing_alg_values_supported": [SigningKeys.algorithm],
             "scopes_supported": ["openid", "profile", "email", "offline_access", "User.Read"],
@@ -73,7 +73,7 @@ struct DiscoveryRoutes: Sendable {
         }
         if TokenExchange.offered(by: provider) {
             document["grant_types_supported"] = [
-                "authorization_code", "refresh_token", "password", TokenExchange.grantType,
+                "authorization_code", "refresh_token", "password", "client_credentials", TokenExchange.grantType,
             ]
         }
         if provider.offers(.deviceCode) {

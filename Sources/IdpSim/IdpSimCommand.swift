@@ -55,7 +55,7 @@ struct IdpSimCommand: AsyncParsableCommand {
             "Mimic Microsoft Entra ID's multi-tenant authority exactly: /common/v2.0, its discovery issuer "
                 + "the template {base}/{tenantid}/v2.0, each token issued by the user's own tenant (a user's "
                 + "tenantId in the users file), and neither revocation, native authentication nor single "
-                + "sign-on by token exchange."))
+                + "sign-on by token exchange, nor a Shared Signals transmitter."))
     var entraCommon = false
 
     @Flag(
@@ -102,7 +102,9 @@ struct IdpSimCommand: AsyncParsableCommand {
             codeLifetime: codeLifetime, without: Set(without), multiTenant: entraCommon,
             deviceCodeLifetime: deviceCodeLifetime, deviceCodeInterval: deviceCodeInterval,
             deviceCodeSlowDowns: deviceCodeSlowDown, ignoresReauthentication: ignoreReauthentication)
-        if entraCommon { settings.without.formUnion([.revocation, .nativeAuth, .nativeSSO, .tokenExchange]) }
+        if entraCommon {
+            settings.without.formUnion([.revocation, .nativeAuth, .nativeSSO, .tokenExchange, .sharedSignals])
+        }
         let provider = try await Provider(
             users: directory, settings: settings,
             authorityPath: entraCommon ? Endpoints.commonAuthorityPath : issuerPath ?? "/\(directory.tenantId)/v2.0",

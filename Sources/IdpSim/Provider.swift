@@ -38,6 +38,10 @@ enum OptionalFeature: String, Sendable, CaseIterable, ExpressibleByArgument {
     case tokenExchange = "token-exchange"
     /// The device authorization grant (RFC 8628).
     case deviceCode = "device-code"
+    /// A Shared Signals Framework 1.0 transmitter (poll delivery, RFC 8936).
+    case sharedSignals = "shared-signals"
+    /// Continuous Access Evaluation: the `claims` request parameter, `xms_cc`, claims challenges.
+    case cae
 }
 
 /// Everything a request handler needs: the directory, keys, and the in-memory state actors.
@@ -55,6 +59,9 @@ struct Provider: Sendable {
     let authorization: AuthorizationStore
     let deviceSecrets: DeviceSecretStore
     let deviceCodes: DeviceCodeStore
+    let sharedSignals = SharedSignals()
+    let revocations: SessionRevocations
+    let claimsRequests = ClaimsRequests()
     let logger: Logger
 
     /// Whether an optional part is on.
@@ -65,10 +72,11 @@ struct Provider: Sendable {
         self.settings = settings
         self.endpoints = Endpoints(authorityPath: authorityPath, multiTenant: settings.multiTenant)
         self.keys = try await SigningKeys.generate()
+        self.revocations = SessionRevocations()
         self.refreshTokens = RefreshTokenStore(lifetime: TimeInterval(settings.refreshTokenLifetime))
         self.issuer = TokenIssuer(
             keys: keys, endpoints: endpoints, tenantId: users.tenantId,
-            accessTokenLifetime: settings.accessTokenLifetime, refreshTokens: refreshTokens,
+            accessTokenLifetime: settings.accessTokenLifetime, refreshTokens: refreshTokens, revocations: revocations,
             familyTokens: !settings.without.contains(.familyTokens))
         self.nativeAuth = NativeAuthStore(codeLifetime: TimeInterval(settings.codeLifetime))
         self.authorization = AuthorizationStore(codeLifetime: TimeInterval(settings.codeLifetime))
@@ -88,7 +96,9 @@ struct Provider: Sendable {
         ResourceRoutes(provider: self).register(on: router)
         if !settings.without.contains(.nativeAuth) { NativeAuthRoutes(provider: self).register(on: router) }
         AuthorizeRoutes(provider: self).register(on: router)
+        if offers(.sharedSignals) { SharedSignalsRoutes(provider: self).register(on: router) }
         TestRoutes(provider: self).register(on: router)
+        OperatorRoutes(provider: self).register(on: router)
         return router
     }
 }
@@ -103,6 +113,8 @@ struct ErrorMiddleware: RouterMiddleware {
         do {
             return try await next(request, context)
         } catch let error as OAuthError {
+            return error.response()
+        } catch let error as SharedSignalsError {
             return error.response()
         }
     }

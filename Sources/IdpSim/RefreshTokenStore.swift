@@ -81,6 +81,11 @@ actor RefreshTokenStore {
         return entry.grant
     }
 
+    /// Whose a token is, whatever its state, without consuming it.
+    func owner(of token: String) -> String? {
+        entries[token]?.grant.username
+    }
+
     /// RFC 7009: revokes the token's whole family. Unknown tokens are ignored.
     /// When `clientId` is given, tokens issued to other clients are left alone (§2.1).
     func revoke(_ token: String, clientId: String?) {

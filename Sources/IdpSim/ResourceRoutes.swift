@@ -8,7 +8,7 @@ struct ResourceRoutes: Sendable {
     func register(on router: Router<BasicRequestContext>) {
         router.get(RouterPath(Endpoints.mePath)) { request, _ in
             await provider.stats.count("me")
-            let (claims, user) = try await authorize(request, requiredScope: "User.Read")
+            let (claims, user) = try await authorize(request, requiredScope: "User.Read", continuousAccess: true)
             var body: [String: Any] = [
                 "id": claims.oid,
                 "displayName": user.displayName,
@@ -32,7 +32,12 @@ struct ResourceRoutes: Sendable {
     }
 
     /// Validates the access token (signature, `exp`/`nbf`, `iss`, `aud`) and the scope (RFC 6750 §3.1).
-    private func authorize(_ request: Request, requiredScope: String) async throws -> (AccessTokenClaims, UserAccount) {
+    /// With `continuousAccess` (the Graph-like API, under CAE), a disabled user's token is refused,
+    /// and so is a token of a client that declared `cp1` issued before the user's last revocation,
+    /// with a claims challenge; other tokens are honoured until they expire, as Entra does.
+    private func authorize(_ request: Request, requiredScope: String, continuousAccess: Bool = false) async throws -> (
+        AccessTokenClaims, UserAccount
+    ) {
         guard let token = request.bearerToken else {
             throw Self.challenge(error: nil, description: "No access token was presented.")
         }
@@ -54,6 +59,18 @@ struct ResourceRoutes: Sendable {
         }
         guard let user = provider.users.user(objectId: claims.oid) else {
             throw Self.challenge(error: "invalid_token", description: "The user of this token no longer exists.")
+        }
+        if continuousAccess, provider.offers(.cae) {
+            if await provider.revocations.isDisabled(user.username) {
+                throw Self.challenge(error: "invalid_token", description: "The user account is disabled.")
+            }
+            if claims.xms_cc?.contains("cp1") == true,
+                let revokedAt = await provider.revocations.revocation(
+                    before: claims.uti, issuedAt: claims.iat.value, username: user.username)
+            {
+                throw ContinuousAccess.challenge(
+                    authorizationURI: provider.endpoints.url(Endpoints.authorizePath), revokedAt: revokedAt)
+            }
         }
         return (claims, user)
     }

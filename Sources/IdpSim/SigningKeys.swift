@@ -39,18 +39,19 @@ struct SigningKeys: Sendable {
         return SigningKeys(kid: kid, collection: collection, jwks: JWKSDocument(keys: [jwk]))
     }
 
-    func sign(_ payload: some JWTPayload) async throws -> String {
+    /// Signs with the published key; `typ` is `JWT`, or `secevent+jwt` for a SET (RFC 8417 §2.3).
+    func sign(_ payload: some JWTPayload, typ: String = "JWT") async throws -> String {
         var header = JWTHeader()
-        header.typ = "JWT"
+        header.typ = typ
         return try await collection.sign(payload, kid: JWKIdentifier(string: kid), header: header)
     }
 
     /// Signs with a fresh key under the published `kid`: what a forger without the provider's key produces.
-    func signWithImpostorKey(_ payload: some JWTPayload) async throws -> String {
+    func signWithImpostorKey(_ payload: some JWTPayload, typ: String = "JWT") async throws -> String {
         let impostor = JWTKeyCollection()
         await impostor.add(ecdsa: ES256PrivateKey(), kid: JWKIdentifier(string: kid))
         var header = JWTHeader()
-        header.typ = "JWT"
+        header.typ = typ
         return try await impostor.sign(payload, kid: JWKIdentifier(string: kid), header: header)
     }
 

@@ -34,6 +34,8 @@ struct SignIn: Sendable {
     var deviceSession: DeviceSession? = nil
     /// Set for a token exchange (RFC 8693): the answer says what it issued.
     var isExchange = false
+    /// Continuous Access Evaluation: the capabilities the client declared (`xms_cc`).
+    var capabilities: [String] = []
 }
 
 /// Native SSO's device session, as the tokens of one sign-in carry it.
@@ -52,6 +54,9 @@ enum IDTokenForgery: Sendable {
 struct TokenIssuer: Sendable {
     /// The `aud` of every access token: the simulated Graph API that `/v1.0/me` stands for.
     static let apiAudience = "https://graph.local"
+    /// The `aud` of an application token for the Shared Signals transmitter, which a client
+    /// credentials grant asks for with the scope `https://ssf.local/.default`.
+    static let sharedSignalsAudience = "https://ssf.local"
     static let defaultScopes = ["openid", "profile", "offline_access", "User.Read"]
 
     let keys: SigningKeys
@@ -59,6 +64,7 @@ struct TokenIssuer: Sendable {
     let tenantId: String
     let accessTokenLifetime: Int
     let refreshTokens: RefreshTokenStore
+    let revocations: SessionRevocations
     /// Whether refresh tokens of a client in a family are marked as family refresh tokens.
     let familyTokens: Bool
 
@@ -75,7 +81,9 @@ struct TokenIssuer: Sendable {
             nbf: .init(value: now),
             sub: subject, oid: user.objectId, tid: tenantId, preferred_username: user.username, name: user.displayName,
             scp: signIn.scopes.joined(separator: " "), azp: clientId, appid: clientId, ver: "2.0",
-            uti: RandomToken.make(bytes: 12))
+            uti: RandomToken.make(bytes: 12), xms_cc: signIn.capabilities.isEmpty ? nil : signIn.capabilities)
+        // Only a token that can be challenged needs to be placed against later revocations.
+        if access.xms_cc?.contains("cp1") == true { await revocations.recordIssuance(uti: access.uti) }
         var response = TokenResponse(
             access_token: try await keys.sign(access), expires_in: accessTokenLifetime,
             ext_expires_in: accessTokenLifetime,
@@ -110,6 +118,24 @@ struct TokenIssuer: Sendable {
         if let session = signIn.deviceSession, session.handOutSecret { response.device_secret = session.secret }
         if signIn.isExchange { response.issued_token_type = TokenExchange.accessTokenType }
         return response
+    }
+
+    /// The client credentials grant (RFC 6749 §4.4): an access token of the application itself,
+    /// for `audience`; no refresh token (§4.4.3) and no ID token, as there is no person.
+    func issueApp(_ client: ClientRegistration, audience: String, capabilities: [String] = []) async throws
+        -> TokenResponse
+    {
+        let now = Date(timeIntervalSince1970: Date().timeIntervalSince1970.rounded(.down))
+        let expiry = now.addingTimeInterval(TimeInterval(accessTokenLifetime))
+        let objectId = UserStore.derivedObjectId(clientId: client.clientId)
+        let access = AppAccessTokenClaims(
+            iss: endpoints.issuer(forTenant: tenantId), aud: audience, exp: .init(value: expiry),
+            iat: .init(value: now), nbf: .init(value: now), sub: objectId, oid: objectId, tid: tenantId,
+            azp: client.clientId, appid: client.clientId, idtyp: AppAccessTokenClaims.appType, ver: "2.0",
+            uti: RandomToken.make(bytes: 12), xms_cc: capabilities.isEmpty ? nil : capabilities)
+        return TokenResponse(
+            access_token: try await keys.sign(access), expires_in: accessTokenLifetime,
+            ext_expires_in: accessTokenLifetime, scope: audience + "/.default")
     }
 
     /// Native SSO's `ds_hash` (like OIDC's `at_hash`): the left-most half of the SHA-256 of the

@@ -22,6 +22,8 @@ struct TokenRoutes: Sendable {
         if let replacement { return replacement }
 
         let client = try ClientAuthenticator(users: provider.users).authenticate(request, parameters)
+        let claims = try await claimsParameter(parameters, client: client)
+        for username in await namedUsers(parameters) { try await refuseDisabledAccount(username) }
         var signIn: SignIn
         switch grantType {
         case "password":
@@ -36,6 +38,10 @@ struct TokenRoutes: Sendable {
             signIn = try await AuthorizeRoutes(provider: provider).codeGrant(parameters, client: client)
         case "oob":
             signIn = try await NativeAuthRoutes(provider: provider).oobGrant(parameters, client: client)
+        case "client_credentials":
+            return FaultResponses.after(
+                fault,
+                try await clientCredentialsGrant(parameters, client: client, capabilities: claims?.capabilities ?? []))
         case DeviceAuthorization.grantType where provider.offers(.deviceCode):
             signIn = try await DeviceAuthorization(provider: provider).grant(parameters, client: client)
         case TokenExchange.grantType where TokenExchange.offered(by: provider):
@@ -47,6 +53,8 @@ struct TokenRoutes: Sendable {
                 status: .badRequest, error: "unsupported_grant_type",
                 description: "The provided value for the input parameter 'grant_type' is not valid.", codes: [70003])
         }
+        try await refuseDisabledAccount(signIn.user.username)
+        signIn.capabilities = claims?.capabilities ?? []
         // Native SSO §3.1: a person's sign-in granted `device_sso` (with `openid`) starts a device session.
         if ["password", "authorization_code", "oob", DeviceAuthorization.grantType].contains(grantType),
             provider.offers(.nativeSSO),
@@ -61,6 +69,69 @@ struct TokenRoutes: Sendable {
             "issued tokens",
             metadata: ["grant": "\(grantType)", "client": "\(client.clientId)", "user": "\(signIn.user.username)"])
         return FaultResponses.after(fault, JSONBody.response(encoding: tokens, headers: .noStore))
+    }
+
+    /// Client credentials (RFC 6749 §4.4): only a client that authenticated with its secret may
+    /// act as itself. Its token is for the Shared Signals transmitter when the scope names it,
+    /// else for the API, as Entra's `RESOURCE/.default` scope chooses the resource.
+    private func clientCredentialsGrant(
+        _ parameters: [String: String], client: ClientRegistration, capabilities: [String]
+    ) async throws -> Response {
+        guard client.isConfidential else {
+            throw OAuthError(
+                status: .badRequest, error: "unauthorized_client",
+                description:
+                    "The client credentials grant is for confidential clients; '\(client.clientId)' is public.",
+                codes: [700025])
+        }
+        let scopes = (parameters["scope"] ?? "").split(separator: " ")
+        let audience =
+            scopes.contains { $0.hasPrefix(TokenIssuer.sharedSignalsAudience) }
+            ? TokenIssuer.sharedSignalsAudience : TokenIssuer.apiAudience
+        let tokens = try await provider.issuer.issueApp(client, audience: audience, capabilities: capabilities)
+        provider.logger.info(
+            "issued tokens", metadata: ["grant": "client_credentials", "client": "\(client.clientId)"])
+        return JSONBody.response(encoding: tokens, headers: .noStore)
+    }
+
+    /// The `claims` parameter (OIDC Core §5.5) of any grant, under Continuous Access Evaluation;
+    /// without it the parameter is ignored, as by a provider that knows nothing of it. Claims are
+    /// not secret, so the capabilities they declare are logged.
+    private func claimsParameter(_ parameters: [String: String], client: ClientRegistration) async throws
+        -> ContinuousAccess.Request?
+    {
+        guard provider.offers(.cae), let text = parameters.nonEmpty("claims") else { return nil }
+        await provider.stats.count("claims")
+        let request = try ContinuousAccess.parse(text)
+        await provider.claimsRequests.record(text, clientId: client.clientId)
+        provider.logger.info(
+            "claims requested",
+            metadata: ["client": "\(client.clientId)", "xms_cc": "\(request.capabilities.joined(separator: " "))"])
+        return request
+    }
+
+    /// The users a request names or whose tokens it presents, so that a disabled account is told
+    /// so (and not that its revoked refresh token is revoked) before anything is looked at.
+    private func namedUsers(_ parameters: [String: String]) async -> [String] {
+        var users: [String] = []
+        if parameters["continuation_token"] == nil, let username = parameters.nonEmpty("username") {
+            users.append(username)
+        }
+        for name in ["refresh_token", "subject_token"] {
+            if let token = parameters.nonEmpty(name), let owner = await provider.refreshTokens.owner(of: token) {
+                users.append(owner)
+            }
+        }
+        if let secret = parameters.nonEmpty("actor_token"), let owner = await provider.deviceSecrets.owner(of: secret) {
+            users.append(owner)
+        }
+        return users
+    }
+
+    /// Entra's answer to every grant of a disabled account.
+    func refuseDisabledAccount(_ username: String) async throws {
+        guard await provider.revocations.isDisabled(username) else { return }
+        throw OAuthError.invalidGrant("User account is disabled.", code: 50057)
     }
 
     /// Resource owner password credentials (RFC 6749 §4.3).

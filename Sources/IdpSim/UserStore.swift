@@ -177,7 +177,17 @@ extension UserStore {
 
     /// A name-based (version 5 style) UUID over the lower-cased username, so the `oid` survives restarts.
     static func derivedObjectId(username: String) -> String {
-        var bytes = Array(Insecure.SHA1.hash(data: Data("idp-sim:user:\(username.lowercased())".utf8)).prefix(16))
+        nameBasedUUID("idp-sim:user:\(username.lowercased())")
+    }
+
+    /// The `oid` of an application's own tokens (client credentials): name-based too, so that it
+    /// survives restarts, and never equal to a user's.
+    static func derivedObjectId(clientId: String) -> String {
+        nameBasedUUID("idp-sim:client:\(clientId)")
+    }
+
+    private static func nameBasedUUID(_ name: String) -> String {
+        var bytes = Array(Insecure.SHA1.hash(data: Data(name.utf8)).prefix(16))
         bytes[6] = (bytes[6] & 0x0F) | 0x50
         bytes[8] = (bytes[8] & 0x3F) | 0x80
         let uuid = UUID(

@@ -133,7 +133,8 @@ struct ProviderTests {
         #expect(unknownClient.string("error") == "invalid_client")
 
         let unsupported = try await HTTP.postForm(
-            server.tokenURL, [("grant_type", "client_credentials"), ("client_id", "broker-app")])
+            server.tokenURL,
+            [("grant_type", "urn:ietf:params:oauth:grant-type:jwt-bearer"), ("client_id", "broker-app")])
         #expect(unsupported.status == 400)
         #expect(unsupported.string("error") == "unsupported_grant_type")
 
