@@ -39,7 +39,7 @@ public struct SecurityEvent: Sendable, Equatable {
     public var issuedAt: Int64
     public var kind: Kind
     public var subject: EventSubject
-    /// When the event happened, as the transmitter says (`event_timestamp`), else `iat`.
+    /// When the event happened, as the transmitter says (`event_timestamp`), never after `iat`.
     public var eventTime: Int64
 }
 
@@ -139,9 +139,11 @@ struct SecurityEventVerifier: Sendable {
         } else {
             kind = .other(OutsideText.cleaned(String(uri.prefix(200))))
         }
+        // An event happened at the latest when its SET was issued: a later event_timestamp cannot
+        // make an old SET look like news about the current sign-in.
         return SecurityEvent(
             jti: jti, issuedAt: issuedAt, kind: kind, subject: subject,
-            eventTime: Self.seconds(body["event_timestamp"]) ?? issuedAt)
+            eventTime: min(Self.seconds(body["event_timestamp"]) ?? issuedAt, issuedAt))
     }
 
     /// The names and ids an RFC 9493 subject identifier gives: `email`, `iss_sub`, `opaque`,

@@ -230,7 +230,11 @@ public actor SharedSignalsReceiver {
             method: "GET", url: configuration, json: nil, what: "the Shared Signals stream configuration")
         var found: JSONValue?
         if existing.status == 200 {
-            let answer = try Self.object(existing.body, what: "the Shared Signals stream configuration")
+            // SSF 1.0 8.1.1.2: an array of the receiver's streams (some transmitters answer the one object).
+            let answer: JSONValue
+            do { answer = try JSONParsing.value(existing.body, what: "the Shared Signals stream configuration") } catch {
+                throw SharedSignalsError.unavailable("\(error)")
+            }
             let streams = answer.array ?? [answer]
             found = streams.first { $0["delivery"]?["method"]?.string == Self.pollDelivery }
         }
