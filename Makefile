@@ -262,7 +262,7 @@ clean:
 ## 60) each. Not part of `make test`; see
 ## fuzz/README.md and docs/reliability.md ("Fuzzing").
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS ?= json token jwt jwks discovery statefile redirect msbroker config
+FUZZ_TARGETS ?= json token jwt jwks discovery statefile redirect msbroker config sharedsignals
 .PHONY: fuzz
 fuzz: deps
 	SWIFT=$(SWIFT) bash fuzz/build.sh $(FUZZ_TARGETS)

@@ -17,7 +17,7 @@ SCRATCH=$(cd "$(dirname "$SCRATCH")" && pwd)/$(basename "$SCRATCH")
 SWIFT=${SWIFT:-swift}
 SWIFTC=${SWIFTC:-$(dirname "$(command -v "$SWIFT")")/swiftc}
 SANITIZE=${FUZZ_SANITIZE:-fuzzer}
-ALL_TARGETS="json token jwt jwks discovery statefile redirect msbroker config"
+ALL_TARGETS="json token jwt jwks discovery statefile redirect msbroker config sharedsignals"
 TARGETS=${*:-$ALL_TARGETS}
 OUT=$SCRATCH/fuzz
 mkdir -p "$OUT/mod" "$OUT/obj" "$OUT/bin"
@@ -56,7 +56,7 @@ module BrokerCore Sources/BrokerCore/*.swift
 module Identity Sources/Identity/*.swift
 [ "$OUT/obj/Identity.o" -nt "$OUT/obj/BrokerDaemon.o" ] && rm -f "$OUT/obj/BrokerDaemon.o"
 module BrokerDaemon Sources/BrokerDaemon/*.swift Sources/BrokerDaemon/Persistence/*.swift \
-    Sources/BrokerDaemon/MicrosoftBroker1/*.swift
+    Sources/BrokerDaemon/MicrosoftBroker1/*.swift Sources/BrokerDaemon/ShiftSources/*.swift
 
 for target in $TARGETS; do
     [ -f "fuzz/harness/$target.swift" ] || { echo "fuzz: no target $target (targets: $ALL_TARGETS)" >&2; exit 2; }

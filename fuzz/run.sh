@@ -4,7 +4,7 @@
 #   fuzz/run.sh TARGET [SECONDS]    fuzz TARGET for SECONDS (default $FUZZ_SECONDS, else 60)
 #   fuzz/run.sh TARGET replay       run the seed corpus and fuzz/regressions/TARGET once, no fuzzing
 #
-# Targets: json token jwt jwks discovery statefile redirect msbroker config (see fuzz/README.md).
+# Targets: json token jwt jwks discovery statefile redirect msbroker config sharedsignals (see fuzz/README.md).
 # Builds first (fuzz/build.sh; FUZZ_SKIP_BUILD=1 to skip). Runs libFuzzer in fork mode, so a crash
 # is recorded and fuzzing goes on; the corpus grows in $FUZZ_SCRATCH/fuzz/corpus/TARGET (seeded
 # from fuzz/corpus/TARGET) and crash inputs land in $FUZZ_SCRATCH/fuzz/artifacts/TARGET. Prints

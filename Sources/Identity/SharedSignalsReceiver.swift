@@ -232,7 +232,8 @@ public actor SharedSignalsReceiver {
         if existing.status == 200 {
             // SSF 1.0 8.1.1.2: an array of the receiver's streams (some transmitters answer the one object).
             let answer: JSONValue
-            do { answer = try JSONParsing.value(existing.body, what: "the Shared Signals stream configuration") } catch {
+            do { answer = try JSONParsing.value(existing.body, what: "the Shared Signals stream configuration") } catch
+            {
                 throw SharedSignalsError.unavailable("\(error)")
             }
             let streams = answer.array ?? [answer]

@@ -11,6 +11,10 @@ final class ScriptedProvider: IdentityProvider, @unchecked Sendable {
     private var _revoked: [String] = []
     private var rotation = 0
     var rejectRefresh = false
+    /// When set, every refresh fails with it.
+    var refreshFailure: BrokerFailure?
+    /// The claims the last refresh carried.
+    private(set) var lastRefreshClaims: String?
     /// Refreshes asking for these scopes are refused as beyond the grant (invalid_scope).
     var ungrantedScopes: Set<String> = []
     var users: [String: String] = ["alice@contoso.example": "alice-pw", "bob@contoso.example": "bob-pw"]
@@ -43,6 +47,8 @@ final class ScriptedProvider: IdentityProvider, @unchecked Sendable {
     {
         lock.withLock { _ in _refreshCalls += 1 }
         if let gate = refreshGate { for await _ in gate { break } }
+        lock.withLock { _ in lastRefreshClaims = claims }
+        if let refreshFailure { throw refreshFailure }
         if rejectRefresh { throw BrokerFailure(.interactionRequired, "refresh token revoked") }
         if !ungrantedScopes.isDisjoint(with: scopes.values) {
             throw BrokerFailure(.interactionRequired, "not consented", refreshTokenStillValid: true)

@@ -121,7 +121,8 @@ struct ProviderSignOutTests {
         ] {
             let mark = env.brokerd.process.stderrText.split(separator: "\n").count
             _ = try await Self.post(
-                env, "/test/ssf/inject", json: #"{"username": "\#(alice)", "event": "session-revoked", "forgery": "\#(forgery)"}"#)
+                env, "/test/ssf/inject",
+                json: #"{"username": "\#(alice)", "event": "session-revoked", "forgery": "\#(forgery)"}"#)
             try env.brokerd.process.waitForLine(after: mark, timeout: .seconds(10), stderr: true) {
                 $0.contains(expected)
             }
@@ -136,14 +137,16 @@ struct ProviderSignOutTests {
         #expect(try env.signIn(TestUsers.alice, client: "mail-app").status == 0)
         var mark = env.brokerd.process.stderrText.split(separator: "\n").count
         _ = try await Self.post(
-            env, "/test/ssf/inject", json: #"{"username": "\#(alice)", "event": "session-revoked", "forgery": "replay"}"#)
+            env, "/test/ssf/inject",
+            json: #"{"username": "\#(alice)", "event": "session-revoked", "forgery": "replay"}"#)
         try env.brokerd.process.waitForLine(after: mark, timeout: .seconds(10), stderr: true) {
             $0.contains("delivered again is not acted on twice")
         }
         #expect(try Self.current(env) == alice, "signed out by a replayed SET")
         mark = env.brokerd.process.stderrText.split(separator: "\n").count
         _ = try await Self.post(
-            env, "/test/ssf/inject", json: #"{"username": "\#(alice)", "event": "session-revoked", "forgery": "expired"}"#)
+            env, "/test/ssf/inject",
+            json: #"{"username": "\#(alice)", "event": "session-revoked", "forgery": "expired"}"#)
         try env.brokerd.process.waitForLine(after: mark, timeout: .seconds(10), stderr: true) {
             $0.contains("ended an earlier session")
         }
@@ -168,11 +171,14 @@ struct ProviderSignOutTests {
             $0.contains("receiving Shared Signals")
         }
         _ = try await Self.post(env, "/test/revoke-sessions?username=\(TestUsers.alice.username)")
-        try env.brokerd.process.waitForLine(timeout: .seconds(10), stderr: true) { $0.contains("signing the device out") }
+        try env.brokerd.process.waitForLine(timeout: .seconds(10), stderr: true) {
+            $0.contains("signing the device out")
+        }
         #expect(try Self.current(env) == nil)
     }
 
-    @Test("without a transmitter, the session check signs out a revoked session and keeps one the provider cannot check")
+    @Test(
+        "without a transmitter, the session check signs out a revoked session and keeps one the provider cannot check")
     func theSessionCheck() async throws {
         let directory = try TemporaryDirectory()
         let config = try directory.write("broker.conf", #"{"sessionCheckSeconds": 1}"#)
@@ -188,7 +194,9 @@ struct ProviderSignOutTests {
         #expect(try Self.current(env) == TestUsers.alice.username)
         try await env.setProviderFault("none")
         _ = try await Self.post(env, "/test/revoke-sessions?username=\(TestUsers.alice.username)")
-        try env.brokerd.process.waitForLine(timeout: .seconds(10), stderr: true) { $0.contains("signing the device out") }
+        try env.brokerd.process.waitForLine(timeout: .seconds(10), stderr: true) {
+            $0.contains("signing the device out")
+        }
         let after = try env.brokerctl(["current-account", "--client-id", "mail-app", "--json"]).json()
         #expect(after["current"] is NSNull, "\(after)")
         #expect((after["previous"] as? [String: Any])?["username"] as? String == TestUsers.alice.username)

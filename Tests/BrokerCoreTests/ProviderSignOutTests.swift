@@ -1,0 +1,116 @@
+import BrokerCore
+import Testing
+
+@Suite("Broker core: the provider ends a session")
+struct ProviderSignOutTests {
+    let alice = ScriptedProvider.account("alice@contoso.example")
+
+    @Test func aSubjectMatchesByNameOrIdWithinItsTenant() {
+        #expect(EventSubject(emails: ["ALICE@contoso.example"]).matches(alice))
+        #expect(EventSubject(userIds: ["oid-alice"]).matches(alice))
+        #expect(EventSubject(userIds: ["oid-alice.tenant"]).matches(alice))
+        #expect(!EventSubject(userIds: ["oid-alice"], tenant: "another").matches(alice))
+        #expect(!EventSubject(emails: ["bob@contoso.example"], userIds: ["oid-al"]).matches(alice))
+        #expect(!EventSubject(userIds: [""]).matches(alice))
+    }
+
+    @Test func theDevicesAccountIsSignedOutWithCauseProvider() async throws {
+        let h = Harness()
+        _ = try await h.signIn()
+        let outcome = await h.broker.providerEnded(
+            .sessionRevoked, for: EventSubject(emails: [alice.username]), at: h.clock.now())
+        #expect(outcome == .signedOut)
+        #expect(h.broker.state.current == nil)
+        #expect(h.changes.changes.last?.cause == .provider)
+        #expect(h.broker.state.signedInAt == nil)
+    }
+
+    @Test func anEventOlderThanTheSignInChangesNothing() async throws {
+        let h = Harness()
+        let before = h.clock.now()
+        h.clock.advance(3600)
+        _ = try await h.signIn()
+        #expect(h.broker.state.signedInAt == h.clock.now())
+        let outcome = await h.broker.providerEnded(
+            .sessionRevoked, for: EventSubject(emails: [alice.username]), at: before)
+        #expect(outcome == .olderThanSignIn)
+        #expect(h.broker.state.current == alice)
+        // Within the clock skew allowed, it may be about this very sign-in.
+        let recent = await h.broker.providerEnded(
+            .credentialChange, for: EventSubject(emails: [alice.username]), at: h.clock.now() - 30)
+        #expect(recent == .signedOut)
+    }
+
+    @Test func anotherAccountChangesNothing() async throws {
+        let h = Harness()
+        _ = try await h.signIn()
+        let outcome = await h.broker.providerEnded(
+            .accountDisabled, for: EventSubject(emails: ["bob@contoso.example"]), at: nil)
+        #expect(outcome == .notHere)
+        #expect(h.broker.state.current == alice)
+    }
+
+    @Test func defaultModeDropsTheAppsTokensOfThatAccountOnly() async throws {
+        let h = Harness(mode: .default)
+        _ = try await h.signIn(client: "mail")
+        _ = try await h.signIn("bob@contoso.example", client: "calendar")
+        let outcome = await h.broker.providerEnded(
+            .sessionRevoked, for: EventSubject(userIds: ["oid-alice"]), at: nil)
+        #expect(outcome == .forgotten(apps: 1))
+        #expect(h.broker.state.clients["mail"]?.refreshToken == nil)
+        #expect(h.broker.state.clients["calendar"]?.refreshToken != nil)
+    }
+
+    @Test func theSessionCheckSignsOutOnlyWhenTheGrantEnded() async throws {
+        let h = Harness()
+        _ = try await h.signIn()
+        #expect(await h.broker.checkDeviceSession() == .alive)
+        h.provider.refreshFailure = BrokerFailure(.serverUnavailable, "down")
+        guard case .unknown = await h.broker.checkDeviceSession() else {
+            Issue.record("an outage was taken for an answer")
+            return
+        }
+        #expect(h.broker.state.current == alice)
+        h.provider.refreshFailure = BrokerFailure(.interactionRequired, "mfa needed")
+        guard case .unknown = await h.broker.checkDeviceSession() else {
+            Issue.record("a request for the person was taken for an ended session")
+            return
+        }
+        h.provider.refreshFailure = BrokerFailure(.interactionRequired, "revoked", grantEnded: true)
+        #expect(await h.broker.checkDeviceSession() == .ended)
+        #expect(h.broker.state.current == nil)
+        #expect(await h.broker.checkDeviceSession() == .nothingToCheck)
+    }
+}
+
+@Suite("Broker core: claims challenges")
+struct ClaimsChallengeTests {
+    @Test func claimsSkipTheCacheAndGoWithTheRefresh() async throws {
+        let h = Harness()
+        let first = try await h.signIn()
+        let cached = try await h.broker.acquireTokenSilent(
+            clientId: "mail", scopes: ["User.Read"], accountId: "", forceRefresh: false)
+        #expect(cached.accessToken == first.accessToken)
+        let calls = h.provider.refreshCalls
+        let claims = #"{"access_token":{"nbf":{"essential":true,"value":"1"}}}"#
+        _ = try await h.broker.acquireTokenSilent(
+            clientId: "mail", scopes: ["User.Read"], accountId: "", forceRefresh: false, claims: claims)
+        #expect(h.provider.refreshCalls == calls + 1)
+        #expect(h.provider.lastRefreshClaims == claims)
+        h.provider.rejectRefresh = true
+        let refused = await failureMessage {
+            _ = try await h.broker.acquireTokenSilent(
+                clientId: "mail", scopes: ["User.Read"], accountId: "", forceRefresh: false, claims: claims)
+        }
+        #expect(refused?.contains("AcquireTokenInteractive") == true, "\(refused ?? "")")
+    }
+
+    private func failureMessage(_ body: () async throws -> Void) async -> String? {
+        do {
+            try await body()
+            return nil
+        } catch {
+            return "\(error)"
+        }
+    }
+}
