@@ -90,7 +90,9 @@ final class BrokerObject: DBusObject, Broker1Handler {
             guard let seen = try broker.currentAccountIfSeen(clientId: a[0].string ?? "") else { return nil }
             return seenAnswer(seen.current)
         case .acquireTokenSilent:
-            guard try !BusMarshalling.boolOption(a[3].vardict ?? [:], OptionKey.forceRefresh),
+            // A claims challenge asks for a token newer than the cached one: never from the cache.
+            let options = a[3].vardict ?? [:]
+            guard try !BusMarshalling.boolOption(options, OptionKey.forceRefresh), options[OptionKey.claims] == nil,
                 let result = try broker.cachedTokenIfFresh(
                     clientId: a[0].string ?? "", scopes: a[1].stringArray ?? [],
                     accountId: a[2].string ?? "")

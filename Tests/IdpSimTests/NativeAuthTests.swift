@@ -85,12 +85,13 @@ struct NativeAuthTests {
     }
 
     @Test func expiredCodeAndResend() async throws {
-        // 3 s: long enough that the resent code is still fresh under load, short enough to wait out.
-        let server = try await IdpSimServer.start(arguments: ["--code-lifetime", "3"])
+        // 6 s: long enough that the resent code is still fresh with every suite running at once on
+        // two cores (3 s was not, once), short enough to wait out.
+        let server = try await IdpSimServer.start(arguments: ["--code-lifetime", "6"])
         let first = try #require(try await server.initiate("bob@contoso.test").string("continuation_token"))
         let continuation = try #require(try await server.challenge(first).string("continuation_token"))
         let oldCode = try await server.lastCode(for: "bob@contoso.test")
-        try await Task.sleep(for: .milliseconds(3200))
+        try await Task.sleep(for: .milliseconds(6200))
         let expired = try await server.oob(oldCode, continuation)
         #expect(expired.status == 400)
         #expect(expired.string("error") == "expired_token")

@@ -1,6 +1,7 @@
 import BrokerAPI
 import DBus
 import Foundation
+import HTTP
 import TestSupport
 import Testing
 
@@ -108,10 +109,12 @@ struct OptionKeysTests {
                     options: [
                         OptionKey.prompt: .string("login"), OptionKey.loginHint: .string(TestUsers.alice.username),
                         OptionKey.flowId: .string("option-keys-flow"),
+                        OptionKey.claims: .string(#"{"id_token":{"auth_time":{"essential":true}}}"#),
                     ], username: "") ?? [])
         }
         let page = try await env.browser.nextURL()
         #expect(page.contains("login_hint="), "\(page)")
+        #expect(page.contains("claims=%7B%22id_token%22"), "\(page)")
         _ = try await env.browser.signIn(
             at: page, username: TestUsers.alice.username, password: TestUsers.alice.password)
         let result = try await interactive.value.get()
@@ -130,6 +133,21 @@ struct OptionKeysTests {
         #expect(
             cached.first?.vardict?[TokenResultKey.accessToken] != refreshed.first?.vardict?[TokenResultKey.accessToken])
         obeyed.insert(OptionKey.forceRefresh)
+
+        // AcquireTokenSilent with claims (a resource's challenge): past the cache, to the provider,
+        // which is sent the claims.
+        let refreshes = try await env.tokenRequests("refresh_token")
+        _ = try await Self.call(
+            connection, .acquireTokenSilent,
+            Self.arguments(
+                .acquireTokenSilent,
+                options: [OptionKey.claims: .string(#"{"access_token":{"nbf":{"essential":true,"value":"1"}}}"#)],
+                username: "") ?? []
+        ).get()
+        #expect(try await env.tokenRequests("refresh_token") == refreshes + 1)
+        let sent = try await HTTPClient.shared.send(.get(env.idp.baseURL + "/test/last-claims?client_id=mail-app"))
+        #expect(sent.bodyText.contains("nbf"), "\(sent.bodyText)")
+        obeyed.insert(OptionKey.claims)
 
         // SignOut with signoutFromBrowser.
         let signedOut = try await Self.call(

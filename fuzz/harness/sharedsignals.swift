@@ -69,7 +69,9 @@ private func checkText(_ text: String, _ what: String) {
 }
 
 private func check(_ event: SecurityEvent) {
-    if event.jti.isEmpty || event.jti.utf8.count > 256 { violated("an event with a jti of \(event.jti.utf8.count) bytes") }
+    if event.jti.isEmpty || event.jti.utf8.count > 256 {
+        violated("an event with a jti of \(event.jti.utf8.count) bytes")
+    }
     checkText(event.jti, "a jti")
     if event.eventTime > event.issuedAt { violated("an event after its SET was issued") }
     for text in event.subject.emails + event.subject.userIds + [event.subject.tenant ?? ""] {

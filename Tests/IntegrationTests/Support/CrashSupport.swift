@@ -52,6 +52,7 @@ struct StateFileSnapshot: CustomStringConvertible {
             object["current"] = nil
             object["singleSignOn"] = nil
             object["signedInBoot"] = nil
+            object["signedInAt"] = nil
         }
         var clients: [String: Any] = [:]
         for (id, record) in self.clients {
