@@ -54,6 +54,8 @@ public enum ProviderEventOutcome: Sendable, Equatable {
     case olderThanSignIn
     /// Nobody on this device is signed in with that account.
     case notHere
+    /// The change could not be made (the state could not be written): the event must come again.
+    case notDone(String)
 }
 
 /// Outcome of one check of the device's session (``Broker/checkDeviceSession()``).
@@ -81,7 +83,12 @@ extension Broker {
         -> ProviderEventOutcome
     {
         if configuration.deviceMode == .shared, let current = state.current, subject.matches(current) {
-            if let eventTime, let signedInAt = state.signedInAt, eventTime < signedInAt - Self.eventClockSkew {
+            // A damaged state file may hold any number: the subtraction must not trap.
+            if let eventTime, let signedInAt = state.signedInAt,
+                case (let earliest, let overflow) = signedInAt.subtractingReportingOverflow(Self.eventClockSkew),
+                !overflow,
+                eventTime < earliest
+            {
                 logger.notice(
                     "the provider ended an earlier session of the device's account; the sign-in made since stays",
                     metadata: ["event": "\(end.rawValue)", "account": "\(current.identifier)"])
@@ -94,12 +101,12 @@ extension Broker {
                 try await self.end(current, for: shiftClientId(for: current), fromBrowser: false, cause: .provider)
                 return .signedOut
             } catch {
-                // The state could not be written: nothing changed, and the provider's refusal of
-                // every token will still stop the apps.
+                // The state could not be written: nothing changed. The event is not acknowledged,
+                // so the transmitter delivers it again.
                 logger.error(
                     "the provider ended the session, but the device could not be signed out",
                     metadata: ["error": "\(error)"])
-                return .notHere
+                return .notDone(error.message)
             }
         }
         let holders = state.clients.keys.sorted().filter { id in
@@ -115,6 +122,7 @@ extension Broker {
                 logger.error(
                     "the provider ended a session, but an app's tokens of it could not be dropped",
                     metadata: ["clientId": "\(clientId)", "error": "\(error)"])
+                return .notDone(error.message)
             }
         }
         if forgotten > 0 {
@@ -141,7 +149,10 @@ extension Broker {
             let scopes = record.accessTokens.values.map(\.scopes).min(by: { $0.joined < $1.joined })
         else { return .nothingToCheck }
         do {
-            _ = try await refresh(clientId: clientId, scopes: scopes, account: current)
+            // The one-at-a-time path: a refresh of this app already on its way is awaited, never
+            // raced with the same refresh token (rotation would refuse one of the two).
+            _ = try await acquireTokenSilent(
+                clientId: clientId, scopes: scopes.values, accountId: current.identifier, forceRefresh: true)
             return .alive
         } catch let failure where failure.grantEnded {
             guard state.current?.identifier == current.identifier else { return .nothingToCheck }

@@ -271,8 +271,9 @@ public actor Broker {
                 // The same request was already on its way: share its answer.
                 return try Self.unwrap(result)
             }
-            // A refresh for other scopes of this app rotated the refresh token; look again.
-            force = false
+            // A refresh for other scopes of this app rotated the refresh token; look again (a
+            // claims challenge still wants a token of its own).
+            force = claims != nil
         }
         do {
             return try await refresh(clientId: clientId, scopes: scopes, account: account, claims: claims)
@@ -325,6 +326,11 @@ public actor Broker {
                     try await self.provider.refresh(
                         clientId: clientId, refreshToken: refreshToken, scopes: scopes, claims: claims)
                 }
+            } catch let error as BrokerFailure
+                where claims != nil && error.code == .interactionRequired && !error.grantEnded
+            {
+                // The provider refused the claims (a step-up the person must make), not the token.
+                throw error
             } catch let error as BrokerFailure where error.code == .interactionRequired && !error.refreshTokenStillValid
             {
                 try self.forgetRejectedRefreshToken(clientId: clientId, refreshToken: refreshToken)

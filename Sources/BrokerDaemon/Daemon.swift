@@ -71,7 +71,7 @@ public enum Daemon {
             provider = UnconfiguredProvider()
         }
         // Read before anything is served: a transmitter or a secret file that cannot be used stops the start.
-        let sharedSignals = try options.configuration.sharedSignals?.settings()
+        let sharedSignals = try options.configuration.sharedSignals?.settings(deviceId: initialState.deviceId)
         if sharedSignals != nil, oidc == nil {
             throw DaemonError.configuration(
                 "sharedSignals is set but no authority is: the broker's Shared Signals client gets its token from the "

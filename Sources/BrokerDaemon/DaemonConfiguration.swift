@@ -142,7 +142,7 @@ public struct DaemonConfigurationFile: Decodable, Sendable {
 
         /// What the receiver needs: the transmitter checked as an authority is, the secret read
         /// from its file (readable by its owner alone).
-        public func settings() throws(DaemonError) -> SharedSignalsSettings {
+        public func settings(deviceId: String) throws(DaemonError) -> SharedSignalsSettings {
             let transmitter: Authority
             do { transmitter = try Authority(self.transmitter) } catch {
                 throw DaemonError.configuration("sharedSignals.transmitter \(self.transmitter): \(error)")
@@ -169,7 +169,8 @@ public struct DaemonConfigurationFile: Decodable, Sendable {
             }
             return SharedSignalsSettings(
                 transmitter: transmitter, clientId: clientId,
-                clientSecret: ClientSecret(secret: try SecretFile.read(file), method: method), scope: scope)
+                clientSecret: ClientSecret(secret: try SecretFile.read(file), method: method), scope: scope,
+                deviceId: deviceId)
         }
     }
 

@@ -132,7 +132,7 @@ public enum IdentityError: Error, Sendable, Equatable, CustomStringConvertible {
                 case .refresh:
                     return BrokerFailure(
                         .interactionRequired, "the refresh token was refused (\(text)); sign in interactively",
-                        grantEnded: true)
+                        grantEnded: !Self.asksForThePerson(codes: codes, suberror: suberror))
                 case .code where suberror == "invalid_oob_value":
                     return BrokerFailure(.invalidCode, "the code is not correct; type it again")
                 case .password where codes.contains(50034) || suberror == "user_not_found":
@@ -144,6 +144,18 @@ public enum IdentityError: Error, Sendable, Equatable, CustomStringConvertible {
                 return BrokerFailure(.serverError, text)
             }
         }
+    }
+}
+
+extension IdentityError {
+    /// Entra answers a refresh that needs the person (multi-factor authentication, a
+    /// conditional-access policy, consent) with `invalid_grant` too, told apart by its suberror or
+    /// AADSTS code: the grant is not gone, the person must act.
+    static func asksForThePerson(codes: [Int], suberror: String?) -> Bool {
+        if let suberror, ["basic_action", "additional_action", "consent_required", "message_only"].contains(suberror) {
+            return true
+        }
+        return !Set(codes).isDisjoint(with: [50076, 50079, 50158, 53000, 53001, 53003, 65001])
     }
 }
 

@@ -48,6 +48,9 @@ public struct SecurityEventRejection: Error, Sendable, Equatable, CustomStringCo
     /// `invalid_request`, `invalid_key`, `invalid_issuer` or `invalid_audience`.
     public var code: String
     public var why: String
+    /// The SET could not be checked now (the transmitter's keys could not be had): it is neither
+    /// acknowledged nor reported, so the transmitter delivers it again.
+    public var retryable = false
 
     public var description: String { why }
 }
@@ -60,6 +63,8 @@ struct SecurityEventVerifier: Sendable {
     let audience: String
     let keys: JWKSCache
     let clock: any WallClock
+    /// Issuers whose `iss_sub` subjects name this provider's users: the transmitter's and the authority's.
+    var subjectIssuers: [String] = []
     let allowedClockSkew: Int64 = 300
 
     /// The longest `jti` accepted: it is kept, so a hostile one must not be large.
@@ -73,7 +78,9 @@ struct SecurityEventVerifier: Sendable {
         } catch .invalidIDToken(let why) {
             throw SecurityEventRejection(code: "invalid_key", why: "the security event token: \(why)")
         } catch {
-            throw SecurityEventRejection(code: "invalid_key", why: "the transmitter's keys: \(error)")
+            throw SecurityEventRejection(
+                code: "invalid_key", why: "the transmitter's keys could not be read (\(error)); it comes again",
+                retryable: true)
         }
         // RFC 8417 2.3 and SSF 1.0 4.1.4: explicit typing keeps another JWT of the same issuer
         // (an ID token, an access token) from being taken for an event.
@@ -126,7 +133,7 @@ struct SecurityEventVerifier: Sendable {
                 code: "invalid_request", why: "the security event token does not hold exactly one event")
         }
         // SSF 1.0 puts the subject in `sub_id`; CAEP's drafts put it in the event as `subject`.
-        let subject = Self.subject(claims["sub_id"] ?? body["subject"] ?? .null)
+        let subject = Self.subject(claims["sub_id"] ?? body["subject"] ?? .null, issuers: subjectIssuers)
         let kind: SecurityEvent.Kind
         if let end = SecurityEventType.sessionEnd(uri) {
             guard !subject.emails.isEmpty || !subject.userIds.isEmpty else {
@@ -146,15 +153,17 @@ struct SecurityEventVerifier: Sendable {
             eventTime: min(Self.seconds(body["event_timestamp"]) ?? issuedAt, issuedAt))
     }
 
-    /// The names and ids an RFC 9493 subject identifier gives: `email`, `iss_sub`, `opaque`,
-    /// `account` (`acct:` URIs), `aliases` and `complex` (its `user` and `tenant` members).
-    static func subject(_ identifier: JSONValue) -> EventSubject {
+    /// The names and ids an RFC 9493 subject identifier gives: `email`, `iss_sub` (of one of
+    /// `issuers` only: another issuer's `sub` could be anyone here), `account` (`acct:` URIs),
+    /// `aliases` and `complex` (its `user` and `tenant` members). `opaque` user ids are the
+    /// transmitter's own and name no account; a complex subject's opaque `tenant` is its directory.
+    static func subject(_ identifier: JSONValue, issuers: [String] = []) -> EventSubject {
         var subject = EventSubject()
-        add(identifier, to: &subject, depth: 0)
+        add(identifier, to: &subject, issuers: issuers, depth: 0)
         return subject
     }
 
-    private static func add(_ identifier: JSONValue, to subject: inout EventSubject, depth: Int) {
+    private static func add(_ identifier: JSONValue, to subject: inout EventSubject, issuers: [String], depth: Int) {
         // A subject nests one level (complex, aliases); deeper is no subject, and no recursion to exhaust.
         guard depth <= 2 else { return }
         func text(_ name: String) -> String? {
@@ -164,14 +173,18 @@ struct SecurityEventVerifier: Sendable {
         case "email": if let email = text("email") { subject.emails.append(email) }
         case "account":
             if let uri = text("uri"), uri.hasPrefix("acct:") { subject.emails.append(String(uri.dropFirst(5))) }
-        case "iss_sub": if let sub = text("sub") { subject.userIds.append(sub) }
-        case "opaque": if let id = text("id") { subject.userIds.append(id) }
+        case "iss_sub":
+            if let sub = text("sub"), let issuer = identifier["iss"]?.string,
+                issuers.contains(where: { SharedSignalsReceiver.sameIssuer(issuer, $0) })
+            {
+                subject.userIds.append(sub)
+            }
         case "aliases":
             for member in identifier["identifiers"]?.array?.prefix(16) ?? [] {
-                add(member, to: &subject, depth: depth + 1)
+                add(member, to: &subject, issuers: issuers, depth: depth + 1)
             }
         case "complex":
-            if let user = identifier["user"] { add(user, to: &subject, depth: depth + 1) }
+            if let user = identifier["user"] { add(user, to: &subject, issuers: issuers, depth: depth + 1) }
             if let tenant = identifier["tenant"], tenant["format"]?.string == "opaque",
                 let id = tenant["id"]?.string, !id.isEmpty, id.utf8.count <= 512
             {

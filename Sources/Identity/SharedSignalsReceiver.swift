@@ -12,13 +12,22 @@ public struct SharedSignalsSettings: Sendable {
     public var clientSecret: ClientSecret
     /// `scope` of the client-credentials request, when the provider wants one.
     public var scope: String?
+    /// This device's id: its stream is named after it, so that devices sharing a client each
+    /// find their own (an event polled from a stream is delivered to one poller only).
+    public var deviceId: String
 
-    public init(transmitter: Authority, clientId: String, clientSecret: ClientSecret, scope: String? = nil) {
+    public init(
+        transmitter: Authority, clientId: String, clientSecret: ClientSecret, scope: String? = nil, deviceId: String
+    ) {
         self.transmitter = transmitter
         self.clientId = clientId
         self.clientSecret = clientSecret
         self.scope = scope
+        self.deviceId = deviceId
     }
+
+    /// The `description` of this device's stream.
+    var streamDescription: String { "shared-device-broker device \(deviceId)" }
 
     /// SSF 1.0 7.2.1: the well-known segment goes between the host and the issuer's path, as RFC 8414 does.
     public var metadataURL: String {
@@ -74,6 +83,8 @@ public actor SharedSignalsReceiver {
     private let logger: Logger
 
     private var metadata: JSONValue?
+    /// The issuer exactly as the metadata gives it: what every SET's `iss` must be.
+    private var transmitterIssuer: String?
     private var accessToken: (value: String, expires: Int64)?
     private var stream: SharedSignalsStream?
     private var verifier: SecurityEventVerifier?
@@ -104,6 +115,7 @@ public actor SharedSignalsReceiver {
         stream = nil
         verifier = nil
         metadata = nil
+        transmitterIssuer = nil
     }
 
     /// One poll (RFC 8936 2.4): acknowledges `ack`, reports `errors`, and returns what came.
@@ -119,14 +131,7 @@ public actor SharedSignalsReceiver {
         ])
         let response = try await authorizedSend(
             method: "POST", url: stream.pollURL, json: body.text, what: "the Shared Signals poll")
-        if response.status == 404 {
-            forgetStream()
-            throw SharedSignalsError.streamGone("the transmitter no longer has the stream \(stream.id) (404)")
-        }
-        guard response.status == 200 else {
-            throw SharedSignalsError.unavailable("the Shared Signals poll answered HTTP \(response.status)")
-        }
-        let answer = try Self.object(response.body, what: "the Shared Signals poll's answer")
+        let answer = try streamAnswer(response, of: stream, what: "the Shared Signals poll")
         guard case .object(let sets)? = answer["sets"] else {
             throw SharedSignalsError.unavailable("the Shared Signals poll's answer has no sets object")
         }
@@ -156,18 +161,14 @@ public actor SharedSignalsReceiver {
     /// transmitter's reason; nil when the transmitter has no status endpoint.
     public func status() async throws(SharedSignalsError) -> (status: String, reason: String?)? {
         let stream = try await connect()
-        guard let endpoint = metadata?["status_endpoint"]?.string else { return nil }
+        // The bearer token goes there: HTTPS, or HTTP to the loopback only.
+        guard let endpoint = metadata?["status_endpoint"]?.string, (try? Authority.checkedHost(of: endpoint)) != nil
+        else { return nil }
         let response = try await authorizedSend(
-            method: "GET", url: endpoint + "?stream_id=" + HTTPRequest.percentEncode(stream.id), json: nil,
-            what: "the Shared Signals stream status")
-        if response.status == 404 {
-            forgetStream()
-            throw SharedSignalsError.streamGone("the transmitter no longer has the stream \(stream.id) (404)")
-        }
-        guard response.status == 200 else {
-            throw SharedSignalsError.unavailable("the Shared Signals status answered HTTP \(response.status)")
-        }
-        let answer = try Self.object(response.body, what: "the Shared Signals status")
+            method: "GET",
+            url: endpoint + (endpoint.contains("?") ? "&" : "?") + "stream_id=" + HTTPRequest.percentEncode(stream.id),
+            json: nil, what: "the Shared Signals stream status")
+        let answer = try streamAnswer(response, of: stream, what: "the Shared Signals status")
         guard let status = answer["status"]?.string else {
             throw SharedSignalsError.unavailable("the Shared Signals status names no status")
         }
@@ -175,6 +176,21 @@ public actor SharedSignalsReceiver {
             OutsideText.cleaned(String(status.prefix(40))),
             answer["reason"]?.string.map { OutsideText.cleaned(String($0.prefix(200))) }
         )
+    }
+
+    /// The JSON object a request about `stream` was answered with; a 404 means the transmitter
+    /// no longer has the stream, which is forgotten so that the next try makes or finds one.
+    private func streamAnswer(_ response: HTTPResponse, of stream: SharedSignalsStream, what: String)
+        throws(SharedSignalsError) -> JSONValue
+    {
+        if response.status == 404 {
+            forgetStream()
+            throw SharedSignalsError.streamGone("the transmitter no longer has the stream \(stream.id) (404)")
+        }
+        guard response.status == 200 else {
+            throw SharedSignalsError.unavailable("\(what) answered HTTP \(response.status)")
+        }
+        return try Self.object(response.body, what: "\(what)'s answer")
     }
 
     // MARK: Metadata and stream
@@ -198,11 +214,13 @@ public actor SharedSignalsReceiver {
             throw fix
         }
         let document = try Self.object(response.body, what: "the transmitter's metadata")
-        guard document["issuer"]?.string == settings.transmitter.url else {
+        let issuer = document["issuer"]?.string ?? ""
+        guard Self.sameIssuer(issuer, settings.transmitter.url) else {
             throw SharedSignalsError.misconfigured(
-                "the metadata at \(url) is another transmitter's (its issuer is not \(settings.transmitter)): check "
-                    + "sharedSignals.transmitter")
+                "the metadata at \(url) is another transmitter's (its issuer is \"\(OutsideText.cleaned(String(issuer.prefix(200))))\", "
+                    + "not \(settings.transmitter)): check sharedSignals.transmitter")
         }
+        transmitterIssuer = issuer
         let methods = document["delivery_methods_supported"]?.array?.compactMap(\.string) ?? []
         guard methods.contains(Self.pollDelivery) else {
             throw SharedSignalsError.misconfigured(
@@ -221,6 +239,17 @@ public actor SharedSignalsReceiver {
 
     static let pollDelivery = "urn:ietf:rfc:8936"
 
+    /// Issuers compared as the configuration gives them, but for a trailing "/" (which the
+    /// configured URL loses when it is read as an authority).
+    static func sameIssuer(_ a: String, _ b: String) -> Bool {
+        func trimmed(_ text: String) -> Substring {
+            var text = Substring(text)
+            while text.hasSuffix("/") { text = text.dropLast() }
+            return text
+        }
+        return !a.isEmpty && trimmed(a) == trimmed(b)
+    }
+
     private func findOrCreateStream() async throws(SharedSignalsError) -> SharedSignalsStream {
         let document = try await transmitterMetadata()
         guard let configuration = document["configuration_endpoint"]?.string,
@@ -237,14 +266,17 @@ public actor SharedSignalsReceiver {
                 throw SharedSignalsError.unavailable("\(error)")
             }
             let streams = answer.array ?? [answer]
-            found = streams.first { $0["delivery"]?["method"]?.string == Self.pollDelivery }
+            found = streams.first {
+                $0["delivery"]?["method"]?.string == Self.pollDelivery
+                    && $0["description"]?.string == settings.streamDescription
+            }
         }
         if found == nil {
             var body = JSONText()
             body.object([
                 ("delivery", .rawObject("{\"method\":\"\(Self.pollDelivery)\"}")),
                 ("events_requested", .strings(SecurityEventType.requested)),
-                ("description", .string("shared-device-broker on this device")),
+                ("description", .string(settings.streamDescription)),
             ])
             let created = try await authorizedSend(
                 method: "POST", url: configuration, json: body.text, what: "the Shared Signals stream creation")
@@ -252,8 +284,10 @@ public actor SharedSignalsReceiver {
             case 200, 201:
                 found = try Self.object(created.body, what: "the new Shared Signals stream")
             case 409:
-                throw SharedSignalsError.unavailable(
-                    "the transmitter has a stream for this client but did not list it; trying again later")
+                // SSF 1.0 lets a transmitter keep one stream per receiver: another device's, here.
+                throw SharedSignalsError.misconfigured(
+                    "the transmitter keeps one stream per client, and another device's stream holds it (HTTP 409): "
+                        + "give each device a sharedSignals.clientId of its own")
             case 400...499:
                 throw SharedSignalsError.misconfigured(
                     "the transmitter refused to make a stream (HTTP \(created.status)): check sharedSignals")
@@ -285,8 +319,9 @@ public actor SharedSignalsReceiver {
             }
         }
         verifier = SecurityEventVerifier(
-            issuer: settings.transmitter.url, audience: audience,
-            keys: JWKSCache(uri: jwksURI, requester: requester, clock: clock, logger: logger), clock: clock)
+            issuer: transmitterIssuer ?? settings.transmitter.url, audience: audience,
+            keys: JWKSCache(uri: jwksURI, requester: requester, clock: clock, logger: logger), clock: clock,
+            subjectIssuers: [transmitterIssuer ?? settings.transmitter.url, provider.authority])
         let stream = SharedSignalsStream(
             id: OutsideText.cleaned(id), pollURL: pollURL, audience: audience, eventsDelivered: delivered)
         logger.info(

@@ -32,7 +32,7 @@ private let jwks = Array(
     #"{"keys":[{"kty":"EC","crv":"P-256","kid":"k1","x":"f83OJ3D2xF1Bg8vub9tLe1gHMzV76e8Tus9uPHvRVEU","y":"x_FEzRu9m36HLN_tue659LNpXW6pCyStikYjKIWI5a0"}]}"#
         .utf8)
 private let goodStream = Array(
-    #"[{"stream_id":"s1","aud":"broker","delivery":{"method":"urn:ietf:rfc:8936","endpoint_url":"https://login.example/contoso/ssf/poll/s1"}}]"#
+    #"[{"stream_id":"s1","aud":"broker","description":"shared-device-broker device d1","delivery":{"method":"urn:ietf:rfc:8936","endpoint_url":"https://login.example/contoso/ssf/poll/s1"}}]"#
         .utf8)
 
 private nonisolated(unsafe) var streamsAnswer = HTTPResponse(status: 200)
@@ -60,7 +60,7 @@ private let provider = OIDCProvider(
     clock: FixedClock(), logger: quietLogger)
 
 private let settings = SharedSignalsSettings(
-    transmitter: authority, clientId: "broker", clientSecret: ClientSecret(secret: "s"))
+    transmitter: authority, clientId: "broker", clientSecret: ClientSecret(secret: "s"), deviceId: "d1")
 
 private func checkText(_ text: String, _ what: String) {
     if text.unicodeScalars.contains(where: { $0.value < 0x20 && $0 != "\t" || $0.value == 0x7F }) {

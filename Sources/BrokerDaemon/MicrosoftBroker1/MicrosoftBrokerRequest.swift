@@ -31,7 +31,7 @@ struct MicrosoftBrokerRequest: Sendable, Equatable {
     /// `username`: the login hint.
     var username: String?
     /// The claims request (`claims`, or `decodedClaims` as Microsoft's library names the JSON), with
-    /// the request's `clientCapabilities` merged in as `xms_cc`; nil when it has neither.
+    /// the request's `clientCapabilities` merged in as `xms_cc`; nil when it has no claims.
     var claims: String?
 
     struct AccountReference: Sendable, Equatable {
@@ -89,7 +89,10 @@ struct MicrosoftBrokerRequest: Sendable, Equatable {
             let decoded = try requestedClaims.flatMap { (text: String) throws(BrokerFailure) in
                 text.isEmpty ? nil : try ClaimsRequest.decode(text)
             }
-            claims = ClaimsRequest.parameter(decoded, capabilities: capabilities)
+            // Capabilities alone are no challenge: a cp1 app sends them with every call, and its
+            // calls must still be answered from the cache (the configuration's clientCapabilities
+            // declare them to the provider). With a challenge, they go with it.
+            claims = decoded.flatMap { ClaimsRequest.parameter($0, capabilities: capabilities) }
         } catch {
             throw .contractViolation(error.message)
         }

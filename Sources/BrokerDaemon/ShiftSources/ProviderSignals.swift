@@ -51,20 +51,32 @@ enum SharedSignalsListener {
                 errors = [:]
                 backoff = .seconds(1)
                 polls += 1
+                var later = false
                 for (jti, result) in poll.events {
                     switch result {
+                    case .failure(let rejection) where rejection.retryable:
+                        // Neither acknowledged nor reported: the transmitter delivers it again.
+                        logger.warning(
+                            "Shared Signals: a security event token cannot be checked now; it comes again",
+                            metadata: ["why": "\(rejection.why)"])
+                        later = true
                     case .failure(let rejection):
                         logger.warning(
                             "Shared Signals: a security event token was refused; nobody is signed out for it",
                             metadata: ["why": "\(rejection.why)"])
                         errors[jti] = rejection
                     case .success(let event):
-                        ack.append(jti)
-                        guard processed.insert(event.jti) else {
+                        guard !processed.contains(event.jti) else {
+                            ack.append(jti)
                             logger.notice("Shared Signals: a security event delivered again is not acted on twice")
                             continue
                         }
-                        await act(on: event, broker: broker, logger: logger)
+                        if await act(on: event, broker: broker, logger: logger) {
+                            processed.insert(event.jti)
+                            ack.append(jti)
+                        } else {
+                            later = true
+                        }
                     }
                 }
                 var fact = "\(transmitter): polling every \(pollSeconds) s"
@@ -76,25 +88,29 @@ enum SharedSignalsListener {
                     fact = "\(transmitter): the stream is \(status.status)\(reason); polling every \(pollSeconds) s"
                 }
                 broker.setDeviceFact(DeviceFact.sharedSignals, to: fact)
-                // Acknowledgements go out at once, with whatever else waits.
-                if poll.moreAvailable || !ack.isEmpty || !errors.isEmpty { continue }
+                // Acknowledgements go out at once, with whatever else waits; what must come again
+                // waits for the next interval rather than loop on a failing check.
+                if !later, poll.moreAvailable || !ack.isEmpty || !errors.isEmpty { continue }
                 do { try await Task.sleep(for: interval) } catch { return }
             }
         }
     }
 
-    private static func act(on event: SecurityEvent, broker: Broker, logger: Logger) async {
+    /// Acts on one event; false when it must come again (the change could not be written).
+    private static func act(on event: SecurityEvent, broker: Broker, logger: Logger) async -> Bool {
         switch event.kind {
         case .sessionEnd(let end):
             let outcome = await broker.providerEnded(end, for: event.subject, at: event.eventTime)
             logger.info(
                 "Shared Signals: event processed",
                 metadata: ["event": "\(end.rawValue)", "subject": "\(event.subject)", "outcome": "\(outcome)"])
+            if case .notDone = outcome { return false }
         case .stream(let uri):
             logger.info("Shared Signals: stream event", metadata: ["event": "\(uri)"])
         case .other(let uri):
             logger.info("Shared Signals: an event brokerd does not act on", metadata: ["event": "\(uri)"])
         }
+        return true
     }
 }
 
@@ -133,7 +149,10 @@ struct RecentIds {
 
     init(capacity: Int) { self.capacity = max(1, capacity) }
 
+    func contains(_ id: String) -> Bool { seen.contains(id) }
+
     /// False when `id` was seen already.
+    @discardableResult
     mutating func insert(_ id: String) -> Bool {
         guard !seen.contains(id) else { return false }
         if order.count < capacity {
