@@ -216,9 +216,10 @@ public actor SharedSignalsReceiver {
         let document = try Self.object(response.body, what: "the transmitter's metadata")
         let issuer = document["issuer"]?.string ?? ""
         guard Self.sameIssuer(issuer, settings.transmitter.url) else {
+            let found = OutsideText.cleaned(String(issuer.prefix(200)))
             throw SharedSignalsError.misconfigured(
-                "the metadata at \(url) is another transmitter's (its issuer is \"\(OutsideText.cleaned(String(issuer.prefix(200))))\", "
-                    + "not \(settings.transmitter)): check sharedSignals.transmitter")
+                "the metadata at \(url) is another transmitter's (its issuer is \"\(found)\", not "
+                    + "\(settings.transmitter)): check sharedSignals.transmitter")
         }
         transmitterIssuer = issuer
         let methods = document["delivery_methods_supported"]?.array?.compactMap(\.string) ?? []
