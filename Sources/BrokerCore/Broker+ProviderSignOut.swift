@@ -136,15 +136,30 @@ extension Broker {
         return .notHere
     }
 
-    /// Asks the provider whether the device's sign-in still holds: one refresh of the refresh
-    /// token of the app whose sign-in it is, through the path (one at a time per app) a silent
-    /// call takes, so it never races an app's own refresh; the rotated token is kept, and the app
-    /// has a fresh access token from it. A refusal for good (`invalid_grant`: the session, the
-    /// grant or the account is gone) signs the device out with cause `provider`; a provider that
-    /// is down, slow or failing changes nothing.
+    /// Asks the provider whether the device's sign-in still holds. With OpenID Connect Native
+    /// SSO, an exchange of the device secret, which spends nothing (the tokens it gives are not
+    /// kept). Otherwise one refresh of the refresh token of the app whose sign-in it is, through
+    /// the path (one at a time per app) a silent call takes, so it never races an app's own
+    /// refresh; the rotated token is kept, and the app has a fresh access token from it. A refusal
+    /// for good (`invalid_grant`: the session, the grant or the account is gone) signs the device
+    /// out with cause `provider`; a provider that is down, slow or failing changes nothing.
     public func checkDeviceSession() async -> SessionCheckOutcome {
         guard configuration.deviceMode == .shared, let current = state.current else { return .nothingToCheck }
         let clientId = shiftClientId(for: current)
+        if let deviceSecret = state.singleSignOn[current.identifier]?.deviceSecret {
+            let provider = self.provider
+            do {
+                _ = try await callProvider(Self.newCorrelationId()) {
+                    try await provider.exchangeDeviceSecret(
+                        clientId: clientId, deviceSecret: deviceSecret, scopes: Scopes(["openid"]))
+                }
+                return .alive
+            } catch let failure where failure.grantEnded {
+                return await sessionEnded(current, failure)
+            } catch {
+                return .unknown(error.message)
+            }
+        }
         guard let record = state.clients[clientId], record.refreshToken != nil,
             let scopes = record.accessTokens.values.map(\.scopes).min(by: { $0.joined < $1.joined })
         else { return .nothingToCheck }
@@ -155,12 +170,16 @@ extension Broker {
                 clientId: clientId, scopes: scopes.values, accountId: current.identifier, forceRefresh: true)
             return .alive
         } catch let failure where failure.grantEnded {
-            guard state.current?.identifier == current.identifier else { return .nothingToCheck }
-            let outcome = await providerEnded(
-                .sessionCheck, for: EventSubject(userIds: [current.identifier]), at: nil)
-            return outcome == .signedOut ? .ended : .unknown(failure.message)
+            return await sessionEnded(current, failure)
         } catch {
             return .unknown(error.message)
         }
+    }
+
+    /// The check's refusal for good: the device's sign-in (if it is still `account`'s) ends.
+    private func sessionEnded(_ account: Account, _ failure: BrokerFailure) async -> SessionCheckOutcome {
+        guard state.current?.identifier == account.identifier else { return .nothingToCheck }
+        let outcome = await providerEnded(.sessionCheck, for: EventSubject(userIds: [account.identifier]), at: nil)
+        return outcome == .signedOut ? .ended : .unknown(failure.message)
     }
 }

@@ -107,7 +107,11 @@ public enum IdentityError: Error, Sendable, Equatable, CustomStringConvertible {
             if kind.isSingleSignOn {
                 // Whatever the provider refuses here (a dead grant, a client it may not serve,
                 // a grant type it stopped taking), the way on is another mechanism or a person.
-                return BrokerFailure(.interactionRequired, "the provider refused \(kind.request) (\(text))")
+                // Native SSO's invalid_grant: the device secret or its session is gone.
+                return BrokerFailure(
+                    .interactionRequired, "the provider refused \(kind.request) (\(text))",
+                    grantEnded: kind == .deviceSecretExchange && error == "invalid_grant"
+                        && !Self.asksForThePerson(codes: codes, suberror: suberror))
             }
             switch error {
             case "invalid_client", "unauthorized_client":

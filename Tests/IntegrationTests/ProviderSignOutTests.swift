@@ -165,6 +165,15 @@ struct ProviderSignOutTests {
         let shown = try Self.facts(env)[DeviceFact.sharedSignals] as? String ?? ""
         #expect(shown.contains("trying again") || shown.contains("polling"), "\(shown)")
         #expect(try Self.current(env) == TestUsers.alice.username)
+        // The transmitter disables the stream: brokerd says so (it asks the status every tenth poll).
+        _ = try await Self.post(
+            env, "/test/ssf/stream-status", json: #"{"status": "disabled", "reason": "maintenance"}"#)
+        try env.brokerd.process.waitForLine(timeout: .seconds(30), stderr: true) {
+            $0.contains("the transmitter says the stream is not enabled")
+        }
+        let disabled = try Self.facts(env)[DeviceFact.sharedSignals] as? String ?? ""
+        #expect(disabled.contains("disabled (maintenance)"), "\(disabled)")
+        _ = try await Self.post(env, "/test/ssf/stream-status", json: #"{"status": "enabled"}"#)
         // The transmitter forgets every stream: brokerd makes a new one.
         _ = try await Self.post(env, "/test/ssf/delete-streams")
         try env.brokerd.process.waitForLine(timeout: .seconds(30), stderr: true, skipping: 1) {
@@ -185,7 +194,12 @@ struct ProviderSignOutTests {
         let env = try BrokerEnvironment(
             brokerArguments: ["--config", config], idpArguments: ["--without", "shared-signals"])
         #expect(try env.signIn(TestUsers.alice, client: "mail-app").status == 0)
+        // With Native SSO the check exchanges the device secret: no refresh token is spent.
+        let refreshes = try await env.tokenRequests("refresh_token")
         try env.brokerd.process.waitForLine(timeout: .seconds(10), stderr: true) { $0.contains("session checked") }
+        #expect(try await env.tokenRequests("refresh_token") == refreshes)
+        let exchanges = (try await env.idpStats()["exchanges"] as? [String: Any])?["native-sso"] as? Int ?? 0
+        #expect(exchanges >= 1)
         // The provider fails: the check cannot say, and nobody is signed out.
         try await env.setProviderFault("unavailable", count: 4)
         try env.brokerd.process.waitForLine(timeout: .seconds(30), stderr: true) {

@@ -9,8 +9,9 @@ import Logging
 /// logged and shown in the device information, and tried again with back-off; it never signs
 /// anyone out and never stops brokerd.
 enum SharedSignalsListener {
-    /// Longest wait between tries while the transmitter fails.
-    static let maximumBackoff: Duration = .seconds(300)
+    /// Longest wait between tries while the transmitter fails: short enough that a revocation
+    /// made during an outage reaches the device within a minute of the transmitter's return.
+    static let maximumBackoff: Duration = .seconds(60)
     /// How many `jti`s are remembered, so a SET delivered again is never acted on twice.
     static let rememberedIds = 4096
 
