@@ -13,6 +13,7 @@ import Foundation
 //   BrokerAPI               the D-Bus contract's names and error table, plain values only
 //   BrokerCore              the broker's logic: no D-Bus, no HTTP, no files
 //   Identity                OpenID Connect client on top of HTTP
+//   BrokerPersistence       the state file, its journal, the Secret Service: what is kept between runs
 //   BrokerDaemon, brokerd   the core adapted to the bus
 //   SharedDeviceClient      the library apps use; brokerctl is built on it
 //   GraphProfile            the tutorial's "Call Graph" (GET /v1.0/me with a token)
@@ -68,11 +69,14 @@ let package = Package(
                 .product(name: "CryptoExtras", package: "swift-crypto"),
             ]),
         .target(
-            name: "BrokerDaemon", dependencies: ["DBus", "BrokerAPI", "BrokerCore", "Identity", "Locking", logging]),
+            name: "BrokerPersistence", dependencies: ["DBus", "BrokerCore", "Locking", logging]),
+        .target(
+            name: "BrokerDaemon",
+            dependencies: ["DBus", "BrokerAPI", "BrokerCore", "BrokerPersistence", "Identity", "Locking", logging]),
         .executableTarget(
             name: "brokerd",
             dependencies: [
-                "BrokerDaemon", "BrokerCore",
+                "BrokerDaemon", "BrokerCore", "BrokerPersistence",
                 argumentParser,
                 logging,
             ],
@@ -113,6 +117,7 @@ let package = Package(
 
         // What every test target shares: private buses, idp-sim, processes spawned with posix_spawn.
         .target(name: "TestSupport", path: "Tests/TestSupport"),
+        .target(name: "CoreFakes", dependencies: ["BrokerCore"], path: "Tests/CoreFakes"),
         .testTarget(name: "TextRulesTests", dependencies: ["TextRules"]),
         .testTarget(name: "DBusTests", dependencies: ["DBus", "Locking", "TestSupport"]),
         .testTarget(name: "HTTPTests", dependencies: ["HTTP", "Locking"]),
@@ -125,7 +130,12 @@ let package = Package(
         .testTarget(
             name: "BrokerDaemonTests",
             dependencies: [
-                "BrokerDaemon", "BrokerCore", "Locking", logging,
+                "BrokerDaemon", "BrokerCore", "CoreFakes", "Locking", logging,
+            ]),
+        .testTarget(
+            name: "BrokerPersistenceTests",
+            dependencies: [
+                "BrokerPersistence", "BrokerCore", "CoreFakes", "Locking", logging,
             ]),
         .testTarget(
             name: "IdentityTests",

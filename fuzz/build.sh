@@ -33,7 +33,7 @@ fi
 mapfile -t FLAGS < <(python3 fuzz/swiftargs.py flags "$SCRATCH" BrokerDaemon)
 # The product's objects, except the modules rebuilt here with instrumentation (and what only brokerd needs).
 mapfile -t OBJECTS < <(python3 fuzz/swiftargs.py objects "$SCRATCH" brokerd \
-    BrokerCore Identity BrokerDaemon brokerd ArgumentParser ArgumentParserToolInfo)
+    BrokerCore Identity BrokerPersistence BrokerDaemon brokerd ArgumentParser ArgumentParserToolInfo)
 mapfile -t LINK < <(python3 fuzz/swiftargs.py linkflags "$SCRATCH" brokerd)
 COMMON=(-I "$OUT/mod" "${FLAGS[@]}" -O -g -parse-as-library -sanitize="$SANITIZE")
 
@@ -54,14 +54,18 @@ module BrokerCore Sources/BrokerCore/*.swift
 # Each depends on the one before: rebuild it whenever that one was.
 [ "$OUT/obj/BrokerCore.o" -nt "$OUT/obj/Identity.o" ] && rm -f "$OUT/obj/Identity.o"
 module Identity Sources/Identity/*.swift
+[ "$OUT/obj/BrokerCore.o" -nt "$OUT/obj/BrokerPersistence.o" ] && rm -f "$OUT/obj/BrokerPersistence.o"
+module BrokerPersistence Sources/BrokerPersistence/*.swift
 [ "$OUT/obj/Identity.o" -nt "$OUT/obj/BrokerDaemon.o" ] && rm -f "$OUT/obj/BrokerDaemon.o"
-module BrokerDaemon Sources/BrokerDaemon/*.swift Sources/BrokerDaemon/Persistence/*.swift \
-    Sources/BrokerDaemon/MicrosoftBroker1/*.swift Sources/BrokerDaemon/ShiftSources/*.swift
+[ "$OUT/obj/BrokerPersistence.o" -nt "$OUT/obj/BrokerDaemon.o" ] && rm -f "$OUT/obj/BrokerDaemon.o"
+module BrokerDaemon Sources/BrokerDaemon/*.swift Sources/BrokerDaemon/MicrosoftBroker1/*.swift \
+    Sources/BrokerDaemon/ShiftSources/*.swift
 
 for target in $TARGETS; do
     [ -f "fuzz/harness/$target.swift" ] || { echo "fuzz: no target $target (targets: $ALL_TARGETS)" >&2; exit 2; }
     echo "fuzz: linking $target"
     "$SWIFTC" -module-name "Fuzz_$target" fuzz/harness/Support.swift "fuzz/harness/$target.swift" \
-        "$OUT/obj/BrokerCore.o" "$OUT/obj/Identity.o" "$OUT/obj/BrokerDaemon.o" "${OBJECTS[@]}" "${LINK[@]}" \
+        "$OUT/obj/BrokerCore.o" "$OUT/obj/Identity.o" "$OUT/obj/BrokerPersistence.o" "$OUT/obj/BrokerDaemon.o" \
+        "${OBJECTS[@]}" "${LINK[@]}" \
         "${COMMON[@]}" -o "$OUT/bin/$target"
 done

@@ -1,4 +1,5 @@
 import BrokerCore
+import BrokerPersistence
 import DBus
 import Glibc
 import Locking

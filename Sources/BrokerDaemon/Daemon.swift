@@ -1,4 +1,5 @@
 import BrokerCore
+import BrokerPersistence
 import DBus
 import Glibc
 import Identity
@@ -24,10 +25,20 @@ public enum Daemon {
         }
         // Tokens go where --token-storage says (the Secret Service by default), never silently elsewhere.
         let loaded = try loadState(store, logger: logger)
-        let (tokenStore, initialState, lockedKeyring) = try TokenStorageSetup.open(
-            options.configuration.tokenStorage ?? .secretService, files: store,
-            loaded: loaded ?? BrokerState(deviceId: Broker.newDeviceId()),
-            busAddress: options.busAddress, logger: logger)
+        let opened: (store: any StateStore, state: BrokerState, locked: LockedKeyring?)
+        do {
+            opened = try TokenStorageSetup.open(
+                options.configuration.tokenStorage ?? .secretService, files: store,
+                loaded: loaded ?? BrokerState(deviceId: Broker.newDeviceId()),
+                busAddress: options.busAddress, logger: logger)
+        } catch {
+            switch error {
+            case .configuration(let why): throw DaemonError.configuration(why)
+            case .state(let why): throw DaemonError.state(why)
+            case .bus(let why): throw DaemonError.bus(why)
+            }
+        }
+        let (tokenStore, initialState, lockedKeyring) = opened
         // A new device's state is written once the start can go on: its deviceId is the device's
         // from the first start, whether or not anything else is ever written.
         if loaded == nil {

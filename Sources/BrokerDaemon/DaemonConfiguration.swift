@@ -1,4 +1,5 @@
 import BrokerCore
+import BrokerPersistence
 import FoundationEssentials
 import Glibc
 import Identity

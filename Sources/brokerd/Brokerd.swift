@@ -1,6 +1,7 @@
 import ArgumentParser
 import BrokerCore
 import BrokerDaemon
+import BrokerPersistence
 import Glibc
 import Logging
 

@@ -1,4 +1,5 @@
 import BrokerCore
+import CoreFakes
 import DBus
 import Locking
 import Logging
@@ -36,13 +37,21 @@ struct BrokerServiceTests {
         }
     }
 
-    static let alice = FileStateStoreTests.alice
+    static let alice = Account(
+        username: "alice@contoso.example", identifier: "oid-a.t", tenantId: "t",
+        environment: "login.example", name: "Alice")
+
+    static func state(current: Account?) -> BrokerState {
+        BrokerState(
+            deviceId: "d-1", current: current,
+            clients: ["mail": ClientRecord(lastSeen: current, account: current, refreshToken: "rt-1")])
+    }
 
     static func service(mode: DeviceMode, current: Account?, channel: RecordingChannel) -> BrokerService {
         let service = BrokerService(
             configuration: BrokerConfiguration(deviceMode: mode, brokerVersion: "test"),
             provider: UnreachableProvider(), store: DiscardingStore(), clock: FixedClock(),
-            initialState: FileStateStoreTests.state(current: current), channel: channel,
+            initialState: Self.state(current: current), channel: channel,
             callers: CallerPolicy(ownUserId: 0, allowedExecutables: [:], logger: Logger(label: "test")) { _ in
                 CallerPolicy.Credentials(userId: 0)
             },
@@ -104,7 +113,7 @@ struct BrokerServiceTests {
         let service = BrokerService(
             configuration: BrokerConfiguration(deviceMode: .shared, brokerVersion: "test"),
             provider: UnreachableProvider(), store: DiscardingStore(), clock: FixedClock(),
-            initialState: FileStateStoreTests.state(current: nil), channel: RecordingChannel(),
+            initialState: Self.state(current: nil), channel: RecordingChannel(),
             callers: CallerPolicy(ownUserId: 0, allowedExecutables: [:], logger: Logger(label: "test")) { _ in
                 lookups.withLock { $0 += 1 }
                 return CallerPolicy.Credentials(userId: 0)

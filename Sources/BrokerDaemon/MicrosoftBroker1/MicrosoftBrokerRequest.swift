@@ -1,5 +1,6 @@
 import BrokerAPI
 import BrokerCore
+import BrokerPersistence
 import FoundationEssentials
 import Identity
 

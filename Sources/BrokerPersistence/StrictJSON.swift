@@ -8,29 +8,29 @@
 /// control characters in keys and strings (a NUL cuts a path short in every C call it reaches).
 ///
 /// It checks a document only; the types that read it (`Decodable`) decide its shape.
-enum StrictJSON {
-    struct Rules: Sendable {
+package enum StrictJSON {
+    package struct Rules: Sendable {
         /// Whether `null` may stand for a value.
-        var allowsNull: Bool
+        package var allowsNull: Bool
         /// Whether keys and strings may hold control characters (Unicode's Cc, escaped: a raw one
         /// is never JSON).
-        var allowsControlCharacters: Bool
+        package var allowsControlCharacters: Bool
 
         /// brokerd's configuration files.
-        static let configuration = Rules(allowsNull: false, allowsControlCharacters: false)
+        package static let configuration = Rules(allowsNull: false, allowsControlCharacters: false)
         /// Requests of another broker's protocol, whose clients send null for "not given".
-        static let request = Rules(allowsNull: true, allowsControlCharacters: true)
+        package static let request = Rules(allowsNull: true, allowsControlCharacters: true)
     }
 
     /// What is wrong, worded to follow "the configuration file FILE" or "the request".
-    enum Problem: Error, CustomStringConvertible, Equatable {
+    package enum Problem: Error, CustomStringConvertible, Equatable {
         case byteOrderMark
         case syntax(line: Int, column: Int, hint: String?)
         case duplicateKey(String, place: String)
         case null(path: String)
         case controlCharacter(UInt32, place: String)
 
-        var description: String {
+        package var description: String {
             switch self {
             case .byteOrderMark:
                 return "starts with a byte order mark, which JSON does not allow (RFC 8259): save it as UTF-8 "
@@ -50,7 +50,7 @@ enum StrictJSON {
     }
 
     /// Checks `bytes` against `rules`; the first problem found is thrown.
-    static func check(_ bytes: [UInt8], rules: Rules) throws(Problem) {
+    package static func check(_ bytes: [UInt8], rules: Rules) throws(Problem) {
         if bytes.starts(with: [0xEF, 0xBB, 0xBF]) { throw .byteOrderMark }
         let outcome: Result<Void, Problem> = bytes.withUnsafeBufferPointer { buffer in
             var walker = Walker(reader: JSONReader(buffer), rules: rules)

@@ -2,7 +2,7 @@ import BrokerCore
 import Foundation
 import Testing
 
-@testable import BrokerDaemon
+@testable import BrokerPersistence
 
 /// The state file and its journal on a real directory, without a bus: a change costs the bytes
 /// of the change, every sequence of changes reads back as it was saved, and a journal cut short,

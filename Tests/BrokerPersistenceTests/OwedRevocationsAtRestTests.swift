@@ -2,7 +2,7 @@ import BrokerCore
 import Logging
 import Testing
 
-@testable import BrokerDaemon
+@testable import BrokerPersistence
 
 /// Revocations owed to the provider survive a restart wherever tokens are kept: in the state file
 /// (`plaintext-file`) and, split from it, in the vault's item; never in a state file beside a vault.

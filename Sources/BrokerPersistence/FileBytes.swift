@@ -1,13 +1,13 @@
 import Glibc
 
 /// Reads a whole (small) file.
-enum FileBytes {
-    struct ReadError: Error, CustomStringConvertible {
-        var code: Int32
-        var description: String { String(cString: strerror(code)) }
+package enum FileBytes {
+    package struct ReadError: Error, CustomStringConvertible {
+        package var code: Int32
+        package var description: String { String(cString: strerror(code)) }
     }
 
-    static func read(_ path: String, limit: Int = 1 << 20) throws(ReadError) -> [UInt8] {
+    package static func read(_ path: String, limit: Int = 1 << 20) throws(ReadError) -> [UInt8] {
         let fd = open(path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { throw ReadError(code: errno) }
         defer { close(fd) }
@@ -15,7 +15,7 @@ enum FileBytes {
     }
 
     /// Reads what is left of an open file, refusing more than `limit` bytes.
-    static func read(fd: Int32, limit: Int = 1 << 20) throws(ReadError) -> [UInt8] {
+    package static func read(fd: Int32, limit: Int = 1 << 20) throws(ReadError) -> [UInt8] {
         var bytes: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 65536)
         while bytes.count <= limit {
@@ -31,21 +31,21 @@ enum FileBytes {
     }
 
     /// A regular file's bytes, with the owner and permission bits of the very file read.
-    struct RegularFile {
-        var bytes: [UInt8]
-        var owner: uid_t
+    package struct RegularFile {
+        package var bytes: [UInt8]
+        package var owner: uid_t
         /// The permission bits (`st_mode & 0o777`).
-        var permissions: UInt32
+        package var permissions: UInt32
     }
 
-    enum RegularFileError: Error, CustomStringConvertible {
+    package enum RegularFileError: Error, CustomStringConvertible {
         /// `open` failed with this errno.
         case open(Int32)
         /// Not a regular file: what it is instead ("a named pipe (FIFO)", ...).
         case notRegular(String)
         case read(Int32)
 
-        var description: String {
+        package var description: String {
             switch self {
             case .open(let code), .read(let code): return String(cString: strerror(code))
             case .notRegular(let kind): return "it is \(kind), not a regular file"
@@ -56,7 +56,7 @@ enum FileBytes {
     /// Reads `path` when it is a regular file (symbolic links followed). The checks are made with
     /// `fstat` on the descriptor that is read, so the file cannot be swapped between them and the
     /// read; `O_NONBLOCK` keeps a named pipe from hanging the open.
-    static func readRegularFile(_ path: String, limit: Int = 1 << 20) throws(RegularFileError) -> RegularFile {
+    package static func readRegularFile(_ path: String, limit: Int = 1 << 20) throws(RegularFileError) -> RegularFile {
         let fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY)
         guard fd >= 0 else { throw .open(errno) }
         defer { close(fd) }
@@ -72,7 +72,7 @@ enum FileBytes {
     }
 
     /// What a file that is not a regular one is, for a message.
-    static func kind(_ mode: mode_t) -> String {
+    package static func kind(_ mode: mode_t) -> String {
         switch mode & S_IFMT {
         case S_IFIFO: return "a named pipe (FIFO)"
         case S_IFCHR: return "a character device"

@@ -1,11 +1,12 @@
 import BrokerCore
+import CoreFakes
 import Foundation
 import Locking
 import Logging
 import Synchronization
 import Testing
 
-@testable import BrokerDaemon
+@testable import BrokerPersistence
 
 /// The state file when the file system fails: each system call the store makes is made to fail
 /// (a full disk, a dying device) through ``SystemCalls``, on a real directory, without a bus.

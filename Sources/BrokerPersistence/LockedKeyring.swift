@@ -8,12 +8,12 @@ import Logging
 /// `StorageLocked`; this waits for the keyring to open, on the Secret Service's own signals (and
 /// a look every `recheck`, for a service that sends none), then hands the broker the tokens it
 /// holds, without a restart.
-final class LockedKeyring: Sendable {
+package final class LockedKeyring: Sendable {
     let service: SecretService
     let vault: SecretServiceVault
     let store: TokenProtectingStore
     /// What a person does to unlock it: the message of `StorageLocked`.
-    let message: String
+    package let message: String
 
     init(service: SecretService, vault: SecretServiceVault, store: TokenProtectingStore, message: String) {
         self.service = service
@@ -23,7 +23,7 @@ final class LockedKeyring: Sendable {
     }
 
     /// Returns once the broker has the keyring's tokens, or when cancelled.
-    func serveWhenUnlocked(_ broker: Broker, recheck: Duration = .seconds(30), logger: Logger) async {
+    package func serveWhenUnlocked(_ broker: Broker, recheck: Duration = .seconds(30), logger: Logger) async {
         let (wakeups, wake) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
         // Subscribed before the first look, so an unlock between the two is not missed.
         let signals = try? await service.connection.signals(matching: DBusMatchRule(sender: SecretService.busName))
