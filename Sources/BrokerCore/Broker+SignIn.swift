@@ -1,7 +1,96 @@
-/// The sign-in flows beyond the password: the email one-time code (native authentication)
-/// and interactive sign-in in the browser. Both end in ``Broker/adoptSignIn``, the same path
-/// as the password.
+/// The sign-in flows: the password, the email one-time code (native authentication) and
+/// interactive sign-in in the browser. Each ends in ``Broker/adoptSignIn``, the one path that
+/// makes a sign-in the device's (or the app's, in default mode).
 extension Broker {
+
+    public func signInWithPassword(
+        clientId: String, username: String, password: String,
+        scopes requested: [String]
+    ) async throws(BrokerFailure) -> AppTokens {
+        try checkClient(clientId)
+        try InputRules.username(username)
+        try InputRules.password(password)
+        try InputRules.scopes(requested)
+        try checkTokenStorage()
+        if let holder = account(for: clientId), !holder.hasUsername(username) {
+            throw alreadySignedIn(holder)
+        }
+        let scopes = signInScopes(requested, clientId: clientId)
+        let startGeneration = generation
+        let correlationId = Self.newCorrelationId()
+        logger.info(
+            "sign-in with password started", metadata: ["clientId": "\(clientId)", "correlationId": "\(correlationId)"])
+        let tokens = try await callProvider(correlationId) {
+            try await self.provider.signInWithPassword(
+                clientId: clientId, username: username, password: password, scopes: scopes)
+        }
+        return try await adoptSignIn(
+            tokens, clientId: clientId, scopes: scopes, correlationId: correlationId,
+            startGeneration: startGeneration)
+    }
+
+    /// Stores what a successful sign-in returned, makes its account current, and announces it.
+    /// A device secret the sign-in replaced (the same user signed in again) is revoked after.
+    func adoptSignIn(
+        _ tokens: ProviderTokens, clientId: String, scopes: Scopes, correlationId: String,
+        startGeneration: UInt64
+    ) async throws(BrokerFailure) -> AppTokens {
+        // The keyring may have locked while the person signed in: the tokens have nowhere to go.
+        try checkTokenStorage()
+        let holder = account(for: clientId)
+        if let holder, holder.identifier != tokens.account.identifier {
+            throw alreadySignedIn(holder)
+        }
+        if holder == nil, generation != startGeneration {
+            // Someone else signed in or out while the provider answered; let the caller retry on
+            // the new state rather than silently replacing it.
+            throw BrokerFailure(.accountAlreadySignedIn, "the device's account changed during the sign-in; try again")
+        }
+        var next = state
+        var record = next.clients[clientId] ?? ClientRecord()
+        if record.account?.identifier != tokens.account.identifier { record.dropTokens() }
+        record.account = tokens.account
+        record.refreshToken = tokens.refreshToken ?? record.refreshToken
+        record.accessTokens[scopes.joined] = CachedAccessToken(
+            accessToken: tokens.accessToken, expiresOn: tokens.expiresOn, idToken: tokens.idToken, scopes: scopes)
+        next.clients[clientId] = record
+        let signedIn = configuration.deviceMode == .shared && next.current == nil
+        if signedIn {
+            next.current = tokens.account
+            next.signedInBoot = configuration.bootId
+            next.signedInAt = clock.now()
+            // The device's sign-in is the only one other apps build on.
+            next.singleSignOn = [:]
+        }
+        let grant = next.singleSignOn[tokens.account.identifier, default: SingleSignOnGrant(anchorClientId: clientId)]
+        let replaced = grant.deviceSecret
+        next.singleSignOn[tokens.account.identifier, default: grant].update(with: tokens, from: clientId)
+        try commit(
+            next,
+            announcing: signedIn ? DeviceAccountChange(current: tokens.account, previous: nil, reason: .signedIn) : nil)
+        if signedIn { generation &+= 1 }
+        logger.info(
+            "signed in",
+            metadata: [
+                "clientId": "\(clientId)", "correlationId": "\(correlationId)",
+                "account": "\(tokens.account.identifier)",
+            ])
+        if let replaced, replaced != next.singleSignOn[tokens.account.identifier]?.deviceSecret {
+            // The provider's session of the old secret would otherwise outlive every sign-out.
+            do {
+                _ = try await provider.revoke(clientId: grant.anchorClientId, token: .deviceSecret(replaced.secret))
+            } catch {
+                logger.notice(
+                    "a replaced device secret could not be revoked at the provider",
+                    metadata: ["error": "\(Self.describe(error))"])
+            }
+        }
+        return AppTokens(
+            accessToken: tokens.accessToken, expiresOn: tokens.expiresOn, idToken: tokens.idToken,
+            scopes: scopes, account: tokens.account, authority: provider.authority,
+            correlationId: correlationId)
+    }
+
     /// What the sign-in screen of an app can offer.
     public struct SignInOptions: Sendable, Equatable {
         /// The flows the provider offers, in ``SignInFlow``'s order.

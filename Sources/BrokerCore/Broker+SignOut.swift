@@ -1,0 +1,163 @@
+import BrokerAPI
+import Logging
+
+/// Every way the device's sign-in ends: an app's SignOut, the end of a shift, a reboot.
+extension Broker {
+
+    /// Shared mode: signs the whole device out (every app's tokens go, refresh tokens are
+    /// revoked where the provider offers it, `AccountChanged` goes out). Default mode: removes
+    /// the account for this clientId only. The provider's browser session is ended as the
+    /// configuration's ``BrowserSignOutPolicy`` says, given `fromBrowser` (what the app asked).
+    /// The account is signed out once the state is written; what the provider could not do
+    /// afterwards (revocation, ending the browser session) is reported in the outcome, not thrown.
+    @discardableResult
+    public func signOut(clientId: String, accountId: String, fromBrowser: Bool = false) async throws(BrokerFailure)
+        -> SignOutOutcome
+    {
+        try checkClient(clientId)
+        try InputRules.accountId(accountId)
+        let account = try signedInAccount(clientId: clientId, accountId: accountId)
+        return try await end(account, for: clientId, fromBrowser: fromBrowser, cause: .app)
+    }
+
+    /// Ends the shift (shared mode) without an app asking: inactivity, the screen lock, a
+    /// reboot, the provider. The same sign-out as ``signOut(clientId:accountId:fromBrowser:)``,
+    /// with its cause. Nil when nobody is signed in (or in default mode, where there is no shift).
+    @discardableResult
+    public func endShift(cause: SignOutCause) async throws(BrokerFailure) -> SignOutOutcome? {
+        guard configuration.deviceMode == .shared, let account = state.current else { return nil }
+        return try await end(account, for: shiftClientId(for: account), fromBrowser: false, cause: cause)
+    }
+
+    /// At start, before anyone is served: with `signOutAfterReboot`, a sign-in made in another
+    /// boot ends (cause `reboot`), written at once; what is left to do at the provider and on the
+    /// device runs in the returned task. A sign-in whose boot is unknown (made by a broker that
+    /// did not record it) counts as another boot's. A restart of brokerd alone keeps the sign-in.
+    public func endShiftIfRebooted() throws(BrokerFailure) -> Task<SignOutOutcome, Never>? {
+        guard configuration.signOutAfterReboot, configuration.deviceMode == .shared, let account = state.current,
+            let boot = configuration.bootId, state.signedInBoot != boot
+        else { return nil }
+        let clientId = shiftClientId(for: account)
+        let ended = try write(end: account, for: clientId, cause: .reboot)
+        return Task { await self.followUp(ended, fromBrowser: false) }
+    }
+
+    /// The app whose sign-in the device's is (its ID token is the end-session page's hint).
+    func shiftClientId(for account: Account) -> String {
+        state.singleSignOn[account.identifier]?.anchorClientId
+            ?? state.clients.keys.sorted().first { state.clients[$0]?.refreshToken != nil } ?? ""
+    }
+
+    /// Every way the device's sign-in ends comes here: the state written (the revocations owed
+    /// with it) before `AccountChanged`, then the revocations, the browser policy and the
+    /// clean-up list, each reported in the outcome, none undoing the sign-out.
+    func end(_ account: Account, for clientId: String, fromBrowser: Bool, cause: SignOutCause)
+        async throws(BrokerFailure) -> SignOutOutcome
+    {
+        await followUp(try write(end: account, for: clientId, cause: cause), fromBrowser: fromBrowser)
+    }
+
+    /// A sign-in ended and written, with what is left to do at the provider and on the device.
+    struct EndedSignIn: Sendable {
+        var account: Account
+        var clientId: String
+        var cause: SignOutCause
+        var revoke: [PendingRevocation]
+        var idTokenHint: String?
+    }
+
+    /// The sign-out's change of state: written and announced before anything else happens.
+    private func write(end account: Account, for clientId: String, cause: SignOutCause) throws(BrokerFailure)
+        -> EndedSignIn
+    {
+        var next = state
+        var revoke: [PendingRevocation] = []
+        let affected = configuration.deviceMode == .shared ? Array(next.clients.keys) : [clientId]
+        let idTokenHint =
+            (next.clients[clientId].map { [$0] } ?? []).flatMap { $0.accessTokens.values }.compactMap(\.idToken).first
+            ?? affected.lazy.compactMap { next.clients[$0] }.flatMap { $0.accessTokens.values }.compactMap(\.idToken)
+            .first
+        for id in affected {
+            if let token = next.clients[id]?.refreshToken {
+                revoke.append(.init(clientId: id, token: .refreshToken(token)))
+            }
+            next.clients[id]?.dropTokens()
+            next.clients[id]?.dropIfEmpty(in: &next, clientId: id)
+        }
+        // Single sign-on ends with the sign-in that made it: the device's (shared mode), or in
+        // default mode this app's, so no app gets a token from it afterwards.
+        for (identifier, grant) in next.singleSignOn
+        where configuration.deviceMode == .shared || grant.anchorClientId == clientId {
+            if let deviceSecret = grant.deviceSecret {
+                revoke.append(.init(clientId: grant.anchorClientId, token: .deviceSecret(deviceSecret.secret)))
+            }
+            next.singleSignOn[identifier] = nil
+        }
+        if configuration.deviceMode == .shared {
+            next.current = nil
+            next.signedInBoot = nil
+            next.signedInAt = nil
+            next.signOutDeadline = nil
+        }
+        // Owed to the provider from the moment the sign-out is written: a crash or an outage
+        // before the provider confirms leaves them pending, never forgotten.
+        next.owe(revoke)
+        // Default mode: the app's own account changed, which no other app sees, so no signal.
+        try commit(
+            next,
+            announcing: configuration.deviceMode == .shared
+                ? DeviceAccountChange(current: nil, previous: account, reason: .signedOut, cause: cause) : nil,
+            endingWarning: state.signOutDeadline != nil)
+        generation &+= 1
+        if state.signOutDeadline == nil, let timer = idleDeadlineTimer {
+            // A warning was on: it ends with this sign-out, whatever its cause.
+            timer.cancel()
+            idleDeadlineTimer = nil
+        }
+        logger.info(
+            "signed out",
+            metadata: [
+                "clientId": "\(clientId)", "account": "\(account.identifier)",
+                "mode": "\(configuration.deviceMode.rawValue)", "cause": "\(cause.rawValue)",
+            ])
+        return EndedSignIn(account: account, clientId: clientId, cause: cause, revoke: revoke, idTokenHint: idTokenHint)
+    }
+
+    /// What a written sign-out still does: revocations, the browser session, the clean-up list.
+    private func followUp(_ ended: EndedSignIn, fromBrowser: Bool) async -> SignOutOutcome {
+        let (clientId, revoke, idTokenHint) = (ended.clientId, ended.revoke, ended.idTokenHint)
+        var outcome = SignOutOutcome()
+        outcome.cause = ended.cause
+        for problem in await revokeOwed(revoke) {
+            outcome.tokensRevoked = false
+            outcome.note(problem)
+        }
+        if tokenStorageIsLocked {
+            outcome.tokensRevoked = false
+            outcome.note("the keyring is locked: the tokens it keeps are revoked once it is unlocked")
+        }
+        if configuration.browserSignOut.endsBrowserSession(appAsked: fromBrowser) {
+            do {
+                if try await provider.endBrowserSession(clientId: clientId, idTokenHint: idTokenHint) == .done {
+                    outcome.browserSessionEnded = true
+                } else {
+                    outcome.note("the provider offers no end_session_endpoint; its browser session stays")
+                }
+            } catch {
+                outcome.note(
+                    "the provider's browser session may still be open: its end-session page could not be opened "
+                        + "(\(Self.describe(error)))")
+            }
+        } else if fromBrowser {
+            outcome.note("the administrator's browserSignOut is never: the provider's browser session stays")
+        }
+        if configuration.deviceMode == .shared {
+            (outcome.cleanedUp, outcome.notCleanedUp) = await cleaner.clean()
+            if !outcome.notCleanedUp.isEmpty {
+                outcome.note("some of what the device clears after a sign-out could not be removed")
+            }
+        }
+        for note in outcome.notes { logger.notice("sign-out: \(note)", metadata: ["clientId": "\(clientId)"]) }
+        return outcome
+    }
+}
