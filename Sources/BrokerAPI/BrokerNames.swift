@@ -61,7 +61,7 @@ public enum SignOutCause: String, Sendable, CaseIterable, Codable {
 }
 
 /// How the provider lets one app's sign-in give other apps tokens of their own, as
-/// `GetDeviceInformation`'s `singleSignOn` spells them, in the order the broker tries them.
+/// `GetDeviceInformation`'s `singleSignOn` spells them.
 public enum SingleSignOnMechanism: String, Sendable, CaseIterable, Codable, Comparable {
     /// OpenID Connect Native SSO for Mobile Apps 1.0: a device secret and a token exchange.
     case nativeSSO = "native-sso"
@@ -70,8 +70,14 @@ public enum SingleSignOnMechanism: String, Sendable, CaseIterable, Codable, Comp
     /// OAuth 2.0 Token Exchange (RFC 8693) of the signed-in app's token.
     case tokenExchange = "token-exchange"
 
+    /// The order the broker tries them in, and lists them in: the one that spends nothing and
+    /// asks the most of the provider (a device session bound to the sign-in) first, then a
+    /// family's refresh token, then an exchange of the app's own token. Stated here, not by the
+    /// order of the cases: a mechanism added is placed on purpose (a test checks every case is).
+    public static let tryingOrder: [Self] = [.nativeSSO, .familyRefreshToken, .tokenExchange]
+
     public static func < (a: Self, b: Self) -> Bool {
-        allCases.firstIndex(of: a) ?? 0 < allCases.firstIndex(of: b) ?? 0
+        tryingOrder.firstIndex(of: a) ?? tryingOrder.count < tryingOrder.firstIndex(of: b) ?? tryingOrder.count
     }
 }
 

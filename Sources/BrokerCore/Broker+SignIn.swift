@@ -142,10 +142,11 @@ extension Broker {
         // The limits again: other flows may have started while the provider answered.
         try admitFlow(owner: owner)
         let flowId = Self.newCorrelationId()
-        flows.addCode(
-            .init(
-                clientId: clientId, username: username, scopes: signInScopes(requested, clientId: clientId),
-                continuationToken: challenge.continuationToken, startedAt: clock.now()), id: flowId, owner: owner)
+        try flows.add(
+            .code(
+                .init(
+                    clientId: clientId, username: username, scopes: signInScopes(requested, clientId: clientId),
+                    continuationToken: challenge.continuationToken, startedAt: clock.now())), id: flowId, owner: owner)
         try await endIfCallerLeft(owner)
         logger.info(
             "code sign-in started",
@@ -196,7 +197,10 @@ extension Broker {
                 grant, clientId: clientId, scopes: scopes, correlationId: correlationId, deadline: deadline,
                 startGeneration: startGeneration)
         }
-        flows.addDevice(.init(task: task), id: flowId, owner: owner)
+        do { try flows.add(.device(.init(task: task)), id: flowId, owner: owner) } catch {
+            task.cancel()
+            throw error
+        }
         try await endIfCallerLeft(owner)
         logger.info(
             "device sign-in started",
@@ -265,7 +269,7 @@ extension Broker {
         try InputRules.flowId(flowId)
         let flow = try flows.deviceFlow(flowId, owner: owner)
         let outcome = await flow.task.result
-        flows.removeDevice(flowId, owner: owner)
+        flows.remove(flowId, owner: owner)
         switch outcome {
         case .success(let tokens):
             return tokens
@@ -291,7 +295,7 @@ extension Broker {
                     clientId: flow.clientId, continuationToken: flow.continuationToken,
                     code: code, scopes: flow.scopes)
             }
-            flows.removeCode(flowId, owner: owner)
+            flows.remove(flowId, owner: owner)
             return try await adoptSignIn(
                 tokens, clientId: flow.clientId, scopes: flow.scopes, correlationId: correlationId,
                 startGeneration: startGeneration)
@@ -300,7 +304,7 @@ extension Broker {
             // provider is back: the flow lives on until its lifetime ends.
             throw error
         } catch {
-            flows.removeCode(flowId, owner: owner)
+            flows.remove(flowId, owner: owner)
             throw error
         }
     }
@@ -378,17 +382,19 @@ extension Broker {
             progress: { stage, details in
                 report(SignInProgress(owner: owner, flowId: id, stage: stage, details: details))
             })
+        try flows.checkFree(id, owner: owner)
         let task = Task {
             try await self.provider.signInInteractively(clientId: clientId, scopes: scopes, request: request)
         }
-        try flows.addInteractive(id, owner: owner, cancel: { task.cancel() })
+        // Free a moment ago, on this actor, with no await since: the add cannot be refused.
+        try? flows.add(.interactive(.init(cancel: { task.cancel() })), id: id, owner: owner)
         logger.info(
             "interactive sign-in started",
             metadata: [
                 "clientId": "\(clientId)", "flowId": "\(id)",
                 "correlationId": "\(correlationId)",
             ])
-        defer { flows.removeInteractive(id, owner: owner) }
+        defer { flows.remove(id, owner: owner) }
         try await endIfCallerLeft(owner)
         // The flow runs in a task of its own (CancelSignIn and the caller leaving cancel it);
         // cancelling this call, as brokerd does when it stops, cancels it too.

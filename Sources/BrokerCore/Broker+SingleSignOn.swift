@@ -1,6 +1,7 @@
 /// Single sign-on between apps: once one app has signed a user in, any other app's silent call
 /// for that account gets tokens of its own (issued to its clientId, for the scopes it asks),
-/// without a person. The broker uses the provider's standard mechanisms, in this order:
+/// without a person. The broker uses the provider's standard mechanisms, in the order
+/// `SingleSignOnMechanism.tryingOrder` states:
 ///
 /// 1. OpenID Connect Native SSO: the sign-in's device secret and ID token, exchanged for the app.
 /// 2. A family refresh token (Entra's `foci`) of the signing-in app, redeemed for the app.
@@ -155,7 +156,7 @@ extension Broker {
         let isAnchor = grant.anchorClientId == clientId
         let provider = self.provider
         var refusals: [String] = []
-        for mechanism in SingleSignOnMechanism.allCases {
+        for mechanism in SingleSignOnMechanism.tryingOrder {
             let attempt: @Sendable () async throws -> ProviderTokens
             switch mechanism {
             case .nativeSSO:

@@ -37,22 +37,39 @@ public struct SignInFlows: Sendable {
         var task: Task<AppTokens, any Error>
     }
 
-    private(set) var codeFlows: [Key: CodeFlow] = [:]
-    private(set) var interactiveFlows: [Key: InteractiveFlow] = [:]
-    private(set) var deviceFlows: [Key: DeviceFlow] = [:]
+    /// A flow in progress, of whichever kind: one table, so that a flow id is unique across
+    /// kinds and every rule (limits, cancelling, a caller leaving) covers each kind, including
+    /// one added later.
+    enum Pending: Sendable {
+        case code(CodeFlow)
+        case interactive(InteractiveFlow)
+        case device(DeviceFlow)
+
+        /// Stops what runs for the flow (the browser wait, the polling); a code flow has nothing running.
+        func stop() {
+            switch self {
+            case .code: break
+            case .interactive(let flow): flow.cancel()
+            case .device(let flow): flow.task.cancel()
+            }
+        }
+    }
+
+    private(set) var flows: [Key: Pending] = [:]
     /// The process behind each caller with flows, where the bus told it.
     private var processes: [String: String] = [:]
 
-    var count: Int { codeFlows.count + interactiveFlows.count + deviceFlows.count }
+    var count: Int { flows.count }
 
-    private var owners: [String] {
-        codeFlows.keys.map(\.owner) + interactiveFlows.keys.map(\.owner) + deviceFlows.keys.map(\.owner)
-    }
+    private var owners: [String] { flows.keys.map(\.owner) }
 
     /// Refuses a new flow for `owner` (of `process`, when known) beyond the limits; first
     /// forgets code flows older than their lifetime.
     mutating func admit(owner: String, process: String?, now: Int64) throws(BrokerFailure) {
-        codeFlows = codeFlows.filter { now - $0.value.startedAt < Self.codeFlowLifetime }
+        flows = flows.filter { _, flow in
+            guard case .code(let code) = flow else { return true }
+            return now - code.startedAt < Self.codeFlowLifetime
+        }
         let all = owners
         let mine = all.filter { $0 == owner }.count
         if mine >= Self.maxPerOwner {
@@ -73,77 +90,62 @@ public struct SignInFlows: Sendable {
         }
     }
 
-    mutating func addCode(_ flow: CodeFlow, id: String, owner: String) {
-        codeFlows[Key(owner: owner, id: id)] = flow
+    /// Refuses a flow id the caller already uses, for any kind: checked before a flow starts
+    /// anything (a browser page, polling) that a refusal would leave running.
+    func checkFree(_ id: String, owner: String) throws(BrokerFailure) {
+        guard flows[Key(owner: owner, id: id)] == nil else {
+            throw BrokerFailure(.invalidArgument, "a sign-in with flowId \(id) is already in progress")
+        }
+    }
+
+    /// Adds a flow; a flow id the caller already uses, for any kind, is refused.
+    mutating func add(_ flow: Pending, id: String, owner: String) throws(BrokerFailure) {
+        try checkFree(id, owner: owner)
+        flows[Key(owner: owner, id: id)] = flow
     }
 
     /// The code flow `id` of `owner`; `.flowNotFound` when that caller has none.
     func codeFlow(_ id: String, owner: String) throws(BrokerFailure) -> CodeFlow {
-        guard let flow = codeFlows[Key(owner: owner, id: id)] else {
+        guard case .code(let flow)? = flows[Key(owner: owner, id: id)] else {
             throw BrokerFailure(.flowNotFound, "there is no sign-in \(id) of this caller; start a new one")
         }
         return flow
     }
 
-    mutating func updateContinuation(_ id: String, owner: String, _ token: String) {
-        codeFlows[Key(owner: owner, id: id)]?.continuationToken = token
-    }
-
-    mutating func removeCode(_ id: String, owner: String) { codeFlows[Key(owner: owner, id: id)] = nil }
-
-    mutating func addInteractive(_ id: String, owner: String, cancel: @escaping @Sendable () -> Void)
-        throws(BrokerFailure)
-    {
-        let key = Key(owner: owner, id: id)
-        if interactiveFlows[key] != nil || codeFlows[key] != nil || deviceFlows[key] != nil {
-            throw BrokerFailure(.invalidArgument, "a sign-in with flowId \(id) is already in progress")
-        }
-        interactiveFlows[key] = InteractiveFlow(cancel: cancel)
-    }
-
-    mutating func removeInteractive(_ id: String, owner: String) { interactiveFlows[Key(owner: owner, id: id)] = nil }
-
-    mutating func addDevice(_ flow: DeviceFlow, id: String, owner: String) {
-        deviceFlows[Key(owner: owner, id: id)] = flow
-    }
-
     /// The device flow `id` of `owner`; `.flowNotFound` when that caller has none.
     func deviceFlow(_ id: String, owner: String) throws(BrokerFailure) -> DeviceFlow {
-        guard let flow = deviceFlows[Key(owner: owner, id: id)] else {
+        guard case .device(let flow)? = flows[Key(owner: owner, id: id)] else {
             throw BrokerFailure(.flowNotFound, "there is no device sign-in \(id) of this caller; start a new one")
         }
         return flow
     }
 
-    mutating func removeDevice(_ id: String, owner: String) { deviceFlows[Key(owner: owner, id: id)] = nil }
+    mutating func updateContinuation(_ id: String, owner: String, _ token: String) {
+        let key = Key(owner: owner, id: id)
+        guard case .code(var flow)? = flows[key] else { return }
+        flow.continuationToken = token
+        flows[key] = .code(flow)
+    }
+
+    /// Forgets the flow `id` of `owner` once it ended (its own work is over: nothing is stopped).
+    mutating func remove(_ id: String, owner: String) { flows[Key(owner: owner, id: id)] = nil }
 
     /// Ends the flow `id` of `owner`, whichever kind it is.
     mutating func cancel(_ id: String, owner: String) throws(BrokerFailure) {
-        let key = Key(owner: owner, id: id)
-        if let flow = interactiveFlows.removeValue(forKey: key) {
-            flow.cancel()
-        } else if let flow = deviceFlows.removeValue(forKey: key) {
-            flow.task.cancel()
-        } else if codeFlows.removeValue(forKey: key) == nil {
+        guard let flow = flows.removeValue(forKey: Key(owner: owner, id: id)) else {
             throw BrokerFailure(.flowNotFound, "there is no sign-in \(id) of this caller; start a new one")
         }
+        flow.stop()
     }
 
     /// Ends every flow of a caller that left the bus (its polling with it); returns how many.
     mutating func dropAll(owner: String) -> Int {
         processes[owner] = nil
-        let code = codeFlows.keys.filter { $0.owner == owner }
-        for key in code { codeFlows[key] = nil }
-        let interactive = interactiveFlows.filter { $0.key.owner == owner }
-        for (key, flow) in interactive {
-            interactiveFlows[key] = nil
-            flow.cancel()
+        let theirs = flows.filter { $0.key.owner == owner }
+        for (key, flow) in theirs {
+            flows[key] = nil
+            flow.stop()
         }
-        let device = deviceFlows.filter { $0.key.owner == owner }
-        for (key, flow) in device {
-            deviceFlows[key] = nil
-            flow.task.cancel()
-        }
-        return code.count + interactive.count + device.count
+        return theirs.count
     }
 }

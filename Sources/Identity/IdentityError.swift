@@ -184,8 +184,19 @@ enum GrantKind: Sendable {
         }
     }
 
-    /// A sign-in by a person: the grants that may ask for Native SSO's device secret.
-    var isSignIn: Bool { self == .password || self == .code || self == .authorizationCode || self == .deviceCode }
+    /// A sign-in by a person: the grants that may ask for Native SSO's device secret. A switch
+    /// without a default, so that a grant added must say whether it is one.
+    var isSignIn: Bool {
+        switch self {
+        case .password, .code, .authorizationCode, .deviceCode: true
+        case .refresh, .other, .deviceSecretExchange, .tokenExchange, .familyRefresh: false
+        }
+    }
 
-    var isSingleSignOn: Bool { self == .deviceSecretExchange || self == .tokenExchange || self == .familyRefresh }
+    var isSingleSignOn: Bool {
+        switch self {
+        case .deviceSecretExchange, .tokenExchange, .familyRefresh: true
+        case .password, .code, .authorizationCode, .deviceCode, .refresh, .other: false
+        }
+    }
 }

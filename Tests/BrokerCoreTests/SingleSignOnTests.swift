@@ -3,6 +3,11 @@ import Testing
 
 @Suite("Broker core: single sign-on between apps")
 struct SingleSignOnTests {
+    @Test func everyMechanismHasItsPlaceInTheTryingOrder() {
+        #expect(SingleSignOnMechanism.tryingOrder.count == SingleSignOnMechanism.allCases.count)
+        #expect(Set(SingleSignOnMechanism.tryingOrder) == Set(SingleSignOnMechanism.allCases))
+    }
+
     let alice = ScriptedProvider.account("alice@contoso.example")
 
     @Test(arguments: [

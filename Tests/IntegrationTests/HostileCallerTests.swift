@@ -118,6 +118,8 @@ struct HostileCallerTests {
         }
         let a = interactive(first)
         _ = try await env.browser.nextURL()
+        // The same caller's flow id again, while its flow runs: refused before any page opens.
+        #expect(await interactive(first).value == BrokerErrorCode.invalidArgument.dbusErrorName)
         let b = interactive(second)
         _ = try await env.browser.nextURL()  // no "already in progress" for the second app
         _ = try await second.call(
