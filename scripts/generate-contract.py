@@ -48,6 +48,18 @@ HANDLER_TYPES = {
     "as": ("[String]", ".stringArray ?? []"),
     "a{sv}": ("[String: DBusValue]", ".vardict ?? [:]"),
 }
+# How a handler returns an `out` argument of each D-Bus type: the Swift type of its reply's stored
+# property, and how that becomes the argument on the bus. Other types (the dictionaries) stay the
+# DBusValue BusMarshalling built, in key order: a Swift dictionary would hash and sort them again on
+# every call, and the D-Bus layer checks every reply's signature against the contract.
+REPLY_TYPES = {
+    "s": ("String", ".string(%s)"),
+    "as": ("[String]", ".strings(%s)"),
+    "b": ("Bool", ".bool(%s)"),
+    "u": ("UInt32", ".uint32(%s)"),
+    "x": ("Int64", ".int64(%s)"),
+    "t": ("UInt64", ".uint64(%s)"),
+}
 # How the client library passes an argument of each D-Bus type: the Swift type and the value's case.
 CLIENT_TYPES = {"s": ("String", ".string"), "as": ("[String]", ".strings"), "a{sv}": ("[String: DBusValue]", ".vardict")}
 
@@ -141,6 +153,10 @@ def case_name(name):
     return name[0].lower() + name[1:]
 
 
+def type_name(name):
+    return name[0].upper() + name[1:]
+
+
 def quoted(text):
     return '"%s"' % text.replace("\\", "\\\\").replace('"', '\\"')
 
@@ -189,25 +205,24 @@ def interface_file(iface):
     lines.append("        ],")
     lines.append("        annotations: [%s]" % ", ".join(annotations(iface.element)))
     lines += ["    )", "}", ""]
+    lines += reply_structs(iface)
     lines += [
         "/// The methods of `%s`, each with its arguments as the contract declares them" % iface.name,
-        "/// and the caller's unique bus name (sign-in flows belong to the connection that started them).",
-        "/// An exported object implements every one: a method added to the contract without its handler",
-        "/// does not compile.",
+        "/// and the caller's unique bus name (sign-in flows belong to the connection that started them),",
+        "/// each returning its reply typed as the contract declares it. An exported object implements",
+        "/// every one: a method added to the contract without its handler, or a handler that returns",
+        "/// another shape than the method's, does not compile.",
         "protocol %sHandler: Sendable {" % iface.swift,
     ]
     calls = []
     for method in iface.methods:
         name = case_name(method.get("name"))
-        params, values = [], []
-        for index, arg in enumerate(ins(method)):
-            swift_type, read = HANDLER_TYPES.get(arg.get("type"), ("DBusValue", ""))
-            params.append("%s: %s" % (arg.get("name"), swift_type))
-            values.append("%s: a[%d]%s" % (arg.get("name"), index, read))
+        params, values = handler_arguments(method)
         params.append("caller: String")
         values.append("caller: call.sender")
-        lines.append("    func %s(%s) async throws(BrokerFailure) -> [DBusValue]" % (name, ", ".join(params)))
-        calls.append("        case .%s: return try await %s(%s)" % (name, name, ", ".join(values)))
+        lines.append("    func %s(%s) async throws(BrokerFailure) -> %sReply.%s"
+                     % (name, ", ".join(params), iface.swift, type_name(method.get("name"))))
+        calls.append("        case .%s: return try await %s(%s).arguments" % (name, name, ", ".join(values)))
     lines += [
         "}",
         "",
@@ -218,6 +233,45 @@ def interface_file(iface):
         "        switch method {",
     ] + calls + ["        }", "    }", "}"]
     return "\n".join(lines) + "\n"
+
+
+def handler_arguments(method):
+    """The handler's parameters for the method's `in` arguments, and how the dispatch reads each
+    from the call (`a`, its arguments)."""
+    params, values = [], []
+    for index, arg in enumerate(ins(method)):
+        swift_type, read = HANDLER_TYPES.get(arg.get("type"), ("DBusValue", ""))
+        params.append("%s: %s" % (arg.get("name"), swift_type))
+        values.append("%s: a[%d]%s" % (arg.get("name"), index, read))
+    return params, values
+
+
+def reply_structs(iface):
+    lines = [
+        "/// The replies of `%s`'s methods: each a method's `out` arguments, typed as the contract" % iface.name,
+        "/// declares them (a dictionary as the DBusValue that holds it), and as they go on the bus.",
+        "enum %sReply {" % iface.swift,
+    ]
+    for number, method in enumerate(iface.methods):
+        fields = []
+        for arg in outs(method):
+            swift_type, encode = REPLY_TYPES.get(arg.get("type"), ("DBusValue", "%s"))
+            fields.append((arg.get("name"), swift_type, encode % arg.get("name")))
+        if number:
+            lines.append("")
+        lines.append("    /// `%s`'s reply." % method.get("name"))
+        lines.append("    struct %s: Sendable, Equatable {" % type_name(method.get("name")))
+        for name, swift_type, _ in fields:
+            lines.append("        var %s: %s" % (name, swift_type))
+        if not fields:
+            lines.append("        init() {}")
+        lines += [
+            "        /// Its arguments, in the contract's order.",
+            "        var arguments: [DBusValue] { [%s] }" % ", ".join(encode for _, _, encode in fields),
+            "    }",
+        ]
+    lines += ["}", ""]
+    return lines
 
 
 def methods_file(iface):

@@ -125,44 +125,44 @@ final class BrokerObject: DBusObject, Broker1Handler {
 
     // MARK: Broker1Handler: each method of the contract, to its call of the core
 
-    func getDeviceInformation(caller: String) async throws(BrokerFailure) -> [DBusValue] {
-        [BusMarshalling.deviceInformation(broker.deviceInformation())]
+    func getDeviceInformation(caller: String) async throws(BrokerFailure) -> Broker1Reply.GetDeviceInformation {
+        .init(information: BusMarshalling.deviceInformation(broker.deviceInformation()))
     }
 
-    func getSignInOptions(clientId: String, caller: String) async throws(BrokerFailure) -> [DBusValue] {
-        [BusMarshalling.signInOptions(try await broker.signInOptions(clientId: clientId))]
+    func getSignInOptions(clientId: String, caller: String) async throws(BrokerFailure) -> Broker1Reply.GetSignInOptions
+    {
+        .init(options: BusMarshalling.signInOptions(try await broker.signInOptions(clientId: clientId)))
     }
 
-    func getCurrentAccount(clientId: String, caller: String) async throws(BrokerFailure) -> [DBusValue] {
+    func getCurrentAccount(clientId: String, caller: String) async throws(BrokerFailure)
+        -> Broker1Reply.GetCurrentAccount
+    {
         let seen = try await broker.currentAccount(clientId: clientId)
-        return [BusMarshalling.account(seen.current), BusMarshalling.account(seen.previous)]
+        return .init(current: BusMarshalling.account(seen.current), previous: BusMarshalling.account(seen.previous))
     }
 
     func signInWithPassword(
         clientId: String, username: String, password: String, scopes: [String],
         caller: String
-    ) async throws(BrokerFailure) -> [DBusValue] {
-        [
-            BusMarshalling.tokenResult(
-                try await broker.signInWithPassword(
-                    clientId: clientId, username: username,
-                    password: password, scopes: scopes))
-        ]
+    ) async throws(BrokerFailure) -> Broker1Reply.SignInWithPassword {
+        let result = try await broker.signInWithPassword(
+            clientId: clientId, username: username, password: password, scopes: scopes)
+        return .init(result: BusMarshalling.tokenResult(result))
     }
 
     func startSignIn(
         clientId: String, username: String, scopes: [String], options: [String: DBusValue],
         caller: String
-    ) async throws(BrokerFailure) -> [DBusValue] {
+    ) async throws(BrokerFailure) -> Broker1Reply.StartSignIn {
         let method = try BusMarshalling.stringOption(options, OptionKey.method) ?? SignInMethod.emailCode.rawValue
         switch SignInMethod(rawValue: method) {
         case .emailCode?:
             let started = try await broker.startSignIn(
                 clientId: clientId, username: username, scopes: scopes, owner: caller)
-            return [.string(started.flowId), BusMarshalling.challenge(started.challenge)]
+            return .init(flowId: started.flowId, challenge: BusMarshalling.challenge(started.challenge))
         case .deviceCode?:
             let started = try await broker.startDeviceSignIn(clientId: clientId, scopes: scopes, owner: caller)
-            return [.string(started.flowId), BusMarshalling.deviceChallenge(started.challenge)]
+            return .init(flowId: started.flowId, challenge: BusMarshalling.deviceChallenge(started.challenge))
         case nil:
             throw BrokerFailure(
                 .invalidArgument,
@@ -170,44 +170,46 @@ final class BrokerObject: DBusObject, Broker1Handler {
         }
     }
 
-    func submitCode(flowId: String, code: String, caller: String) async throws(BrokerFailure) -> [DBusValue] {
-        [BusMarshalling.tokenResult(try await broker.submitCode(flowId: flowId, code: code, owner: caller))]
+    func submitCode(flowId: String, code: String, caller: String) async throws(BrokerFailure) -> Broker1Reply.SubmitCode
+    {
+        .init(
+            result: BusMarshalling.tokenResult(try await broker.submitCode(flowId: flowId, code: code, owner: caller)))
     }
 
-    func finishSignIn(flowId: String, caller: String) async throws(BrokerFailure) -> [DBusValue] {
-        [BusMarshalling.tokenResult(try await broker.finishSignIn(flowId: flowId, owner: caller))]
+    func finishSignIn(flowId: String, caller: String) async throws(BrokerFailure) -> Broker1Reply.FinishSignIn {
+        .init(result: BusMarshalling.tokenResult(try await broker.finishSignIn(flowId: flowId, owner: caller)))
     }
 
-    func resendCode(flowId: String, caller: String) async throws(BrokerFailure) -> [DBusValue] {
-        [BusMarshalling.challenge(try await broker.resendCode(flowId: flowId, owner: caller))]
+    func resendCode(flowId: String, caller: String) async throws(BrokerFailure) -> Broker1Reply.ResendCode {
+        .init(challenge: BusMarshalling.challenge(try await broker.resendCode(flowId: flowId, owner: caller)))
     }
 
-    func cancelSignIn(flowId: String, caller: String) async throws(BrokerFailure) -> [DBusValue] {
+    func cancelSignIn(flowId: String, caller: String) async throws(BrokerFailure) -> Broker1Reply.CancelSignIn {
         try await broker.cancelSignIn(flowId: flowId, owner: caller)
-        return []
+        return .init()
     }
 
     func acquireTokenInteractive(
         clientId: String, scopes: [String], options: [String: DBusValue],
         caller: String
-    ) async throws(BrokerFailure) -> [DBusValue] {
+    ) async throws(BrokerFailure) -> Broker1Reply.AcquireTokenInteractive {
         let result = try await broker.acquireTokenInteractive(
             clientId: clientId, scopes: scopes, prompt: try BusMarshalling.promptOption(options),
             loginHint: try BusMarshalling.stringOption(options, OptionKey.loginHint),
             flowId: try BusMarshalling.stringOption(options, OptionKey.flowId) ?? "", owner: caller,
             claims: try Self.claimsOption(options))
-        return [BusMarshalling.tokenResult(result)]
+        return .init(result: BusMarshalling.tokenResult(result))
     }
 
     func acquireTokenSilent(
         clientId: String, scopes: [String], accountId: String, options: [String: DBusValue],
         caller: String
-    ) async throws(BrokerFailure) -> [DBusValue] {
+    ) async throws(BrokerFailure) -> Broker1Reply.AcquireTokenSilent {
         let result = try await broker.acquireTokenSilent(
             clientId: clientId, scopes: scopes, accountId: accountId,
             forceRefresh: try BusMarshalling.boolOption(options, OptionKey.forceRefresh),
             claims: try Self.claimsOption(options))
-        return [BusMarshalling.tokenResult(result)]
+        return .init(result: BusMarshalling.tokenResult(result))
     }
 
     /// The `claims` option, refused here when it is no claims request: before anything is asked.
@@ -217,17 +219,17 @@ final class BrokerObject: DBusObject, Broker1Handler {
         return claims
     }
 
-    func getAccounts(clientId: String, caller: String) async throws(BrokerFailure) -> [DBusValue] {
-        [BusMarshalling.accounts(try broker.accounts(clientId: clientId))]
+    func getAccounts(clientId: String, caller: String) async throws(BrokerFailure) -> Broker1Reply.GetAccounts {
+        .init(accounts: BusMarshalling.accounts(try broker.accounts(clientId: clientId)))
     }
 
     func signOut(
         clientId: String, accountId: String, options: [String: DBusValue],
         caller: String
-    ) async throws(BrokerFailure) -> [DBusValue] {
+    ) async throws(BrokerFailure) -> Broker1Reply.SignOut {
         let outcome = try await broker.signOut(
             clientId: clientId, accountId: accountId,
             fromBrowser: try BusMarshalling.boolOption(options, OptionKey.signoutFromBrowser))
-        return [BusMarshalling.signOutOutcome(outcome)]
+        return .init(result: BusMarshalling.signOutOutcome(outcome))
     }
 }
