@@ -5,10 +5,16 @@ For an interface whose `io.shareddevice.Contract.SwiftName` annotation is N:
 - Sources/BrokerDaemon/NInterface.swift: the interface description brokerd serves (the integration
   tests check the live introspection against the XML), and `NHandler`, one requirement per method
   with its arguments typed, with the dispatch that reads them from a call: an exported object
-  conforms, so a method added to the XML without its handler does not compile;
+  conforms, so a method added to the XML without its handler does not compile; `NReply`, one struct
+  per method whose stored properties are its `out` arguments, typed, which the handler returns (a
+  reply of another shape does not compile); and, when methods carry the
+  `io.shareddevice.Contract.AnswersFromState` annotation, `NStateAnswers`, one requirement per such
+  method returning its reply from the broker's published state or nil (the call then goes to its
+  handler), with the dispatch that reads their arguments;
 - Sources/BrokerAPI/NMethod.swift: the methods' names, which argument is the app a call acts for
   (the `io.shareddevice.Contract.ClientId` annotation) and which wait for a person
-  (`io.shareddevice.Contract.WaitsForPerson`), for both sides of the bus: a name is spelled in
+  (`io.shareddevice.Contract.WaitsForPerson`) or may be answered from state
+  (`io.shareddevice.Contract.AnswersFromState`), for both sides of the bus: a name is spelled in
   the XML only, and a switch over the methods that misses one does not compile; where the
   interface uses them, the option keys of each method's `a{sv}` argument
   (`io.shareddevice.Contract.Options`, which brokerd enforces) and the errors each may reply
@@ -32,6 +38,7 @@ CONTRACTS = "dbus/*.xml"
 SWIFT_NAME = "io.shareddevice.Contract.SwiftName"
 CLIENT_ID = "io.shareddevice.Contract.ClientId"
 WAITS_FOR_PERSON = "io.shareddevice.Contract.WaitsForPerson"
+ANSWERS_FROM_STATE = "io.shareddevice.Contract.AnswersFromState"
 CLIENT_LIBRARY = "io.shareddevice.Contract.ClientLibrary"
 OPTIONS = "io.shareddevice.Contract.Options"
 ERRORS = "io.shareddevice.Contract.Errors"
@@ -232,7 +239,46 @@ def interface_file(iface):
         "        let a = call.arguments",
         "        switch method {",
     ] + calls + ["        }", "    }", "}"]
+    lines += state_answers(iface)
     return "\n".join(lines) + "\n"
+
+
+def state_answers(iface):
+    """The protocol of the methods annotated AnswersFromState, and the dispatch that reads their
+    arguments; nothing for an interface without one."""
+    methods = [m for m in iface.methods if annotation(m, ANSWERS_FROM_STATE) == "true"]
+    if not methods:
+        return []
+    lines = [
+        "",
+        "/// The methods the contract marks `%s`: answered on the connection's thread" % ANSWERS_FROM_STATE,
+        "/// from the state the broker publishes, without a task or the actor, when the state has the",
+        "/// answer. Each takes the method's arguments and returns its reply, or nil when the call must",
+        "/// go the normal way (to its `%sHandler` method)." % iface.swift,
+        "protocol %sStateAnswers: Sendable {" % iface.swift,
+    ]
+    cases = []
+    for method in methods:
+        name = case_name(method.get("name"))
+        params, values = handler_arguments(method)
+        lines.append("    func %sFromState(%s) throws(BrokerFailure) -> %sReply.%s?"
+                     % (name, ", ".join(params), iface.swift, type_name(method.get("name"))))
+        cases.append("        case .%s: return try %sFromState(%s)?.arguments" % (name, name, ", ".join(values)))
+    lines += [
+        "}",
+        "",
+        "extension %sStateAnswers {" % iface.swift,
+        "    /// Reads `call`'s arguments as the contract declares them and answers `method` from the state;",
+        "    /// nil when the method is not answered from state, or the state has no answer.",
+        "    func answerFromState(_ method: %sMethod, _ call: DBusMethodCall) throws(BrokerFailure) -> [DBusValue]? {"
+        % iface.swift,
+        "        let a = call.arguments",
+        "        switch method {",
+    ] + cases
+    if len(methods) < len(iface.methods):
+        lines.append("        default: return nil")
+    lines += ["        }", "    }", "}"]
+    return lines
 
 
 def handler_arguments(method):
@@ -309,6 +355,20 @@ def methods_file(iface):
     if waiting:
         lines += ["        switch self {",
                   "        case %s: true" % ", ".join("." + n for n in waiting),
+                  "        default: false",
+                  "        }"]
+    else:
+        lines.append("        false")
+    lines += ["    }", ""]
+    from_state = [case_name(m.get("name")) for m in iface.methods if annotation(m, ANSWERS_FROM_STATE) == "true"]
+    lines += [
+        "    /// Whether brokerd may answer it from the state it publishes, without the broker's actor (the",
+        "    /// contract's `%s`)." % ANSWERS_FROM_STATE,
+        "    public var answersFromState: Bool {",
+    ]
+    if from_state:
+        lines += ["        switch self {",
+                  "        case %s: true" % ", ".join("." + n for n in from_state),
                   "        default: false",
                   "        }"]
     else:

@@ -35,6 +35,15 @@ public enum Broker1Method: String, CaseIterable, Sendable {
         }
     }
 
+    /// Whether brokerd may answer it from the state it publishes, without the broker's actor (the
+    /// contract's `io.shareddevice.Contract.AnswersFromState`).
+    public var answersFromState: Bool {
+        switch self {
+        case .getDeviceInformation, .getCurrentAccount, .acquireTokenSilent, .getAccounts: true
+        default: false
+        }
+    }
+
     /// The signature of its arguments, as a caller sends them.
     public var inSignature: String {
         switch self {

@@ -9,9 +9,9 @@ extension DBusInterfaceDescription {
     static let broker1 = DBusInterfaceDescription(
         name: "io.shareddevice.Broker1",
         methods: [
-            .init(name: "GetDeviceInformation", inArguments: [], outArguments: [.init("information", "a{sv}")]),
+            .init(name: "GetDeviceInformation", inArguments: [], outArguments: [.init("information", "a{sv}")], annotations: [.init("io.shareddevice.Contract.AnswersFromState", "true")]),
             .init(name: "GetSignInOptions", inArguments: [.init("clientId", "s", annotations: [.init("io.shareddevice.Contract.ClientId", "true")])], outArguments: [.init("options", "a{sv}")], annotations: [.init("io.shareddevice.Contract.Errors", "InvalidArgument UnknownClient NotConfigured ServerUnavailable ServerError")]),
-            .init(name: "GetCurrentAccount", inArguments: [.init("clientId", "s", annotations: [.init("io.shareddevice.Contract.ClientId", "true")])], outArguments: [.init("current", "a{sv}"), .init("previous", "a{sv}")], annotations: [.init("io.shareddevice.Contract.Errors", "InvalidArgument UnknownClient StorageFailed")]),
+            .init(name: "GetCurrentAccount", inArguments: [.init("clientId", "s", annotations: [.init("io.shareddevice.Contract.ClientId", "true")])], outArguments: [.init("current", "a{sv}"), .init("previous", "a{sv}")], annotations: [.init("io.shareddevice.Contract.AnswersFromState", "true"), .init("io.shareddevice.Contract.Errors", "InvalidArgument UnknownClient StorageFailed")]),
             .init(name: "SignInWithPassword", inArguments: [.init("clientId", "s", annotations: [.init("io.shareddevice.Contract.ClientId", "true")]), .init("username", "s"), .init("password", "s"), .init("scopes", "as")], outArguments: [.init("result", "a{sv}")], annotations: [.init("io.shareddevice.Contract.Errors", "InvalidArgument UnknownClient InvalidUsername NotConfigured StorageLocked AccountAlreadySignedIn UserNotFound InvalidPassword InteractionRequired NotSupported ServerUnavailable ServerError StorageFailed")]),
             .init(name: "StartSignIn", inArguments: [.init("clientId", "s", annotations: [.init("io.shareddevice.Contract.ClientId", "true")]), .init("username", "s"), .init("scopes", "as"), .init("options", "a{sv}", annotations: [.init("io.shareddevice.Contract.Options", "method:s")])], outArguments: [.init("flowId", "s"), .init("challenge", "a{sv}")], annotations: [.init("io.shareddevice.Contract.Errors", "InvalidArgument UnknownClient InvalidUsername NotConfigured StorageLocked AccountAlreadySignedIn UserNotFound InteractionRequired NotSupported ServerUnavailable ServerError")]),
             .init(name: "SubmitCode", inArguments: [.init("flowId", "s"), .init("code", "s")], outArguments: [.init("result", "a{sv}")], annotations: [.init("io.shareddevice.Contract.Errors", "InvalidArgument FlowNotFound InvalidCode CodeExpired StorageLocked AccountAlreadySignedIn InteractionRequired ServerUnavailable ServerError StorageFailed")]),
@@ -19,8 +19,8 @@ extension DBusInterfaceDescription {
             .init(name: "ResendCode", inArguments: [.init("flowId", "s")], outArguments: [.init("challenge", "a{sv}")], annotations: [.init("io.shareddevice.Contract.Errors", "InvalidArgument FlowNotFound ServerUnavailable ServerError")]),
             .init(name: "CancelSignIn", inArguments: [.init("flowId", "s")], outArguments: [], annotations: [.init("io.shareddevice.Contract.Errors", "InvalidArgument FlowNotFound")]),
             .init(name: "AcquireTokenInteractive", inArguments: [.init("clientId", "s", annotations: [.init("io.shareddevice.Contract.ClientId", "true")]), .init("scopes", "as"), .init("options", "a{sv}", annotations: [.init("io.shareddevice.Contract.Options", "prompt:s loginHint:s flowId:s claims:s")])], outArguments: [.init("result", "a{sv}")], annotations: [.init("io.shareddevice.Contract.WaitsForPerson", "true"), .init("io.shareddevice.Contract.Errors", "InvalidArgument UnknownClient InvalidUsername NotConfigured StorageLocked AccountAlreadySignedIn InteractionRequired NotSupported BrowserUnavailable ServerUnavailable ServerError StorageFailed")]),
-            .init(name: "AcquireTokenSilent", inArguments: [.init("clientId", "s", annotations: [.init("io.shareddevice.Contract.ClientId", "true")]), .init("scopes", "as"), .init("accountId", "s"), .init("options", "a{sv}", annotations: [.init("io.shareddevice.Contract.Options", "forceRefresh:b claims:s")])], outArguments: [.init("result", "a{sv}")], annotations: [.init("io.shareddevice.Contract.Errors", "InvalidArgument UnknownClient NotConfigured StorageLocked NoAccount InteractionRequired ServerUnavailable ServerError StorageFailed")]),
-            .init(name: "GetAccounts", inArguments: [.init("clientId", "s", annotations: [.init("io.shareddevice.Contract.ClientId", "true")])], outArguments: [.init("accounts", "aa{sv}")], annotations: [.init("io.shareddevice.Contract.Errors", "InvalidArgument UnknownClient")]),
+            .init(name: "AcquireTokenSilent", inArguments: [.init("clientId", "s", annotations: [.init("io.shareddevice.Contract.ClientId", "true")]), .init("scopes", "as"), .init("accountId", "s"), .init("options", "a{sv}", annotations: [.init("io.shareddevice.Contract.Options", "forceRefresh:b claims:s")])], outArguments: [.init("result", "a{sv}")], annotations: [.init("io.shareddevice.Contract.AnswersFromState", "true"), .init("io.shareddevice.Contract.Errors", "InvalidArgument UnknownClient NotConfigured StorageLocked NoAccount InteractionRequired ServerUnavailable ServerError StorageFailed")]),
+            .init(name: "GetAccounts", inArguments: [.init("clientId", "s", annotations: [.init("io.shareddevice.Contract.ClientId", "true")])], outArguments: [.init("accounts", "aa{sv}")], annotations: [.init("io.shareddevice.Contract.AnswersFromState", "true"), .init("io.shareddevice.Contract.Errors", "InvalidArgument UnknownClient")]),
             .init(name: "SignOut", inArguments: [.init("clientId", "s", annotations: [.init("io.shareddevice.Contract.ClientId", "true")]), .init("accountId", "s"), .init("options", "a{sv}", annotations: [.init("io.shareddevice.Contract.Options", "signoutFromBrowser:b")])], outArguments: [.init("result", "a{sv}")], annotations: [.init("io.shareddevice.Contract.Errors", "InvalidArgument UnknownClient NoAccount StorageFailed")]),
         ],
         signals: [
@@ -175,6 +175,32 @@ extension Broker1Handler {
         case .acquireTokenSilent: return try await acquireTokenSilent(clientId: a[0].string ?? "", scopes: a[1].stringArray ?? [], accountId: a[2].string ?? "", options: a[3].vardict ?? [:], caller: call.sender).arguments
         case .getAccounts: return try await getAccounts(clientId: a[0].string ?? "", caller: call.sender).arguments
         case .signOut: return try await signOut(clientId: a[0].string ?? "", accountId: a[1].string ?? "", options: a[2].vardict ?? [:], caller: call.sender).arguments
+        }
+    }
+}
+
+/// The methods the contract marks `io.shareddevice.Contract.AnswersFromState`: answered on the connection's thread
+/// from the state the broker publishes, without a task or the actor, when the state has the
+/// answer. Each takes the method's arguments and returns its reply, or nil when the call must
+/// go the normal way (to its `Broker1Handler` method).
+protocol Broker1StateAnswers: Sendable {
+    func getDeviceInformationFromState() throws(BrokerFailure) -> Broker1Reply.GetDeviceInformation?
+    func getCurrentAccountFromState(clientId: String) throws(BrokerFailure) -> Broker1Reply.GetCurrentAccount?
+    func acquireTokenSilentFromState(clientId: String, scopes: [String], accountId: String, options: [String: DBusValue]) throws(BrokerFailure) -> Broker1Reply.AcquireTokenSilent?
+    func getAccountsFromState(clientId: String) throws(BrokerFailure) -> Broker1Reply.GetAccounts?
+}
+
+extension Broker1StateAnswers {
+    /// Reads `call`'s arguments as the contract declares them and answers `method` from the state;
+    /// nil when the method is not answered from state, or the state has no answer.
+    func answerFromState(_ method: Broker1Method, _ call: DBusMethodCall) throws(BrokerFailure) -> [DBusValue]? {
+        let a = call.arguments
+        switch method {
+        case .getDeviceInformation: return try getDeviceInformationFromState()?.arguments
+        case .getCurrentAccount: return try getCurrentAccountFromState(clientId: a[0].string ?? "")?.arguments
+        case .acquireTokenSilent: return try acquireTokenSilentFromState(clientId: a[0].string ?? "", scopes: a[1].stringArray ?? [], accountId: a[2].string ?? "", options: a[3].vardict ?? [:])?.arguments
+        case .getAccounts: return try getAccountsFromState(clientId: a[0].string ?? "")?.arguments
+        default: return nil
         }
     }
 }
