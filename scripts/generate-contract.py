@@ -10,7 +10,9 @@ For an interface whose `io.shareddevice.Contract.SwiftName` annotation is N:
   reply of another shape does not compile); and, when methods carry the
   `io.shareddevice.Contract.AnswersFromState` annotation, `NStateAnswers`, one requirement per such
   method returning its reply from the broker's published state or nil (the call then goes to its
-  handler), with the dispatch that reads their arguments;
+  handler), with the dispatch that reads their arguments; where the interface has properties,
+  `NProperties`, their values typed, and by name as Get and GetAll serve them, and one typed
+  `PropertiesChanged` emitter per property (`emit<Property>Changed`);
 - Sources/BrokerAPI/NMethod.swift: the methods' names, which argument is the app a call acts for
   (the `io.shareddevice.Contract.ClientId` annotation) and which wait for a person
   (`io.shareddevice.Contract.WaitsForPerson`) or may be answered from state
@@ -19,7 +21,7 @@ For an interface whose `io.shareddevice.Contract.SwiftName` annotation is N:
   interface uses them, the option keys of each method's `a{sv}` argument
   (`io.shareddevice.Contract.Options`, which brokerd enforces) and the errors each may reply
   (`io.shareddevice.Contract.Errors`, as `BrokerErrorCode` cases: a name that is not one does not
-  compile);
+  compile); and the names of its signals (`NSignal`) and properties (`NProperty`);
 - Sources/SharedDeviceClient/NCall.swift: the client library's calls, each method with its
   arguments in the contract's order and types, and its options keyed by an enum of the keys the
   contract lists for it, so that the library cannot send one brokerd would refuse (not for an
@@ -240,6 +242,7 @@ def interface_file(iface):
         "        switch method {",
     ] + calls + ["        }", "    }", "}"]
     lines += state_answers(iface)
+    lines += properties_table(iface)
     return "\n".join(lines) + "\n"
 
 
@@ -419,7 +422,68 @@ def methods_file(iface):
             lines.append("        case .%s: [%s]" % (case_name(method.get("name")), codes))
         lines += ["        }", "    }"]
     lines.append("}")
+    lines += member_names(iface, "signal", "Signal", "signals")
+    lines += member_names(iface, "property", "Property", "properties")
     return "\n".join(lines) + "\n"
+
+
+def member_names(iface, element, suffix, plural):
+    """An enum of the interface's signals or properties by their names, for both sides of the bus;
+    nothing when it has none."""
+    names = [e.get("name") for e in iface.element.findall(element)]
+    if not names:
+        return []
+    lines = [
+        "",
+        "/// The %s of `%s`, by the names the contract gives them." % (plural, iface.name),
+        "public enum %s%s: String, CaseIterable, Sendable {" % (iface.swift, suffix),
+    ]
+    lines += ["    case %s = %s" % (case_name(name), quoted(name)) for name in names]
+    lines.append("}")
+    return lines
+
+
+def properties_table(iface):
+    """The properties' values, typed, as Get and GetAll serve them, and one typed PropertiesChanged
+    emitter per property; nothing for an interface without properties."""
+    props = iface.element.findall("property")
+    if not props:
+        return []
+    fields = []
+    for prop in props:
+        swift_type, encode = REPLY_TYPES.get(prop.get("type"), ("DBusValue", "%s"))
+        fields.append((prop.get("name"), case_name(prop.get("name")), swift_type, encode))
+    lines = [
+        "",
+        "/// The values of `%s`'s properties, typed as the contract declares them (a dictionary" % iface.name,
+        "/// as the DBusValue that holds it).",
+        "struct %sProperties: Sendable, Equatable {" % iface.swift,
+    ]
+    lines += ["    var %s: %s" % (field, swift_type) for _, field, swift_type, _ in fields]
+    lines += [
+        "",
+        "    /// The values by name, as org.freedesktop.DBus.Properties' Get and GetAll serve them.",
+        "    var byName: [String: DBusValue] {",
+        "        [",
+    ]
+    lines += ["            %sProperty.%s.rawValue: %s," % (iface.swift, field, encode % field)
+              for _, field, _, encode in fields]
+    lines += ["        ]", "    }", "}", "",
+              "/// `PropertiesChanged` of each property of `%s`, alone, its value typed as the contract" % iface.name,
+              "/// declares it, from the object at `path`.",
+              "extension AnnouncementChannel {"]
+    for number, (name, field, swift_type, encode) in enumerate(fields):
+        if number:
+            lines.append("")
+        lines += [
+            "    func emit%sChanged(_ value: %s, path: String) throws {" % (name, swift_type),
+            "        try emitPropertiesChanged(",
+            "            path: path, interface: %s," % quoted(iface.name),
+            "            changed: [%sProperty.%s.rawValue: %s], invalidated: [])" % (iface.swift, field, encode % "value"),
+            "    }",
+        ]
+    lines.append("}")
+    return lines
 
 
 def calls_file(iface):

@@ -111,3 +111,19 @@ public enum Broker1Method: String, CaseIterable, Sendable {
         }
     }
 }
+
+/// The signals of `io.shareddevice.Broker1`, by the names the contract gives them.
+public enum Broker1Signal: String, CaseIterable, Sendable {
+    case signInProgress = "SignInProgress"
+    case signOutPending = "SignOutPending"
+    case signOutCancelled = "SignOutCancelled"
+    case accountChanged = "AccountChanged"
+}
+
+/// The properties of `io.shareddevice.Broker1`, by the names the contract gives them.
+public enum Broker1Property: String, CaseIterable, Sendable {
+    case deviceMode = "DeviceMode"
+    case currentAccount = "CurrentAccount"
+    case brokerVersion = "BrokerVersion"
+    case signOutDeadline = "SignOutDeadline"
+}

@@ -204,3 +204,50 @@ extension Broker1StateAnswers {
         }
     }
 }
+
+/// The values of `io.shareddevice.Broker1`'s properties, typed as the contract declares them (a dictionary
+/// as the DBusValue that holds it).
+struct Broker1Properties: Sendable, Equatable {
+    var deviceMode: String
+    var currentAccount: DBusValue
+    var brokerVersion: String
+    var signOutDeadline: UInt64
+
+    /// The values by name, as org.freedesktop.DBus.Properties' Get and GetAll serve them.
+    var byName: [String: DBusValue] {
+        [
+            Broker1Property.deviceMode.rawValue: .string(deviceMode),
+            Broker1Property.currentAccount.rawValue: currentAccount,
+            Broker1Property.brokerVersion.rawValue: .string(brokerVersion),
+            Broker1Property.signOutDeadline.rawValue: .uint64(signOutDeadline),
+        ]
+    }
+}
+
+/// `PropertiesChanged` of each property of `io.shareddevice.Broker1`, alone, its value typed as the contract
+/// declares it, from the object at `path`.
+extension AnnouncementChannel {
+    func emitDeviceModeChanged(_ value: String, path: String) throws {
+        try emitPropertiesChanged(
+            path: path, interface: "io.shareddevice.Broker1",
+            changed: [Broker1Property.deviceMode.rawValue: .string(value)], invalidated: [])
+    }
+
+    func emitCurrentAccountChanged(_ value: DBusValue, path: String) throws {
+        try emitPropertiesChanged(
+            path: path, interface: "io.shareddevice.Broker1",
+            changed: [Broker1Property.currentAccount.rawValue: value], invalidated: [])
+    }
+
+    func emitBrokerVersionChanged(_ value: String, path: String) throws {
+        try emitPropertiesChanged(
+            path: path, interface: "io.shareddevice.Broker1",
+            changed: [Broker1Property.brokerVersion.rawValue: .string(value)], invalidated: [])
+    }
+
+    func emitSignOutDeadlineChanged(_ value: UInt64, path: String) throws {
+        try emitPropertiesChanged(
+            path: path, interface: "io.shareddevice.Broker1",
+            changed: [Broker1Property.signOutDeadline.rawValue: .uint64(value)], invalidated: [])
+    }
+}
