@@ -35,6 +35,15 @@ public enum Broker1Method: String, CaseIterable, Sendable {
         }
     }
 
+    /// Whether brokerd may answer it from the state it publishes, without the broker's actor (the
+    /// contract's `io.shareddevice.Contract.AnswersFromState`).
+    public var answersFromState: Bool {
+        switch self {
+        case .getDeviceInformation, .getCurrentAccount, .acquireTokenSilent, .getAccounts: true
+        default: false
+        }
+    }
+
     /// The signature of its arguments, as a caller sends them.
     public var inSignature: String {
         switch self {
@@ -101,4 +110,20 @@ public enum Broker1Method: String, CaseIterable, Sendable {
         case .signOut: [.accessDenied, .limitsExceeded, .cancelled, .invalidArgument, .unknownClient, .noAccount, .storageFailed]
         }
     }
+}
+
+/// The signals of `io.shareddevice.Broker1`, by the names the contract gives them.
+public enum Broker1Signal: String, CaseIterable, Sendable {
+    case signInProgress = "SignInProgress"
+    case signOutPending = "SignOutPending"
+    case signOutCancelled = "SignOutCancelled"
+    case accountChanged = "AccountChanged"
+}
+
+/// The properties of `io.shareddevice.Broker1`, by the names the contract gives them.
+public enum Broker1Property: String, CaseIterable, Sendable {
+    case deviceMode = "DeviceMode"
+    case currentAccount = "CurrentAccount"
+    case brokerVersion = "BrokerVersion"
+    case signOutDeadline = "SignOutDeadline"
 }

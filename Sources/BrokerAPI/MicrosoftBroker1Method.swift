@@ -29,6 +29,12 @@ public enum MicrosoftBroker1Method: String, CaseIterable, Sendable {
         }
     }
 
+    /// Whether brokerd may answer it from the state it publishes, without the broker's actor (the
+    /// contract's `io.shareddevice.Contract.AnswersFromState`).
+    public var answersFromState: Bool {
+        false
+    }
+
     /// The signature of its arguments, as a caller sends them.
     public var inSignature: String {
         switch self {

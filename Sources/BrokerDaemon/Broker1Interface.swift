@@ -9,9 +9,9 @@ extension DBusInterfaceDescription {
     static let broker1 = DBusInterfaceDescription(
         name: "io.shareddevice.Broker1",
         methods: [
-            .init(name: "GetDeviceInformation", inArguments: [], outArguments: [.init("information", "a{sv}")]),
+            .init(name: "GetDeviceInformation", inArguments: [], outArguments: [.init("information", "a{sv}")], annotations: [.init("io.shareddevice.Contract.AnswersFromState", "true")]),
             .init(name: "GetSignInOptions", inArguments: [.init("clientId", "s", annotations: [.init("io.shareddevice.Contract.ClientId", "true")])], outArguments: [.init("options", "a{sv}")], annotations: [.init("io.shareddevice.Contract.Errors", "InvalidArgument UnknownClient NotConfigured ServerUnavailable ServerError")]),
-            .init(name: "GetCurrentAccount", inArguments: [.init("clientId", "s", annotations: [.init("io.shareddevice.Contract.ClientId", "true")])], outArguments: [.init("current", "a{sv}"), .init("previous", "a{sv}")], annotations: [.init("io.shareddevice.Contract.Errors", "InvalidArgument UnknownClient StorageFailed")]),
+            .init(name: "GetCurrentAccount", inArguments: [.init("clientId", "s", annotations: [.init("io.shareddevice.Contract.ClientId", "true")])], outArguments: [.init("current", "a{sv}"), .init("previous", "a{sv}")], annotations: [.init("io.shareddevice.Contract.AnswersFromState", "true"), .init("io.shareddevice.Contract.Errors", "InvalidArgument UnknownClient StorageFailed")]),
             .init(name: "SignInWithPassword", inArguments: [.init("clientId", "s", annotations: [.init("io.shareddevice.Contract.ClientId", "true")]), .init("username", "s"), .init("password", "s"), .init("scopes", "as")], outArguments: [.init("result", "a{sv}")], annotations: [.init("io.shareddevice.Contract.Errors", "InvalidArgument UnknownClient InvalidUsername NotConfigured StorageLocked AccountAlreadySignedIn UserNotFound InvalidPassword InteractionRequired NotSupported ServerUnavailable ServerError StorageFailed")]),
             .init(name: "StartSignIn", inArguments: [.init("clientId", "s", annotations: [.init("io.shareddevice.Contract.ClientId", "true")]), .init("username", "s"), .init("scopes", "as"), .init("options", "a{sv}", annotations: [.init("io.shareddevice.Contract.Options", "method:s")])], outArguments: [.init("flowId", "s"), .init("challenge", "a{sv}")], annotations: [.init("io.shareddevice.Contract.Errors", "InvalidArgument UnknownClient InvalidUsername NotConfigured StorageLocked AccountAlreadySignedIn UserNotFound InteractionRequired NotSupported ServerUnavailable ServerError")]),
             .init(name: "SubmitCode", inArguments: [.init("flowId", "s"), .init("code", "s")], outArguments: [.init("result", "a{sv}")], annotations: [.init("io.shareddevice.Contract.Errors", "InvalidArgument FlowNotFound InvalidCode CodeExpired StorageLocked AccountAlreadySignedIn InteractionRequired ServerUnavailable ServerError StorageFailed")]),
@@ -19,8 +19,8 @@ extension DBusInterfaceDescription {
             .init(name: "ResendCode", inArguments: [.init("flowId", "s")], outArguments: [.init("challenge", "a{sv}")], annotations: [.init("io.shareddevice.Contract.Errors", "InvalidArgument FlowNotFound ServerUnavailable ServerError")]),
             .init(name: "CancelSignIn", inArguments: [.init("flowId", "s")], outArguments: [], annotations: [.init("io.shareddevice.Contract.Errors", "InvalidArgument FlowNotFound")]),
             .init(name: "AcquireTokenInteractive", inArguments: [.init("clientId", "s", annotations: [.init("io.shareddevice.Contract.ClientId", "true")]), .init("scopes", "as"), .init("options", "a{sv}", annotations: [.init("io.shareddevice.Contract.Options", "prompt:s loginHint:s flowId:s claims:s")])], outArguments: [.init("result", "a{sv}")], annotations: [.init("io.shareddevice.Contract.WaitsForPerson", "true"), .init("io.shareddevice.Contract.Errors", "InvalidArgument UnknownClient InvalidUsername NotConfigured StorageLocked AccountAlreadySignedIn InteractionRequired NotSupported BrowserUnavailable ServerUnavailable ServerError StorageFailed")]),
-            .init(name: "AcquireTokenSilent", inArguments: [.init("clientId", "s", annotations: [.init("io.shareddevice.Contract.ClientId", "true")]), .init("scopes", "as"), .init("accountId", "s"), .init("options", "a{sv}", annotations: [.init("io.shareddevice.Contract.Options", "forceRefresh:b claims:s")])], outArguments: [.init("result", "a{sv}")], annotations: [.init("io.shareddevice.Contract.Errors", "InvalidArgument UnknownClient NotConfigured StorageLocked NoAccount InteractionRequired ServerUnavailable ServerError StorageFailed")]),
-            .init(name: "GetAccounts", inArguments: [.init("clientId", "s", annotations: [.init("io.shareddevice.Contract.ClientId", "true")])], outArguments: [.init("accounts", "aa{sv}")], annotations: [.init("io.shareddevice.Contract.Errors", "InvalidArgument UnknownClient")]),
+            .init(name: "AcquireTokenSilent", inArguments: [.init("clientId", "s", annotations: [.init("io.shareddevice.Contract.ClientId", "true")]), .init("scopes", "as"), .init("accountId", "s"), .init("options", "a{sv}", annotations: [.init("io.shareddevice.Contract.Options", "forceRefresh:b claims:s")])], outArguments: [.init("result", "a{sv}")], annotations: [.init("io.shareddevice.Contract.AnswersFromState", "true"), .init("io.shareddevice.Contract.Errors", "InvalidArgument UnknownClient NotConfigured StorageLocked NoAccount InteractionRequired ServerUnavailable ServerError StorageFailed")]),
+            .init(name: "GetAccounts", inArguments: [.init("clientId", "s", annotations: [.init("io.shareddevice.Contract.ClientId", "true")])], outArguments: [.init("accounts", "aa{sv}")], annotations: [.init("io.shareddevice.Contract.AnswersFromState", "true"), .init("io.shareddevice.Contract.Errors", "InvalidArgument UnknownClient")]),
             .init(name: "SignOut", inArguments: [.init("clientId", "s", annotations: [.init("io.shareddevice.Contract.ClientId", "true")]), .init("accountId", "s"), .init("options", "a{sv}", annotations: [.init("io.shareddevice.Contract.Options", "signoutFromBrowser:b")])], outArguments: [.init("result", "a{sv}")], annotations: [.init("io.shareddevice.Contract.Errors", "InvalidArgument UnknownClient NoAccount StorageFailed")]),
         ],
         signals: [
@@ -39,24 +39,122 @@ extension DBusInterfaceDescription {
     )
 }
 
+/// The replies of `io.shareddevice.Broker1`'s methods: each a method's `out` arguments, typed as the contract
+/// declares them (a dictionary as the DBusValue that holds it), and as they go on the bus.
+enum Broker1Reply {
+    /// `GetDeviceInformation`'s reply.
+    struct GetDeviceInformation: Sendable, Equatable {
+        var information: DBusValue
+        /// Its arguments, in the contract's order.
+        var arguments: [DBusValue] { [information] }
+    }
+
+    /// `GetSignInOptions`'s reply.
+    struct GetSignInOptions: Sendable, Equatable {
+        var options: DBusValue
+        /// Its arguments, in the contract's order.
+        var arguments: [DBusValue] { [options] }
+    }
+
+    /// `GetCurrentAccount`'s reply.
+    struct GetCurrentAccount: Sendable, Equatable {
+        var current: DBusValue
+        var previous: DBusValue
+        /// Its arguments, in the contract's order.
+        var arguments: [DBusValue] { [current, previous] }
+    }
+
+    /// `SignInWithPassword`'s reply.
+    struct SignInWithPassword: Sendable, Equatable {
+        var result: DBusValue
+        /// Its arguments, in the contract's order.
+        var arguments: [DBusValue] { [result] }
+    }
+
+    /// `StartSignIn`'s reply.
+    struct StartSignIn: Sendable, Equatable {
+        var flowId: String
+        var challenge: DBusValue
+        /// Its arguments, in the contract's order.
+        var arguments: [DBusValue] { [.string(flowId), challenge] }
+    }
+
+    /// `SubmitCode`'s reply.
+    struct SubmitCode: Sendable, Equatable {
+        var result: DBusValue
+        /// Its arguments, in the contract's order.
+        var arguments: [DBusValue] { [result] }
+    }
+
+    /// `FinishSignIn`'s reply.
+    struct FinishSignIn: Sendable, Equatable {
+        var result: DBusValue
+        /// Its arguments, in the contract's order.
+        var arguments: [DBusValue] { [result] }
+    }
+
+    /// `ResendCode`'s reply.
+    struct ResendCode: Sendable, Equatable {
+        var challenge: DBusValue
+        /// Its arguments, in the contract's order.
+        var arguments: [DBusValue] { [challenge] }
+    }
+
+    /// `CancelSignIn`'s reply.
+    struct CancelSignIn: Sendable, Equatable {
+        init() {}
+        /// Its arguments, in the contract's order.
+        var arguments: [DBusValue] { [] }
+    }
+
+    /// `AcquireTokenInteractive`'s reply.
+    struct AcquireTokenInteractive: Sendable, Equatable {
+        var result: DBusValue
+        /// Its arguments, in the contract's order.
+        var arguments: [DBusValue] { [result] }
+    }
+
+    /// `AcquireTokenSilent`'s reply.
+    struct AcquireTokenSilent: Sendable, Equatable {
+        var result: DBusValue
+        /// Its arguments, in the contract's order.
+        var arguments: [DBusValue] { [result] }
+    }
+
+    /// `GetAccounts`'s reply.
+    struct GetAccounts: Sendable, Equatable {
+        var accounts: DBusValue
+        /// Its arguments, in the contract's order.
+        var arguments: [DBusValue] { [accounts] }
+    }
+
+    /// `SignOut`'s reply.
+    struct SignOut: Sendable, Equatable {
+        var result: DBusValue
+        /// Its arguments, in the contract's order.
+        var arguments: [DBusValue] { [result] }
+    }
+}
+
 /// The methods of `io.shareddevice.Broker1`, each with its arguments as the contract declares them
-/// and the caller's unique bus name (sign-in flows belong to the connection that started them).
-/// An exported object implements every one: a method added to the contract without its handler
-/// does not compile.
+/// and the caller's unique bus name (sign-in flows belong to the connection that started them),
+/// each returning its reply typed as the contract declares it. An exported object implements
+/// every one: a method added to the contract without its handler, or a handler that returns
+/// another shape than the method's, does not compile.
 protocol Broker1Handler: Sendable {
-    func getDeviceInformation(caller: String) async throws(BrokerFailure) -> [DBusValue]
-    func getSignInOptions(clientId: String, caller: String) async throws(BrokerFailure) -> [DBusValue]
-    func getCurrentAccount(clientId: String, caller: String) async throws(BrokerFailure) -> [DBusValue]
-    func signInWithPassword(clientId: String, username: String, password: String, scopes: [String], caller: String) async throws(BrokerFailure) -> [DBusValue]
-    func startSignIn(clientId: String, username: String, scopes: [String], options: [String: DBusValue], caller: String) async throws(BrokerFailure) -> [DBusValue]
-    func submitCode(flowId: String, code: String, caller: String) async throws(BrokerFailure) -> [DBusValue]
-    func finishSignIn(flowId: String, caller: String) async throws(BrokerFailure) -> [DBusValue]
-    func resendCode(flowId: String, caller: String) async throws(BrokerFailure) -> [DBusValue]
-    func cancelSignIn(flowId: String, caller: String) async throws(BrokerFailure) -> [DBusValue]
-    func acquireTokenInteractive(clientId: String, scopes: [String], options: [String: DBusValue], caller: String) async throws(BrokerFailure) -> [DBusValue]
-    func acquireTokenSilent(clientId: String, scopes: [String], accountId: String, options: [String: DBusValue], caller: String) async throws(BrokerFailure) -> [DBusValue]
-    func getAccounts(clientId: String, caller: String) async throws(BrokerFailure) -> [DBusValue]
-    func signOut(clientId: String, accountId: String, options: [String: DBusValue], caller: String) async throws(BrokerFailure) -> [DBusValue]
+    func getDeviceInformation(caller: String) async throws(BrokerFailure) -> Broker1Reply.GetDeviceInformation
+    func getSignInOptions(clientId: String, caller: String) async throws(BrokerFailure) -> Broker1Reply.GetSignInOptions
+    func getCurrentAccount(clientId: String, caller: String) async throws(BrokerFailure) -> Broker1Reply.GetCurrentAccount
+    func signInWithPassword(clientId: String, username: String, password: String, scopes: [String], caller: String) async throws(BrokerFailure) -> Broker1Reply.SignInWithPassword
+    func startSignIn(clientId: String, username: String, scopes: [String], options: [String: DBusValue], caller: String) async throws(BrokerFailure) -> Broker1Reply.StartSignIn
+    func submitCode(flowId: String, code: String, caller: String) async throws(BrokerFailure) -> Broker1Reply.SubmitCode
+    func finishSignIn(flowId: String, caller: String) async throws(BrokerFailure) -> Broker1Reply.FinishSignIn
+    func resendCode(flowId: String, caller: String) async throws(BrokerFailure) -> Broker1Reply.ResendCode
+    func cancelSignIn(flowId: String, caller: String) async throws(BrokerFailure) -> Broker1Reply.CancelSignIn
+    func acquireTokenInteractive(clientId: String, scopes: [String], options: [String: DBusValue], caller: String) async throws(BrokerFailure) -> Broker1Reply.AcquireTokenInteractive
+    func acquireTokenSilent(clientId: String, scopes: [String], accountId: String, options: [String: DBusValue], caller: String) async throws(BrokerFailure) -> Broker1Reply.AcquireTokenSilent
+    func getAccounts(clientId: String, caller: String) async throws(BrokerFailure) -> Broker1Reply.GetAccounts
+    func signOut(clientId: String, accountId: String, options: [String: DBusValue], caller: String) async throws(BrokerFailure) -> Broker1Reply.SignOut
 }
 
 extension Broker1Handler {
@@ -64,19 +162,92 @@ extension Broker1Handler {
     func handle(_ method: Broker1Method, _ call: DBusMethodCall) async throws(BrokerFailure) -> [DBusValue] {
         let a = call.arguments
         switch method {
-        case .getDeviceInformation: return try await getDeviceInformation(caller: call.sender)
-        case .getSignInOptions: return try await getSignInOptions(clientId: a[0].string ?? "", caller: call.sender)
-        case .getCurrentAccount: return try await getCurrentAccount(clientId: a[0].string ?? "", caller: call.sender)
-        case .signInWithPassword: return try await signInWithPassword(clientId: a[0].string ?? "", username: a[1].string ?? "", password: a[2].string ?? "", scopes: a[3].stringArray ?? [], caller: call.sender)
-        case .startSignIn: return try await startSignIn(clientId: a[0].string ?? "", username: a[1].string ?? "", scopes: a[2].stringArray ?? [], options: a[3].vardict ?? [:], caller: call.sender)
-        case .submitCode: return try await submitCode(flowId: a[0].string ?? "", code: a[1].string ?? "", caller: call.sender)
-        case .finishSignIn: return try await finishSignIn(flowId: a[0].string ?? "", caller: call.sender)
-        case .resendCode: return try await resendCode(flowId: a[0].string ?? "", caller: call.sender)
-        case .cancelSignIn: return try await cancelSignIn(flowId: a[0].string ?? "", caller: call.sender)
-        case .acquireTokenInteractive: return try await acquireTokenInteractive(clientId: a[0].string ?? "", scopes: a[1].stringArray ?? [], options: a[2].vardict ?? [:], caller: call.sender)
-        case .acquireTokenSilent: return try await acquireTokenSilent(clientId: a[0].string ?? "", scopes: a[1].stringArray ?? [], accountId: a[2].string ?? "", options: a[3].vardict ?? [:], caller: call.sender)
-        case .getAccounts: return try await getAccounts(clientId: a[0].string ?? "", caller: call.sender)
-        case .signOut: return try await signOut(clientId: a[0].string ?? "", accountId: a[1].string ?? "", options: a[2].vardict ?? [:], caller: call.sender)
+        case .getDeviceInformation: return try await getDeviceInformation(caller: call.sender).arguments
+        case .getSignInOptions: return try await getSignInOptions(clientId: a[0].string ?? "", caller: call.sender).arguments
+        case .getCurrentAccount: return try await getCurrentAccount(clientId: a[0].string ?? "", caller: call.sender).arguments
+        case .signInWithPassword: return try await signInWithPassword(clientId: a[0].string ?? "", username: a[1].string ?? "", password: a[2].string ?? "", scopes: a[3].stringArray ?? [], caller: call.sender).arguments
+        case .startSignIn: return try await startSignIn(clientId: a[0].string ?? "", username: a[1].string ?? "", scopes: a[2].stringArray ?? [], options: a[3].vardict ?? [:], caller: call.sender).arguments
+        case .submitCode: return try await submitCode(flowId: a[0].string ?? "", code: a[1].string ?? "", caller: call.sender).arguments
+        case .finishSignIn: return try await finishSignIn(flowId: a[0].string ?? "", caller: call.sender).arguments
+        case .resendCode: return try await resendCode(flowId: a[0].string ?? "", caller: call.sender).arguments
+        case .cancelSignIn: return try await cancelSignIn(flowId: a[0].string ?? "", caller: call.sender).arguments
+        case .acquireTokenInteractive: return try await acquireTokenInteractive(clientId: a[0].string ?? "", scopes: a[1].stringArray ?? [], options: a[2].vardict ?? [:], caller: call.sender).arguments
+        case .acquireTokenSilent: return try await acquireTokenSilent(clientId: a[0].string ?? "", scopes: a[1].stringArray ?? [], accountId: a[2].string ?? "", options: a[3].vardict ?? [:], caller: call.sender).arguments
+        case .getAccounts: return try await getAccounts(clientId: a[0].string ?? "", caller: call.sender).arguments
+        case .signOut: return try await signOut(clientId: a[0].string ?? "", accountId: a[1].string ?? "", options: a[2].vardict ?? [:], caller: call.sender).arguments
         }
+    }
+}
+
+/// The methods the contract marks `io.shareddevice.Contract.AnswersFromState`: answered on the connection's thread
+/// from the state the broker publishes, without a task or the actor, when the state has the
+/// answer. Each takes the method's arguments and returns its reply, or nil when the call must
+/// go the normal way (to its `Broker1Handler` method).
+protocol Broker1StateAnswers: Sendable {
+    func getDeviceInformationFromState() throws(BrokerFailure) -> Broker1Reply.GetDeviceInformation?
+    func getCurrentAccountFromState(clientId: String) throws(BrokerFailure) -> Broker1Reply.GetCurrentAccount?
+    func acquireTokenSilentFromState(clientId: String, scopes: [String], accountId: String, options: [String: DBusValue]) throws(BrokerFailure) -> Broker1Reply.AcquireTokenSilent?
+    func getAccountsFromState(clientId: String) throws(BrokerFailure) -> Broker1Reply.GetAccounts?
+}
+
+extension Broker1StateAnswers {
+    /// Reads `call`'s arguments as the contract declares them and answers `method` from the state;
+    /// nil when the method is not answered from state, or the state has no answer.
+    func answerFromState(_ method: Broker1Method, _ call: DBusMethodCall) throws(BrokerFailure) -> [DBusValue]? {
+        let a = call.arguments
+        switch method {
+        case .getDeviceInformation: return try getDeviceInformationFromState()?.arguments
+        case .getCurrentAccount: return try getCurrentAccountFromState(clientId: a[0].string ?? "")?.arguments
+        case .acquireTokenSilent: return try acquireTokenSilentFromState(clientId: a[0].string ?? "", scopes: a[1].stringArray ?? [], accountId: a[2].string ?? "", options: a[3].vardict ?? [:])?.arguments
+        case .getAccounts: return try getAccountsFromState(clientId: a[0].string ?? "")?.arguments
+        default: return nil
+        }
+    }
+}
+
+/// The values of `io.shareddevice.Broker1`'s properties, typed as the contract declares them (a dictionary
+/// as the DBusValue that holds it).
+struct Broker1Properties: Sendable, Equatable {
+    var deviceMode: String
+    var currentAccount: DBusValue
+    var brokerVersion: String
+    var signOutDeadline: UInt64
+
+    /// The values by name, as org.freedesktop.DBus.Properties' Get and GetAll serve them.
+    var byName: [String: DBusValue] {
+        [
+            Broker1Property.deviceMode.rawValue: .string(deviceMode),
+            Broker1Property.currentAccount.rawValue: currentAccount,
+            Broker1Property.brokerVersion.rawValue: .string(brokerVersion),
+            Broker1Property.signOutDeadline.rawValue: .uint64(signOutDeadline),
+        ]
+    }
+}
+
+/// `PropertiesChanged` of each property of `io.shareddevice.Broker1`, alone, its value typed as the contract
+/// declares it, from the object at `path`.
+extension AnnouncementChannel {
+    func emitDeviceModeChanged(_ value: String, path: String) throws {
+        try emitPropertiesChanged(
+            path: path, interface: "io.shareddevice.Broker1",
+            changed: [Broker1Property.deviceMode.rawValue: .string(value)], invalidated: [])
+    }
+
+    func emitCurrentAccountChanged(_ value: DBusValue, path: String) throws {
+        try emitPropertiesChanged(
+            path: path, interface: "io.shareddevice.Broker1",
+            changed: [Broker1Property.currentAccount.rawValue: value], invalidated: [])
+    }
+
+    func emitBrokerVersionChanged(_ value: String, path: String) throws {
+        try emitPropertiesChanged(
+            path: path, interface: "io.shareddevice.Broker1",
+            changed: [Broker1Property.brokerVersion.rawValue: .string(value)], invalidated: [])
+    }
+
+    func emitSignOutDeadlineChanged(_ value: UInt64, path: String) throws {
+        try emitPropertiesChanged(
+            path: path, interface: "io.shareddevice.Broker1",
+            changed: [Broker1Property.signOutDeadline.rawValue: .uint64(value)], invalidated: [])
     }
 }

@@ -22,12 +22,12 @@ final class BrokerService: Sendable {
         initialState: BrokerState, cleaner: any DeviceCleaner = NothingToClean(), channel: any AnnouncementChannel,
         callers: CallerPolicy, logger: Logger
     ) {
-        let properties = PropertyCache([
-            "DeviceMode": .string(configuration.deviceMode.rawValue),
-            "BrokerVersion": .string(configuration.brokerVersion),
-            "CurrentAccount": BusMarshalling.account(configuration.deviceMode == .shared ? initialState.current : nil),
-            BrokerNames.signOutDeadlineProperty: .uint64(0),
-        ])
+        let properties = PropertyCache(
+            Broker1Properties(
+                deviceMode: configuration.deviceMode.rawValue,
+                currentAccount: BusMarshalling.account(
+                    configuration.deviceMode == .shared ? initialState.current : nil),
+                brokerVersion: configuration.brokerVersion, signOutDeadline: 0))
         self.properties = properties
         let shiftEvents = ShiftEvents()
         self.shiftEvents = shiftEvents
@@ -62,7 +62,7 @@ final class BrokerService: Sendable {
             do {
                 try channel.emitSignal(
                     path: BrokerNames.objectPath, interface: BrokerNames.interface,
-                    member: BrokerNames.signInProgressSignal,
+                    member: Broker1Signal.signInProgress.rawValue,
                     arguments: BusMarshalling.signInProgress(progress), destination: progress.owner)
             } catch {
                 logger.debug("could not send SignInProgress", metadata: ["error": "\(error)"])
@@ -78,27 +78,25 @@ final class BrokerService: Sendable {
     {
         { warning in
             let deadline: UInt64
-            var signal: (member: String, arguments: [DBusValue])?
+            var signal: (member: Broker1Signal, arguments: [DBusValue])?
             switch warning {
             case .pending(let cause, let at):
                 deadline = UInt64(clamping: at) &* 1_000_000
-                signal = (BrokerNames.signOutPendingSignal, [.string(cause.rawValue), .uint64(deadline)])
+                signal = (.signOutPending, [.string(cause.rawValue), .uint64(deadline)])
             case .cancelled(let cause):
                 deadline = 0
-                signal = (BrokerNames.signOutCancelledSignal, [.string(cause.rawValue)])
+                signal = (.signOutCancelled, [.string(cause.rawValue)])
             case .over:
                 deadline = 0
             }
-            properties.set(BrokerNames.signOutDeadlineProperty, .uint64(deadline))
+            properties.update { $0.signOutDeadline = deadline }
             do {
                 if let signal {
                     try channel.emitSignal(
-                        path: BrokerNames.objectPath, interface: BrokerNames.interface, member: signal.member,
-                        arguments: signal.arguments, destination: nil)
+                        path: BrokerNames.objectPath, interface: BrokerNames.interface,
+                        member: signal.member.rawValue, arguments: signal.arguments, destination: nil)
                 }
-                try channel.emitPropertiesChanged(
-                    path: BrokerNames.objectPath, interface: BrokerNames.interface,
-                    changed: [BrokerNames.signOutDeadlineProperty: .uint64(deadline)], invalidated: [])
+                try channel.emitSignOutDeadlineChanged(deadline, path: BrokerNames.objectPath)
             } catch {
                 logger.critical("could not announce the sign-out warning", metadata: ["error": "\(error)"])
             }
@@ -114,20 +112,18 @@ final class BrokerService: Sendable {
     ) -> @Sendable (DeviceAccountChange) -> Void {
         { change in
             let current = BusMarshalling.account(change.current)
-            properties.set("CurrentAccount", current)
+            properties.update { $0.currentAccount = current }
             // Each signal on its own: one that fails must not take the other with it.
             do {
                 try channel.emitSignal(
                     path: BrokerNames.objectPath, interface: BrokerNames.interface,
-                    member: BrokerNames.accountChangedSignal,
+                    member: Broker1Signal.accountChanged.rawValue,
                     arguments: BusMarshalling.accountChanged(change), destination: nil)
             } catch {
-                notEmitted(BrokerNames.accountChangedSignal, error, logger)
+                notEmitted(Broker1Signal.accountChanged.rawValue, error, logger)
             }
             do {
-                try channel.emitPropertiesChanged(
-                    path: BrokerNames.objectPath, interface: BrokerNames.interface,
-                    changed: ["CurrentAccount": current], invalidated: [])
+                try channel.emitCurrentAccountChanged(current, path: BrokerNames.objectPath)
             } catch {
                 notEmitted("PropertiesChanged", error, logger)
             }
@@ -156,10 +152,17 @@ protocol AnnouncementChannel: Sendable {
 
 extension DBusConnection: AnnouncementChannel {}
 
-/// Property values shared between the connection's thread (reads) and the broker (writes).
+/// Property values shared between the connection's thread (reads) and the broker (writes): typed
+/// as the contract declares them, and kept by name as Get and GetAll serve them, so that a read
+/// builds nothing.
 final class PropertyCache: Sendable {
-    private let storage: Locked<[String: DBusValue]>
-    init(_ initial: [String: DBusValue]) { storage = Locked(initial) }
-    var values: [String: DBusValue] { storage.withLock { $0 } }
-    func set(_ name: String, _ value: DBusValue) { storage.withLock { $0[name] = value } }
+    private let storage: Locked<(typed: Broker1Properties, byName: [String: DBusValue])>
+    init(_ initial: Broker1Properties) { storage = Locked((initial, initial.byName)) }
+    var values: [String: DBusValue] { storage.withLock { $0.byName } }
+    func update(_ change: (inout Broker1Properties) -> Void) {
+        storage.withLock { stored in
+            change(&stored.typed)
+            stored.byName = stored.typed.byName
+        }
+    }
 }

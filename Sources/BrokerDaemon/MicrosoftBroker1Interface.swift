@@ -26,19 +26,80 @@ extension DBusInterfaceDescription {
     )
 }
 
+/// The replies of `com.microsoft.identity.Broker1`'s methods: each a method's `out` arguments, typed as the contract
+/// declares them (a dictionary as the DBusValue that holds it), and as they go on the bus.
+enum MicrosoftBroker1Reply {
+    /// `acquireTokenInteractively`'s reply.
+    struct AcquireTokenInteractively: Sendable, Equatable {
+        var responseJSON: String
+        /// Its arguments, in the contract's order.
+        var arguments: [DBusValue] { [.string(responseJSON)] }
+    }
+
+    /// `acquireTokenSilently`'s reply.
+    struct AcquireTokenSilently: Sendable, Equatable {
+        var responseJSON: String
+        /// Its arguments, in the contract's order.
+        var arguments: [DBusValue] { [.string(responseJSON)] }
+    }
+
+    /// `getAccounts`'s reply.
+    struct GetAccounts: Sendable, Equatable {
+        var responseJSON: String
+        /// Its arguments, in the contract's order.
+        var arguments: [DBusValue] { [.string(responseJSON)] }
+    }
+
+    /// `removeAccount`'s reply.
+    struct RemoveAccount: Sendable, Equatable {
+        var responseJSON: String
+        /// Its arguments, in the contract's order.
+        var arguments: [DBusValue] { [.string(responseJSON)] }
+    }
+
+    /// `acquirePrtSsoCookie`'s reply.
+    struct AcquirePrtSsoCookie: Sendable, Equatable {
+        var responseJSON: String
+        /// Its arguments, in the contract's order.
+        var arguments: [DBusValue] { [.string(responseJSON)] }
+    }
+
+    /// `generateSignedHttpRequest`'s reply.
+    struct GenerateSignedHttpRequest: Sendable, Equatable {
+        var responseJSON: String
+        /// Its arguments, in the contract's order.
+        var arguments: [DBusValue] { [.string(responseJSON)] }
+    }
+
+    /// `cancelInteractiveFlow`'s reply.
+    struct CancelInteractiveFlow: Sendable, Equatable {
+        var responseJSON: String
+        /// Its arguments, in the contract's order.
+        var arguments: [DBusValue] { [.string(responseJSON)] }
+    }
+
+    /// `getLinuxBrokerVersion`'s reply.
+    struct GetLinuxBrokerVersion: Sendable, Equatable {
+        var responseJSON: String
+        /// Its arguments, in the contract's order.
+        var arguments: [DBusValue] { [.string(responseJSON)] }
+    }
+}
+
 /// The methods of `com.microsoft.identity.Broker1`, each with its arguments as the contract declares them
-/// and the caller's unique bus name (sign-in flows belong to the connection that started them).
-/// An exported object implements every one: a method added to the contract without its handler
-/// does not compile.
+/// and the caller's unique bus name (sign-in flows belong to the connection that started them),
+/// each returning its reply typed as the contract declares it. An exported object implements
+/// every one: a method added to the contract without its handler, or a handler that returns
+/// another shape than the method's, does not compile.
 protocol MicrosoftBroker1Handler: Sendable {
-    func acquireTokenInteractively(protocolVersion: String, correlationId: String, requestJSON: String, caller: String) async throws(BrokerFailure) -> [DBusValue]
-    func acquireTokenSilently(protocolVersion: String, correlationId: String, requestJSON: String, caller: String) async throws(BrokerFailure) -> [DBusValue]
-    func getAccounts(protocolVersion: String, correlationId: String, requestJSON: String, caller: String) async throws(BrokerFailure) -> [DBusValue]
-    func removeAccount(protocolVersion: String, correlationId: String, requestJSON: String, caller: String) async throws(BrokerFailure) -> [DBusValue]
-    func acquirePrtSsoCookie(protocolVersion: String, correlationId: String, requestJSON: String, caller: String) async throws(BrokerFailure) -> [DBusValue]
-    func generateSignedHttpRequest(protocolVersion: String, correlationId: String, requestJSON: String, caller: String) async throws(BrokerFailure) -> [DBusValue]
-    func cancelInteractiveFlow(protocolVersion: String, correlationId: String, requestJSON: String, caller: String) async throws(BrokerFailure) -> [DBusValue]
-    func getLinuxBrokerVersion(protocolVersion: String, correlationId: String, requestJSON: String, caller: String) async throws(BrokerFailure) -> [DBusValue]
+    func acquireTokenInteractively(protocolVersion: String, correlationId: String, requestJSON: String, caller: String) async throws(BrokerFailure) -> MicrosoftBroker1Reply.AcquireTokenInteractively
+    func acquireTokenSilently(protocolVersion: String, correlationId: String, requestJSON: String, caller: String) async throws(BrokerFailure) -> MicrosoftBroker1Reply.AcquireTokenSilently
+    func getAccounts(protocolVersion: String, correlationId: String, requestJSON: String, caller: String) async throws(BrokerFailure) -> MicrosoftBroker1Reply.GetAccounts
+    func removeAccount(protocolVersion: String, correlationId: String, requestJSON: String, caller: String) async throws(BrokerFailure) -> MicrosoftBroker1Reply.RemoveAccount
+    func acquirePrtSsoCookie(protocolVersion: String, correlationId: String, requestJSON: String, caller: String) async throws(BrokerFailure) -> MicrosoftBroker1Reply.AcquirePrtSsoCookie
+    func generateSignedHttpRequest(protocolVersion: String, correlationId: String, requestJSON: String, caller: String) async throws(BrokerFailure) -> MicrosoftBroker1Reply.GenerateSignedHttpRequest
+    func cancelInteractiveFlow(protocolVersion: String, correlationId: String, requestJSON: String, caller: String) async throws(BrokerFailure) -> MicrosoftBroker1Reply.CancelInteractiveFlow
+    func getLinuxBrokerVersion(protocolVersion: String, correlationId: String, requestJSON: String, caller: String) async throws(BrokerFailure) -> MicrosoftBroker1Reply.GetLinuxBrokerVersion
 }
 
 extension MicrosoftBroker1Handler {
@@ -46,14 +107,14 @@ extension MicrosoftBroker1Handler {
     func handle(_ method: MicrosoftBroker1Method, _ call: DBusMethodCall) async throws(BrokerFailure) -> [DBusValue] {
         let a = call.arguments
         switch method {
-        case .acquireTokenInteractively: return try await acquireTokenInteractively(protocolVersion: a[0].string ?? "", correlationId: a[1].string ?? "", requestJSON: a[2].string ?? "", caller: call.sender)
-        case .acquireTokenSilently: return try await acquireTokenSilently(protocolVersion: a[0].string ?? "", correlationId: a[1].string ?? "", requestJSON: a[2].string ?? "", caller: call.sender)
-        case .getAccounts: return try await getAccounts(protocolVersion: a[0].string ?? "", correlationId: a[1].string ?? "", requestJSON: a[2].string ?? "", caller: call.sender)
-        case .removeAccount: return try await removeAccount(protocolVersion: a[0].string ?? "", correlationId: a[1].string ?? "", requestJSON: a[2].string ?? "", caller: call.sender)
-        case .acquirePrtSsoCookie: return try await acquirePrtSsoCookie(protocolVersion: a[0].string ?? "", correlationId: a[1].string ?? "", requestJSON: a[2].string ?? "", caller: call.sender)
-        case .generateSignedHttpRequest: return try await generateSignedHttpRequest(protocolVersion: a[0].string ?? "", correlationId: a[1].string ?? "", requestJSON: a[2].string ?? "", caller: call.sender)
-        case .cancelInteractiveFlow: return try await cancelInteractiveFlow(protocolVersion: a[0].string ?? "", correlationId: a[1].string ?? "", requestJSON: a[2].string ?? "", caller: call.sender)
-        case .getLinuxBrokerVersion: return try await getLinuxBrokerVersion(protocolVersion: a[0].string ?? "", correlationId: a[1].string ?? "", requestJSON: a[2].string ?? "", caller: call.sender)
+        case .acquireTokenInteractively: return try await acquireTokenInteractively(protocolVersion: a[0].string ?? "", correlationId: a[1].string ?? "", requestJSON: a[2].string ?? "", caller: call.sender).arguments
+        case .acquireTokenSilently: return try await acquireTokenSilently(protocolVersion: a[0].string ?? "", correlationId: a[1].string ?? "", requestJSON: a[2].string ?? "", caller: call.sender).arguments
+        case .getAccounts: return try await getAccounts(protocolVersion: a[0].string ?? "", correlationId: a[1].string ?? "", requestJSON: a[2].string ?? "", caller: call.sender).arguments
+        case .removeAccount: return try await removeAccount(protocolVersion: a[0].string ?? "", correlationId: a[1].string ?? "", requestJSON: a[2].string ?? "", caller: call.sender).arguments
+        case .acquirePrtSsoCookie: return try await acquirePrtSsoCookie(protocolVersion: a[0].string ?? "", correlationId: a[1].string ?? "", requestJSON: a[2].string ?? "", caller: call.sender).arguments
+        case .generateSignedHttpRequest: return try await generateSignedHttpRequest(protocolVersion: a[0].string ?? "", correlationId: a[1].string ?? "", requestJSON: a[2].string ?? "", caller: call.sender).arguments
+        case .cancelInteractiveFlow: return try await cancelInteractiveFlow(protocolVersion: a[0].string ?? "", correlationId: a[1].string ?? "", requestJSON: a[2].string ?? "", caller: call.sender).arguments
+        case .getLinuxBrokerVersion: return try await getLinuxBrokerVersion(protocolVersion: a[0].string ?? "", correlationId: a[1].string ?? "", requestJSON: a[2].string ?? "", caller: call.sender).arguments
         }
     }
 }

@@ -35,7 +35,7 @@ struct AccountChangeFeed: Sendable {
             let changes = try await connection.signals(
                 matching: DBusMatchRule(
                     sender: BrokerNames.busName, path: BrokerNames.objectPath,
-                    interface: BrokerNames.interface, member: BrokerNames.accountChangedSignal))
+                    interface: BrokerNames.interface, member: Broker1Signal.accountChanged.rawValue))
             let owners = try await connection.signals(
                 matching: DBusMatchRule(
                     sender: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
@@ -115,7 +115,9 @@ struct AccountChangeFeed: Sendable {
         let reply = try await link.call(
             destination: BrokerNames.busName, path: BrokerNames.objectPath,
             interface: "org.freedesktop.DBus.Properties",
-            member: "Get", arguments: [.string(BrokerNames.interface), .string("CurrentAccount")], timeout: queryTimeout
+            member: "Get",
+            arguments: [.string(BrokerNames.interface), .string(Broker1Property.currentAccount.rawValue)],
+            timeout: queryTimeout
         )
         return try ReplyDecoding.account(reply.first)
     }

@@ -137,7 +137,7 @@ public final class PublicClientApplication: Sendable {
             signals = try await link.connection().signals(
                 matching: DBusMatchRule(
                     sender: BrokerNames.busName, path: BrokerNames.objectPath, interface: BrokerNames.interface,
-                    member: BrokerNames.signInProgressSignal, arg0: flowId))
+                    member: Broker1Signal.signInProgress.rawValue, arg0: flowId))
         } catch {
             throw BusLink.brokerError(error)
         }

@@ -27,15 +27,15 @@ extension PublicClientApplication {
         let pending: AsyncStream<DBusSignal>
         let cancelled: AsyncStream<DBusSignal>
         do {
-            pending = try await connection.signals(matching: rule(BrokerNames.signOutPendingSignal))
-            cancelled = try await connection.signals(matching: rule(BrokerNames.signOutCancelledSignal))
+            pending = try await connection.signals(matching: rule(Broker1Signal.signOutPending.rawValue))
+            cancelled = try await connection.signals(matching: rule(Broker1Signal.signOutCancelled.rawValue))
         } catch {
             throw BusLink.brokerError(error)
         }
         let now = try? await connection.call(
             destination: BrokerNames.busName, path: BrokerNames.objectPath,
             interface: "org.freedesktop.DBus.Properties", member: "Get",
-            arguments: [.string(BrokerNames.interface), .string(BrokerNames.signOutDeadlineProperty)],
+            arguments: [.string(BrokerNames.interface), .string(Broker1Property.signOutDeadline.rawValue)],
             timeout: configuration.queryTimeout)
         let (stream, continuation) = AsyncStream<SignOutWarning>.makeStream(bufferingPolicy: .unbounded)
         if let deadline = now?.first?.uint64, deadline > 0 {

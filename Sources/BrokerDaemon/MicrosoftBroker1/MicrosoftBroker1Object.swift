@@ -39,7 +39,7 @@ final class MicrosoftBroker1Object: DBusObject, MicrosoftBroker1Handler {
     // MARK: MicrosoftBroker1Handler
 
     func getAccounts(protocolVersion: String, correlationId: String, requestJSON: String, caller: String)
-        async throws(BrokerFailure) -> [DBusValue]
+        async throws(BrokerFailure) -> MicrosoftBroker1Reply.GetAccounts
     {
         await answer(.getAccounts, correlationId, requestJSON, caller) { request throws(MicrosoftBrokerFailure) in
             MicrosoftBrokerResponse.accounts(
@@ -50,7 +50,7 @@ final class MicrosoftBroker1Object: DBusObject, MicrosoftBroker1Handler {
     }
 
     func acquireTokenSilently(protocolVersion: String, correlationId: String, requestJSON: String, caller: String)
-        async throws(BrokerFailure) -> [DBusValue]
+        async throws(BrokerFailure) -> MicrosoftBroker1Reply.AcquireTokenSilently
     {
         await answer(.acquireTokenSilently, correlationId, requestJSON, caller) {
             request throws(MicrosoftBrokerFailure) in
@@ -66,7 +66,7 @@ final class MicrosoftBroker1Object: DBusObject, MicrosoftBroker1Handler {
 
     func acquireTokenInteractively(
         protocolVersion: String, correlationId: String, requestJSON: String, caller: String
-    ) async throws(BrokerFailure) -> [DBusValue] {
+    ) async throws(BrokerFailure) -> MicrosoftBroker1Reply.AcquireTokenInteractively {
         await answer(.acquireTokenInteractively, correlationId, requestJSON, caller) {
             request throws(MicrosoftBrokerFailure) in
             let clientId = request.clientId ?? ""
@@ -94,7 +94,7 @@ final class MicrosoftBroker1Object: DBusObject, MicrosoftBroker1Handler {
     }
 
     func removeAccount(protocolVersion: String, correlationId: String, requestJSON: String, caller: String)
-        async throws(BrokerFailure) -> [DBusValue]
+        async throws(BrokerFailure) -> MicrosoftBroker1Reply.RemoveAccount
     {
         await answer(.removeAccount, correlationId, requestJSON, caller) { request throws(MicrosoftBrokerFailure) in
             do throws(BrokerFailure) {
@@ -109,7 +109,7 @@ final class MicrosoftBroker1Object: DBusObject, MicrosoftBroker1Handler {
     }
 
     func cancelInteractiveFlow(protocolVersion: String, correlationId: String, requestJSON: String, caller: String)
-        async throws(BrokerFailure) -> [DBusValue]
+        async throws(BrokerFailure) -> MicrosoftBroker1Reply.CancelInteractiveFlow
     {
         await answer(.cancelInteractiveFlow, correlationId, requestJSON, caller) {
             _ throws(MicrosoftBrokerFailure) in
@@ -122,7 +122,7 @@ final class MicrosoftBroker1Object: DBusObject, MicrosoftBroker1Handler {
     }
 
     func getLinuxBrokerVersion(protocolVersion: String, correlationId: String, requestJSON: String, caller: String)
-        async throws(BrokerFailure) -> [DBusValue]
+        async throws(BrokerFailure) -> MicrosoftBroker1Reply.GetLinuxBrokerVersion
     {
         await answer(.getLinuxBrokerVersion, correlationId, requestJSON, caller) { _ throws(MicrosoftBrokerFailure) in
             MicrosoftBrokerResponse.version(self.broker.deviceInformation().brokerVersion)
@@ -130,7 +130,7 @@ final class MicrosoftBroker1Object: DBusObject, MicrosoftBroker1Handler {
     }
 
     func acquirePrtSsoCookie(protocolVersion: String, correlationId: String, requestJSON: String, caller: String)
-        async throws(BrokerFailure) -> [DBusValue]
+        async throws(BrokerFailure) -> MicrosoftBroker1Reply.AcquirePrtSsoCookie
     {
         await answer(.acquirePrtSsoCookie, correlationId, requestJSON, caller) { _ throws(MicrosoftBrokerFailure) in
             throw MicrosoftBrokerFailure(
@@ -143,7 +143,7 @@ final class MicrosoftBroker1Object: DBusObject, MicrosoftBroker1Handler {
 
     func generateSignedHttpRequest(
         protocolVersion: String, correlationId: String, requestJSON: String, caller: String
-    ) async throws(BrokerFailure) -> [DBusValue] {
+    ) async throws(BrokerFailure) -> MicrosoftBroker1Reply.GenerateSignedHttpRequest {
         await answer(.generateSignedHttpRequest, correlationId, requestJSON, caller) {
             _ throws(MicrosoftBrokerFailure) in
             throw MicrosoftBrokerFailure(
@@ -158,10 +158,10 @@ final class MicrosoftBroker1Object: DBusObject, MicrosoftBroker1Handler {
 
     /// Reads the request, checks the caller as the native interface does, runs `body`, and turns
     /// every outcome into the reply's JSON.
-    private func answer(
+    private func answer<Reply: MicrosoftBroker1JSONReply>(
         _ method: MicrosoftBroker1Method, _ correlationId: String, _ json: String, _ caller: String,
         _ body: (MicrosoftBrokerRequest) async throws(MicrosoftBrokerFailure) -> String
-    ) async -> [DBusValue] {
+    ) async -> Reply {
         // The caller's correlation id, as logs and error objects show it: at most 64 characters,
         // escaped, so that a newline or an escape sequence in it cannot forge a log line or reach
         // the terminal of whoever reads the error.
@@ -178,7 +178,7 @@ final class MicrosoftBroker1Object: DBusObject, MicrosoftBroker1Handler {
                     "method": "\(method.rawValue)", "sender": "\(caller)",
                     "correlationId": "\(correlationId)",
                 ])
-            return [.string(try await body(request))]
+            return Reply(responseJSON: try await body(request))
         } catch {
             logger.debug(
                 "Microsoft broker protocol call refused",
@@ -186,9 +186,7 @@ final class MicrosoftBroker1Object: DBusObject, MicrosoftBroker1Handler {
                     "method": "\(method.rawValue)", "sender": "\(caller)", "status": "\(error.status.rawValue)",
                     "correlationId": "\(correlationId)",
                 ])
-            return [
-                .string(MicrosoftBrokerResponse.error(error, correlationId: correlationId, for: method))
-            ]
+            return Reply(responseJSON: MicrosoftBrokerResponse.error(error, correlationId: correlationId, for: method))
         }
     }
 
@@ -222,3 +220,18 @@ final class MicrosoftBroker1Object: DBusObject, MicrosoftBroker1Handler {
             context: "the authority names tenant \(tenant), but this device belongs to tenant \(configured)")
     }
 }
+
+/// Every reply of Microsoft's protocol is one JSON string (`responseJSON`), failures included, so
+/// one translation (`answer`) builds them all.
+protocol MicrosoftBroker1JSONReply {
+    init(responseJSON: String)
+}
+
+extension MicrosoftBroker1Reply.AcquireTokenInteractively: MicrosoftBroker1JSONReply {}
+extension MicrosoftBroker1Reply.AcquireTokenSilently: MicrosoftBroker1JSONReply {}
+extension MicrosoftBroker1Reply.GetAccounts: MicrosoftBroker1JSONReply {}
+extension MicrosoftBroker1Reply.RemoveAccount: MicrosoftBroker1JSONReply {}
+extension MicrosoftBroker1Reply.AcquirePrtSsoCookie: MicrosoftBroker1JSONReply {}
+extension MicrosoftBroker1Reply.GenerateSignedHttpRequest: MicrosoftBroker1JSONReply {}
+extension MicrosoftBroker1Reply.CancelInteractiveFlow: MicrosoftBroker1JSONReply {}
+extension MicrosoftBroker1Reply.GetLinuxBrokerVersion: MicrosoftBroker1JSONReply {}
