@@ -56,8 +56,10 @@ struct DeviceCodeTests {
         let env = try await offThePool {
             try BrokerEnvironment(idpArguments: ["--device-code-interval", "1", "--device-code-slow-down", "1"])
         }
-        let (ctl, uri, code) = try await offThePool { try Self.start(env) }
+        // Counted from before the flow starts: its polls are timed from its start, which a loaded
+        // machine may take a second to report.
         let started = ContinuousClock.now
+        let (ctl, uri, code) = try await offThePool { try Self.start(env) }
         #expect(try await Self.decide(uri, code: code, action: "approve") == 200)
         #expect(try await offThePool { try ctl.waitForExit(timeout: .seconds(30)) } == 0, "\(ctl.stderrText)")
         // One poll at 1 s answered slow_down, the next at 1 + 6 s signs in: two in all.
