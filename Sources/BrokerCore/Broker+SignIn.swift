@@ -91,7 +91,8 @@ extension Broker {
             correlationId: correlationId)
     }
 
-    /// What the sign-in screen of an app can offer.
+    /// What the sign-in screen of an app can offer (`GetSignInOptions`); apps read the client
+    /// library's `SignInOptions`, decoded from the same dictionary.
     public struct SignInOptions: Sendable, Equatable {
         /// The flows the provider offers, in ``SignInFlow``'s order.
         public var flows: [SignInFlow]
@@ -380,7 +381,7 @@ extension Broker {
             prompt: shared ? .login : (holder != nil && prompt == .selectAccount ? nil : prompt), loginHint: hint,
             maxAge: shared ? 0 : nil, claims: claims, timeout: configuration.interactiveTimeout,
             progress: { stage, details in
-                report(SignInProgress(owner: owner, flowId: id, stage: stage, details: details))
+                report(SignInProgressReport(owner: owner, flowId: id, stage: stage, details: details))
             })
         try flows.checkFree(id, owner: owner)
         let task = Task {

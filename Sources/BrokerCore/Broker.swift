@@ -27,7 +27,7 @@ public actor Broker {
     let cleaner: any DeviceCleaner
     private let onAccountChange: @Sendable (DeviceAccountChange) -> Void
     /// Told each stage an interactive sign-in reaches, for its caller.
-    let onSignInProgress: @Sendable (SignInProgress) -> Void
+    let onSignInProgress: @Sendable (SignInProgressReport) -> Void
     /// Told when a warning of a sign-out after inactivity starts, is cancelled or ends.
     let onShiftWarning: @Sendable (ShiftWarning) -> Void
 
@@ -70,7 +70,7 @@ public actor Broker {
         clock: any WallClock, initialState: BrokerState, logger: Logger,
         callers: any CallerDirectory = EveryCallerConnected(), cleaner: any DeviceCleaner = NothingToClean(),
         onAccountChange: @escaping @Sendable (DeviceAccountChange) -> Void,
-        onSignInProgress: @escaping @Sendable (SignInProgress) -> Void = { _ in },
+        onSignInProgress: @escaping @Sendable (SignInProgressReport) -> Void = { _ in },
         onShiftWarning: @escaping @Sendable (ShiftWarning) -> Void = { _ in }
     ) {
         self.onShiftWarning = onShiftWarning

@@ -26,8 +26,10 @@ public enum ShiftWarning: Sendable, Equatable {
     case over
 }
 
-/// A stage an interactive sign-in reached, for the caller that started it (`SignInProgress`).
-public struct SignInProgress: Sendable, Equatable {
+/// A stage an interactive sign-in reached, addressed to the caller that started it: the core's
+/// report, which brokerd sends as the `SignInProgress` signal to that caller alone. Apps read the
+/// client library's `SignInProgress` (stage, url, reason), decoded from the signal.
+public struct SignInProgressReport: Sendable, Equatable {
     /// The caller (bus connection) the sign-in belongs to: the one the signal goes to.
     public var owner: String
     public var flowId: String

@@ -79,8 +79,10 @@ public enum EndpointOutcome: Sendable, Equatable {
     case notOffered
 }
 
-/// A one-time code the provider sent (native authentication's `oob` challenge).
-public struct CodeChallenge: Sendable, Equatable {
+/// A one-time code the provider sent (native authentication's `oob` challenge), as the core keeps
+/// it: with the provider's continuation token, a secret. Apps get the client library's
+/// `CodeChallenge`, which has no such field (the names differ so that the two are never confused).
+public struct ProviderCodeChallenge: Sendable, Equatable {
     /// The provider's handle on the flow: a secret, never logged or returned to apps.
     public var continuationToken: String
     /// Where the code went, e.g. `email`.
@@ -182,9 +184,9 @@ public protocol IdentityProvider: Sendable {
     func revoke(clientId: String, token: RevocableToken) async throws -> EndpointOutcome
 
     /// Native authentication: asks the provider to send a one-time code to the user.
-    func startCodeSignIn(clientId: String, username: String) async throws -> CodeChallenge
+    func startCodeSignIn(clientId: String, username: String) async throws -> ProviderCodeChallenge
     /// Sends a new code for a flow started with ``startCodeSignIn(clientId:username:)``.
-    func resendCode(clientId: String, continuationToken: String) async throws -> CodeChallenge
+    func resendCode(clientId: String, continuationToken: String) async throws -> ProviderCodeChallenge
     /// Redeems a code; `.invalidCode` leaves the flow usable, `.codeExpired` asks for a new code.
     func submitCode(clientId: String, continuationToken: String, code: String, scopes: Scopes) async throws
         -> ProviderTokens

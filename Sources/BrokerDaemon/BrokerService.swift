@@ -56,7 +56,7 @@ final class BrokerService: Sendable {
 
     /// `SignInProgress` to the caller that started the sign-in, and to nobody else.
     private static func reporting(on channel: any AnnouncementChannel, logger: Logger)
-        -> @Sendable (SignInProgress) -> Void
+        -> @Sendable (SignInProgressReport) -> Void
     {
         { progress in
             do {

@@ -85,7 +85,7 @@ enum BusMarshalling {
 
     /// `SignInProgress`'s arguments: the details carry the sign-in page's address and, when no
     /// browser opened, why.
-    static func signInProgress(_ progress: SignInProgress) -> [DBusValue] {
+    static func signInProgress(_ progress: SignInProgressReport) -> [DBusValue] {
         [text(progress.flowId), .string(progress.stage.rawValue), .vardict(progress.details.mapValues(text))]
     }
 

@@ -25,8 +25,10 @@ struct UnconfiguredProvider: IdentityProvider {
         throw refuse()
     }
     func revoke(clientId: String, token: RevocableToken) async throws -> EndpointOutcome { throw refuse() }
-    func startCodeSignIn(clientId: String, username: String) async throws -> CodeChallenge { throw refuse() }
-    func resendCode(clientId: String, continuationToken: String) async throws -> CodeChallenge { throw refuse() }
+    func startCodeSignIn(clientId: String, username: String) async throws -> ProviderCodeChallenge { throw refuse() }
+    func resendCode(clientId: String, continuationToken: String) async throws -> ProviderCodeChallenge {
+        throw refuse()
+    }
     func submitCode(clientId: String, continuationToken: String, code: String, scopes: Scopes) async throws
         -> ProviderTokens
     { throw refuse() }

@@ -14,8 +14,8 @@ extension OIDCProvider {
         case password = "password redirect"
     }
 
-    public func startCodeSignIn(clientId: String, username: String) async throws -> CodeChallenge {
-        try await requester.withBudget { () async throws(BrokerFailure) -> CodeChallenge in
+    public func startCodeSignIn(clientId: String, username: String) async throws -> ProviderCodeChallenge {
+        try await requester.withBudget { () async throws(BrokerFailure) -> ProviderCodeChallenge in
             guard let continuation = try await initiate(clientId: clientId, username: username, challenge: .code) else {
                 await nativeAuthentication.markNotOffered()
                 throw Self.notOffered
@@ -24,8 +24,8 @@ extension OIDCProvider {
         }
     }
 
-    public func resendCode(clientId: String, continuationToken: String) async throws -> CodeChallenge {
-        try await requester.withBudget { () async throws(BrokerFailure) -> CodeChallenge in
+    public func resendCode(clientId: String, continuationToken: String) async throws -> ProviderCodeChallenge {
+        try await requester.withBudget { () async throws(BrokerFailure) -> ProviderCodeChallenge in
             try await challenge(clientId: clientId, continuationToken: continuationToken, expecting: .code)
         }
     }
@@ -89,7 +89,7 @@ extension OIDCProvider {
     }
 
     private func challenge(clientId: String, continuationToken: String, expecting: NativeChallenge)
-        async throws(BrokerFailure) -> CodeChallenge
+        async throws(BrokerFailure) -> ProviderCodeChallenge
     {
         guard
             let step = try await post(
@@ -104,7 +104,7 @@ extension OIDCProvider {
         }
         let length = step["code_length"]?.int64 ?? 0
         // Shown to the person as the provider words them, after the outside-text rule.
-        return CodeChallenge(
+        return ProviderCodeChallenge(
             continuationToken: next, channel: OutsideText.cleaned(step["challenge_channel"]?.string ?? "email"),
             sentTo: OutsideText.cleaned(step["challenge_target_label"]?.string ?? ""),
             codeLength: UInt32(clamping: max(0, length)))

@@ -43,14 +43,7 @@ extension BrokerQuery<[Account]> {
     /// `GetAccounts(clientId)`.
     static func accounts(clientId: String) -> Self {
         Self(call: .getAccounts(clientId: clientId)) { reply throws(BrokerError) in
-            guard let list = reply.first?.vardictArray else {
-                throw ReplyDecoding.malformed("\(Broker1Method.getAccounts.rawValue) did not return aa{sv}")
-            }
-            var accounts: [Account] = []
-            for dict in list {
-                if let account = try ReplyDecoding.account(.vardict(dict)) { accounts.append(account) }
-            }
-            return accounts
+            try ReplyDecoding.accounts(reply.first)
         }
     }
 }

@@ -1,5 +1,4 @@
 import BrokerAPI
-import DBus
 
 /// A device-code sign-in (RFC 8628) in progress: what ``PublicClientApplication/signInWithDeviceCode(scopes:)``
 /// returns. Show the person ``verificationUri`` and ``userCode`` (or a QR code of
@@ -25,17 +24,15 @@ public final class DeviceCodeSignIn: Sendable {
     private let link: BusLink
     private let configuration: BrokerClientConfiguration
 
-    init(flowId: String, challenge: [String: DBusValue], link: BusLink, configuration: BrokerClientConfiguration)
-        throws(BrokerError)
-    {
-        guard let uri = challenge[ChallengeKey.verificationUri]?.string,
-            let code = challenge[ChallengeKey.userCode]?.string
-        else { throw ReplyDecoding.malformed("a device-code challenge lacks verificationUri or userCode") }
+    init(
+        flowId: String, challenge: ReplyDecoding.DeviceCodeChallenge, link: BusLink,
+        configuration: BrokerClientConfiguration
+    ) {
         self.flowId = flowId
-        verificationUri = uri
-        verificationUriComplete = challenge[ChallengeKey.verificationUriComplete]?.string
-        userCode = code
-        expiresOn = UnixTime(seconds: UnixTime.now.seconds + (challenge[ChallengeKey.expiresIn]?.int64 ?? 0))
+        verificationUri = challenge.verificationUri
+        verificationUriComplete = challenge.verificationUriComplete
+        userCode = challenge.userCode
+        expiresOn = UnixTime(seconds: UnixTime.now.seconds + challenge.expiresIn)
         self.link = link
         self.configuration = configuration
     }

@@ -75,11 +75,9 @@ public final class PublicClientApplication: Sendable {
         let reply = try await link.call(
             .startSignIn(clientId: clientId, username: username, scopes: scopes, options: [:]),
             timeout: configuration.tokenTimeout)
-        guard reply.count == 2, let flowId = reply[0].string else {
-            throw ReplyDecoding.malformed("\(Broker1Method.startSignIn.rawValue) did not return (flowId, challenge)")
-        }
+        let (flowId, challenge) = try ReplyDecoding.startedSignIn(reply)
         return SignInCodeRequiredState(
-            flowId: flowId, challenge: try ReplyDecoding.challenge(reply[1]), link: link,
+            flowId: flowId, challenge: try ReplyDecoding.challenge(challenge), link: link,
             configuration: configuration)
     }
 
@@ -92,10 +90,10 @@ public final class PublicClientApplication: Sendable {
                 clientId: clientId, username: "", scopes: scopes,
                 options: [.method: .string(SignInMethod.deviceCode.rawValue)]),
             timeout: configuration.tokenTimeout)
-        guard reply.count == 2, let flowId = reply[0].string, let challenge = reply[1].vardict else {
-            throw ReplyDecoding.malformed("\(Broker1Method.startSignIn.rawValue) did not return (flowId, challenge)")
-        }
-        return try DeviceCodeSignIn(flowId: flowId, challenge: challenge, link: link, configuration: configuration)
+        let (flowId, challenge) = try ReplyDecoding.startedSignIn(reply)
+        return DeviceCodeSignIn(
+            flowId: flowId, challenge: try ReplyDecoding.deviceCodeChallenge(challenge), link: link,
+            configuration: configuration)
     }
 
     /// Signs in in the system browser (MSAL: `acquireToken(with: MSALInteractiveTokenParameters)`).
@@ -143,13 +141,8 @@ public final class PublicClientApplication: Sendable {
         }
         return Task {
             for await signal in signals {
-                guard signal.arguments.count == 3, let stage = signal.arguments[1].string.flatMap(SignInStage.init)
-                else { continue }
-                let details = signal.arguments[2].vardict
-                progress(
-                    SignInProgress(
-                        stage: stage, url: details?[SignInProgressKey.url]?.string,
-                        reason: details?[SignInProgressKey.reason]?.string))
+                guard let stage = ReplyDecoding.signInProgress(signal.arguments) else { continue }
+                progress(stage)
             }
         }
     }

@@ -91,6 +91,52 @@ enum ReplyDecoding {
             channel: dict[ChallengeKey.channel]?.string ?? "email", sentTo: sentTo, codeLength: Int(length))
     }
 
+    /// `StartSignIn`'s `(s flowId, a{sv} challenge)`.
+    static func startedSignIn(_ reply: [DBusValue]) throws(BrokerError) -> (flowId: String, challenge: DBusValue) {
+        guard reply.count == 2, let flowId = reply[0].string, reply[1].vardict != nil else {
+            throw malformed("\(Broker1Method.startSignIn.rawValue) did not return (flowId, challenge)")
+        }
+        return (flowId, reply[1])
+    }
+
+    /// What a device-code challenge tells the person.
+    struct DeviceCodeChallenge: Sendable {
+        var verificationUri: String
+        var verificationUriComplete: String?
+        var userCode: String
+        var expiresIn: Int64
+    }
+
+    static func deviceCodeChallenge(_ value: DBusValue) throws(BrokerError) -> DeviceCodeChallenge {
+        guard let dict = value.vardict, let uri = dict[ChallengeKey.verificationUri]?.string,
+            let code = dict[ChallengeKey.userCode]?.string
+        else { throw malformed("a device-code challenge lacks verificationUri or userCode") }
+        return DeviceCodeChallenge(
+            verificationUri: uri, verificationUriComplete: dict[ChallengeKey.verificationUriComplete]?.string,
+            userCode: code, expiresIn: dict[ChallengeKey.expiresIn]?.int64 ?? 0)
+    }
+
+    /// `SignInProgress(s flowId, s stage, a{sv} details)`; nil for a signal that is not one.
+    static func signInProgress(_ arguments: [DBusValue]) -> SignInProgress? {
+        guard arguments.count == 3, let stage = arguments[1].string.flatMap(SignInStage.init) else { return nil }
+        let details = arguments[2].vardict
+        return SignInProgress(
+            stage: stage, url: details?[SignInProgressKey.url]?.string,
+            reason: details?[SignInProgressKey.reason]?.string)
+    }
+
+    /// `GetAccounts`' `aa{sv}`.
+    static func accounts(_ value: DBusValue?) throws(BrokerError) -> [Account] {
+        guard let list = value?.vardictArray else {
+            throw malformed("\(Broker1Method.getAccounts.rawValue) did not return aa{sv}")
+        }
+        var accounts: [Account] = []
+        for dict in list {
+            if let account = try account(.vardict(dict)) { accounts.append(account) }
+        }
+        return accounts
+    }
+
     static func malformed(_ what: String) -> BrokerError {
         .dbus(
             name: "org.freedesktop.DBus.Error.InvalidSignature",

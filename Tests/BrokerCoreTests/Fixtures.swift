@@ -66,10 +66,10 @@ final class ScriptedProvider: IdentityProvider, @unchecked Sendable {
         return .done
     }
 
-    func startCodeSignIn(clientId: String, username: String) async throws -> CodeChallenge {
+    func startCodeSignIn(clientId: String, username: String) async throws -> ProviderCodeChallenge {
         throw BrokerFailure(.notSupported, "not scripted")
     }
-    func resendCode(clientId: String, continuationToken: String) async throws -> CodeChallenge {
+    func resendCode(clientId: String, continuationToken: String) async throws -> ProviderCodeChallenge {
         throw BrokerFailure(.notSupported, "not scripted")
     }
     func submitCode(clientId: String, continuationToken: String, code: String, scopes: Scopes) async throws

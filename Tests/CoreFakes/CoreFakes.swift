@@ -14,8 +14,12 @@ package struct UnreachableProvider: IdentityProvider {
         -> ProviderTokens
     { throw down }
     package func revoke(clientId: String, token: RevocableToken) async throws -> EndpointOutcome { throw down }
-    package func startCodeSignIn(clientId: String, username: String) async throws -> CodeChallenge { throw down }
-    package func resendCode(clientId: String, continuationToken: String) async throws -> CodeChallenge { throw down }
+    package func startCodeSignIn(clientId: String, username: String) async throws -> ProviderCodeChallenge {
+        throw down
+    }
+    package func resendCode(clientId: String, continuationToken: String) async throws -> ProviderCodeChallenge {
+        throw down
+    }
     package func submitCode(clientId: String, continuationToken: String, code: String, scopes: Scopes) async throws
         -> ProviderTokens
     { throw down }

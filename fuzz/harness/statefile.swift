@@ -196,8 +196,8 @@ private struct OfflineProvider: IdentityProvider {
         throw offline
     }
     func revoke(clientId: String, token: RevocableToken) async throws -> EndpointOutcome { .notOffered }
-    func startCodeSignIn(clientId: String, username: String) async throws -> CodeChallenge { throw offline }
-    func resendCode(clientId: String, continuationToken: String) async throws -> CodeChallenge { throw offline }
+    func startCodeSignIn(clientId: String, username: String) async throws -> ProviderCodeChallenge { throw offline }
+    func resendCode(clientId: String, continuationToken: String) async throws -> ProviderCodeChallenge { throw offline }
     func submitCode(clientId: String, continuationToken: String, code: String, scopes: Scopes) async throws
         -> ProviderTokens
     { throw offline }
