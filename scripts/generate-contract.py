@@ -80,6 +80,19 @@ REPLY_TYPES = {
     "x": ("Int64", ".int64(%s)"),
     "t": ("UInt64", ".uint64(%s)"),
 }
+# The containers that stay the DBusValue BusMarshalling built. Any other type the contract uses must
+# be added to REPLY_TYPES first: the generator stops rather than let it pass untyped.
+UNTYPED_REPLIES = {"a{sv}", "aa{sv}", "a{ss}", "v"}
+
+
+def reply_type(source, what, dbus_type):
+    """The Swift type and encoding of an out argument or property of `dbus_type`."""
+    if dbus_type in REPLY_TYPES:
+        return REPLY_TYPES[dbus_type]
+    if dbus_type in UNTYPED_REPLIES:
+        return ("DBusValue", "%s")
+    fail(source, "%s has the type %s, which the generator does not map to Swift: add it to REPLY_TYPES"
+         % (what, dbus_type))
 # How the client library passes an argument of each D-Bus type: the Swift type and the value's case.
 CLIENT_TYPES = {"s": ("String", ".string"), "as": ("[String]", ".strings"), "a{sv}": ("[String: DBusValue]", ".vardict")}
 
@@ -315,7 +328,8 @@ def reply_structs(iface):
     for number, method in enumerate(iface.methods):
         fields = []
         for arg in outs(method):
-            swift_type, encode = REPLY_TYPES.get(arg.get("type"), ("DBusValue", "%s"))
+            swift_type, encode = reply_type(iface.source, "%s's out argument %s" % (method.get("name"), arg.get("name")),
+                                            arg.get("type"))
             fields.append((arg.get("name"), swift_type, encode % arg.get("name")))
         if number:
             lines.append("")
@@ -462,7 +476,7 @@ def properties_table(iface):
         return []
     fields = []
     for prop in props:
-        swift_type, encode = REPLY_TYPES.get(prop.get("type"), ("DBusValue", "%s"))
+        swift_type, encode = reply_type(iface.source, "the property %s" % prop.get("name"), prop.get("type"))
         fields.append((prop.get("name"), case_name(prop.get("name")), swift_type, encode))
     lines = [
         "",
@@ -487,7 +501,7 @@ def properties_table(iface):
         if number:
             lines.append("")
         lines += [
-            "    func emit%sChanged(_ value: %s, path: String) throws {" % (name, swift_type),
+            "    func emit%sChanged(_ value: %s, path: String) throws {" % (name[:1].upper() + name[1:], swift_type),
             "        try emitPropertiesChanged(",
             "            path: path, interface: %s," % quoted(iface.name),
             "            changed: [%sProperty.%s.rawValue: %s], invalidated: [])" % (iface.swift, field, encode % "value"),

@@ -9,6 +9,7 @@
 import BrokerCore
 
 @testable import BrokerDaemon
+@testable import BrokerPersistence
 
 private let path = "/etc/shared-device-broker/broker.conf"
 

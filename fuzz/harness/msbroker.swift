@@ -8,6 +8,7 @@ import BrokerAPI
 import BrokerCore
 
 @testable import BrokerDaemon
+@testable import BrokerPersistence
 @testable import Identity
 
 func fuzzOne(_ bytes: [UInt8]) {

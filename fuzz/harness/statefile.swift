@@ -16,6 +16,7 @@ import FoundationEssentials
 import Glibc
 
 @testable import BrokerDaemon
+@testable import BrokerPersistence
 
 /// On tmpfs when there is one: rewriting a file in place on ext4 flushes it at close (auto_da_alloc),
 /// which cost 5 ms an input. Named after the process; those of processes that are gone (a crash
