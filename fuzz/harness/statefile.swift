@@ -53,7 +53,7 @@ func fuzzOne(_ input: [UInt8]) {
     var described: BrokerState?
     if let first = input.first, first != UInt8(ascii: "{") {
         let state = describedState(FuzzedData(input.dropFirst()))
-        bytes = StateFileFormat.encode(state)
+        bytes = StateFileFormat.encode(state).bytes
         described = state
     }
     unlink(store.path)
@@ -86,7 +86,7 @@ func fuzzOne(_ input: [UInt8]) {
                 + "another state")
     }
 
-    guard let reloaded = try? StateFileFormat.decode(StateFileFormat.encode(state)).state else {
+    guard let reloaded = try? StateFileFormat.decode(StateFileFormat.encode(state).bytes).state else {
         violated("a state that loaded does not load again after saving")
     }
     if reloaded != state { violated("a state changes when saved and loaded again") }
