@@ -74,6 +74,30 @@ def spawn(cmd, ready_prefix=None, timeout=60, pin=False, stdin=None):
     return p, (line or "").strip()
 
 
+def saved_state(state_dir):
+    """The state brokerd has written: state.json with the top-level keys of each state.journal line
+    applied (a value replaces, null removes), as brokerd reads them at start."""
+    with open(os.path.join(state_dir, "state.json")) as f:
+        state = json.load(f)
+    try:
+        with open(os.path.join(state_dir, "state.journal")) as f:
+            lines = f.read().splitlines()
+    except FileNotFoundError:
+        lines = []
+    for line in lines:
+        try:
+            change = json.loads(line)
+        except ValueError:
+            break
+        for key in ("current", "singleSignOn", "signedInBoot", "signedInAt", "signOutDeadline"):
+            if key in change:
+                if change[key] is None:
+                    state.pop(key, None)
+                else:
+                    state[key] = change[key]
+    return state
+
+
 def stop(p):
     if p.poll() is None:
         p.send_signal(signal.SIGTERM)
@@ -159,8 +183,7 @@ class Env:
 
     def account(self):
         try:
-            with open(os.path.join(self.state_dir, "state.json")) as f:
-                return json.load(f).get("current")
+            return saved_state(self.state_dir).get("current")
         except (OSError, ValueError):
             return None
 
@@ -284,9 +307,11 @@ def main():
         log("== RSS: idle, and per 1,000 connected subscriber apps")
         time.sleep(1)
         R["rss_kib"] = {"brokerd_after_benchmarks": rss_kib(env.brokerd.pid), "reference_after_benchmarks": rss_kib(env.ref.pid)}
-        account = json.load(open(os.path.join(env.state_dir, "state.json")))["current"]
         # a freshly started brokerd (signed in, one clientId), idle
         stop(env.brokerd)
+        # Read after the clean stop, which folds the journal into state.json: before it, the
+        # sign-in may be a journal line only.
+        account = json.load(open(os.path.join(env.state_dir, "state.json")))["current"]
         env.brokerd = env.start_brokerd()
         time.sleep(1)
         R["rss_kib"]["brokerd_idle"] = rss_kib(env.brokerd.pid)
@@ -396,7 +421,7 @@ def main():
         # The provider's share: the same exchange, sent to idp-sim's token endpoint with curl.
         sh([f"{bin_dir}/brokerctl", "sign-in", "--client-id", "mail-app", "--username", USER, "--password-stdin",
             "--scope", SCOPE, "--address", env.address], input=PASSWORD + "\n", text=True, stdout=subprocess.DEVNULL)
-        grant = next(iter(json.load(open(os.path.join(env.state_dir, "state.json")))["singleSignOn"].values()))
+        grant = next(iter(saved_state(env.state_dir)["singleSignOn"].values()))
         token_url = env.authority + "/oauth2/v2.0/token"
         raw = []
         for i in range(rounds + 5):
