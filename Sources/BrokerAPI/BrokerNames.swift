@@ -119,16 +119,51 @@ public enum DeviceInformationKey {
     public static let singleSignOn = "singleSignOn"
 }
 
-/// The sign-in flows, as `GetSignInOptions`'s `flows` spells them.
+/// The sign-in flows, as `GetSignInOptions`'s `flows` and `StartSignIn`'s `method` option spell
+/// them. This is where a flow is registered: each property below is a switch without a default,
+/// so a flow added here must say how it is started and whether it starts single sign-on, and the
+/// compiler then names every place that must handle it (its core file, its provider, the adapter
+/// of the call that starts it).
 public enum SignInFlow: String, Sendable, CaseIterable, Codable {
     /// `SignInWithPassword`: native authentication's password path, or the password grant.
     case password
-    /// `StartSignIn`: a one-time code by email (native authentication).
+    /// `StartSignIn`: a one-time code by email (native authentication); `SubmitCode` finishes it.
     case emailCode = "email-code"
     /// `AcquireTokenInteractive`: the provider's page in the system browser.
     case browser
-    /// `StartSignIn` with method `device-code`: a code entered on another device (RFC 8628).
+    /// `StartSignIn` with method `device-code`: a code entered on another device (RFC 8628);
+    /// `FinishSignIn` waits for it.
     case deviceCode = "device-code"
+
+    /// The contract's call that starts the flow.
+    public var startedBy: Broker1Method {
+        switch self {
+        case .password: .signInWithPassword
+        case .emailCode, .deviceCode: .startSignIn
+        case .browser: .acquireTokenInteractive
+        }
+    }
+
+    /// Whether a sign-in by this flow anchors single sign-on: the provider is asked for Native
+    /// SSO's device secret with it, and other apps then get tokens of their own from it.
+    public var startsSingleSignOn: Bool {
+        switch self {
+        case .password, .emailCode, .browser, .deviceCode: true
+        }
+    }
+
+    /// The flow in words, for messages ("the device code sign-in's token request").
+    public var inWords: String {
+        switch self {
+        case .password: "password sign-in"
+        case .emailCode: "one-time code sign-in"
+        case .browser: "browser sign-in"
+        case .deviceCode: "device code sign-in"
+        }
+    }
+
+    /// The flows `StartSignIn` starts, by its `method` option; the first is its default.
+    public static let startedBySignInMethod: [Self] = allCases.filter { $0.startedBy == .startSignIn }
 }
 
 /// Keys of `GetSignInOptions`' dictionary.
@@ -188,7 +223,7 @@ public enum OptionKey {
     public static let claims = "claims"
     /// `b`, SignOut: also end the provider's browser session.
     public static let signoutFromBrowser = "signoutFromBrowser"
-    /// `s`, StartSignIn: ``SignInMethod``, `email-code` when absent.
+    /// `s`, StartSignIn: the ``SignInFlow`` (`email-code` or `device-code`), `email-code` when absent.
     public static let method = "method"
 }
 
@@ -215,15 +250,6 @@ public enum SignInProgressKey {
     public static let url = "url"
     /// `s`, `browser-unavailable`: what was tried, and why it failed.
     public static let reason = "reason"
-}
-
-/// How `StartSignIn` signs in, as its `method` option spells it.
-public enum SignInMethod: String, Sendable, CaseIterable {
-    /// A one-time code by email (native authentication); `FinishSignIn` is `SubmitCode`.
-    case emailCode = "email-code"
-    /// The device authorization grant (RFC 8628): the person signs in elsewhere with a user code,
-    /// and `FinishSignIn` waits for it.
-    case deviceCode = "device-code"
 }
 
 /// The names of Microsoft's Linux identity broker protocol, which brokerd also serves when asked

@@ -79,126 +79,22 @@ public enum EndpointOutcome: Sendable, Equatable {
     case notOffered
 }
 
-/// A one-time code the provider sent (native authentication's `oob` challenge), as the core keeps
-/// it: with the provider's continuation token, a secret. Apps get the client library's
-/// `CodeChallenge`, which has no such field (the names differ so that the two are never confused).
-public struct ProviderCodeChallenge: Sendable, Equatable {
-    /// The provider's handle on the flow: a secret, never logged or returned to apps.
-    public var continuationToken: String
-    /// Where the code went, e.g. `email`.
-    public var channel: String
-    /// The masked address, e.g. `a***@c***.example`.
-    public var sentTo: String
-    public var codeLength: UInt32
-
-    public init(continuationToken: String, channel: String, sentTo: String, codeLength: UInt32) {
-        self.continuationToken = continuationToken
-        self.channel = channel
-        self.sentTo = sentTo
-        self.codeLength = codeLength
-    }
-}
-
-/// OpenID Connect's `prompt` for interactive sign-in.
-public enum Prompt: String, Sendable, CaseIterable {
-    case selectAccount = "select_account"
-    case login
-    case consent
-    case none
-}
-
-/// What interactive sign-in needs besides the client and scopes.
-public struct InteractiveRequest: Sendable {
-    public var prompt: Prompt?
-    public var loginHint: String?
-    /// OpenID Connect's `max_age`: the provider must have authenticated the person at most this
-    /// many seconds before the request, and the ID token's `auth_time` must show it. 0 (shared
-    /// mode) means "now": a browser session left behind by someone else cannot sign anyone in.
-    public var maxAge: Int64?
-    /// An app's claims request (a claims challenge), sent as the authorization request's `claims`.
-    public var claims: String?
-    /// How long a person has to finish in the browser.
-    public var timeout: Duration
-    /// Told each stage the sign-in reaches, with its details (the page's `url`).
-    public var progress: @Sendable (SignInStage, [String: String]) -> Void
-
-    public init(
-        prompt: Prompt? = nil, loginHint: String? = nil, maxAge: Int64? = nil, claims: String? = nil,
-        timeout: Duration, progress: @escaping @Sendable (SignInStage, [String: String]) -> Void = { _, _ in }
-    ) {
-        self.claims = claims
-        self.prompt = prompt
-        self.loginHint = loginHint
-        self.maxAge = maxAge
-        self.timeout = timeout
-        self.progress = progress
-    }
-}
-
-/// The device authorization grant's first answer (RFC 8628 3.2): what the person is shown, and
-/// the device code the broker polls with (a secret).
-public struct DeviceAuthorizationGrant: Sendable, Equatable {
-    public var deviceCode: String
-    public var userCode: String
-    public var verificationUri: String
-    public var verificationUriComplete: String?
-    /// Seconds the codes live.
-    public var expiresIn: Int64
-    /// Seconds to wait between polls.
-    public var interval: Int64
-
-    public init(
-        deviceCode: String, userCode: String, verificationUri: String, verificationUriComplete: String?,
-        expiresIn: Int64, interval: Int64
-    ) {
-        self.deviceCode = deviceCode
-        self.userCode = userCode
-        self.verificationUri = verificationUri
-        self.verificationUriComplete = verificationUriComplete
-        self.expiresIn = expiresIn
-        self.interval = interval
-    }
-}
-
-/// One poll of a device-code sign-in (RFC 8628 3.5).
-public enum DeviceCodePoll: Sendable {
-    /// Nobody has finished signing in yet.
-    case pending
-    /// Too fast: wait 5 seconds longer between polls from now on.
-    case slowDown
-    case tokens(ProviderTokens)
-}
-
 /// An OpenID Connect provider. Implementations throw ``BrokerFailure`` with the code that fits
 /// (`.invalidPassword`, `.userNotFound`, `.interactionRequired` for a rejected refresh token,
 /// `.serverUnavailable`, `.serverError`, `.unknownClient`, ...).
-public protocol IdentityProvider: Sendable {
+///
+/// Each sign-in flow's part is a protocol in the flow's own file (`SignIn/`), named here once.
+public protocol IdentityProvider:
+    PasswordSignInProvider, EmailCodeSignInProvider, BrowserSignInProvider, DeviceCodeSignInProvider
+{
     /// The authority URL the broker was configured with.
     var authority: String { get }
-    func signInWithPassword(clientId: String, username: String, password: String, scopes: Scopes) async throws
-        -> ProviderTokens
     /// `claims`: an app's claims request (OpenID Connect Core 5.5: a JSON object, or the base64
     /// of a resource's claims challenge), sent with the refresh; nil for none.
     func refresh(clientId: String, refreshToken: String, scopes: Scopes, claims: String?) async throws
         -> ProviderTokens
     func revoke(clientId: String, token: RevocableToken) async throws -> EndpointOutcome
 
-    /// Native authentication: asks the provider to send a one-time code to the user.
-    func startCodeSignIn(clientId: String, username: String) async throws -> ProviderCodeChallenge
-    /// Sends a new code for a flow started with ``startCodeSignIn(clientId:username:)``.
-    func resendCode(clientId: String, continuationToken: String) async throws -> ProviderCodeChallenge
-    /// Redeems a code; `.invalidCode` leaves the flow usable, `.codeExpired` asks for a new code.
-    func submitCode(clientId: String, continuationToken: String, code: String, scopes: Scopes) async throws
-        -> ProviderTokens
-    /// The device authorization grant (RFC 8628): `.notSupported` when discovery names no
-    /// `device_authorization_endpoint`.
-    func startDeviceSignIn(clientId: String, scopes: Scopes) async throws -> DeviceAuthorizationGrant
-    /// One poll of the token endpoint with the device code; a denial is `.accessDenied`, an
-    /// expired code `.codeExpired`.
-    func pollDeviceSignIn(clientId: String, deviceCode: String, scopes: Scopes) async throws -> DeviceCodePoll
-    /// Authorization code with PKCE in the system browser, with a loopback redirect (RFC 8252).
-    func signInInteractively(clientId: String, scopes: Scopes, request: InteractiveRequest) async throws
-        -> ProviderTokens
     /// RP-initiated logout: ends the provider's browser session. `.notOffered` without an end_session_endpoint.
     func endBrowserSession(clientId: String, idTokenHint: String?) async throws -> EndpointOutcome
     /// The sign-in flows the provider offers, from its discovery document (read if not yet) and
@@ -222,6 +118,12 @@ public protocol IdentityProvider: Sendable {
     func redeemFamilyRefreshToken(clientId: String, refreshToken: String, scopes: Scopes) async throws -> ProviderTokens
     /// RFC 8693: `clientId`, authenticated as itself, exchanges another app's token of the user.
     func exchangeToken(clientId: String, subject: SubjectToken, scopes: Scopes) async throws -> ProviderTokens
+}
+
+/// A provider that refuses every sign-in with one error (no provider is configured, none is
+/// reachable): each flow's file gives it the refusal, so that it names no flow itself.
+public protocol SignInRefusingProvider {
+    var signInRefusal: BrokerFailure { get }
 }
 
 extension IdentityProvider {

@@ -159,19 +159,22 @@ final class BrokerObject: DBusObject, Broker1Handler, Broker1StateAnswers {
         clientId: String, username: String, scopes: [String], options: [String: DBusValue],
         caller: String
     ) async throws(BrokerFailure) -> Broker1Reply.StartSignIn {
-        let method = try BusMarshalling.stringOption(options, OptionKey.method) ?? SignInMethod.emailCode.rawValue
-        switch SignInMethod(rawValue: method) {
-        case .emailCode?:
+        let methods = SignInFlow.startedBySignInMethod
+        let method = try BusMarshalling.stringOption(options, OptionKey.method) ?? methods.first?.rawValue ?? ""
+        guard let flow = SignInFlow(rawValue: method), methods.contains(flow) else {
+            throw BrokerFailure(
+                .invalidArgument, "option method must be \(methods.map(\.rawValue).joined(separator: " or "))")
+        }
+        switch flow {
+        case .emailCode:
             let started = try await broker.startSignIn(
                 clientId: clientId, username: username, scopes: scopes, owner: caller)
             return .init(flowId: started.flowId, challenge: BusMarshalling.challenge(started.challenge))
-        case .deviceCode?:
+        case .deviceCode:
             let started = try await broker.startDeviceSignIn(clientId: clientId, scopes: scopes, owner: caller)
             return .init(flowId: started.flowId, challenge: BusMarshalling.deviceChallenge(started.challenge))
-        case nil:
-            throw BrokerFailure(
-                .invalidArgument,
-                "option method must be \(SignInMethod.allCases.map(\.rawValue).joined(separator: " or "))")
+        case .password, .browser:
+            throw BrokerFailure(.invalidArgument, "\(flow.rawValue) is started by \(flow.startedBy.rawValue)")
         }
     }
 

@@ -167,7 +167,7 @@ enum BusMarshalling {
 
     static func deviceChallenge(_ challenge: Broker.DeviceSignInChallenge) -> DBusValue {
         var values: [String: DBusValue] = [
-            ChallengeKey.channel: .string(SignInMethod.deviceCode.rawValue),
+            ChallengeKey.channel: .string(SignInFlow.deviceCode.rawValue),
             ChallengeKey.expiresIn: .int64(challenge.expiresIn),
             ChallengeKey.interval: .int64(challenge.interval),
             ChallengeKey.userCode: text(challenge.userCode),

@@ -4,7 +4,7 @@ import BrokerCore
 /// the first app that asks): device mode, device information and the accounts are served, and
 /// everything that needs a provider gets `NotConfigured`, naming the file to edit. A start that
 /// failed instead would reach the app only as the bus's "exited with status 64".
-struct UnconfiguredProvider: IdentityProvider {
+struct UnconfiguredProvider: IdentityProvider, SignInRefusingProvider {
     /// What an administrator does about it.
     static let remedy =
         "no identity provider is configured on this device: the administrator sets \"authority\" (the "
@@ -14,33 +14,15 @@ struct UnconfiguredProvider: IdentityProvider {
     let authority = ""
     var singleSignOnSupportIfKnown: Set<SingleSignOnMechanism>? { [] }
 
+    var signInRefusal: BrokerFailure { refuse() }
     private func refuse() -> BrokerFailure { BrokerFailure(.notConfigured, Self.remedy) }
 
-    func signInWithPassword(clientId: String, username: String, password: String, scopes: Scopes) async throws
-        -> ProviderTokens
-    { throw refuse() }
     func refresh(clientId: String, refreshToken: String, scopes: Scopes, claims: String?) async throws
         -> ProviderTokens
     {
         throw refuse()
     }
     func revoke(clientId: String, token: RevocableToken) async throws -> EndpointOutcome { throw refuse() }
-    func startCodeSignIn(clientId: String, username: String) async throws -> ProviderCodeChallenge { throw refuse() }
-    func resendCode(clientId: String, continuationToken: String) async throws -> ProviderCodeChallenge {
-        throw refuse()
-    }
-    func submitCode(clientId: String, continuationToken: String, code: String, scopes: Scopes) async throws
-        -> ProviderTokens
-    { throw refuse() }
-    func startDeviceSignIn(clientId: String, scopes: Scopes) async throws -> DeviceAuthorizationGrant {
-        throw refuse()
-    }
-    func pollDeviceSignIn(clientId: String, deviceCode: String, scopes: Scopes) async throws -> DeviceCodePoll {
-        throw refuse()
-    }
-    func signInInteractively(clientId: String, scopes: Scopes, request: InteractiveRequest) async throws
-        -> ProviderTokens
-    { throw refuse() }
     func endBrowserSession(clientId: String, idTokenHint: String?) async throws -> EndpointOutcome { .notOffered }
     func signInFlows() async throws -> [SignInFlow] { throw refuse() }
     func singleSignOnSupport() async throws -> Set<SingleSignOnMechanism> { [] }

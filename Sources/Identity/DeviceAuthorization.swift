@@ -9,7 +9,7 @@ extension OIDCProvider {
 
     public func startDeviceSignIn(clientId: String, scopes: Scopes) async throws -> DeviceAuthorizationGrant {
         try await requester.withBudget { () async throws(BrokerFailure) -> DeviceAuthorizationGrant in
-            let endpoints = try await endpoints(for: .deviceCode)
+            let endpoints = try await endpoints(for: .signIn(.deviceCode))
             guard let url = endpoints.deviceAuthorizationEndpoint else {
                 throw BrokerFailure(
                     .notSupported,
@@ -19,17 +19,18 @@ extension OIDCProvider {
             var request = HTTPRequest.postForm(
                 url,
                 fields: authenticated(
-                    clientId, [("scope", Self.scopeParameter(scopes, kind: .deviceCode, endpoints: endpoints))]))
+                    clientId, [("scope", Self.scopeParameter(scopes, kind: .signIn(.deviceCode), endpoints: endpoints))]
+                ))
             addBasicAuthentication(clientId, to: &request)
             let response = try await send(
-                request, kind: .deviceCode, what: "the device authorization request", replay: .oneTime)
+                request, kind: .signIn(.deviceCode), what: "the device authorization request", replay: .oneTime)
             guard response.status == 200 else {
-                throw Self.oauthError(response).brokerFailure(during: .deviceCode, host: host)
+                throw Self.oauthError(response).brokerFailure(during: .signIn(.deviceCode), host: host)
             }
             do throws(IdentityError) {
                 return try Self.deviceGrant(response.body)
             } catch {
-                throw error.brokerFailure(during: .deviceCode, host: host)
+                throw error.brokerFailure(during: .signIn(.deviceCode), host: host)
             }
         }
     }
@@ -63,7 +64,7 @@ extension OIDCProvider {
         try await requester.withBudget { () async throws(BrokerFailure) -> DeviceCodePoll in
             // RFC 8628 3.4: the token request carries no scope; the grant's was asked for at the start.
             let (response, endpoints) = try await postGrant(
-                .deviceCode, clientId: clientId, scope: nil,
+                .signIn(.deviceCode), clientId: clientId, scope: nil,
                 fields: [("grant_type", Self.deviceCodeGrant), ("device_code", deviceCode)])
             if response.status != 200 {
                 let error = Self.oauthError(response)
@@ -79,14 +80,14 @@ extension OIDCProvider {
                     default: break
                     }
                 }
-                throw error.brokerFailure(during: .deviceCode, host: host)
+                throw error.brokerFailure(during: .signIn(.deviceCode), host: host)
             }
             do throws(IdentityError) {
                 return .tokens(
                     try await tokens(
                         from: response, clientId: clientId, scopes: scopes, nonce: nil, endpoints: endpoints))
             } catch {
-                throw error.brokerFailure(during: .deviceCode, host: host)
+                throw error.brokerFailure(during: .signIn(.deviceCode), host: host)
             }
         }
     }

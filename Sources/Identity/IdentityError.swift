@@ -137,11 +137,12 @@ public enum IdentityError: Error, Sendable, Equatable, CustomStringConvertible {
                     return BrokerFailure(
                         .interactionRequired, "the refresh token was refused (\(text)); sign in interactively",
                         grantEnded: !Self.asksForThePerson(codes: codes, suberror: suberror))
-                case .code where suberror == "invalid_oob_value":
+                case .signIn(.emailCode) where suberror == "invalid_oob_value":
                     return BrokerFailure(.invalidCode, "the code is not correct; type it again")
-                case .password where codes.contains(50034) || suberror == "user_not_found":
+                case .signIn(.password) where codes.contains(50034) || suberror == "user_not_found":
                     return BrokerFailure(.userNotFound, text)
-                case .password: return BrokerFailure(.invalidPassword, "the username or password is not correct")
+                case .signIn(.password):
+                    return BrokerFailure(.invalidPassword, "the username or password is not correct")
                 default: return BrokerFailure(.interactionRequired, text)
                 }
             default:
@@ -164,19 +165,18 @@ extension IdentityError {
 }
 
 /// Which grant a provider answer belongs to; the same OAuth error means different things.
-enum GrantKind: Sendable {
-    case password, refresh, code, authorizationCode, deviceCode, other
+enum GrantKind: Sendable, Equatable {
+    /// A person signing in, by one of the flows (``SignInFlow``).
+    case signIn(SignInFlow)
+    case refresh, other
     /// Single sign-on: Native SSO's or RFC 8693's token exchange, a family refresh token redeemed for another app.
     case deviceSecretExchange, tokenExchange, familyRefresh
 
     /// The token request of this kind, in words, for messages.
     var request: String {
         switch self {
-        case .password: "the password sign-in's token request"
+        case .signIn(let flow): "the \(flow.inWords)'s token request"
         case .refresh: "the token refresh"
-        case .code: "the one-time code's token request"
-        case .authorizationCode: "the authorization code's token request"
-        case .deviceCode: "the device sign-in's token request"
         case .other: "the token request"
         case .deviceSecretExchange: "the Native SSO token exchange"
         case .tokenExchange: "the token exchange"
@@ -184,11 +184,12 @@ enum GrantKind: Sendable {
         }
     }
 
-    /// A sign-in by a person: the grants that may ask for Native SSO's device secret. A switch
-    /// without a default, so that a grant added must say whether it is one.
+    /// A sign-in by a person that anchors single sign-on: the grants that may ask for Native
+    /// SSO's device secret. The flow says (``SignInFlow/startsSingleSignOn``), so that a flow
+    /// added cannot be forgotten here.
     var isSignIn: Bool {
         switch self {
-        case .password, .code, .authorizationCode, .deviceCode: true
+        case .signIn(let flow): flow.startsSingleSignOn
         case .refresh, .other, .deviceSecretExchange, .tokenExchange, .familyRefresh: false
         }
     }
@@ -196,7 +197,7 @@ enum GrantKind: Sendable {
     var isSingleSignOn: Bool {
         switch self {
         case .deviceSecretExchange, .tokenExchange, .familyRefresh: true
-        case .password, .code, .authorizationCode, .deviceCode, .refresh, .other: false
+        case .signIn, .refresh, .other: false
         }
     }
 }

@@ -29,7 +29,7 @@ extension OIDCProvider {
 
         var query: [(String, String)] = [
             ("client_id", clientId), ("response_type", "code"), ("redirect_uri", listener.redirectURI),
-            ("scope", Self.scopeParameter(scopes, kind: .authorizationCode, endpoints: endpoints)), ("state", state),
+            ("scope", Self.scopeParameter(scopes, kind: .signIn(.browser), endpoints: endpoints)), ("state", state),
             ("nonce", nonce),
             ("code_challenge", Base64URL.encode(Array(SHA256.hash(data: Array(verifier.utf8))))),
             ("code_challenge_method", "S256"),
@@ -85,7 +85,7 @@ extension OIDCProvider {
                         request.progress(
                             .browserUnavailable, [SignInProgressKey.url: url, SignInProgressKey.reason: why])
                     case .failed(let why):
-                        return .failure(why.brokerFailure(during: .authorizationCode, host: host))
+                        return .failure(why.brokerFailure(during: .signIn(.browser), host: host))
                     }
                     request.progress(.waiting, [:])
                 case .redirect(.success(let parameters)):
@@ -131,7 +131,7 @@ extension OIDCProvider {
         request.progress(.exchanging, [:])
         return try await requester.withBudget { () async throws(BrokerFailure) -> ProviderTokens in
             try await grant(
-                .authorizationCode, clientId: clientId, scopes: scopes, nonce: nonce, recency: recency,
+                .signIn(.browser), clientId: clientId, scopes: scopes, nonce: nonce, recency: recency,
                 claims: claims,
                 fields: [
                     ("grant_type", "authorization_code"), ("code", code), ("redirect_uri", listener.redirectURI),

@@ -35,7 +35,7 @@ extension OIDCProvider {
     {
         try await requester.withBudget { () async throws(BrokerFailure) -> ProviderTokens in
             try await grant(
-                .code, clientId: clientId, scopes: scopes,
+                .signIn(.emailCode), clientId: clientId, scopes: scopes,
                 fields: [
                     ("grant_type", "oob"), ("oob", code), ("continuation_token", continuationToken),
                 ])
@@ -52,7 +52,7 @@ extension OIDCProvider {
         }
         guard
             let step = try await post(
-                path: "challenge", kind: .password,
+                path: "challenge", kind: .signIn(.password),
                 fields: [
                     ("client_id", clientId), ("challenge_type", NativeChallenge.password.rawValue),
                     ("continuation_token", continuation),
@@ -62,7 +62,7 @@ extension OIDCProvider {
             throw Self.unexpectedChallenge(step, wanted: "a password")
         }
         return try await grant(
-            .password, clientId: clientId, scopes: scopes,
+            .signIn(.password), clientId: clientId, scopes: scopes,
             fields: [
                 ("grant_type", "password"), ("password", password), ("continuation_token", next),
                 ("username", username),
@@ -76,7 +76,7 @@ extension OIDCProvider {
     {
         guard
             let answer = try await post(
-                path: "initiate", kind: challenge == .code ? .code : .password,
+                path: "initiate", kind: challenge == .code ? .signIn(.emailCode) : .signIn(.password),
                 fields: [
                     ("client_id", clientId), ("challenge_type", challenge.rawValue), ("username", username),
                 ])
@@ -93,7 +93,7 @@ extension OIDCProvider {
     {
         guard
             let step = try await post(
-                path: "challenge", kind: .code,
+                path: "challenge", kind: .signIn(.emailCode),
                 fields: [
                     ("client_id", clientId), ("challenge_type", expecting.rawValue),
                     ("continuation_token", continuationToken),

@@ -106,45 +106,6 @@ public final class OIDCProvider: IdentityProvider {
 
     // MARK: IdentityProvider
 
-    /// Native authentication's password path where the provider offers it (remembered after
-    /// the first try), the resource-owner password grant (RFC 6749 4.3) otherwise.
-    public func signInWithPassword(clientId: String, username: String, password: String, scopes: Scopes) async throws
-        -> ProviderTokens
-    {
-        try await requester.withBudget { () async throws(BrokerFailure) -> ProviderTokens in
-            try await passwordSignIn(clientId: clientId, username: username, password: password, scopes: scopes)
-        }
-    }
-
-    private func passwordSignIn(clientId: String, username: String, password: String, scopes: Scopes)
-        async throws(BrokerFailure) -> ProviderTokens
-    {
-        // Discovery first: a wrong authority also has no native-authentication endpoints, and
-        // would otherwise be reported as a provider that offers none (NotSupported).
-        _ = try await endpoints(for: .other)
-        if await nativeAuthentication.mayBeOffered {
-            if let tokens = try await nativePasswordSignIn(
-                clientId: clientId, username: username, password: password, scopes: scopes)
-            {
-                return tokens
-            }
-            await nativeAuthentication.markNotOffered()
-            logger.info("the provider offers no native authentication")
-        }
-        guard allowPasswordGrant else { throw Self.passwordGrantNotAllowed }
-        return try await grant(
-            .password, clientId: clientId, scopes: scopes,
-            fields: [
-                ("grant_type", "password"), ("username", username), ("password", password),
-            ])
-    }
-
-    static let passwordGrantNotAllowed = BrokerFailure(
-        .notSupported,
-        "the identity provider offers no native authentication, and the resource-owner password grant, which "
-            + "the OAuth 2.0 Security BCP (RFC 9700) deprecates, is not allowed here: sign in in the browser "
-            + "(AcquireTokenInteractive), or let the administrator set allowPasswordGrant")
-
     /// Password and email code while native authentication may be offered (its endpoints are
     /// not in discovery, so only a try shows it is not), the password grant where discovery does
     /// not rule it out, the browser where discovery names an authorization endpoint.
@@ -153,12 +114,14 @@ public final class OIDCProvider: IdentityProvider {
             try await self.endpoints(for: .other)
         }
         let native = await nativeAuthentication.mayBeOffered
-        var flows: [SignInFlow] = []
-        if native || allowPasswordGrant && endpoints.mayOfferPasswordGrant { flows.append(.password) }
-        if native { flows.append(.emailCode) }
-        if endpoints.authorizationEndpoint != nil { flows.append(.browser) }
-        if endpoints.deviceAuthorizationEndpoint != nil { flows.append(.deviceCode) }
-        return flows
+        return SignInFlow.allCases.filter { flow in
+            switch flow {
+            case .password: native || allowPasswordGrant && endpoints.mayOfferPasswordGrant
+            case .emailCode: native
+            case .browser: endpoints.authorizationEndpoint != nil
+            case .deviceCode: endpoints.deviceAuthorizationEndpoint != nil
+            }
+        }
     }
 
     /// A refresh is a one-time request: with rotation, the provider takes the refresh token once

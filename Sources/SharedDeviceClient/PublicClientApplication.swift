@@ -88,7 +88,7 @@ public final class PublicClientApplication: Sendable {
         let reply = try await link.call(
             .startSignIn(
                 clientId: clientId, username: "", scopes: scopes,
-                options: [.method: .string(SignInMethod.deviceCode.rawValue)]),
+                options: [.method: .string(SignInFlow.deviceCode.rawValue)]),
             timeout: configuration.tokenTimeout)
         let (flowId, challenge) = try ReplyDecoding.startedSignIn(reply)
         return DeviceCodeSignIn(

@@ -3,36 +3,16 @@ import BrokerCore
 /// Stand-ins for the core's ports in the daemon's and the persistence layer's tests.
 
 /// No provider: these tests change the state without one.
-package struct UnreachableProvider: IdentityProvider {
+package struct UnreachableProvider: IdentityProvider, SignInRefusingProvider {
     package init() {}
     package var authority: String { "https://login.example/t/v2.0" }
+    package var signInRefusal: BrokerFailure { down }
     private var down: BrokerFailure { BrokerFailure(.serverUnavailable, "unreachable") }
-    package func signInWithPassword(clientId: String, username: String, password: String, scopes: Scopes) async throws
-        -> ProviderTokens
-    { throw down }
     package func refresh(clientId: String, refreshToken: String, scopes: Scopes, claims: String?) async throws
         -> ProviderTokens
     { throw down }
     package func revoke(clientId: String, token: RevocableToken) async throws -> EndpointOutcome { throw down }
-    package func startCodeSignIn(clientId: String, username: String) async throws -> ProviderCodeChallenge {
-        throw down
-    }
-    package func resendCode(clientId: String, continuationToken: String) async throws -> ProviderCodeChallenge {
-        throw down
-    }
-    package func submitCode(clientId: String, continuationToken: String, code: String, scopes: Scopes) async throws
-        -> ProviderTokens
-    { throw down }
-    package func signInInteractively(clientId: String, scopes: Scopes, request: InteractiveRequest) async throws
-        -> ProviderTokens
-    { throw down }
     package func endBrowserSession(clientId: String, idTokenHint: String?) async throws -> EndpointOutcome {
-        throw down
-    }
-    package func startDeviceSignIn(clientId: String, scopes: Scopes) async throws -> DeviceAuthorizationGrant {
-        throw down
-    }
-    package func pollDeviceSignIn(clientId: String, deviceCode: String, scopes: Scopes) async throws -> DeviceCodePoll {
         throw down
     }
     package func signInFlows() async throws -> [SignInFlow] { throw down }

@@ -35,7 +35,7 @@ import Testing
             return
         }
         #expect(text.contains("earlier browser session") && text.contains("28740 s before"), "\(text)")
-        #expect(error?.brokerFailure(during: .authorizationCode).code == .accessDenied)
+        #expect(error?.brokerFailure(during: .signIn(.browser)).code == .accessDenied)
     }
 
     @Test func aMissingAuthTimeIsRefused() async {

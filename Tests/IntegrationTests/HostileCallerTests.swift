@@ -19,7 +19,7 @@ struct HostileCallerTests {
             member: Broker1Method.startSignIn.rawValue,
             arguments: [
                 .string(client), .string(""), .strings(["User.Read"]),
-                .vardict([OptionKey.method: .variant(.string(SignInMethod.deviceCode.rawValue))]),
+                .vardict([OptionKey.method: .variant(.string(SignInFlow.deviceCode.rawValue))]),
             ], timeout: .seconds(20))
     }
 

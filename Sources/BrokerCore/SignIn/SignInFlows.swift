@@ -9,8 +9,6 @@ public struct SignInFlows: Sendable {
     public static let maxPerOwner = 8
     public static let maxPerProcess = 16
     public static let maxTotal = 256
-    /// A code flow nobody finishes is forgotten after this long (the provider's code has expired by then).
-    public static let codeFlowLifetime: Int64 = 30 * 60
 
     /// A flow's id within its caller's.
     struct Key: Hashable, Sendable {
@@ -18,44 +16,7 @@ public struct SignInFlows: Sendable {
         var id: String
     }
 
-    struct CodeFlow: Sendable {
-        var clientId: String
-        var username: String
-        var scopes: Scopes
-        /// The provider's handle on the flow; a secret.
-        var continuationToken: String
-        var startedAt: Int64
-    }
-
-    struct InteractiveFlow: Sendable {
-        var cancel: @Sendable () -> Void
-    }
-
-    /// A device-code sign-in (RFC 8628): the broker polls the provider while a person signs in
-    /// elsewhere; the task ends with the sign-in's tokens.
-    struct DeviceFlow: Sendable {
-        var task: Task<AppTokens, any Error>
-    }
-
-    /// A flow in progress, of whichever kind: one table, so that a flow id is unique across
-    /// kinds and every rule (limits, cancelling, a caller leaving) covers each kind, including
-    /// one added later.
-    enum Pending: Sendable {
-        case code(CodeFlow)
-        case interactive(InteractiveFlow)
-        case device(DeviceFlow)
-
-        /// Stops what runs for the flow (the browser wait, the polling); a code flow has nothing running.
-        func stop() {
-            switch self {
-            case .code: break
-            case .interactive(let flow): flow.cancel()
-            case .device(let flow): flow.task.cancel()
-            }
-        }
-    }
-
-    private(set) var flows: [Key: Pending] = [:]
+    private(set) var flows: [Key: any PendingSignIn] = [:]
     /// The process behind each caller with flows, where the bus told it.
     private var processes: [String: String] = [:]
 
@@ -66,10 +27,7 @@ public struct SignInFlows: Sendable {
     /// Refuses a new flow for `owner` (of `process`, when known) beyond the limits; first
     /// forgets code flows older than their lifetime.
     mutating func admit(owner: String, process: String?, now: Int64) throws(BrokerFailure) {
-        flows = flows.filter { _, flow in
-            guard case .code(let code) = flow else { return true }
-            return now - code.startedAt < Self.codeFlowLifetime
-        }
+        flows = flows.filter { _, flow in flow.expiresAt.map { now < $0 } ?? true }
         let all = owners
         let mine = all.filter { $0 == owner }.count
         if mine >= Self.maxPerOwner {
@@ -99,32 +57,27 @@ public struct SignInFlows: Sendable {
     }
 
     /// Adds a flow; a flow id the caller already uses, for any kind, is refused.
-    mutating func add(_ flow: Pending, id: String, owner: String) throws(BrokerFailure) {
+    mutating func add(_ flow: any PendingSignIn, id: String, owner: String) throws(BrokerFailure) {
         try checkFree(id, owner: owner)
         flows[Key(owner: owner, id: id)] = flow
     }
 
-    /// The code flow `id` of `owner`; `.flowNotFound` when that caller has none.
-    func codeFlow(_ id: String, owner: String) throws(BrokerFailure) -> CodeFlow {
-        guard case .code(let flow)? = flows[Key(owner: owner, id: id)] else {
-            throw BrokerFailure(.flowNotFound, "there is no sign-in \(id) of this caller; start a new one")
+    /// The flow `id` of `owner`, of the kind its caller expects; `.flowNotFound` when that caller
+    /// has none of that kind.
+    func flow<Flow: PendingSignIn>(_ id: String, owner: String, as kind: Flow.Type) throws(BrokerFailure) -> Flow {
+        guard let flow = flows[Key(owner: owner, id: id)] as? Flow else {
+            throw BrokerFailure(
+                .flowNotFound, "there is no \(Flow.flow.inWords) \(id) of this caller; start a new one")
         }
         return flow
     }
 
-    /// The device flow `id` of `owner`; `.flowNotFound` when that caller has none.
-    func deviceFlow(_ id: String, owner: String) throws(BrokerFailure) -> DeviceFlow {
-        guard case .device(let flow)? = flows[Key(owner: owner, id: id)] else {
-            throw BrokerFailure(.flowNotFound, "there is no device sign-in \(id) of this caller; start a new one")
-        }
-        return flow
-    }
-
-    mutating func updateContinuation(_ id: String, owner: String, _ token: String) {
+    /// Changes what is kept of a flow still in progress (a code flow's new continuation).
+    mutating func update<Flow: PendingSignIn>(_ id: String, owner: String, _ change: (inout Flow) -> Void) {
         let key = Key(owner: owner, id: id)
-        guard case .code(var flow)? = flows[key] else { return }
-        flow.continuationToken = token
-        flows[key] = .code(flow)
+        guard var flow = flows[key] as? Flow else { return }
+        change(&flow)
+        flows[key] = flow
     }
 
     /// Forgets the flow `id` of `owner` once it ended (its own work is over: nothing is stopped).
@@ -148,4 +101,17 @@ public struct SignInFlows: Sendable {
         }
         return theirs.count
     }
+}
+
+/// A sign-in that outlives the call that started it (a code waiting to be typed, a browser page,
+/// a device code being polled): what ``SignInFlows`` keeps of it. One table for every kind, so
+/// that a flow id is unique across kinds and every rule (limits, cancelling, a caller leaving)
+/// covers a kind added later without a change here.
+protocol PendingSignIn: Sendable {
+    /// The flow it belongs to, for messages.
+    static var flow: SignInFlow { get }
+    /// Unix seconds after which it is forgotten unfinished; nil when what runs for it ends it.
+    var expiresAt: Int64? { get }
+    /// Stops what runs for it (the browser wait, the polling).
+    func stop()
 }
