@@ -50,16 +50,17 @@ module() {
             -enable-testing -wmo -c "$@" -o "$object" "${COMMON[@]}"
     fi
 }
-module BrokerCore Sources/BrokerCore/*.swift
+# Every source of a target, its subfolders included (as SwiftPM takes them).
+sources() { find "Sources/$1" -name '*.swift' | LC_ALL=C sort; }
+module BrokerCore $(sources BrokerCore)
 # Each depends on the one before: rebuild it whenever that one was.
 [ "$OUT/obj/BrokerCore.o" -nt "$OUT/obj/Identity.o" ] && rm -f "$OUT/obj/Identity.o"
-module Identity Sources/Identity/*.swift
+module Identity $(sources Identity)
 [ "$OUT/obj/BrokerCore.o" -nt "$OUT/obj/BrokerPersistence.o" ] && rm -f "$OUT/obj/BrokerPersistence.o"
-module BrokerPersistence Sources/BrokerPersistence/*.swift
+module BrokerPersistence $(sources BrokerPersistence)
 [ "$OUT/obj/Identity.o" -nt "$OUT/obj/BrokerDaemon.o" ] && rm -f "$OUT/obj/BrokerDaemon.o"
 [ "$OUT/obj/BrokerPersistence.o" -nt "$OUT/obj/BrokerDaemon.o" ] && rm -f "$OUT/obj/BrokerDaemon.o"
-module BrokerDaemon Sources/BrokerDaemon/*.swift Sources/BrokerDaemon/MicrosoftBroker1/*.swift \
-    Sources/BrokerDaemon/ShiftSources/*.swift
+module BrokerDaemon $(sources BrokerDaemon)
 
 for target in $TARGETS; do
     [ -f "fuzz/harness/$target.swift" ] || { echo "fuzz: no target $target (targets: $ALL_TARGETS)" >&2; exit 2; }

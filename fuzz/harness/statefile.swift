@@ -185,36 +185,20 @@ private func startBroker(on state: BrokerState, mode: DeviceMode) {
 }
 
 /// A provider that cannot be reached: the broker must cope with the state alone.
-private struct OfflineProvider: IdentityProvider {
+private struct OfflineProvider: IdentityProvider, SignInRefusingProvider {
     var authority: String { "https://login.example/contoso/v2.0" }
     private var offline: BrokerFailure { BrokerFailure(.serverUnavailable, "offline") }
-    func signInWithPassword(clientId: String, username: String, password: String, scopes: Scopes) async throws
-        -> ProviderTokens
-    { throw offline }
+    var signInRefusal: BrokerFailure { offline }
     func refresh(clientId: String, refreshToken: String, scopes: Scopes, claims: String?) async throws
         -> ProviderTokens
     {
         throw offline
     }
     func revoke(clientId: String, token: RevocableToken) async throws -> EndpointOutcome { .notOffered }
-    func startCodeSignIn(clientId: String, username: String) async throws -> ProviderCodeChallenge { throw offline }
-    func resendCode(clientId: String, continuationToken: String) async throws -> ProviderCodeChallenge { throw offline }
-    func submitCode(clientId: String, continuationToken: String, code: String, scopes: Scopes) async throws
-        -> ProviderTokens
-    { throw offline }
-    func signInInteractively(clientId: String, scopes: Scopes, request: InteractiveRequest) async throws
-        -> ProviderTokens
-    { throw offline }
     func endBrowserSession(clientId: String, idTokenHint: String?) async throws -> EndpointOutcome { .notOffered }
     // Discovery was read before the provider went away: single sign-on is tried with what the
     // state holds, and each exchange meets the outage.
     func singleSignOnSupport() async throws -> Set<SingleSignOnMechanism> { [.nativeSSO] }
-    func startDeviceSignIn(clientId: String, scopes: Scopes) async throws -> DeviceAuthorizationGrant {
-        throw offline
-    }
-    func pollDeviceSignIn(clientId: String, deviceCode: String, scopes: Scopes) async throws -> DeviceCodePoll {
-        throw offline
-    }
     func signInFlows() async throws -> [SignInFlow] { throw offline }
     var singleSignOnSupportIfKnown: Set<SingleSignOnMechanism>? { [.nativeSSO] }
     func exchangeDeviceSecret(clientId: String, deviceSecret: DeviceSecret, scopes: Scopes) async throws
