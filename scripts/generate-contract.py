@@ -267,6 +267,7 @@ def interface_file(iface):
     ] + calls + ["        }", "    }", "}"]
     lines += state_answers(iface)
     lines += properties_table(iface)
+    lines += signal_emitters(iface)
     return "\n".join(lines) + "\n"
 
 
@@ -505,6 +506,37 @@ def properties_table(iface):
             "        try emitPropertiesChanged(",
             "            path: path, interface: %s," % quoted(iface.name),
             "            changed: [%sProperty.%s.rawValue: %s], invalidated: [])" % (iface.swift, field, encode % "value"),
+            "    }",
+        ]
+    lines.append("}")
+    return lines
+
+
+def signal_emitters(iface):
+    """One typed emitter per signal (`emit<Signal>`), its arguments typed as the contract declares
+    them, to every app or to one `destination`; nothing for an interface without signals."""
+    signals = iface.element.findall("signal")
+    if not signals:
+        return []
+    lines = ["", "/// Each signal of `%s`, its arguments typed as the contract declares them, from the" % iface.name,
+             "/// object at `path`, to every app or to `destination` alone.",
+             "extension AnnouncementChannel {"]
+    for number, signal in enumerate(signals):
+        name = signal.get("name")
+        args = []
+        for arg in signal.findall("arg"):
+            swift_type, encode = reply_type(iface.source, "the argument %s of the signal %s" % (arg.get("name"), name),
+                                            arg.get("type"))
+            args.append((arg.get("name"), swift_type, encode))
+        if number:
+            lines.append("")
+        params = ", ".join("%s: %s" % (arg, swift_type) for arg, swift_type, _ in args)
+        lines += [
+            "    func emit%s(%s, path: String, destination: String? = nil) throws {" % (name, params),
+            "        try emitSignal(",
+            "            path: path, interface: %s, member: %sSignal.%s.rawValue," % (
+                quoted(iface.name), iface.swift, case_name(name)),
+            "            arguments: [%s], destination: destination)" % ", ".join(encode % arg for arg, _, encode in args),
             "    }",
         ]
     lines.append("}")

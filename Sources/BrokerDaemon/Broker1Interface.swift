@@ -251,3 +251,31 @@ extension AnnouncementChannel {
             changed: [Broker1Property.signOutDeadline.rawValue: .uint64(value)], invalidated: [])
     }
 }
+
+/// Each signal of `io.shareddevice.Broker1`, its arguments typed as the contract declares them, from the
+/// object at `path`, to every app or to `destination` alone.
+extension AnnouncementChannel {
+    func emitSignInProgress(flowId: String, stage: String, details: DBusValue, path: String, destination: String? = nil) throws {
+        try emitSignal(
+            path: path, interface: "io.shareddevice.Broker1", member: Broker1Signal.signInProgress.rawValue,
+            arguments: [.string(flowId), .string(stage), details], destination: destination)
+    }
+
+    func emitSignOutPending(reason: String, deadline: UInt64, path: String, destination: String? = nil) throws {
+        try emitSignal(
+            path: path, interface: "io.shareddevice.Broker1", member: Broker1Signal.signOutPending.rawValue,
+            arguments: [.string(reason), .uint64(deadline)], destination: destination)
+    }
+
+    func emitSignOutCancelled(reason: String, path: String, destination: String? = nil) throws {
+        try emitSignal(
+            path: path, interface: "io.shareddevice.Broker1", member: Broker1Signal.signOutCancelled.rawValue,
+            arguments: [.string(reason)], destination: destination)
+    }
+
+    func emitAccountChanged(current: DBusValue, previous: DBusValue, reason: String, path: String, destination: String? = nil) throws {
+        try emitSignal(
+            path: path, interface: "io.shareddevice.Broker1", member: Broker1Signal.accountChanged.rawValue,
+            arguments: [current, previous, .string(reason)], destination: destination)
+    }
+}

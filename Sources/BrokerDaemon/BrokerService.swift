@@ -60,10 +60,10 @@ final class BrokerService: Sendable {
     {
         { progress in
             do {
-                try channel.emitSignal(
-                    path: BrokerNames.objectPath, interface: BrokerNames.interface,
-                    member: Broker1Signal.signInProgress.rawValue,
-                    arguments: BusMarshalling.signInProgress(progress), destination: progress.owner)
+                let signal = BusMarshalling.signInProgress(progress)
+                try channel.emitSignInProgress(
+                    flowId: signal.flowId, stage: signal.stage, details: signal.details, path: BrokerNames.objectPath,
+                    destination: progress.owner)
             } catch {
                 logger.debug("could not send SignInProgress", metadata: ["error": "\(error)"])
             }
@@ -77,26 +77,21 @@ final class BrokerService: Sendable {
         -> @Sendable (ShiftWarning) -> Void
     {
         { warning in
-            let deadline: UInt64
-            var signal: (member: Broker1Signal, arguments: [DBusValue])?
-            switch warning {
-            case .pending(let cause, let at):
-                deadline = UInt64(clamping: at) &* 1_000_000
-                signal = (.signOutPending, [.string(cause.rawValue), .uint64(deadline)])
-            case .cancelled(let cause):
-                deadline = 0
-                signal = (.signOutCancelled, [.string(cause.rawValue)])
-            case .over:
-                deadline = 0
-            }
-            properties.update { $0.signOutDeadline = deadline }
-            do {
-                if let signal {
-                    try channel.emitSignal(
-                        path: BrokerNames.objectPath, interface: BrokerNames.interface,
-                        member: signal.member.rawValue, arguments: signal.arguments, destination: nil)
+            let deadline: UInt64 =
+                switch warning {
+                case .pending(_, let at): UInt64(clamping: at) &* 1_000_000
+                case .cancelled, .over: 0
                 }
-                try channel.emitSignOutDeadlineChanged(deadline, path: BrokerNames.objectPath)
+            properties.update { $0.signOutDeadline = deadline }
+            let path = BrokerNames.objectPath
+            do {
+                switch warning {
+                case .pending(let cause, _):
+                    try channel.emitSignOutPending(reason: cause.rawValue, deadline: deadline, path: path)
+                case .cancelled(let cause): try channel.emitSignOutCancelled(reason: cause.rawValue, path: path)
+                case .over: break
+                }
+                try channel.emitSignOutDeadlineChanged(deadline, path: path)
             } catch {
                 logger.critical("could not announce the sign-out warning", metadata: ["error": "\(error)"])
             }
@@ -115,10 +110,10 @@ final class BrokerService: Sendable {
             properties.update { $0.currentAccount = current }
             // Each signal on its own: one that fails must not take the other with it.
             do {
-                try channel.emitSignal(
-                    path: BrokerNames.objectPath, interface: BrokerNames.interface,
-                    member: Broker1Signal.accountChanged.rawValue,
-                    arguments: BusMarshalling.accountChanged(change), destination: nil)
+                let signal = BusMarshalling.accountChanged(change)
+                try channel.emitAccountChanged(
+                    current: signal.current, previous: signal.previous, reason: signal.reason,
+                    path: BrokerNames.objectPath)
             } catch {
                 notEmitted(Broker1Signal.accountChanged.rawValue, error, logger)
             }

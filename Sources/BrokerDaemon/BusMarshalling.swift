@@ -73,20 +73,23 @@ enum BusMarshalling {
         ])
     }
 
-    static func accountChanged(_ change: DeviceAccountChange) -> [DBusValue] {
+    static func accountChanged(_ change: DeviceAccountChange) -> (
+        current: DBusValue, previous: DBusValue, reason: String
+    ) {
         var previous = account(change.previous)
         if let cause = change.cause, case .dictionary(let keys, let values, var entries) = previous {
             entries.append(
                 DBusDictEntry(key: .string(AccountKey.signOutCause), value: .variant(.string(cause.rawValue))))
             previous = .dictionary(keySignature: keys, valueSignature: values, entries)
         }
-        return [account(change.current), previous, .string(change.reason.rawValue)]
+        return (account(change.current), previous, change.reason.rawValue)
     }
 
     /// `SignInProgress`'s arguments: the details carry the sign-in page's address and, when no
     /// browser opened, why.
-    static func signInProgress(_ progress: SignInProgressReport) -> [DBusValue] {
-        [text(progress.flowId), .string(progress.stage.rawValue), .vardict(progress.details.mapValues(text))]
+    static func signInProgress(_ progress: SignInProgressReport) -> (flowId: String, stage: String, details: DBusValue)
+    {
+        (OutsideText.cleaned(progress.flowId), progress.stage.rawValue, .vardict(progress.details.mapValues(text)))
     }
 
     /// Refuses a call whose options (`a{sv}`) hold a key the contract does not list for its method

@@ -144,7 +144,7 @@ struct APIDocumentTests {
         }
         // The one key AccountChanged adds to an account.
         let change = DeviceAccountChange(current: nil, previous: Self.account, reason: .signedOut, cause: .idle)
-        let previous = BusMarshalling.accountChanged(change)[1].vardict ?? [:]
+        let previous = BusMarshalling.accountChanged(change).previous.vardict ?? [:]
         let added = Set(previous.keys).subtracting((BusMarshalling.account(Self.account).vardict ?? [:]).keys)
         #expect(added == [AccountKey.signOutCause])
         let accountChanged = documented.first { $0.name == BrokerNames.accountChangedSignal }?.lines ?? []
