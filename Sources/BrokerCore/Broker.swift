@@ -272,8 +272,11 @@ public actor Broker {
 }
 
 extension ClientRecord {
-    /// Removes the record from `state` when nothing worth keeping is left in it.
+    /// Removes the record from `state` when nothing worth keeping is left in it. The app of a
+    /// single sign-on grant keeps its record while the grant lasts (the state file's reader
+    /// holds a grant without its app's record for damaged).
     func dropIfEmpty(in state: inout BrokerState, clientId: String) {
-        if isEmpty { state.clients[clientId] = nil }
+        guard isEmpty, !state.singleSignOn.values.contains(where: { $0.anchorClientId == clientId }) else { return }
+        state.clients[clientId] = nil
     }
 }

@@ -285,6 +285,15 @@ enum StateFileFormat {
                 try reader.readString("journal")
             }
         let singleSignOn = try reader.at(offsets["singleSignOn"], readSingleSignOn) ?? [:]
+        // brokerd keeps the record of every grant's app (its refresh token is what family and
+        // token-exchange single sign-on present): a grant naming an app the file does not hold
+        // was not written by it.
+        for (identifier, grant) in singleSignOn.sorted(by: { $0.key < $1.key })
+        where clients[grant.anchorClientId] == nil {
+            throw .shape(
+                "singleSignOn[\(identifier)] names the app \(grant.anchorClientId), which the file's clients do not hold"
+            )
+        }
         let owed = try reader.at(offsets["pendingRevocations"], readPendingRevocations) ?? []
         let boot =
             try reader.at(offsets["signedInBoot"]) { (reader: inout JSONReader) throws(JSONReader.Problem) in

@@ -19,6 +19,21 @@ struct ClientLimitTests {
         #expect(Set(h.saved.clients.keys) == ["mail", "app-3", "app-1"])
     }
 
+    /// The state file's reader holds a grant whose app has no record for damaged, so the broker
+    /// never writes one: the app of a grant keeps its record even when nothing else is left in it.
+    @Test func theAppOfASingleSignOnGrantKeepsItsRecord() async throws {
+        let alice = ScriptedProvider.account("alice@contoso.example")
+        let h = Harness(
+            mode: .default,
+            state: BrokerState(
+                deviceId: "device-1",
+                clients: ["mail": ClientRecord(lastSeen: alice), "notes": ClientRecord(lastSeen: alice)],
+                singleSignOn: [alice.identifier: SingleSignOnGrant(anchorClientId: "mail", family: "1")]))
+        for client in ["mail", "notes"] { _ = try await h.broker.currentAccount(clientId: client) }
+        // Both saw alice last and now see nobody: notes' record is empty and goes, mail's stays.
+        #expect(Set(h.store.saved?.clients.keys ?? [:].keys) == ["mail"])
+    }
+
     @Test func appsHoldingASignInAreNeverForgotten() async throws {
         let h = Harness(maxClients: 1)
         _ = try await h.signIn(client: "mail")

@@ -46,13 +46,19 @@ struct StateJournalTests {
                         "User.Read": CachedAccessToken(
                             accessToken: "at-\(step)", expiresOn: 1, idToken: nil, scopes: Scopes(["User.Read"]))
                     ])
-            case 3: state.clients["app-\(n)"] = nil
+            case 3 where !state.singleSignOn.values.contains { $0.anchorClientId == "app-\(n)" }:
+                // As the broker does: a single sign-on grant's app keeps its record.
+                state.clients["app-\(n)"] = nil
+            case 3: break
             case 4:
                 state.pendingRevocations =
                     Bool.random() ? [PendingRevocation(clientId: "app-\(n)", token: .refreshToken("rt-\(step)"))] : []
             case 5: state.signOutDeadline = Bool.random() ? Int64(step) : nil
             case 6: state.signedInBoot = Bool.random() ? "boot-\(n)" : nil
             case 7:
+                if state.clients["app-\(n)"] == nil {
+                    state.clients["app-\(n)"] = ClientRecord(lastSeen: Self.account(n % 7))
+                }
                 state.singleSignOn =
                     Bool.random()
                     ? ["oid-\(n).t": SingleSignOnGrant(anchorClientId: "app-\(n)", family: Bool.random() ? "1" : nil)]

@@ -516,6 +516,14 @@ extension CrashRecoveryTests {
                         #"{"version": 2, "deviceId": "d", "clients": {}, "singleSignOn": {"oid-a.t": {"family": "1"}}}"#
                             .utf8),
                     why: "is damaged: singleSignOn[oid-a.t] names no anchor"),
+                Variant(
+                    name: "a single sign-on grant naming an app the file does not hold",
+                    bytes: Array(
+                        #"{"version": 2, "deviceId": "d", "clients": {}, "singleSignOn": {"oid-a.t": {"anchor": "mail-app"}}}"#
+                            .utf8),
+                    why:
+                        "is damaged: singleSignOn[oid-a.t] names the app mail-app, which the file's clients do not hold"
+                ),
                 // The outside-text rule: brokerd writes no control character but tab, escaped or not.
                 Variant(
                     name: "a NUL (\\u0000) in an account's name",
