@@ -291,8 +291,8 @@ enum StateFileFormat {
         for (identifier, grant) in singleSignOn.sorted(by: { $0.key < $1.key })
         where clients[grant.anchorClientId] == nil {
             throw .shape(
-                "singleSignOn[\(identifier)] names the app \(grant.anchorClientId), which the file's clients do not hold"
-            )
+                "singleSignOn[\(identifier)] names the app \(grant.anchorClientId), "
+                    + "which the file's clients do not hold")
         }
         let owed = try reader.at(offsets["pendingRevocations"], readPendingRevocations) ?? []
         let boot =
