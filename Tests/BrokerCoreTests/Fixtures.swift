@@ -238,33 +238,43 @@ final class ChangeRecorder: @unchecked Sendable {
     func record(_ change: DeviceAccountChange) { lock.withLock { $0.append(change) } }
 }
 
+final class WarningRecorder: @unchecked Sendable {
+    private let lock = Locked<[ShiftWarning]>([])
+    var warnings: [ShiftWarning] { lock.withLock { $0 } }
+    func record(_ warning: ShiftWarning) { lock.withLock { $0.append(warning) } }
+}
+
 struct Harness {
-    let clock = TestClock()
+    let clock: TestClock
     let provider: ScriptedProvider
     let store = MemoryStore()
     let changes = ChangeRecorder()
+    let warnings = WarningRecorder()
     let broker: Broker
 
     init(
         mode: DeviceMode = .shared, knownClients: Set<String>? = nil, state: BrokerState? = nil,
         browserSignOut: BrowserSignOutPolicy? = nil, callers: any CallerDirectory = EveryCallerConnected(),
-        maxClients: Int = BrokerConfiguration.defaultMaxClients, defaultScopes: [String: [String]] = [:]
+        maxClients: Int = BrokerConfiguration.defaultMaxClients, defaultScopes: [String: [String]] = [:],
+        idleSignOut: IdleSignOut? = nil, clock: TestClock = TestClock()
     ) {
+        self.clock = clock
         provider = ScriptedProvider(clock: clock)
         let changes = self.changes
         let store = self.store
+        let warnings = self.warnings
         broker = Broker(
             configuration: BrokerConfiguration(
                 deviceMode: mode, brokerVersion: "test", tenantId: "tenant",
                 knownClientIds: knownClients, browserSignOut: browserSignOut, maxClients: maxClients,
-                defaultScopes: defaultScopes),
+                idleSignOut: idleSignOut, defaultScopes: defaultScopes),
             provider: provider, store: store, clock: clock,
             initialState: state ?? BrokerState(deviceId: "device-1"),
             logger: Logger(label: "test"), callers: callers,
             onAccountChange: {
                 store.note("announce")
                 changes.record($0)
-            })
+            }, onShiftWarning: { warnings.record($0) })
     }
 
     func signIn(_ user: String = "alice@contoso.example", client: String = "mail", scopes: [String] = ["User.Read"])
