@@ -37,6 +37,29 @@ import Testing
         #expect(outcome.notes.isEmpty, "\(outcome.notes)")
     }
 
+    /// The next person must not inherit the browser session however the shift ended: after
+    /// inactivity, at the screen lock or by the provider's word, nobody asked for the browser
+    /// sign-out, and the default policy ends it all the same.
+    @Test(arguments: [SignOutCause.idle, .lock, .reboot])
+    func aShiftThatEndsWithoutAnAppEndsTheBrowserSessionToo(cause: SignOutCause) async throws {
+        let h = Harness()
+        h.provider.endSession = .success(.done)
+        _ = try await h.signIn(client: "mail")
+        let outcome = try await h.broker.endShift(cause: cause)
+        #expect(h.provider.endSessionCalls == 1)
+        #expect(outcome?.browserSessionEnded == true && outcome?.cause == cause)
+    }
+
+    @Test func theProvidersSignOutEndsTheBrowserSessionToo() async throws {
+        let h = Harness()
+        h.provider.endSession = .success(.done)
+        _ = try await h.signIn(client: "mail")
+        await h.broker.providerEnded(
+            .sessionRevoked, for: EventSubject(emails: ["alice@contoso.example"]), at: h.clock.now() + 1)
+        #expect(h.changes.changes.last?.cause == .provider)
+        #expect(h.provider.endSessionCalls == 1)
+    }
+
     @Test func whenAskedEndsItOnlyWhenTheAppAsks() async throws {
         let h = Harness(browserSignOut: .whenAsked)
         h.provider.endSession = .success(.done)
