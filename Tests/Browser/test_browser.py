@@ -34,6 +34,7 @@ import sys
 import time
 import traceback
 import urllib.parse
+import urllib.request
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -64,8 +65,8 @@ class SignOutCause:
 
     `sign_out(suite)` signs the device out; `broker_config` is the brokerd configuration it needs
     (None: the default); `ends_browser_session` says whether the provider's browser session must
-    be gone afterwards (brokerd opened the end-session page). More causes (an idle timeout, the
-    provider ending the session) are added by appending one to SIGN_OUT_CAUSES."""
+    be gone afterwards (brokerd opened the end-session page). A cause is added by appending one to
+    SIGN_OUT_CAUSES."""
 
     def __init__(self, key, title, sign_out, broker_config, ends_browser_session):
         self.key = key
@@ -97,9 +98,20 @@ def reboot_sign_out(suite):
     suite.use_broker({"signOutAfterReboot": True})
 
 
-# Hooks for later: an "idle" cause (brokerd signs the device out after inactivity) and a "provider"
-# cause (the provider ends the session) are one SignOutCause each, with the function that brings
-# them about.
+def provider_sign_out(suite):
+    """The organisation ends alice's session at the provider (idp-sim's operator route, as an Entra
+    administrator's "revoke sessions"); brokerd's session check hears it within its interval and
+    signs the device out with cause `provider`. No app asked for anything."""
+    request = urllib.request.Request(
+        suite.provider.base + "/test/revoke-sessions?" + urllib.parse.urlencode({"username": ALICE[0]}), method="POST")
+    with urllib.request.urlopen(request, timeout=10) as response:
+        response.read()
+    suite.run.check(bool(wait_quietly(lambda: suite.ctl.current("notes-app") is None, 15)),
+                    "the provider's revocation signs the device out (sessionCheckSeconds 1)")
+
+
+# An "idle" cause (sign-out after inactivity) needs the desktop's idle monitor, which this suite's
+# kiosk has not: the core's BrowserSessionTests hold that every cause ends the browser session.
 SIGN_OUT_CAUSES = [
     SignOutCause("c", "shared mode's default browserSignOut (always): an app's plain sign-out",
                  app_sign_out("calendar-app", False), None, True),
@@ -109,6 +121,8 @@ SIGN_OUT_CAUSES = [
                  app_sign_out("calendar-app", True), {"browserSignOut": "when-asked"}, True),
     SignOutCause("r", "a restart of the device (signOutAfterReboot), the default browserSignOut",
                  reboot_sign_out, {"signOutAfterReboot": True}, True),
+    SignOutCause("p", "the provider ending the session (sessionCheckSeconds), the default browserSignOut",
+                 provider_sign_out, {"sessionCheckSeconds": 1}, True),
 ]
 
 
