@@ -1,6 +1,7 @@
 import BrokerAPI
 import DBus
 import Foundation
+import SharedDeviceClient
 import TestSupport
 import Testing
 
@@ -166,5 +167,25 @@ struct HostileCallerTests {
         try await env.setProviderFault("unavailable", count: 8)
         #expect(try await DeviceCodeTests.decide(uri, code: code, action: "approve") == 200)
         #expect(try await offThePool { try ctl.waitForExit(timeout: .seconds(60)) } == 0, "\(ctl.stderrText)")
+    }
+
+    @Test("a provider outage while a person submits an email code keeps the flow; the same code then signs in")
+    func emailCodeSurvivesAnOutage() async throws {
+        let env = try await offThePool { try BrokerEnvironment() }
+        let app = try PublicClientApplication(
+            clientId: "mail-app", configuration: BrokerClientConfiguration(busAddress: env.bus.address))
+        let flow = try await app.signIn(username: TestUsers.carol.username, scopes: ["User.Read"])
+        let code = try #require(try await env.latestCode(for: TestUsers.carol.username))
+        // More 503s than the retries of one token request: this submission meets the outage.
+        try await env.setProviderFault("unavailable", count: 100)
+        do {
+            _ = try await flow.submitCode(code)
+            Issue.record("the code was redeemed during the outage")
+        } catch let error as BrokerError {
+            #expect(error.code == .serverUnavailable, "\(error)")
+        }
+        try await env.setProviderFault("none")
+        let result = try await flow.submitCode(code)
+        #expect(result.account.username == TestUsers.carol.username)
     }
 }
