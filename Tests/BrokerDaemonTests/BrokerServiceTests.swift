@@ -18,6 +18,7 @@ struct BrokerServiceTests {
             var member: String
             var arguments: [DBusValue]
             var propertyAtEmission: DBusValue?
+            var deadlineAtEmission: DBusValue?
         }
         let emitted = Locked<[Emission]>([])
         let properties = Locked<PropertyCache?>(nil)
@@ -32,8 +33,11 @@ struct BrokerServiceTests {
         }
 
         private func record(_ member: String, _ arguments: [DBusValue]) {
-            let property = properties.withLock { $0 }?.values["CurrentAccount"]
-            emitted.withLock { $0.append(Emission(member: member, arguments: arguments, propertyAtEmission: property)) }
+            let values = properties.withLock { $0 }?.values
+            let emission = Emission(
+                member: member, arguments: arguments, propertyAtEmission: values?["CurrentAccount"],
+                deadlineAtEmission: values?["SignOutDeadline"])
+            emitted.withLock { $0.append(emission) }
         }
     }
 
@@ -47,9 +51,11 @@ struct BrokerServiceTests {
             clients: ["mail": ClientRecord(lastSeen: current, account: current, refreshToken: "rt-1")])
     }
 
-    static func service(mode: DeviceMode, current: Account?, channel: RecordingChannel) -> BrokerService {
+    static func service(
+        mode: DeviceMode, current: Account?, channel: RecordingChannel, idleSignOut: IdleSignOut? = nil
+    ) -> BrokerService {
         let service = BrokerService(
-            configuration: BrokerConfiguration(deviceMode: mode, brokerVersion: "test"),
+            configuration: BrokerConfiguration(deviceMode: mode, brokerVersion: "test", idleSignOut: idleSignOut),
             provider: UnreachableProvider(), store: DiscardingStore(), clock: FixedClock(),
             initialState: Self.state(current: current), channel: channel,
             callers: CallerPolicy(ownUserId: 0, allowedExecutables: [:], logger: Logger(label: "test")) { _ in
@@ -87,6 +93,30 @@ struct BrokerServiceTests {
         // Whoever reads the property on hearing the signal reads the new account.
         #expect(emitted.allSatisfy { $0.propertyAtEmission == nobody })
         #expect(service.properties.values["CurrentAccount"] == nobody)
+    }
+
+    /// The inactivity warning: the property first (whoever reads it on hearing the signal reads
+    /// the deadline), then `SignOutPending` with the same deadline, then `PropertiesChanged`;
+    /// activity sets it back to 0 the same way, with `SignOutCancelled`.
+    @Test func theWarningSetsThePropertyThenSignals() async throws {
+        let channel = RecordingChannel()
+        let service = Self.service(
+            mode: .shared, current: Self.alice, channel: channel, idleSignOut: IdleSignOut(after: 300, warning: 60))
+        let deadline = UInt64(FixedClock().now() + 60) * 1_000_000
+        await service.broker.personInactive()
+        await service.broker.personActive()
+
+        let emitted = channel.emitted.withLock { $0 }
+        #expect(
+            emitted.map(\.member) == [
+                BrokerNames.signOutPendingSignal, "PropertiesChanged", BrokerNames.signOutCancelledSignal,
+                "PropertiesChanged",
+            ])
+        #expect(emitted.first?.arguments == [.string("idle"), .uint64(deadline)])
+        #expect(emitted.dropFirst().first?.arguments == [.vardict(["SignOutDeadline": .uint64(deadline)])])
+        #expect(emitted.dropFirst(2).first?.arguments == [.string("idle")])
+        #expect(emitted.last?.arguments == [.vardict(["SignOutDeadline": .uint64(0)])])
+        #expect(emitted.map(\.deadlineAtEmission) == [.uint64(deadline), .uint64(deadline), .uint64(0), .uint64(0)])
     }
 
     /// The last line of defence: an account that reached the service with a string D-Bus cannot
