@@ -12,9 +12,14 @@ extension Broker {
     /// The person has been inactive for the quiet part (`idleSignOutSeconds - idleWarningSeconds`):
     /// the warning starts, unless nobody is signed in or one is on already.
     public func personInactive() {
-        guard let idle = configuration.idleSignOut, configuration.deviceMode == .shared, state.current != nil,
-            state.signOutDeadline == nil
-        else { return }
+        guard let idle = configuration.idleSignOut, configuration.deviceMode == .shared else { return }
+        guard state.current != nil else {
+            // The idle source says this once per quiet period: a sign-in before the person's next
+            // activity must not go unwatched until then.
+            personIdle = true
+            return
+        }
+        guard state.signOutDeadline == nil else { return }
         // The next whole second after the full warning: the person gets at least what was promised.
         let deadline = (clock.nowMicroseconds() + idle.warning * 1_000_000 + 999_999) / 1_000_000
         var next = state
@@ -30,6 +35,9 @@ extension Broker {
 
     /// The person is active: a warning on is cancelled.
     public func personActive() {
+        personIdle = false
+        idleQuietTimer?.cancel()
+        idleQuietTimer = nil
         guard state.signOutDeadline != nil else { return }
         idleDeadlineTimer?.cancel()
         idleDeadlineTimer = nil
@@ -58,6 +66,23 @@ extension Broker {
         onShiftWarning(.pending(cause: .idle, deadline: deadline))
         armIdleDeadline(deadline)
         return nil
+    }
+
+    /// A sign-in while the person is inactive (no activity since the idle source said so): the
+    /// quiet period counts from the sign-in, and the warning follows unless the person is active.
+    func signedInWhilePersonIdle() {
+        guard personIdle, let idle = configuration.idleSignOut, configuration.deviceMode == .shared else { return }
+        idleQuietTimer?.cancel()
+        idleQuietTimer = Task {
+            do { try await Task.sleep(for: .seconds(idle.quiet)) } catch { return }
+            await self.quietPeriodAfterSignInEnded()
+        }
+    }
+
+    private func quietPeriodAfterSignInEnded() {
+        idleQuietTimer = nil
+        guard personIdle else { return }
+        personInactive()
     }
 
     private func armIdleDeadline(_ deadline: Int64) {

@@ -56,6 +56,11 @@ public actor Broker {
     var bystanders: Set<String>?
     /// The armed sign-out at the end of an inactivity warning.
     var idleDeadlineTimer: Task<Void, Never>?
+    /// The idle source said the person was inactive while nobody was signed in, and has not
+    /// heard them since: a sign-in that comes without them (a device code approved on a phone, a
+    /// sign-in by a script) starts its own quiet period, armed here.
+    var personIdle = false
+    var idleQuietTimer: Task<Void, Never>?
     /// A token response showed a family (`foci`): the provider offers family refresh tokens.
     let singleSignOnFamilySeen = Locked(false)
     /// Why token calls are refused now (the keyring that holds the tokens is locked), or nil.

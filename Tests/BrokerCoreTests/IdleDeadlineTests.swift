@@ -33,6 +33,27 @@ struct IdleDeadlineTests {
         #expect(h.warnings.warnings.isEmpty && h.store.saved?.signOutDeadline == nil)
     }
 
+    /// The idle source says "inactive" once per quiet period. A sign-in that comes while the
+    /// person is still inactive (a device code approved on a phone) is watched from the sign-in:
+    /// after a quiet period without activity, the warning; with activity, none.
+    @Test(arguments: [false, true])
+    func aSignInWhileThePersonIsInactiveIsWatchedFromTheSignIn(activeAfterSignIn: Bool) async throws {
+        let h = Harness(idleSignOut: IdleSignOut(after: 2, warning: 1))
+        await h.broker.personInactive()
+        _ = try await h.signIn()
+        if activeAfterSignIn { await h.broker.personActive() }
+        // The quiet period is a second of real time: waited for boundedly, then a little longer
+        // for a warning that must not come.
+        for _ in 0..<(activeAfterSignIn ? 150 : 300) where h.warnings.warnings.isEmpty {
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        if activeAfterSignIn {
+            #expect(h.warnings.warnings.isEmpty)
+        } else {
+            #expect(h.warnings.warnings == [.pending(cause: .idle, deadline: h.clock.now() + 1)])
+        }
+    }
+
     /// A broker killed during the warning and started again before its deadline announces the
     /// same deadline (not a new full warning) and signs out when it comes.
     @Test func aRestartBeforeTheDeadlineKeepsIt() async throws {

@@ -43,7 +43,10 @@ extension Broker {
         try commit(
             next,
             announcing: signedIn ? DeviceAccountChange(current: tokens.account, previous: nil, reason: .signedIn) : nil)
-        if signedIn { generation &+= 1 }
+        if signedIn {
+            generation &+= 1
+            signedInWhilePersonIdle()
+        }
         logger.info(
             "signed in",
             metadata: [
