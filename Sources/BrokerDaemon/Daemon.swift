@@ -413,10 +413,15 @@ public enum Daemon {
         return watch
     }
 
-    /// This boot's id (`/proc/sys/kernel/random/boot_id`); for tests only, the file
-    /// `BROKERD_BOOT_ID_FILE` names instead, so that a test can be "another boot".
+    /// This boot's id (`/proc/sys/kernel/random/boot_id`); in a debug build only, the file
+    /// `BROKERD_BOOT_ID_FILE` names instead, so that a test can be "another boot". Never in a
+    /// release: any app of the user can set the bus's activation environment, and one that named
+    /// a file of its own would keep a sign-in across a reboot (`signOutAfterReboot`).
     static func bootId() -> String? {
-        let path = getenv("BROKERD_BOOT_ID_FILE").map { String(cString: $0) } ?? "/proc/sys/kernel/random/boot_id"
+        var path = "/proc/sys/kernel/random/boot_id"
+        #if DEBUG
+        if let override = getenv("BROKERD_BOOT_ID_FILE") { path = String(cString: override) }
+        #endif
         guard let bytes = try? FileBytes.read(path, limit: 4096) else { return nil }
         let id = String(decoding: bytes.prefix { $0 > 0x20 }, as: UTF8.self)
         return id.isEmpty ? nil : id
