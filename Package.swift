@@ -8,6 +8,7 @@ import Foundation
 // Layers, bottom up (see docs/architecture.md):
 //   CDBus, CCurl            thin C shims over libdbus and libcurl
 //   Locking                 the one lock every layer uses
+//   TaskPool                brokerd's executor for Swift concurrency: threads that sleep until there is work
 //   TextRules               the one rule for text from outside (OutsideText), every layer applies it
 //   DBus, HTTP              generic Swift layers over them
 //   BrokerAPI               the D-Bus contract's names and error table, plain values only
@@ -56,6 +57,9 @@ let package = Package(
         .target(name: "CCurl", linkerSettings: [.linkedLibrary("dl")]),
 
         .target(name: "Locking"),
+        // brokerd's executor for Swift concurrency (TaskPool), through the runtime's hooks.
+        .target(name: "CConcurrencyHooks"),
+        .target(name: "TaskPool", dependencies: ["CConcurrencyHooks"]),
         .target(name: "TextRules"),
         .target(name: "DBus", dependencies: ["CDBus", "Locking", "TextRules", logging], exclude: ["README.md"]),
         .target(name: "HTTP", dependencies: ["CCurl", "Locking"], exclude: ["README.md"]),
@@ -76,7 +80,7 @@ let package = Package(
         .executableTarget(
             name: "brokerd",
             dependencies: [
-                "BrokerDaemon", "BrokerCore", "BrokerPersistence",
+                "BrokerDaemon", "BrokerCore", "BrokerPersistence", "TaskPool",
                 argumentParser,
                 logging,
             ],

@@ -1,5 +1,4 @@
 import DBus
-import Dispatch
 import Glibc
 import Locking
 
@@ -10,14 +9,14 @@ nonisolated(unsafe) private var stopSignalPipe: Int32 = -1
 /// bus name is taken, so a stop request that comes right after start-up is never lost.
 ///
 /// The handler is brokerd's own (`sigaction`, in place when `init` returns): it writes the
-/// signal's number to a pipe, which a read source turns into a reason. A dispatch signal source
-/// alone is not enough on Linux: it installs its handler asynchronously, on the dispatch manager
-/// thread, and a signal that comes before that (the disposition being SIG_IGN meanwhile) is lost.
+/// signal's number to a pipe, which a thread of its own reads (blocked in `read`, it wakes only
+/// for a signal) and turns into a reason. Not a dispatch source: libdispatch's pool wakes the
+/// process every second (see `TaskPool`), and its signal source installs its handler
+/// asynchronously, so a signal that came before would be lost.
 /// `@unchecked`: its stored properties are set once; `next()` is awaited by one task at a time.
 final class StopRequests: @unchecked Sendable {
     private let reasons: AsyncStream<String>
     private let continuation: AsyncStream<String>.Continuation
-    private let source: (any DispatchSourceRead)?
     private let watcher: Task<Void, Never>
 
     init(_ connection: DBusConnection) {
@@ -29,8 +28,9 @@ final class StopRequests: @unchecked Sendable {
         if stopSignalPipe < 0, pipe(&ends) == 0 {
             for end in ends {
                 _ = fcntl(end, F_SETFD, FD_CLOEXEC)
-                _ = fcntl(end, F_SETFL, O_NONBLOCK)  // the handler never blocks; the reader drains
             }
+            // The handler never blocks; the reader does, on its own thread.
+            _ = fcntl(ends[1], F_SETFL, O_NONBLOCK)
             stopSignalPipe = ends[1]
             var action = sigaction()
             action.__sigaction_handler.sa_handler = { number in
@@ -44,20 +44,24 @@ final class StopRequests: @unchecked Sendable {
             sigaction(SIGTERM, &action, nil)
             sigaction(SIGINT, &action, nil)
             let readEnd = ends[0]
-            let source = DispatchSource.makeReadSource(fileDescriptor: readEnd, queue: .global())
-            source.setEventHandler {
-                var bytes = [UInt8](repeating: 0, count: 16)
+            let started = Self.startReader {
+                var byte: UInt8 = 0
                 while true {
-                    let count = bytes.withUnsafeMutableBytes { read(readEnd, $0.baseAddress, $0.count) }
-                    guard count > 0 else { break }
-                    for byte in bytes[..<count] { continuation.yield(Int32(byte) == SIGINT ? "SIGINT" : "SIGTERM") }
+                    let count = read(readEnd, &byte, 1)
+                    if count == 1 {
+                        continuation.yield(Int32(byte) == SIGINT ? "SIGINT" : "SIGTERM")
+                    } else if count < 0, errno == EINTR {
+                        continue
+                    } else {
+                        return
+                    }
                 }
             }
-            source.resume()
-            self.source = source
-        } else {
-            // Not expected (one StopRequests per process); the default action still ends brokerd.
-            self.source = nil
+            if !started {
+                // Without the reader, the default action ends brokerd: no clean stop, nothing lost.
+                signal(SIGTERM, SIG_DFL)
+                signal(SIGINT, SIG_DFL)
+            }
         }
         watcher = Task {
             await connection.waitUntilDisconnected()
@@ -67,8 +71,30 @@ final class StopRequests: @unchecked Sendable {
 
     deinit {
         watcher.cancel()
-        source?.cancel()
         continuation.finish()
+    }
+
+    /// `body` on a thread of its own, detached (it lives as long as the process).
+    private static func startReader(_ body: @escaping @Sendable () -> Void) -> Bool {
+        final class Box: Sendable {
+            let body: @Sendable () -> Void
+            init(_ body: @escaping @Sendable () -> Void) { self.body = body }
+        }
+        let context = Unmanaged.passRetained(Box(body)).toOpaque()
+        var thread = pthread_t()
+        let created = pthread_create(
+            &thread, nil,
+            { context in
+                guard let context else { return nil }
+                Unmanaged<Box>.fromOpaque(context).takeRetainedValue().body()
+                return nil
+            }, context)
+        guard created == 0 else {
+            Unmanaged<Box>.fromOpaque(context).release()
+            return false
+        }
+        pthread_detach(thread)
+        return true
     }
 
     /// Waits for the first reason to stop.

@@ -218,8 +218,9 @@ final class CurlLoop {
                 }
             }
             // libcurl shortens the wait to its own next timer; new work and cancellations
-            // interrupt it through curl_multi_wakeup. Idle, the thread sleeps.
-            _ = ccurl_multi_poll(multi, nil, 0, active.isEmpty ? 60_000 : 1000, nil)
+            // interrupt it through curl_multi_wakeup. Idle, the thread sleeps without a timeout:
+            // nothing it would do then is due (a daemon on a tablet must not wake for nothing).
+            _ = ccurl_multi_poll(multi, nil, 0, active.isEmpty ? Int32.max : 1000, nil)
         }
         teardown()
     }

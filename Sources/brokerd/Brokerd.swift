@@ -4,6 +4,7 @@ import BrokerDaemon
 import BrokerPersistence
 import Glibc
 import Logging
+import TaskPool
 
 /// brokerd: the shared-device identity broker on the D-Bus session bus.
 @main
@@ -157,20 +158,26 @@ struct Brokerd: AsyncParsableCommand {
     /// ArgumentParser's, but a command line brokerd cannot use is also recorded where the client
     /// library reads why the broker did not start (``StartFailure``): started by the bus, brokerd's
     /// standard error reaches nobody.
-    static func main() async {
-        do {
-            var command = try parseAsRoot()
-            if var asyncCommand = command as? AsyncParsableCommand {
-                try await asyncCommand.run()
-            } else {
-                try command.run()
+    ///
+    /// Its tasks run on ``TaskPool`` rather than libdispatch, whose pool wakes the process every
+    /// second: an idle brokerd sleeps until a call, a signal or a timer it armed.
+    static func main() {
+        TaskPool.runMain(threads: TaskPool.defaultWidth) {
+            do {
+                var command = try parseAsRoot()
+                if var asyncCommand = command as? AsyncParsableCommand {
+                    try await asyncCommand.run()
+                } else {
+                    try command.run()
+                }
+                return 0
+            } catch {
+                let status = exitCode(for: error).rawValue
+                if status == 64 {
+                    StartFailure.record("brokerd: \(message(for: error))", status: status)
+                }
+                exit(withError: error)
             }
-        } catch {
-            let status = exitCode(for: error).rawValue
-            if status == 64 {
-                StartFailure.record("brokerd: \(message(for: error))", status: status)
-            }
-            exit(withError: error)
         }
     }
 }
