@@ -12,7 +12,8 @@ def plot(R, path):
         sys.exit(3)
     ks = sorted(int(k) for k in R["signout"])
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
-    for s, color in (("reference", "tab:blue"), ("brokerd", "tab:orange")):
+    services = (("reference", "tab:blue"), ("durable_reference", "tab:green"), ("brokerd", "tab:orange"))
+    for s, color in ((s, c) for s, c in services if s in R["signout"][str(ks[0])]):
         med = [R["signout"][str(k)][s]["p50_us"]["median"] / 1e3 for k in ks]
         lo = [R["signout"][str(k)][s]["p50_us"]["min"] / 1e3 for k in ks]
         hi = [R["signout"][str(k)][s]["p50_us"]["max"] / 1e3 for k in ks]

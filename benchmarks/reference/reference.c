@@ -2,10 +2,17 @@
  * reference: a minimal hand-written libdbus service answering the subset of
  * io.shareddevice.Broker1 the benchmarks call, with replies of the same shape and
  * (close to) the same size as brokerd's. Plain C, one thread, the
- * dbus_connection_read_write_dispatch loop, state in memory only (no file writes).
+ * dbus_connection_read_write_dispatch loop, state in memory only (no file writes) unless
+ * --state-dir is given.
+ *
+ * With --state-dir DIR (durable mode) a sign-in or sign-out writes a state file of --state-bytes
+ * bytes as brokerd writes a snapshot: a temporary file written and renamed over DIR/state.json
+ * before the signal, then an fsync of the file and of the directory before the reply. So the ratio
+ * against it is brokerd's overhead, not the durability rule both keep.
  *
  *   reference [--address BUS] [--name NAME] [--token-len N] [--id-token-len N] [--signed-out]
  *             [--username S] [--identifier S] [--tenant-id S] [--environment S] [--display-name S] [--authority URL]
+ *             [--state-dir DIR [--state-bytes N]]
  */
 #include <dbus/dbus.h>
 #include <stdio.h>
@@ -13,6 +20,8 @@
 #include <string.h>
 #include <stdint.h>
 #include <time.h>
+#include <fcntl.h>
+#include <unistd.h>
 
 #define IFACE "io.shareddevice.Broker1"
 #define PATH  "/io/shareddevice/Broker1"
@@ -25,6 +34,31 @@ static const char *ACC_NAME = "Alice Demo";
 static const char *AUTHORITY = "http://127.0.0.1:40000/contoso-demo/v2.0";
 
 static int signed_in = 1;
+static const char *state_dir;
+static char *state_bytes; static size_t state_len = 2048;
+static char state_path[4096], temp_path[4096];
+
+/* The state file replaced (temporary file, write, rename): before the signal. Returns the file's
+ * descriptor, still to be fsynced, or -1. */
+static int write_state(void) {
+    if (!state_dir) return -1;
+    int fd = open(temp_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0) { perror("reference: open"); exit(1); }
+    state_bytes[0] = signed_in ? '1' : '0';
+    if (write(fd, state_bytes, state_len) != (ssize_t)state_len) { perror("reference: write"); exit(1); }
+    if (rename(temp_path, state_path) != 0) { perror("reference: rename"); exit(1); }
+    return fd;
+}
+
+/* The write made durable: the file, then the directory that holds the rename. Before the reply. */
+static void sync_state(int fd) {
+    if (fd < 0) return;
+    if (fsync(fd) != 0) { perror("reference: fsync"); exit(1); }
+    close(fd);
+    int dir = open(state_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dir < 0 || fsync(dir) != 0) { perror("reference: fsync of the directory"); exit(1); }
+    close(dir);
+}
 static char *access_token, *id_token, *auth_header;
 
 /* clientId -> what it saw last (1 = alice, 0 = nobody): open addressing, grows. */
@@ -152,7 +186,13 @@ static DBusHandlerResult handle(DBusConnection *c, DBusMessage *m, void *data) {
         }
     } else if (strcmp(member, "SignOut") == 0 && dbus_message_has_signature(m, "ssa{sv}")) {
         if (!signed_in) reply = dbus_message_new_error(m, IFACE ".Error.NoAccount", "nobody is signed in; sign in first");
-        else { signed_in = 0; emit_changed(c, 0); reply = dbus_message_new_method_return(m); }
+        else {
+            signed_in = 0;
+            int fd = write_state();
+            emit_changed(c, 0);
+            sync_state(fd);
+            reply = dbus_message_new_method_return(m);
+        }
     } else if (strcmp(member, "SignInWithPassword") == 0 && dbus_message_has_signature(m, "sssas")) {
         if (signed_in) reply = dbus_message_new_error(m, IFACE ".Error.AccountAlreadySignedIn", "sign out first");
         else {
@@ -160,7 +200,10 @@ static DBusHandlerResult handle(DBusConnection *c, DBusMessage *m, void *data) {
             dbus_message_iter_next(&in); dbus_message_iter_next(&in); dbus_message_iter_next(&in);
             dbus_message_iter_recurse(&in, &arr);
             while (n < 64 && dbus_message_iter_get_arg_type(&arr) == DBUS_TYPE_STRING) { dbus_message_iter_get_basic(&arr, &scopes[n++]); dbus_message_iter_next(&arr); }
-            signed_in = 1; emit_changed(c, 1);
+            signed_in = 1;
+            int fd = write_state();
+            emit_changed(c, 1);
+            sync_state(fd);
             reply = dbus_message_new_method_return(m);
             dbus_message_iter_init_append(reply, &out);
             append_result(&out, scopes, n);
@@ -209,12 +252,20 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--environment") && i + 1 < argc) ACC_ENV = argv[++i];
         else if (!strcmp(argv[i], "--display-name") && i + 1 < argc) ACC_NAME = argv[++i];
         else if (!strcmp(argv[i], "--authority") && i + 1 < argc) AUTHORITY = argv[++i];
+        else if (!strcmp(argv[i], "--state-dir") && i + 1 < argc) state_dir = argv[++i];
+        else if (!strcmp(argv[i], "--state-bytes") && i + 1 < argc) state_len = strtoul(argv[++i], 0, 10);
         else { fprintf(stderr, "usage: reference [--address BUS] [--name NAME] [--token-len N] [--id-token-len N] [--signed-out]\n"); return 2; }
     }
     if (!address) { fprintf(stderr, "reference: no bus address\n"); return 2; }
     access_token = filled(token_len, 'A'); id_token = filled(id_token_len, 'I');
     auth_header = malloc(token_len + 8); sprintf(auth_header, "Bearer %s", access_token);
     table = calloc(cap, sizeof *table);
+    if (state_dir) {
+        if (state_len < 1) state_len = 1;
+        state_bytes = filled(state_len, 'S');
+        snprintf(state_path, sizeof state_path, "%s/state.json", state_dir);
+        snprintf(temp_path, sizeof temp_path, "%s/.state.json.tmp", state_dir);
+    }
 
     DBusError err; dbus_error_init(&err);
     DBusConnection *c = dbus_connection_open_private(address, &err);
