@@ -12,11 +12,12 @@ import Locking
 ///   device's account), without an fsync. An append of one `write` is whole after a crash of
 ///   brokerd; after a power loss the last line may be cut short, and is dropped when read. When
 ///   the journal has grown to the size of the state file (at least 64 KiB), `save` writes a new
-///   snapshot instead: the whole state to a temporary file renamed over `state.json`, and a new,
-///   empty journal renamed over `state.journal`. Each names the other (a random id), so that a
-///   crash between the two renames leaves a journal the new snapshot ignores (its changes are in
-///   the snapshot). So a change costs the bytes of the change, and the whole file only once
-///   every file's worth of changes.
+///   snapshot instead: the whole state to a temporary file renamed over `state.json`, naming a
+///   new journal (a random id). That journal is written with the first line after the snapshot,
+///   header and line in a temporary file renamed over `state.journal`; until then the journal on
+///   disk names an earlier snapshot and is ignored (its changes are in the snapshot). So a change
+///   costs the bytes of the change, the whole file only once every file's worth of changes, and a
+///   snapshot (a sign-out's, which takes the refresh tokens off the disk) one file.
 /// - `sync` makes the last save durable: an fsync of what it wrote (its descriptors are kept
 ///   open) and, after a snapshot, of the directory (the renames). The broker calls it after
 ///   announcing the change and before replying.
@@ -60,6 +61,9 @@ public final class FileStateStore: StateStore {
         var keys = StateFileFormat.AccountKeys()
         /// The journal, open for appending, while its lines may follow the snapshot.
         var journal: Int32?
+        /// The id of the journal the snapshot names, not written yet: its first line creates it
+        /// (so that a snapshot, a sign-out's, writes one file, and a journal exists only with lines).
+        var pendingJournal: String?
         var journalBytes = 0
         var snapshotBytes = 0
         /// The snapshot of the last save, still to be fsynced (with the journal and the directory).
@@ -164,20 +168,25 @@ public final class FileStateStore: StateStore {
         // older format, a journal cut short, one of an earlier snapshot, or none) the next save,
         // or the clean stop, writes a snapshot.
         var appendTo: Int32?
-        if loaded.version == StateFileFormat.currentVersion, loaded.journal != nil, journalBytes > 0,
-            !replayed.stale, replayed.tornBytes == 0
-        {
-            let fd = open(journalPath, O_WRONLY | O_APPEND | O_CLOEXEC | O_NOFOLLOW)
-            if fd >= 0 { appendTo = fd }
+        var pending: String?
+        if loaded.version == StateFileFormat.currentVersion, let snapshot = loaded.journal {
+            if journalBytes == 0 || replayed.stale {
+                // No line since the snapshot: the first one starts its journal.
+                pending = snapshot
+            } else if replayed.tornBytes == 0 {
+                let fd = open(journalPath, O_WRONLY | O_APPEND | O_CLOEXEC | O_NOFOLLOW)
+                if fd >= 0 { appendTo = fd }
+            }
         }
         written.withLock {
             if let earlier = $0.journal { close(earlier) }
             $0.state = state
             $0.keys = StateFileFormat.AccountKeys(table: loaded.accounts)
             $0.journal = appendTo
-            $0.journalBytes = journalBytes
+            $0.pendingJournal = pending
+            $0.journalBytes = appendTo == nil ? 0 : journalBytes
             $0.snapshotBytes = bytes.count
-            $0.needsSnapshot = appendTo == nil
+            $0.needsSnapshot = appendTo == nil && pending == nil
             $0.report = report
         }
         return state
@@ -195,6 +204,12 @@ public final class FileStateStore: StateStore {
             case .none: return
             case .snapshot: try writeSnapshot(state, into: &written)
             case .line(let line):
+                if written.journal == nil, let id = written.pendingJournal {
+                    try startJournal(id, with: line, into: &written)
+                    written.keys = keys
+                    written.state = state
+                    return
+                }
                 guard let journal = written.journal,
                     written.journalBytes < max(Self.minimumCompactionBytes, written.snapshotBytes)
                 else { return try writeSnapshot(state, into: &written) }
@@ -256,39 +271,25 @@ public final class FileStateStore: StateStore {
     /// so that `state.json` alone holds the state.
     public func compact() throws {
         try written.withLock { (written: inout Written) throws in
-            guard let state = written.state,
-                written.needsSnapshot || written.journalBytes > StateJournal.header(snapshot: "").count + 16
-            else { return }
+            guard let state = written.state, written.needsSnapshot || written.journal != nil else { return }
             try writeSnapshot(state, into: &written)
         }
         try sync()
     }
 
-    /// Writes `state` whole: a new journal (its header only) and a snapshot naming it, each to a
-    /// temporary file renamed into place, the snapshot first.
+    /// Writes `state` whole: a snapshot naming a new journal, to a temporary file renamed into
+    /// place. The journal itself comes with the first line after it (``startJournal``): until
+    /// then the journal on disk, if any, names an earlier snapshot and is ignored.
     private func writeSnapshot(_ state: BrokerState, into written: inout Written) throws {
         let id = String(UInt64.random(in: 1...UInt64.max), radix: 16)
         let (bytes, keys) = StateFileFormat.encode(state, journal: id)
-        let header = StateJournal.header(snapshot: id)
-        let journal = try writeTemporary(header, named: "journal")
-        let snapshot: (path: String, fd: Int32)
-        do {
-            snapshot = try writeTemporary(bytes, named: "json")
-        } catch {
-            close(journal.fd)
-            unlink(journal.path)
-            throw error
-        }
+        let snapshot = try writeTemporary(bytes, named: "json")
         guard system.rename(snapshot.path, path) == 0 else {
             let code = errno
-            for file in [journal, snapshot] {
-                close(file.fd)
-                unlink(file.path)
-            }
+            close(snapshot.fd)
+            unlink(snapshot.path)
             throw StoreError.io("cannot rename \(snapshot.path) to \(path)", code)
         }
-        // From here the snapshot is in place and names the new journal; the old journal names the
-        // old snapshot, so until the rename below it is ignored, and the state is the snapshot's.
         written.state = state
         written.keys = keys
         written.snapshotBytes = bytes.count
@@ -297,18 +298,33 @@ public final class FileStateStore: StateStore {
         written.directoryUnsynced = true
         if let old = written.journal { close(old) }
         written.journal = nil
+        // The earlier journal is ignored from now on, but may hold what the snapshot dropped (a
+        // sign-out's refresh tokens): it goes with it, made durable by the same directory fsync.
+        unlink(journalPath)
+        written.journalBytes = 0
+        written.journalUnsynced = false
+        written.pendingJournal = id
+        written.needsSnapshot = false
+    }
+
+    /// The journal `id` the snapshot names, with its first line: a temporary file renamed over
+    /// the journal of an earlier snapshot (ignored since that snapshot was replaced), so that the
+    /// journal on disk is never one that names this snapshot but lacks a line it was given.
+    private func startJournal(_ id: String, with line: [UInt8], into written: inout Written) throws {
+        let journal = try writeTemporary(StateJournal.header(snapshot: id) + line, named: "journal")
         guard system.rename(journal.path, journalPath) == 0 else {
-            // The snapshot is in place and whole, and the journal on disk names the one before:
-            // the state is written. Only no line may follow it: the next save is a snapshot again.
+            let code = errno
             close(journal.fd)
             unlink(journal.path)
+            // The line is not written; a snapshot will hold it.
             written.needsSnapshot = true
-            return
+            throw StoreError.io("cannot rename \(journal.path) to \(journalPath)", code)
         }
         written.journal = journal.fd
-        written.journalBytes = header.count
+        written.pendingJournal = nil
+        written.journalBytes = StateJournal.header(snapshot: id).count + line.count
         written.journalUnsynced = true
-        written.needsSnapshot = false
+        written.directoryUnsynced = true
     }
 
     /// `bytes` in a new file of this directory (mode 0600, made afresh so that it has this
