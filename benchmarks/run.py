@@ -198,8 +198,17 @@ class Env:
                                                  "--state-bytes", str(self.state_bytes)], "reference ready", pin=args.pin)
 
     def brokerd_cmd(self):
+        # No browser here: shared mode's default browserSignOut (always) would run xdg-open after
+        # every sign-out (no desktop portal on this bus), a shell script of a dozen processes,
+        # competing for the two cores with the subscribers. A kiosk asks its portal, one D-Bus
+        # call; the bench measures the sign-out to the apps, not this machine's xdg-open.
+        config = os.path.join(self.tmp, "bench.conf")
+        if not os.path.exists(config):
+            with open(os.open(config, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
+                json.dump({"browserSignOut": "when-asked"}, f)
         return [f"{self.bin}/brokerd", "--address", self.address, "--device-mode", "shared",
-                "--authority", self.authority, "--state-dir", self.state_dir, "--token-storage", self.token_storage]
+                "--authority", self.authority, "--state-dir", self.state_dir, "--token-storage", self.token_storage,
+                "--config", config]
 
     def start_brokerd(self):
         p, _ = spawn(self.brokerd_cmd(), "brokerd ready", pin=args.pin)

@@ -333,9 +333,15 @@ public final class FileStateStore: StateStore {
     private func writeTemporary(_ bytes: [UInt8], named kind: String) throws -> (path: String, fd: Int32) {
         // In the same directory, so that the rename is atomic.
         let temporary = "\(directory)/.state.\(kind).\(getpid()).tmp"
-        unlink(temporary)
         let append = kind == "journal" ? O_APPEND : 0
-        let fd = system.open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW | append, 0o600)
+        let flags = O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW | append
+        var fd = system.open(temporary, flags, 0o600)
+        if fd < 0, errno == EEXIST {
+            // Left by a failed save of this process (or a process of this pid before a reboot):
+            // removed only then, so that a save costs no extra call.
+            unlink(temporary)
+            fd = system.open(temporary, flags, 0o600)
+        }
         guard fd >= 0 else { throw StoreError.io("cannot create \(temporary)", errno) }
         do {
             try writeAll(bytes, to: fd, naming: temporary)
