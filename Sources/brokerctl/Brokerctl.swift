@@ -1,5 +1,6 @@
 import ArgumentParser
 import BrokerAPI
+import Glibc
 
 /// brokerctl: the shared-device broker from the command line, built on SharedDeviceClient.
 ///
@@ -27,4 +28,12 @@ struct Brokerctl: ParsableCommand {
             DeviceInfo.self, SignInOptionsCommand.self, CurrentAccount.self, SignIn.self, Token.self, Me.self,
             Accounts.self, SignOut.self, Watch.self,
         ])
+
+    /// ``QuickCommand`` for the plainest reads, ArgumentParser for everything else.
+    static func main() {
+        if let quick = QuickCommand.recognize(Array(CommandLine.arguments.dropFirst())) {
+            Glibc.exit(quick.run())
+        }
+        main(nil)
+    }
 }

@@ -13,10 +13,15 @@ struct DeviceInfo: ParsableCommand {
     @OptionGroup var common: CommonOptions
 
     func run() throws {
+        try Self.perform(address: common.address, json: common.json)
+    }
+
+    /// The command, once its arguments are read (by ArgumentParser or ``QuickCommand``).
+    static func perform(address: String?, json: Bool) throws {
         try reportingErrors {
             // The device is not an app's: any clientId will do, it is not sent.
-            let info = try common.queries(clientId: "brokerctl").deviceInformation()
-            if common.json { return Output.json(info) }
+            let info = try CommonOptions.queries(clientId: "brokerctl", address: address).deviceInformation()
+            if json { return Output.json(info) }
             var rows = [
                 ("Device mode", info.deviceMode.rawValue), ("Broker version", info.brokerVersion),
                 ("Device id", info.deviceId), ("Tenant", info.tenantId.isEmpty ? "(not set)" : info.tenantId),
@@ -71,14 +76,19 @@ struct CurrentAccount: ParsableCommand {
     @OptionGroup var common: CommonOptions
 
     func run() throws {
+        try Self.perform(clientId: client.clientId, address: common.address, json: common.json)
+    }
+
+    /// The command, once its arguments are read (by ArgumentParser or ``QuickCommand``).
+    static func perform(clientId: String, address: String?, json: Bool) throws {
         try reportingErrors {
-            let (current, previous) = try common.queries(clientId: client.clientId).currentAccount()
-            if common.json { return Output.json(CurrentAccountOutput(current: current, previous: previous)) }
+            let (current, previous) = try CommonOptions.queries(clientId: clientId, address: address).currentAccount()
+            if json { return Output.json(CurrentAccountOutput(current: current, previous: previous)) }
             Output.fields([
                 ("Current account", Output.account(current)), ("Previous account", Output.account(previous)),
             ])
             if current == nil, let previous {
-                print("Account \(Output.shown(previous.username)) has been signed out.")
+                Output.line("Account \(Output.shown(previous.username)) has been signed out.")
             }
         }
     }
@@ -331,11 +341,16 @@ struct Accounts: ParsableCommand {
     @OptionGroup var common: CommonOptions
 
     func run() throws {
+        try Self.perform(clientId: client.clientId, address: common.address, json: common.json)
+    }
+
+    /// The command, once its arguments are read (by ArgumentParser or ``QuickCommand``).
+    static func perform(clientId: String, address: String?, json: Bool) throws {
         try reportingErrors {
-            let accounts = try common.queries(clientId: client.clientId).accounts()
-            if common.json { return Output.json(accounts) }
-            if accounts.isEmpty { print("No accounts.") }
-            for account in accounts { print(Output.account(account)) }
+            let accounts = try CommonOptions.queries(clientId: clientId, address: address).accounts()
+            if json { return Output.json(accounts) }
+            if accounts.isEmpty { Output.line("No accounts.") }
+            for account in accounts { Output.line(Output.account(account)) }
         }
     }
 }

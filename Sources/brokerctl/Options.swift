@@ -21,8 +21,8 @@ struct CommonOptions: ParsableArguments {
     }
 
     /// For commands that ask one question and exit.
-    func queries(clientId: String) -> OneShotQueries {
-        OneShotQueries(clientId: clientId, configuration: configuration)
+    static func queries(clientId: String, address: String?) -> OneShotQueries {
+        OneShotQueries(clientId: clientId, configuration: BrokerClientConfiguration(busAddress: address))
     }
 }
 

@@ -18,7 +18,7 @@ enum Output {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .prettyPrinted, .withoutEscapingSlashes]
         if let data = try? encoder.encode(value) {
-            print(String(decoding: data, as: UTF8.self))
+            line(String(decoding: data, as: UTF8.self))
         }
     }
 
@@ -27,7 +27,7 @@ enum Output {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
         if let data = try? encoder.encode(value) {
-            print(String(decoding: data, as: UTF8.self))
+            line(String(decoding: data, as: UTF8.self))
         }
     }
 
@@ -36,8 +36,31 @@ enum Output {
     static func fields(_ rows: [(String, String)]) {
         let shownRows = rows.map { (shown($0.0), shown($0.1)) }
         let width = shownRows.map(\.0.count).max() ?? 0
+        var text = ""
         for (label, value) in shownRows {
-            print(label + ":" + String(repeating: " ", count: width - label.count + 2) + value)
+            text += label + ":" + String(repeating: " ", count: width - label.count + 2) + value + "\n"
+        }
+        standardOutput(text)
+    }
+
+    /// `text` and a newline on standard output.
+    static func line(_ text: String) { standardOutput(text + "\n") }
+
+    /// `text` on standard output as it is, after what `print` buffered. Not `print` itself: its
+    /// dynamic casts of the value (is it `TextOutputStreamable`, `CustomStringConvertible`?) make
+    /// the Swift runtime search every protocol conformance of the binary on first use, a
+    /// noticeable part of a short command.
+    static func standardOutput(_ text: String) {
+        var text = text
+        fflush(nil)
+        text.withUTF8 { bytes in
+            var offset = 0
+            while offset < bytes.count {
+                let written = Glibc.write(STDOUT_FILENO, bytes.baseAddress?.advanced(by: offset), bytes.count - offset)
+                if written < 0, errno == EINTR { continue }
+                guard written > 0 else { return }
+                offset += written
+            }
         }
     }
 
