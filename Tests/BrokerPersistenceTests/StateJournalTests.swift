@@ -93,7 +93,8 @@ struct StateJournalTests {
         try store.save(state)
         try store.sync()
 
-        let journal = String(decoding: try #require(FileManager.default.contents(atPath: directory.journal)), as: UTF8.self)
+        let journal = String(
+            decoding: try #require(FileManager.default.contents(atPath: directory.journal)), as: UTF8.self)
         let lines = journal.split(separator: "\n")
         #expect(lines.count == 2 && lines.first?.hasPrefix(#"{"journal":1,"snapshot":"#) == true, "\(journal)")
         #expect(lines.last == #"{"clients":{"newcomer":{"lastSeen":"oid-0.t"}}}"#)
@@ -136,7 +137,8 @@ struct StateJournalTests {
         return try FileManager.default.attributesOfItem(atPath: path)[.size] as? Int ?? -1
     }
 
-    @Test("a last line cut short (a power loss) is dropped; the next save writes a snapshot, the next line a new journal")
+    @Test(
+        "a last line cut short (a power loss) is dropped; the next save writes a snapshot, the next line a new journal")
     func tornLastLine() throws {
         let directory = Directory()
         var state = Self.crowd(3)
@@ -156,7 +158,8 @@ struct StateJournalTests {
         state.clients["app-2"] = nil
         try store.save(state)
         try store.sync()
-        #expect(!FileManager.default.fileExists(atPath: directory.journal), "the snapshot took the torn journal with it")
+        #expect(
+            !FileManager.default.fileExists(atPath: directory.journal), "the snapshot took the torn journal with it")
         #expect(try FileStateStore.peek(directory.path) == Self.atRest(state))
         // The next change starts the new snapshot's journal.
         state.clients["app-1"] = nil
