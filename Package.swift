@@ -60,6 +60,8 @@ let package = Package(
         // brokerd's executor for Swift concurrency (TaskPool), through the runtime's hooks.
         .target(name: "CConcurrencyHooks"),
         .target(name: "TaskPool", dependencies: ["CConcurrencyHooks"]),
+        // brokerd's release of what a burst of work left in its memory.
+        .target(name: "CProcessMemory"),
         .target(name: "TextRules"),
         .target(name: "DBus", dependencies: ["CDBus", "Locking", "TextRules", logging], exclude: ["README.md"]),
         .target(name: "HTTP", dependencies: ["CCurl", "Locking"], exclude: ["README.md"]),
@@ -76,7 +78,10 @@ let package = Package(
             name: "BrokerPersistence", dependencies: ["DBus", "BrokerCore", "Locking", logging]),
         .target(
             name: "BrokerDaemon",
-            dependencies: ["DBus", "BrokerAPI", "BrokerCore", "BrokerPersistence", "Identity", "Locking", logging]),
+            dependencies: [
+                "DBus", "BrokerAPI", "BrokerCore", "BrokerPersistence", "Identity", "HTTP", "CProcessMemory", "Locking",
+                logging,
+            ]),
         .executableTarget(
             name: "brokerd",
             dependencies: [

@@ -2,6 +2,7 @@ import BrokerCore
 import BrokerPersistence
 import DBus
 import Glibc
+import HTTP
 import Identity
 import Logging
 
@@ -69,9 +70,11 @@ public enum Daemon {
             home: getenv("HOME").map { String(cString: $0) } ?? "", logger: logger)
         let provider: any IdentityProvider
         var oidc: OIDCProvider?
+        MemoryRelease.installAfterHTTPBursts(logger: logger)
         if let authority {
             provider = OIDCProvider(
-                authority: authority, clock: clock, logger: logger,
+                authority: authority, http: HTTPClient(idleRelease: Self.httpIdleRelease()), clock: clock,
+                logger: logger,
                 clientSecrets: try options.configuration.clientSecrets(), tenantId: tenant,
                 allowPasswordGrant: options.configuration.allowPasswordGrant == true,
                 clientCapabilities: options.configuration.clientCapabilities ?? [],
@@ -411,6 +414,17 @@ public enum Daemon {
             DeviceFact.screenLock,
             to: watch.sources.isEmpty ? "none found at start" : watch.sources.joined(separator: ", "))
         return watch
+    }
+
+    /// How long brokerd keeps libcurl after its last request (``MemoryRelease``); in a debug
+    /// build, `BROKERD_HTTP_IDLE_RELEASE_MS` instead, so that a test need not wait a minute.
+    static func httpIdleRelease() -> Duration {
+        #if DEBUG
+        if let text = getenv("BROKERD_HTTP_IDLE_RELEASE_MS").map({ String(cString: $0) }), let ms = Int(text), ms > 0 {
+            return .milliseconds(ms)
+        }
+        #endif
+        return HTTPClient.defaultIdleRelease
     }
 
     /// This boot's id (`/proc/sys/kernel/random/boot_id`); in a debug build only, the file

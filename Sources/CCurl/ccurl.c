@@ -13,6 +13,7 @@
 
 static struct {
     CURLcode (*global_init)(long flags);
+    void (*global_cleanup)(void);
     CURLM *(*multi_init)(void);
     CURLMcode (*multi_cleanup)(CURLM *);
     CURLMcode (*multi_wakeup)(CURLM *);
@@ -32,17 +33,21 @@ static struct {
     void (*slist_free_all)(struct curl_slist *);
 } api;
 
-static pthread_once_t once = PTHREAD_ONCE_INIT;
-static int usable;
+/* Guards the fields below: libcurl is loaded while anyone holds it (ccurl_load), and unloaded
+ * when the last holder lets it go (ccurl_unload). */
+static pthread_mutex_t guard = PTHREAD_MUTEX_INITIALIZER;
+static void *library;
+static unsigned holders;
 static char failure[512];
 
-static void load(void) {
-    void *library = dlopen(CCURL_LIBRARY, RTLD_NOW | RTLD_LOCAL);
+/* Opens and initialises libcurl; NULL on success, else why not. Under guard. */
+static const char *load(void) {
+    library = dlopen(CCURL_LIBRARY, RTLD_NOW | RTLD_LOCAL);
     if (library == NULL) {
         const char *why = dlerror();
         snprintf(failure, sizeof failure, "cannot load libcurl (%s); install it (Debian: apt install libcurl4)",
                  why ? why : CCURL_LIBRARY);
-        return;
+        return failure;
     }
 #define CCURL_RESOLVE(field, name)                                                                  \
     do {                                                                                            \
@@ -50,10 +55,13 @@ static void load(void) {
         if (api.field == NULL) {                                                                    \
             snprintf(failure, sizeof failure, "%s has no %s: libcurl 7.85 or later is required",    \
                      CCURL_LIBRARY, name);                                                          \
-            return;                                                                                 \
+            dlclose(library);                                                                       \
+            library = NULL;                                                                         \
+            return failure;                                                                         \
         }                                                                                           \
     } while (0)
     CCURL_RESOLVE(global_init, "curl_global_init");
+    CCURL_RESOLVE(global_cleanup, "curl_global_cleanup");
     CCURL_RESOLVE(multi_init, "curl_multi_init");
     CCURL_RESOLVE(multi_cleanup, "curl_multi_cleanup");
     CCURL_RESOLVE(multi_wakeup, "curl_multi_wakeup");
@@ -75,14 +83,29 @@ static void load(void) {
     CURLcode code = api.global_init(CURL_GLOBAL_DEFAULT);
     if (code != CURLE_OK) {
         snprintf(failure, sizeof failure, "curl_global_init failed (libcurl error %d)", (int)code);
-        return;
+        dlclose(library);
+        library = NULL;
+        return failure;
     }
-    usable = 1;
+    return NULL;
 }
 
 const char *ccurl_load(void) {
-    if (pthread_once(&once, load) != 0) return "cannot load libcurl: pthread_once failed";
-    return usable ? NULL : failure;
+    pthread_mutex_lock(&guard);
+    const char *why = holders > 0 ? NULL : load();
+    if (why == NULL) holders++;
+    pthread_mutex_unlock(&guard);
+    return why;
+}
+
+void ccurl_unload(void) {
+    pthread_mutex_lock(&guard);
+    if (holders > 0 && --holders == 0 && library != NULL) {
+        api.global_cleanup();
+        dlclose(library);
+        library = NULL;
+    }
+    pthread_mutex_unlock(&guard);
 }
 
 CURLM *ccurl_multi_init(void) { return api.multi_init(); }

@@ -9,12 +9,6 @@ import Musl
 import Darwin
 #endif
 
-/// libcurl, loaded (dlopen) and initialised (`curl_global_init`) once per process, on the first
-/// request: nil when usable, else why not (libcurl missing or too old), for the caller's error.
-enum CurlLibrary {
-    static let loadFailure: String? = ccurl_load().map { String(cString: $0) }
-}
-
 /// A request waiting for, or owned by, the worker thread.
 struct Job: Sendable {
     let id: UInt64
@@ -53,6 +47,9 @@ struct SharedState: Sendable {
     var stopping = false
     /// The worker thread has returned (after its teardown), or never ran.
     var threadEnded = false
+    /// Counts the workers started: a worker that let libcurl go after being idle ends while a
+    /// later one may already run, and must not report that one's end.
+    var generation: UInt64 = 0
     /// Who waits for the thread's end (``CurlWorker/stopAndWait()``).
     var endWaiters: [CheckedContinuation<Void, Never>] = []
 }
@@ -61,33 +58,44 @@ struct SharedState: Sendable {
 /// The thread-confined half is ``CurlLoop``.
 ///
 /// Nothing happens until the first request: only then is libcurl loaded and the worker thread
-/// started, so a client that is created but never used (an idle broker) costs neither.
+/// started, so a client that is created but never used (an idle broker) costs neither. After
+/// `idleRelease` without a transfer the thread ends and lets libcurl go; the next request starts
+/// both again.
 final class CurlWorker: Sendable {
     let state: Locked<SharedState>
     let userAgent: String
+    let idleRelease: Duration
 
-    init(userAgent: String) {
+    init(userAgent: String, idleRelease: Duration) {
         self.userAgent = userAgent
+        self.idleRelease = idleRelease
         self.state = Locked(SharedState())
     }
 
-    /// Loads libcurl, creates the multi handle and starts the thread; under the lock, once.
+    /// Loads libcurl, creates the multi handle and starts the thread; under the lock.
     /// The thread's first step waits for the lock, so it starts after this request is queued.
     private func start(_ state: inout SharedState) {
         state.started = true
-        if let failure = CurlLibrary.loadFailure {
-            state.startFailure = failure
+        state.threadEnded = false
+        state.generation &+= 1
+        let generation = state.generation
+        if let failure = ccurl_load() {
+            state.startFailure = String(cString: failure)
             return
         }
         guard let pointer = ccurl_multi_init() else {
             state.startFailure = "libcurl could not create a multi handle"
+            ccurl_unload()
             return
         }
         let multi = MultiHandle(pointer: pointer)
         state.multi = multi
         let started = startThread { [self] in
-            CurlLoop(worker: self)?.run()
-            let waiters = self.state.withLock { state in
+            let released = CurlLoop(worker: self)?.run() ?? false
+            ccurl_unload()
+            if released { HTTPClient.afterIdleRelease()?() }
+            let waiters = self.state.withLock { state -> [CheckedContinuation<Void, Never>] in
+                guard state.generation == generation else { return [] }
                 state.threadEnded = true
                 defer { state.endWaiters = [] }
                 return state.endWaiters
@@ -98,8 +106,12 @@ final class CurlWorker: Sendable {
             state.multi = nil
             state.startFailure = "cannot start the HTTP worker thread"
             _ = ccurl_multi_cleanup(multi.pointer)
+            ccurl_unload()
         }
     }
+
+    /// Whether a worker thread holds libcurl now (for tests of the idle release).
+    var running: Bool { state.withLock { $0.started && $0.multi != nil } }
 
     func makeID() -> UInt64 {
         state.withLock { state in
@@ -187,7 +199,8 @@ final class CurlLoop {
         self.multi = multi.pointer
     }
 
-    func run() {
+    /// Drives the transfers until a stop or an idle release; true for the release.
+    func run() -> Bool {
         while true {
             let (jobs, cancellations, stopping) = worker.state.withLock { state in
                 let jobs = state.queue
@@ -218,11 +231,55 @@ final class CurlLoop {
                 }
             }
             // libcurl shortens the wait to its own next timer; new work and cancellations
-            // interrupt it through curl_multi_wakeup. Idle, the thread sleeps without a timeout:
-            // nothing it would do then is due (a daemon on a tablet must not wake for nothing).
-            _ = ccurl_multi_poll(multi, nil, 0, active.isEmpty ? Int32.max : 1000, nil)
+            // interrupt it through curl_multi_wakeup. Idle, the thread sleeps until it is time to
+            // let libcurl go, then ends: nothing is polled (a daemon on a tablet must not wake
+            // for nothing).
+            var timeout: Int32 = 1000
+            if active.isEmpty {
+                let now = Self.monotonicNanoseconds()
+                let since = idleSince ?? now
+                idleSince = since
+                let left = releaseAfter - Int64(clamping: now &- since)
+                if left <= 0 {
+                    if releaseIfStillIdle() {
+                        released = true
+                        break
+                    }
+                    continue
+                }
+                timeout = Int32(clamping: (left + 999_999) / 1_000_000)
+            } else {
+                idleSince = nil
+            }
+            _ = ccurl_multi_poll(multi, nil, 0, timeout, nil)
         }
-        teardown()
+        teardown(released: released)
+        return released
+    }
+
+    /// When the client has been idle since `idleSince`, in monotonic nanoseconds.
+    private var idleSince: UInt64?
+    private var released = false
+    private var releaseAfter: Int64 {
+        let (seconds, attoseconds) = worker.idleRelease.components
+        return seconds &* 1_000_000_000 &+ attoseconds / 1_000_000_000
+    }
+
+    /// Hands the client back to its idle state (the next request starts a new worker) unless
+    /// work came in meanwhile; true when it did.
+    private func releaseIfStillIdle() -> Bool {
+        worker.state.withLock { state in
+            guard state.queue.isEmpty, state.cancellations.isEmpty, !state.stopping else { return false }
+            state.multi = nil
+            state.started = false
+            return true
+        }
+    }
+
+    private static func monotonicNanoseconds() -> UInt64 {
+        var time = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &time)
+        return UInt64(time.tv_sec) &* 1_000_000_000 &+ UInt64(time.tv_nsec)
     }
 
     private func start(_ job: Job) {
@@ -279,13 +336,18 @@ final class CurlLoop {
         worker.state.withLock { _ = $0.owned.remove(id) }
     }
 
-    private func teardown() {
-        let leftovers: [Job] = worker.state.withLock { state in
-            state.multi = nil
-            let jobs = state.queue
-            state.queue.removeAll()
-            return jobs
-        }
+    /// Frees the handles. After a stop, the requests still queued end as cancelled; after an
+    /// idle release the shared state is a later worker's already, and is not touched.
+    private func teardown(released: Bool) {
+        let leftovers: [Job] =
+            released
+            ? []
+            : worker.state.withLock { state in
+                state.multi = nil
+                let jobs = state.queue
+                state.queue.removeAll()
+                return jobs
+            }
         for transfer in Array(active.values) {
             finish(transfer, with: .failure(.cancelled))
         }

@@ -1,6 +1,9 @@
+import Locking
+
 /// An HTTP/1.1 and HTTP/2 client over libcurl.
 ///
-/// One worker thread per client owns a libcurl multi handle and drives every transfer;
+/// One worker thread per client owns a libcurl multi handle and drives every transfer while there
+/// are some (it ends, and libcurl is unloaded, once the client has been idle for a while);
 /// ``send(_:)`` hands a request to it and suspends until the transfer ends, so many requests
 /// can be in flight at once without blocking Swift concurrency threads.
 ///
@@ -8,7 +11,8 @@
 /// response); TLS peer and host verification stay on, against the system trust store; connect
 /// and total timeouts are always bounded; proxies follow libcurl's usual environment variables.
 public final class HTTPClient: Sendable {
-    /// A process-wide client, created on first use. Its worker thread lives for the process.
+    /// A process-wide client, created on first use. Its worker thread runs while it has work
+    /// (and ``defaultIdleRelease`` after).
     public static let shared = HTTPClient()
 
     /// The `User-Agent` sent with every request.
@@ -16,17 +20,36 @@ public final class HTTPClient: Sendable {
 
     private let worker: CurlWorker
 
+    /// How long the client keeps libcurl after its last transfer, by default: a minute.
+    public static let defaultIdleRelease: Duration = .seconds(60)
+
     /// Creates a client with its own worker thread, stopped when the client is released.
-    /// Control characters in `userAgent` are removed.
-    public init(userAgent: String = "shared-device-broker") {
+    /// Control characters in `userAgent` are removed. After `idleRelease` without a transfer the
+    /// worker lets libcurl go (its connections, the thread, and the libraries only libcurl
+    /// needed: several MiB a daemon then need not keep); the next request loads it again.
+    public init(userAgent: String = "shared-device-broker", idleRelease: Duration = HTTPClient.defaultIdleRelease) {
         let clean = String(userAgent.unicodeScalars.filter { $0.value >= 0x20 && $0.value != 0x7F }.map(Character.init))
         self.userAgent = clean
-        self.worker = CurlWorker(userAgent: clean)
+        self.worker = CurlWorker(userAgent: clean, idleRelease: idleRelease)
     }
 
     deinit {
         worker.shutdown()
     }
+
+    /// Called on a worker's thread each time a client has let libcurl go after being idle (see
+    /// ``init(userAgent:idleRelease:)``): the moment, for a daemon, to give back what the burst of
+    /// work left behind. Set once, at start.
+    public static func whenIdleReleased(_ body: @escaping @Sendable () -> Void) {
+        idleReleaseHandler.withLock { $0 = body }
+    }
+
+    static func afterIdleRelease() -> (@Sendable () -> Void)? { idleReleaseHandler.withLock { $0 } }
+
+    private static let idleReleaseHandler = Locked<(@Sendable () -> Void)?>(nil)
+
+    /// Whether its worker thread runs (and holds libcurl) now.
+    var workerRunning: Bool { worker.running }
 
     /// Ends every transfer (as cancelled) and stops the worker thread; later requests fail at
     /// once. For a process about to exit: exit tears libcurl and its TLS library down, and a

@@ -13,9 +13,8 @@ import Glibc
 /// `Task.sleep`: a token's expiry, an inactivity deadline, a configured poll) arms the one wait
 /// that ends at the earliest deadline.
 ///
-/// Jobs run first in, first out, without priorities: brokerd's tasks are short and never block
-/// (the bus and HTTP have threads of their own), as on Swift's cooperative pool, whose width
-/// this pool also has.
+/// Jobs run first in, first out, without priorities: brokerd's tasks are short and do not wait on
+/// each other (the bus and HTTP have threads of their own).
 public enum TaskPool {
     /// Takes over the global executor (and the main executor) for the rest of the process, with
     /// `threads` workers; then runs `body` as the main task and exits with its status. Call it
@@ -26,9 +25,12 @@ public enum TaskPool {
         exit(mainQueue.drainOnThisThread())
     }
 
-    /// How many workers: the processors this process may use, as Swift's cooperative pool
-    /// sizes itself, at least two (one may wait on another's job).
-    public static var defaultWidth: Int { max(2, Int(cch_available_processors())) }
+    /// How many workers: the processors this process may use, as Swift's cooperative pool sizes
+    /// itself, and at least four. libdispatch adds a thread when its workers are all blocked (its
+    /// monitor, the timer this pool does without, looks every second); this pool does not, so it
+    /// keeps room for a worker or two held up in a system call (an fsync on a busy disk) while the
+    /// others go on. An idle worker costs a few pages of stack and no wake-up.
+    public static var defaultWidth: Int { max(4, Int(cch_available_processors())) }
 
     private static func install(threads: Int) {
         typealias Original = UnsafeMutableRawPointer?

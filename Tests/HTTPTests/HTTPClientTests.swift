@@ -458,4 +458,23 @@ struct HTTPClientTests {
             #expect(server.received.allSatisfy { $0.header("x-evil") == nil })
         }
     }
+
+    /// Idle, a client lets libcurl and its thread go; the next request starts them again, and a
+    /// stop after a release returns at once.
+    @Test func anIdleClientReleasesLibcurlAndComesBack() async throws {
+        let client = HTTPClient(idleRelease: .milliseconds(200))
+        try await withServer { server in
+            #expect(try await client.send(.get("\(server.base)/one")).status == 200)
+            // The release is the worker's own timer; waited for, bounded, without a readiness line to wait on.
+            var released = false
+            for _ in 0..<300 where !released {
+                try await Task.sleep(for: .milliseconds(10))
+                released = !client.workerRunning
+            }
+            #expect(released, "the worker still runs after 3 s idle")
+            #expect(try await client.send(.get("\(server.base)/two")).status == 200)
+            #expect(server.received.map(\.target) == ["/one", "/two"])
+        }
+        await client.stop()
+    }
 }

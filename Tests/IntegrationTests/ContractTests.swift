@@ -229,6 +229,10 @@ struct ContractTests {
         // A corrupt state file is kept aside and the broker starts signed out.
         _ = try env.brokerd.stop()
         try "{not json".write(toFile: env.stateDirectory + "/state.json", atomically: false, encoding: .utf8)
+        // A journal beside it (a clean stop folds it in, so one is written here, as a crash would leave it).
+        let journal = env.stateDirectory + "/state.journal"
+        try #"{"journal":1,"snapshot":"5a"}"#.appending("\n").write(toFile: journal, atomically: false, encoding: .utf8)
+        chmod(journal, 0o600)
         try env.restartBroker()
         let kept = try FileManager.default.contentsOfDirectory(atPath: env.stateDirectory).filter {
             $0.contains("broken")

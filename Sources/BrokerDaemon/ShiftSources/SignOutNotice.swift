@@ -35,6 +35,9 @@ final class SignOutNotice: Sendable {
         let shown = Locked<UInt32?>(nil)
         /// Every notice shown during the warning on now, which "Stay signed in" may come from.
         let ofThisWarning = Locked<Set<UInt32>>([])
+        /// Actions that came before the reply to their Notify was read (the server sends the reply
+        /// first, but the signal and the reply are handled by different tasks): applied when it is.
+        let early = Locked<[UInt32]>([])
         let warnings = service.shiftEvents.subscribe()
         var tasks: [Task<Void, Never>] = []
         // Subscribed whether or not a server runs now: one may be started (or activated) later.
@@ -48,9 +51,14 @@ final class SignOutNotice: Sendable {
                     for await action in actions {
                         // Against every notice of this warning, not the one on screen: a server sends
                         // NotificationClosed with the action, and that may be handled first.
-                        guard let id = action.arguments.first?.uint32, ofThisWarning.withLock({ $0.contains(id) }),
+                        guard let id = action.arguments.first?.uint32,
                             action.arguments.dropFirst().first?.string == stayAction
                         else { continue }
+                        guard ofThisWarning.withLock({ $0.contains(id) }) else {
+                            // Perhaps the notice whose Notify is still being answered; a few are kept.
+                            early.withLock { $0 = Array(($0 + [id]).suffix(8)) }
+                            continue
+                        }
                         logger.notice("the person chose to stay signed in", metadata: ["notification": "\(id)"])
                         await broker.personActive()
                     }
@@ -82,6 +90,14 @@ final class SignOutNotice: Sendable {
                             shown.withLock { $0 = id }
                             ofThisWarning.withLock { _ = $0.insert(id) }
                             logger.info("told the person of the sign-out", metadata: ["notification": "\(id)"])
+                            let chosen = early.withLock { early -> Bool in
+                                defer { early.removeAll { $0 == id } }
+                                return early.contains(id)
+                            }
+                            if chosen {
+                                logger.notice("the person chose to stay signed in", metadata: ["notification": "\(id)"])
+                                await service.broker.personActive()
+                            }
                         } catch {
                             // Said once: a desktop without notifications stays without them.
                             logger.log(
@@ -94,6 +110,7 @@ final class SignOutNotice: Sendable {
                         }
                     case .cancelled, .over:
                         ofThisWarning.withLock { $0 = [] }
+                        early.withLock { $0 = [] }
                         guard let id = shown.withLock({ $0 }) else { continue }
                         shown.withLock { $0 = nil }
                         // A notification the server closed already answers an error: nothing to do.

@@ -2,10 +2,11 @@
 /*
  * ccurl.h - a thin shim over libcurl for Swift, loaded on first use.
  *
- * libcurl is not linked: ccurl_load() opens libcurl.so.4 with dlopen the first time
- * it is called and resolves the few functions below, so a process that never makes an HTTP
- * request never loads libcurl and what it pulls in (OpenSSL, GnuTLS, LDAP, Kerberos, ...).
- * Every other ccurl_ function may be called only after ccurl_load() returned NULL.
+ * libcurl is not linked: ccurl_load() opens libcurl.so.4 with dlopen when nobody holds it
+ * and resolves the few functions below, so a process that makes no HTTP request never loads
+ * libcurl and what it pulls in (OpenSSL, GnuTLS, LDAP, Kerberos, ...), and one that made its
+ * requests can let them go (ccurl_unload). Every other ccurl_ function may be called only
+ * between a ccurl_load() that returned NULL and its ccurl_unload().
  *
  * Swift cannot call C variadic functions, so curl_easy_setopt, curl_easy_getinfo and
  * curl_multi_setopt get one typed wrapper per argument type. Macros and union members
@@ -19,9 +20,13 @@
 
 #include <curl/curl.h>
 
-/* Loads libcurl and runs curl_global_init, once per process (thread-safe).
- * NULL on success; otherwise why libcurl is unusable (the same text on every call). */
+/* Holds libcurl: loads it and runs curl_global_init unless it is held already (thread-safe).
+ * NULL on success; otherwise why libcurl is unusable, and nothing is held. */
 const char *ccurl_load(void);
+
+/* Lets go of what ccurl_load() held; the last holder's curl_global_cleanup and dlclose unload
+ * libcurl and the libraries only it needed. Every handle must be cleaned up before. */
+void ccurl_unload(void);
 
 /* The libcurl functions used, once loaded */
 
