@@ -57,9 +57,9 @@ let package = Package(
         .target(name: "CCurl", linkerSettings: [.linkedLibrary("dl")]),
 
         .target(name: "Locking"),
-        // brokerd's executor for Swift concurrency (TaskPool), through the runtime's hooks.
-        .target(name: "CConcurrencyHooks"),
-        .target(name: "TaskPool", dependencies: ["CConcurrencyHooks"]),
+        // brokerd's executor for Swift concurrency (TaskPool), and the Linux timer it sleeps on.
+        .target(name: "CTaskPool"),
+        .target(name: "TaskPool", dependencies: ["CTaskPool"]),
         // brokerd's release of what a burst of work left in its memory.
         .target(name: "CProcessMemory"),
         .target(name: "TextRules"),

@@ -600,7 +600,9 @@ class IdleWatch:
             self.daemons[name] = brokerd.pid
         ref, _ = self.spawn([f"{CBIN}/reference", "--address", self.bus(), "--name", REF_NAME], "reference ready")
         self.daemons["reference"] = ref.pid
-        time.sleep(2)  # the sign-ins' and the first poll's work done
+        # Counted once each daemon has settled: the sign-ins' work done, and the HTTP client's idle
+        # release a minute after the last request (once, not a period) behind it.
+        time.sleep(2 if args.smoke else 66)
         self.perf = shutil.which("perf")
         self.counting = {}
         for name, pid in self.daemons.items():
@@ -759,8 +761,11 @@ def targets(R):
         memory_line(f"after a sign-in, settled ({R['wakeups']['seconds']} s idle)",
                     R["wakeups"]["signed_in"]["memory_at_the_end"], 16)
     if "rss_kib" in R:
-        add("brokerd idle RSS, MiB", R["rss_kib"]["brokerd_idle"] / 1024, 12, "<=", None,
-            R["rss_kib"]["reference_idle"] / 1024, None)
+        add("brokerd RSS a second after its start (reading discovery), MiB", R["rss_kib"]["brokerd_idle"] / 1024, None,
+            "report", None, R["rss_kib"]["reference_idle"] / 1024, None)
+    if "wakeups" in R and "memory_at_the_end" in R["wakeups"]["signed_out"]:
+        memory_line(f"idle, signed out, settled ({R['wakeups']['seconds']} s)",
+                    R["wakeups"]["signed_out"]["memory_at_the_end"], 12)
         add("brokerd RSS growth per 1,000 subscriber apps, MiB", R["rss_per_1000_apps"]["brokerd"]["growth_kib_per_1000"] / 1024,
             4, "<=", None, R["rss_per_1000_apps"]["reference"]["growth_kib_per_1000"] / 1024, None)
     if "stored_state" in R:

@@ -13,13 +13,11 @@ extension Broker {
     /// the warning starts, unless nobody is signed in or one is on already.
     public func personInactive() {
         guard let idle = configuration.idleSignOut, configuration.deviceMode == .shared else { return }
-        guard state.current != nil else {
-            // The idle source says this once per quiet period: a sign-in before the person's next
-            // activity must not go unwatched until then.
-            personIdle = true
-            return
-        }
-        guard state.signOutDeadline == nil else { return }
+        // The idle source says this once per quiet period: a sign-in before the person's next
+        // activity (after this warning's sign-out, or with nobody signed in now) must not go
+        // unwatched until then.
+        personIdle = true
+        guard state.current != nil, state.signOutDeadline == nil else { return }
         // The next whole second after the full warning: the person gets at least what was promised.
         let deadline = (clock.nowMicroseconds() + idle.warning * 1_000_000 + 999_999) / 1_000_000
         var next = state

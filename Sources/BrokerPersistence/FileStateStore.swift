@@ -171,7 +171,13 @@ public final class FileStateStore: StateStore {
         var pending: String?
         if loaded.version == StateFileFormat.currentVersion, let snapshot = loaded.journal {
             if journalBytes == 0 || replayed.stale {
-                // No line since the snapshot: the first one starts its journal.
+                // No line since the snapshot: the first one starts its journal. A journal of an
+                // earlier snapshot (a crash cut off its removal) may hold what that snapshot took
+                // off the disk, a sign-out's refresh tokens: it goes now.
+                if replayed.stale {
+                    unlink(journalPath)
+                    syncDirectory()
+                }
                 pending = snapshot
             } else if replayed.tornBytes == 0 {
                 let fd = open(journalPath, O_WRONLY | O_APPEND | O_CLOEXEC | O_NOFOLLOW)

@@ -7,10 +7,15 @@
 #include <string.h>
 #include <sys/mman.h>
 
-size_t cpm_release_untouched_pages(void) {
+static size_t last_released;
+
+size_t cpm_last_released(void) { return last_released; }
+
+void cpm_release_untouched_code(void) {
     malloc_trim(0);
+    last_released = 0;
     FILE *smaps = fopen("/proc/self/smaps", "re");
-    if (smaps == NULL) return 0;
+    if (smaps == NULL) return;
     char line[4096];
     unsigned long start = 0, end = 0;
     int candidate = 0;
@@ -29,8 +34,8 @@ size_t cpm_release_untouched_pages(void) {
             if (!more) break;
             start = from;
             end = to;
-            /* A file's (an inode), private, never writable: code and constants. */
-            candidate = inode != 0 && perms[1] == '-' && perms[3] == 'p';
+            /* A file's (an inode), private, executable, never writable: code. */
+            candidate = inode != 0 && perms[1] == '-' && perms[2] == 'x' && perms[3] == 'p';
             anonymous = -1;
             dirty = -1;
         } else if (strncmp(line, "Anonymous:", 10) == 0) {
@@ -40,5 +45,5 @@ size_t cpm_release_untouched_pages(void) {
         }
     }
     fclose(smaps);
-    return released;
+    last_released = released;
 }

@@ -45,11 +45,10 @@ struct SharedState: Sendable {
     var cancelledEarly: Set<UInt64> = []
     var nextID: UInt64 = 1
     var stopping = false
-    /// The worker thread has returned (after its teardown), or never ran.
-    var threadEnded = false
-    /// Counts the workers started: a worker that let libcurl go after being idle ends while a
-    /// later one may already run, and must not report that one's end.
-    var generation: UInt64 = 0
+    /// Worker threads that have not returned: the one serving requests, and any that let
+    /// libcurl go after being idle and are still freeing it (a stop waits for those too: exit
+    /// would tear libcurl down under them).
+    var threads = 0
     /// Who waits for the thread's end (``CurlWorker/stopAndWait()``).
     var endWaiters: [CheckedContinuation<Void, Never>] = []
 }
@@ -76,9 +75,6 @@ final class CurlWorker: Sendable {
     /// The thread's first step waits for the lock, so it starts after this request is queued.
     private func start(_ state: inout SharedState) {
         state.started = true
-        state.threadEnded = false
-        state.generation &+= 1
-        let generation = state.generation
         if let failure = ccurl_load() {
             state.startFailure = String(cString: failure)
             return
@@ -90,19 +86,21 @@ final class CurlWorker: Sendable {
         }
         let multi = MultiHandle(pointer: pointer)
         state.multi = multi
+        state.threads += 1
         let started = startThread { [self] in
             let released = CurlLoop(worker: self)?.run() ?? false
             ccurl_unload()
             if released { HTTPClient.afterIdleRelease()?() }
             let waiters = self.state.withLock { state -> [CheckedContinuation<Void, Never>] in
-                guard state.generation == generation else { return [] }
-                state.threadEnded = true
+                state.threads -= 1
+                guard state.threads == 0 else { return [] }
                 defer { state.endWaiters = [] }
                 return state.endWaiters
             }
             for waiter in waiters { waiter.resume() }
         }
         if !started {
+            state.threads -= 1
             state.multi = nil
             state.startFailure = "cannot start the HTTP worker thread"
             _ = ccurl_multi_cleanup(multi.pointer)
@@ -173,7 +171,7 @@ final class CurlWorker: Sendable {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             let ended = state.withLock { state -> Bool in
                 state.stopping = true
-                guard state.started, state.startFailure == nil, !state.threadEnded else { return true }
+                guard state.threads > 0 else { return true }
                 state.endWaiters.append(continuation)
                 state.multi?.wakeup()
                 return false

@@ -1,3 +1,4 @@
+import CCurl
 import Locking
 
 /// An HTTP/1.1 and HTTP/2 client over libcurl.
@@ -45,6 +46,13 @@ public final class HTTPClient: Sendable {
     }
 
     static func afterIdleRelease() -> (@Sendable () -> Void)? { idleReleaseHandler.withLock { $0 } }
+
+    /// `body`, a C function, runs each time libcurl has been unloaded, while no request can load
+    /// it again (under the loader's lock): where a process may look at and change its own mappings
+    /// (``whenIdleReleased(_:)`` runs after, for what needs Swift, such as a log line).
+    public static func whenLibcurlUnloaded(_ body: @convention(c) () -> Void) {
+        ccurl_after_unload(body)
+    }
 
     private static let idleReleaseHandler = Locked<(@Sendable () -> Void)?>(nil)
 

@@ -1,26 +1,35 @@
-import CConcurrencyHooks
+import CTaskPool
 import Glibc
+@_spi(ExperimentalCustomExecutors) @_spi(ExperimentalScheduling) import _Concurrency
 
-/// brokerd's executor for Swift concurrency: a few threads that sleep on a condition variable
-/// until there is a job, and a main thread of its own, in place of libdispatch's.
+/// brokerd's executors for Swift concurrency: a few worker threads that sleep on a condition
+/// variable until there is a job, one thread that sleeps on a boot-time timer until a delayed
+/// job is due, and the main actor on the main thread, in place of libdispatch's.
 ///
-/// Why: on Linux, Swift's default global executor is libdispatch's internal workqueue, whose
-/// pool monitor is a timer that wakes the process every second for as long as it lives
+/// Why: on Linux, Swift's default executor is libdispatch's internal workqueue, whose pool
+/// monitor is a timer that wakes the process every second for as long as it lives
 /// (`_dispatch_workq_monitor_pools`). A broker on a battery-powered shift tablet must not wake the
-/// CPU while nothing happens, so brokerd takes over the runtime's enqueue hooks (the same hooks
-/// SwiftNIO uses to run tasks on its event loops) before its first task: with nothing to run
-/// and no timer armed, every thread of this pool waits without a timeout. A delayed job (a
-/// `Task.sleep`: a token's expiry, an inactivity deadline, a configured poll) arms the one wait
-/// that ends at the earliest deadline.
+/// CPU while nothing happens. So brokerd installs its own executors before its first task
+/// (`_createExecutors`, the runtime's entry point for custom default executors, which is what
+/// `Task.sleep` also asks: through the runtime's enqueue hooks alone, a sleep would still start
+/// libdispatch). With nothing to run and no timer armed, every thread of brokerd's waits without
+/// a timeout.
+///
+/// Delayed jobs (a `Task.sleep`: a token's expiry, an inactivity deadline, a configured poll) wait
+/// on `CLOCK_BOOTTIME`, the clock `ContinuousClock` reads, so that a deadline passed during a
+/// suspend is met at resume (a monotonic wait would add the suspend to it). A deadline of
+/// `SuspendingClock` is converted when it is set, so a suspend shortens it instead: brokerd sleeps
+/// on `ContinuousClock` only.
 ///
 /// Jobs run first in, first out, without priorities: brokerd's tasks are short and do not wait on
 /// each other (the bus and HTTP have threads of their own).
 public enum TaskPool {
-    /// Takes over the global executor (and the main executor) for the rest of the process, with
-    /// `threads` workers; then runs `body` as the main task and exits with its status. Call it
-    /// first thing in a synchronous `main`, before any task exists.
+    /// Installs the executors for the rest of the process, with `threads` workers; then runs
+    /// `body` as the main task and exits with its status. Call it first thing in a synchronous
+    /// `main`, before any task exists.
     public static func runMain(threads: Int, _ body: @escaping @Sendable () async -> Int32) -> Never {
-        install(threads: threads)
+        pool.start(threads: threads)
+        _createExecutors(factory: Executors.self)
         Task { mainQueue.finish(status: await body()) }
         exit(mainQueue.drainOnThisThread())
     }
@@ -30,79 +39,33 @@ public enum TaskPool {
     /// monitor, the timer this pool does without, looks every second); this pool does not, so it
     /// keeps room for a worker or two held up in a system call (an fsync on a busy disk) while the
     /// others go on. An idle worker costs a few pages of stack and no wake-up.
-    public static var defaultWidth: Int { max(4, Int(cch_available_processors())) }
-
-    private static func install(threads: Int) {
-        typealias Original = UnsafeMutableRawPointer?
-        let global: @convention(thin) (UnownedJob, Original) -> Void = { job, _ in pool.enqueue(job) }
-        let delayed: @convention(thin) (UInt64, UnownedJob, Original) -> Void = { nanoseconds, job, _ in
-            pool.enqueue(job, at: Monotonic.now() &+ nanoseconds)
-        }
-        let deadline: @convention(thin) (Int64, Int64, Int64, Int64, Int32, UnownedJob, Original) -> Void = {
-            seconds, nanoseconds, _, _, clock, job, _ in
-            // The deadline is on the task's clock (continuous or suspending); the pool waits on
-            // the monotonic clock, for what is left of it.
-            var nowSeconds: Int64 = 0
-            var nowNanoseconds: Int64 = 0
-            swiftGetTime(&nowSeconds, &nowNanoseconds, clock)
-            let left = (seconds &- nowSeconds) &* 1_000_000_000 &+ (nanoseconds &- nowNanoseconds)
-            pool.enqueue(job, at: Monotonic.now() &+ UInt64(clamping: max(0, left)))
-        }
-        let main: @convention(thin) (UnownedJob, Original) -> Void = { job, _ in mainQueue.enqueue(job) }
-        pool.start(threads: threads)
-        cch_install(
-            unsafeBitCast(global, to: UnsafeMutableRawPointer.self),
-            unsafeBitCast(delayed, to: UnsafeMutableRawPointer.self),
-            unsafeBitCast(deadline, to: UnsafeMutableRawPointer.self),
-            unsafeBitCast(main, to: UnsafeMutableRawPointer.self))
-    }
+    public static var defaultWidth: Int { max(4, Int(ctp_available_processors())) }
 }
 
-/// The runtime's reading of a Swift clock (`swift_clock_id`: continuous or suspending).
-@_silgen_name("swift_get_time")
-private func swiftGetTime(
-    _ seconds: UnsafeMutablePointer<Int64>, _ nanoseconds: UnsafeMutablePointer<Int64>, _ clock: Int32)
+/// What the runtime asks for the default executor and the main executor.
+struct Executors: ExecutorFactory {
+    static var mainExecutor: any MainExecutor { mainQueue }
+    static var defaultExecutor: any TaskExecutor { pool }
+}
 
 private let pool = WorkerPool()
 private let mainQueue = MainQueue()
 
-enum Monotonic {
-    /// CLOCK_MONOTONIC in nanoseconds: what the pool's timed wait is measured against.
-    static func now() -> UInt64 {
-        var time = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &time)
-        return UInt64(time.tv_sec) &* 1_000_000_000 &+ UInt64(time.tv_nsec)
-    }
-}
-
-/// A mutex and a condition variable whose timed wait is on the monotonic clock.
+/// A mutex and a condition variable.
 final class Condition: @unchecked Sendable {
     private let mutex = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
     private let condition = UnsafeMutablePointer<pthread_cond_t>.allocate(capacity: 1)
 
     init() {
         pthread_mutex_init(mutex, nil)
-        var attributes = pthread_condattr_t()
-        pthread_condattr_init(&attributes)
-        pthread_condattr_setclock(&attributes, CLOCK_MONOTONIC)
-        pthread_cond_init(condition, &attributes)
-        pthread_condattr_destroy(&attributes)
+        pthread_cond_init(condition, nil)
     }
 
     func lock() { pthread_mutex_lock(mutex) }
     func unlock() { pthread_mutex_unlock(mutex) }
     func signal() { pthread_cond_signal(condition) }
-
-    /// Waits (the mutex held) until signalled or, with a deadline, until then.
-    func wait(until deadline: UInt64?) {
-        guard let deadline else {
-            pthread_cond_wait(condition, mutex)
-            return
-        }
-        var time = timespec(
-            tv_sec: Int(deadline / 1_000_000_000), tv_nsec: Int(deadline % 1_000_000_000))
-        pthread_cond_timedwait(condition, mutex, &time)
-    }
+    /// Waits, the mutex held, until signalled.
+    func wait() { pthread_cond_wait(condition, mutex) }
 }
 
 /// A first-in, first-out queue of jobs that grows as needed and reuses its storage.
@@ -129,7 +92,7 @@ struct JobQueue {
     }
 }
 
-/// Jobs due at a time (monotonic nanoseconds), the earliest first; equal deadlines in the order
+/// Jobs due at a time (boot-time nanoseconds), the earliest first; equal deadlines in the order
 /// they came.
 struct TimerHeap {
     private struct Entry {
@@ -177,35 +140,50 @@ struct TimerHeap {
     }
 }
 
-/// The global executor's workers.
-final class WorkerPool: TaskExecutor, @unchecked Sendable {
+/// The default executor: its workers run jobs as they come; its timer thread moves delayed jobs
+/// to them when due.
+final class WorkerPool: TaskExecutor, SchedulingExecutor, @unchecked Sendable {
     private let condition = Condition()
+    private let timer = ctp_timer_create()
     // Guarded by `condition`'s mutex.
     private var ready = JobQueue()
     private var timers = TimerHeap()
     private var idle = 0
-    /// The deadline a worker waits for; the others wait without one. An earlier timer makes the
-    /// next worker that looks wait for it instead.
-    private var watchedDeadline: UInt64?
+    /// The deadline the timer is armed for, if any.
+    private var armed: UInt64?
 
     func start(threads: Int) {
-        for _ in 0..<threads {
-            var thread = pthread_t()
-            let context = Unmanaged.passRetained(self).toOpaque()
-            let created = pthread_create(
-                &thread, nil,
-                { context in
-                    guard let context else { return nil }
-                    Unmanaged<WorkerPool>.fromOpaque(context).takeRetainedValue().work()
-                    return nil
-                }, context)
-            if created == 0 {
-                pthread_detach(thread)
-            } else {
-                Unmanaged<WorkerPool>.fromOpaque(context).release()
+        for _ in 0..<threads { spawn { $0.work() } }
+        spawn { $0.waitForTimers() }
+    }
+
+    private func spawn(_ body: @escaping (WorkerPool) -> Void) {
+        final class Context {
+            let pool: WorkerPool
+            let body: (WorkerPool) -> Void
+            init(_ pool: WorkerPool, _ body: @escaping (WorkerPool) -> Void) {
+                self.pool = pool
+                self.body = body
             }
         }
+        let context = Unmanaged.passRetained(Context(self, body)).toOpaque()
+        var thread = pthread_t()
+        let created = pthread_create(
+            &thread, nil,
+            { raw in
+                guard let raw else { return nil }
+                let context = Unmanaged<Context>.fromOpaque(raw).takeRetainedValue()
+                context.body(context.pool)
+                return nil
+            }, context)
+        if created == 0 {
+            pthread_detach(thread)
+        } else {
+            Unmanaged<Context>.fromOpaque(context).release()
+        }
     }
+
+    func enqueue(_ job: consuming ExecutorJob) { enqueue(UnownedJob(job)) }
 
     func enqueue(_ job: UnownedJob) {
         condition.lock()
@@ -214,25 +192,53 @@ final class WorkerPool: TaskExecutor, @unchecked Sendable {
         condition.unlock()
     }
 
-    func enqueue(_ job: consuming ExecutorJob) { enqueue(UnownedJob(job)) }
+    func enqueue<C: Clock>(_ job: consuming ExecutorJob, at instant: C.Instant, tolerance: C.Duration?, clock: C) {
+        let left = (clock.now.duration(to: instant) as? Duration).map(Self.nanoseconds) ?? 0
+        enqueue(UnownedJob(job), at: ctp_boottime_ns() &+ UInt64(clamping: max(0, left)))
+    }
+
+    /// `duration` in nanoseconds, saturated (a sleep of centuries is one that never ends).
+    private static func nanoseconds(_ duration: Duration) -> Int64 {
+        let (seconds, attoseconds) = duration.components
+        guard seconds < 9_000_000_000 else { return Int64.max }
+        guard seconds > -9_000_000_000 else { return 0 }
+        return seconds * 1_000_000_000 + attoseconds / 1_000_000_000
+    }
 
     func enqueue(_ job: UnownedJob, at deadline: UInt64) {
         condition.lock()
-        let earlier = timers.earliest.map { deadline < $0 } ?? true
         timers.insert(job, at: deadline)
-        // The worker watching the timers waits for a later deadline, or none does: wake one.
-        if earlier, idle > 0 { condition.signal() }
+        if armed.map({ deadline < $0 }) ?? true {
+            armed = deadline
+            // The timer thread's read ends at the new time; nobody else is woken.
+            _ = ctp_timer_arm(timer, max(1, deadline))
+        }
         condition.unlock()
+    }
+
+    /// The timer thread: sleeps until the earliest deadline, hands what is due to the workers,
+    /// and arms the timer for the next one (or none).
+    private func waitForTimers() {
+        while true {
+            _ = ctp_timer_wait(timer)
+            condition.lock()
+            let now = ctp_boottime_ns()
+            var due = 0
+            while let job = timers.popDue(at: now) {
+                ready.append(job)
+                due += 1
+            }
+            for _ in 0..<min(due, idle) { condition.signal() }
+            armed = timers.earliest
+            _ = ctp_timer_arm(timer, armed.map { max(1, $0) } ?? 0)
+            condition.unlock()
+        }
     }
 
     private func work() {
         let executor = asUnownedTaskExecutor()
         condition.lock()
         while true {
-            if timers.earliest != nil {
-                let now = Monotonic.now()
-                while let due = timers.popDue(at: now) { ready.append(due) }
-            }
             if let job = ready.popFirst() {
                 // Another job waits: a sleeping worker takes it while this one runs.
                 if !ready.isEmpty, idle > 0 { condition.signal() }
@@ -242,25 +248,21 @@ final class WorkerPool: TaskExecutor, @unchecked Sendable {
                 continue
             }
             idle += 1
-            if let deadline = timers.earliest, watchedDeadline.map({ deadline < $0 }) ?? true {
-                watchedDeadline = deadline
-                condition.wait(until: deadline)
-                if watchedDeadline == deadline { watchedDeadline = nil }
-            } else {
-                condition.wait(until: nil)
-            }
+            condition.wait()
             idle -= 1
         }
     }
 }
 
-/// The main executor's jobs (the main actor's), run on the process's main thread.
-final class MainQueue: @unchecked Sendable {
+/// The main executor: the main actor's jobs, run on the process's main thread.
+final class MainQueue: MainExecutor, @unchecked Sendable {
     private let condition = Condition()
     private var jobs = JobQueue()
     private var status: Int32?
+    private var stopped = false
 
-    func enqueue(_ job: UnownedJob) {
+    func enqueue(_ job: consuming ExecutorJob) {
+        let job = UnownedJob(job)
         condition.lock()
         jobs.append(job)
         condition.signal()
@@ -274,13 +276,23 @@ final class MainQueue: @unchecked Sendable {
         condition.unlock()
     }
 
-    /// Runs main-actor jobs on the calling (main) thread until the main task finishes; returns its status.
+    func run() throws { _ = drainOnThisThread() }
+
+    func stop() {
+        condition.lock()
+        stopped = true
+        condition.signal()
+        condition.unlock()
+    }
+
+    /// Runs main-actor jobs on the calling (main) thread until the main task finishes (or a
+    /// stop); returns its status.
     func drainOnThisThread() -> Int32 {
         condition.lock()
         while true {
             if let job = jobs.popFirst() {
                 condition.unlock()
-                job.runSynchronously(on: MainActor.sharedUnownedExecutor)
+                job.runSynchronously(on: asUnownedSerialExecutor())
                 condition.lock()
                 continue
             }
@@ -288,7 +300,11 @@ final class MainQueue: @unchecked Sendable {
                 condition.unlock()
                 return status
             }
-            condition.wait(until: nil)
+            if stopped {
+                condition.unlock()
+                return 0
+            }
+            condition.wait()
         }
     }
 }

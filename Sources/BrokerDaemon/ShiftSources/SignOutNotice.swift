@@ -33,11 +33,11 @@ final class SignOutNotice: Sendable {
     {
         /// The notification on screen, if any: the one an action may name and a withdrawal closes.
         let shown = Locked<UInt32?>(nil)
-        /// Every notice shown during the warning on now, which "Stay signed in" may come from.
-        let ofThisWarning = Locked<Set<UInt32>>([])
-        /// Actions that came before the reply to their Notify was read (the server sends the reply
-        /// first, but the signal and the reply are handled by different tasks): applied when it is.
-        let early = Locked<[UInt32]>([])
+        /// Every notice shown during the warning on now, which "Stay signed in" may come from, and
+        /// the actions that came before the reply to their Notify was read (the server sends the
+        /// reply first, but the signal and the reply are handled by different tasks): one lock, so
+        /// that an action is either seen as its notice's or kept until the reply names it.
+        let notices = Locked<(ofThisWarning: Set<UInt32>, early: [UInt32])>(([], []))
         let warnings = service.shiftEvents.subscribe()
         var tasks: [Task<Void, Never>] = []
         // Subscribed whether or not a server runs now: one may be started (or activated) later.
@@ -54,11 +54,15 @@ final class SignOutNotice: Sendable {
                         guard let id = action.arguments.first?.uint32,
                             action.arguments.dropFirst().first?.string == stayAction
                         else { continue }
-                        guard ofThisWarning.withLock({ $0.contains(id) }) else {
-                            // Perhaps the notice whose Notify is still being answered; a few are kept.
-                            early.withLock { $0 = Array(($0 + [id]).suffix(8)) }
-                            continue
+                        let known = notices.withLock { notices -> Bool in
+                            guard notices.ofThisWarning.contains(id) else {
+                                // Perhaps the notice whose Notify is still being answered; a few are kept.
+                                notices.early = Array((notices.early + [id]).suffix(8))
+                                return false
+                            }
+                            return true
                         }
+                        guard known else { continue }
                         logger.notice("the person chose to stay signed in", metadata: ["notification": "\(id)"])
                         await broker.personActive()
                     }
@@ -88,12 +92,12 @@ final class SignOutNotice: Sendable {
                                 session, replacing: shown.withLock { $0 },
                                 body: body(seconds: Self.secondsLeft(until: deadline, clock: clock), cause: cause))
                             shown.withLock { $0 = id }
-                            ofThisWarning.withLock { _ = $0.insert(id) }
-                            logger.info("told the person of the sign-out", metadata: ["notification": "\(id)"])
-                            let chosen = early.withLock { early -> Bool in
-                                defer { early.removeAll { $0 == id } }
-                                return early.contains(id)
+                            let chosen = notices.withLock { notices -> Bool in
+                                notices.ofThisWarning.insert(id)
+                                defer { notices.early.removeAll { $0 == id } }
+                                return notices.early.contains(id)
                             }
+                            logger.info("told the person of the sign-out", metadata: ["notification": "\(id)"])
                             if chosen {
                                 logger.notice("the person chose to stay signed in", metadata: ["notification": "\(id)"])
                                 await service.broker.personActive()
@@ -109,8 +113,7 @@ final class SignOutNotice: Sendable {
                             told = true
                         }
                     case .cancelled, .over:
-                        ofThisWarning.withLock { $0 = [] }
-                        early.withLock { $0 = [] }
+                        notices.withLock { $0 = ([], []) }
                         guard let id = shown.withLock({ $0 }) else { continue }
                         shown.withLock { $0 = nil }
                         // A notification the server closed already answers an error: nothing to do.
