@@ -190,9 +190,11 @@ class Env:
         # The durable reference writes a file the size of brokerd's state.json (the sign-in's).
         durable_dir = os.path.join(self.tmp, "reference-state")
         os.makedirs(durable_dir, mode=0o700)
+        # What a snapshot of this state would be (state.json and the journal's lines applied);
+        # state.json alone is the start's, before the sign-in's line.
         try:
-            self.state_bytes = os.path.getsize(os.path.join(self.state_dir, "state.json"))
-        except OSError:
+            self.state_bytes = len(json.dumps(saved_state(self.state_dir), separators=(",", ":")))
+        except (OSError, ValueError):
             self.state_bytes = 2048
         self.ref_durable, _ = spawn(reference + ["--name", DURABLE_NAME, "--state-dir", durable_dir,
                                                  "--state-bytes", str(self.state_bytes)], "reference ready", pin=args.pin)
