@@ -131,9 +131,16 @@ final class CurlWorker: Sendable {
             }
             if !state.started { start(&state) }
             guard let multi = state.multi else {
-                return .transport(
+                let failure = HTTPError.transport(
                     code: Int(CURLE_FAILED_INIT.rawValue),
                     message: state.startFailure ?? "the HTTP worker has stopped")
+                if state.startFailure != nil {
+                    // Tried again by the next request: libcurl may be back (a package upgrade
+                    // between two requests), or a thread may be had again.
+                    state.started = false
+                    state.startFailure = nil
+                }
+                return failure
             }
             state.queue.append(job)
             multi.wakeup()

@@ -153,8 +153,16 @@ final class WorkerPool: TaskExecutor, SchedulingExecutor, @unchecked Sendable {
     private var armed: UInt64?
 
     func start(threads: Int) {
+        guard timer >= 0 else { Self.fail("cannot create its timer (timerfd_create, errno \(errno))") }
         for _ in 0..<threads { spawn { $0.work() } }
         spawn { $0.waitForTimers() }
+    }
+
+    /// Without its threads or its timer no task would run or wake: brokerd stops at once, saying why.
+    private static func fail(_ why: String) -> Never {
+        let message = Array("brokerd: the task pool \(why)\n".utf8)
+        _ = message.withUnsafeBytes { write(STDERR_FILENO, $0.baseAddress, $0.count) }
+        exit(1)
     }
 
     private func spawn(_ body: @escaping (WorkerPool) -> Void) {
@@ -176,11 +184,11 @@ final class WorkerPool: TaskExecutor, SchedulingExecutor, @unchecked Sendable {
                 context.body(context.pool)
                 return nil
             }, context)
-        if created == 0 {
-            pthread_detach(thread)
-        } else {
+        guard created == 0 else {
             Unmanaged<Context>.fromOpaque(context).release()
+            Self.fail("cannot start a thread (pthread_create: \(created))")
         }
+        pthread_detach(thread)
     }
 
     func enqueue(_ job: consuming ExecutorJob) { enqueue(UnownedJob(job)) }
@@ -220,7 +228,12 @@ final class WorkerPool: TaskExecutor, SchedulingExecutor, @unchecked Sendable {
     /// and arms the timer for the next one (or none).
     private func waitForTimers() {
         while true {
-            _ = ctp_timer_wait(timer)
+            if ctp_timer_wait(timer) != 0 {
+                guard errno == EINTR || errno == EAGAIN else {
+                    Self.fail("cannot read its timer (errno \(errno))")
+                }
+                continue
+            }
             condition.lock()
             let now = ctp_boottime_ns()
             var due = 0
