@@ -7,7 +7,7 @@ import Foundation
 
 // Layers, bottom up (see docs/architecture.md):
 //   CDBus, CCurl            thin C shims over libdbus and libcurl
-//   Locking                 the one lock every layer uses
+//   Locking                 the one lock every layer uses, and the one way to start a thread
 //   TaskPool                brokerd's executor for Swift concurrency: threads that sleep until there is work
 //   TextRules               the one rule for text from outside (OutsideText), every layer applies it
 //   DBus, HTTP              generic Swift layers over them

@@ -44,7 +44,7 @@ final class StopRequests: @unchecked Sendable {
             sigaction(SIGTERM, &action, nil)
             sigaction(SIGINT, &action, nil)
             let readEnd = ends[0]
-            let started = Self.startReader {
+            let started = startDetachedThread {
                 var byte: UInt8 = 0
                 while true {
                     let count = read(readEnd, &byte, 1)
@@ -72,29 +72,6 @@ final class StopRequests: @unchecked Sendable {
     deinit {
         watcher.cancel()
         continuation.finish()
-    }
-
-    /// `body` on a thread of its own, detached (it lives as long as the process).
-    private static func startReader(_ body: @escaping @Sendable () -> Void) -> Bool {
-        final class Box: Sendable {
-            let body: @Sendable () -> Void
-            init(_ body: @escaping @Sendable () -> Void) { self.body = body }
-        }
-        let context = Unmanaged.passRetained(Box(body)).toOpaque()
-        var thread = pthread_t()
-        let created = pthread_create(
-            &thread, nil,
-            { context in
-                guard let context else { return nil }
-                Unmanaged<Box>.fromOpaque(context).takeRetainedValue().body()
-                return nil
-            }, context)
-        guard created == 0 else {
-            Unmanaged<Box>.fromOpaque(context).release()
-            return false
-        }
-        pthread_detach(thread)
-        return true
     }
 
     /// Waits for the first reason to stop.

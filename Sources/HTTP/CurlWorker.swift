@@ -87,7 +87,7 @@ final class CurlWorker: Sendable {
         let multi = MultiHandle(pointer: pointer)
         state.multi = multi
         state.threads += 1
-        let started = startThread { [self] in
+        let started = startDetachedThread { [self] in
             let released = CurlLoop(worker: self)?.run() ?? false
             ccurl_unload()
             if released { HTTPClient.afterIdleRelease()?() }
@@ -361,30 +361,4 @@ final class CurlLoop {
         pool.removeAll()
         _ = ccurl_multi_cleanup(multi)
     }
-}
-
-/// Runs `body` on a new detached thread; false if the thread could not be created.
-func startThread(_ body: @escaping @Sendable () -> Void) -> Bool {
-    final class Box {
-        let body: @Sendable () -> Void
-        init(body: @escaping @Sendable () -> Void) {
-            self.body = body
-        }
-    }
-    let box = Unmanaged.passRetained(Box(body: body)).toOpaque()
-    var thread = pthread_t()
-    let rc = pthread_create(
-        &thread, nil,
-        { raw in
-            guard let raw else { return nil }
-            let box = Unmanaged<Box>.fromOpaque(raw).takeRetainedValue()
-            box.body()
-            return nil
-        }, box)
-    guard rc == 0 else {
-        Unmanaged<Box>.fromOpaque(box).release()
-        return false
-    }
-    pthread_detach(thread)
-    return true
 }

@@ -12,6 +12,8 @@
 // the client's worker thread or the loopback server's threads. `Task.sleep` still wakes through the
 // global pool, so timed sections must not sleep; they wait on ``LoopbackServer/wait(within:until:)``.
 
+import Locking
+
 @testable import HTTP
 
 #if canImport(Glibc)
@@ -35,7 +37,7 @@ final class DedicatedThreadExecutor: TaskExecutor, @unchecked Sendable {
         condition = .allocate(capacity: 1)
         condition.initialize(to: pthread_cond_t())
         pthread_cond_init(condition, nil)
-        let started = startThread { [self] in run() }
+        let started = startDetachedThread { [self] in run() }
         precondition(started, "could not start the test executor thread")
     }
 
@@ -67,7 +69,7 @@ func onDedicatedThread<T, Failure: Error>(_ body: () async throws(Failure) -> T)
 /// Runs `body` on a new detached thread after `delay` (a plain sleep, off every executor).
 func afterDelay(_ delay: Duration, _ body: @escaping @Sendable () -> Void) {
     let (seconds, attoseconds) = max(delay, .zero).components
-    let started = startThread {
+    let started = startDetachedThread {
         var request = timespec(tv_sec: Int(seconds), tv_nsec: Int(attoseconds / 1_000_000_000))
         var remaining = timespec()
         while nanosleep(&request, &remaining) != 0, errno == EINTR { request = remaining }
