@@ -17,9 +17,16 @@ import Locking
 ///   header and line in a temporary file renamed over `state.journal`; until then the journal on
 ///   disk names an earlier snapshot and is ignored (its changes are in the snapshot). So a change
 ///   costs the bytes of the change, the whole file only once every file's worth of changes, and a
-///   snapshot (a sign-out's, which takes the refresh tokens off the disk) one file.
+///   snapshot one file.
 /// - `sync` makes the last save durable: an fsync of what it wrote (its descriptors are kept
-///   open) and, after a snapshot, of the directory (the renames). The broker calls it after
+///   open) and, after a snapshot, the removal of the journal it replaced and an fsync of the
+///   directory (the renames, the removal).
+///
+/// A change that takes a secret out of the state (a sign-out's refresh tokens, a device secret,
+/// a revocation the provider confirmed) is a line like any other, one `write` before the apps hear
+/// of it; the `sync` that follows, before the reply, writes a snapshot, so that the secret leaves
+/// the files too rather than stay in the old snapshot or an earlier line. After a crash between
+/// the two, the start finds the line that removed a secret and writes the snapshot at once. The broker calls it after
 ///   announcing the change and before replying.
 ///
 /// A save that would write what the files already hold (only access tokens changed, which are
@@ -72,6 +79,11 @@ public final class FileStateStore: StateStore {
         var journalUnsynced = false
         /// Renames not yet made durable by an fsync of the directory.
         var directoryUnsynced = false
+        /// `state.journal` is an earlier snapshot's, to be removed by the next ``sync()``.
+        var staleJournal = false
+        /// A line took a secret out of the state that the files still hold: the next ``sync()``
+        /// writes a snapshot.
+        var secretsToPurge = false
         /// The files do not hold `state` as lines can follow (loaded from an older format or a
         /// journal cut short, or a write or flush failed): the next save, or compact, is a snapshot.
         var needsSnapshot = false
@@ -193,8 +205,14 @@ public final class FileStateStore: StateStore {
             $0.journalBytes = appendTo == nil ? 0 : journalBytes
             $0.snapshotBytes = bytes.count
             $0.needsSnapshot = appendTo == nil && pending == nil
+            $0.staleJournal = false
+            $0.secretsToPurge = replayed.removedSecret
             $0.report = report
         }
+        // A crash came between a line that took a secret out (a sign-out's refresh tokens) and
+        // the snapshot that follows it: the secret goes from the files now, before anything else.
+        // Should that fail, the next save writes the snapshot.
+        if replayed.removedSecret { try? sync() }
         return state
     }
 
@@ -208,9 +226,11 @@ public final class FileStateStore: StateStore {
             var keys = written.keys
             switch StateJournal.change(from: old, to: state, keys: &keys) {
             case .none: return
-            case .snapshot: try writeSnapshot(state, into: &written)
-            case .line(let line):
+            case .line(let line, let removesSecret):
                 if written.journal == nil, let id = written.pendingJournal {
+                    // Starting a journal costs a rename, as a snapshot does, which also takes the
+                    // secret off the disk at once.
+                    if removesSecret { return try writeSnapshot(state, into: &written) }
                     try startJournal(id, with: line, into: &written)
                     written.keys = keys
                     written.state = state
@@ -233,14 +253,35 @@ public final class FileStateStore: StateStore {
                 written.journalBytes += line.count
                 written.journalUnsynced = true
                 written.state = state
+                // The line is what apps are told of; the snapshot that takes the secret out of
+                // the files waits for the sync, which the broker runs after telling them.
+                if removesSecret { written.secretsToPurge = true }
             }
         }
     }
 
-    /// Makes the last ``save(_:)`` durable: fsync of the journal, and after a snapshot of the
-    /// snapshot and the directory (the renames). Nothing to do when every save is synced already.
+    /// Makes the last ``save(_:)`` durable: fsync of the journal, and after a snapshot the removal
+    /// of the journal it replaced and fsyncs of the snapshot and the directory (the renames, the
+    /// removal). After a line that took a secret out, a snapshot first. Nothing to do when every
+    /// save is synced already.
     public func sync() throws {
         try written.withLock { (written: inout Written) throws in
+            // A snapshot that cannot be written leaves the line, which holds the change: it is
+            // made durable below all the same, and the next save is a snapshot.
+            var purgeFailure: (any Error)?
+            if written.secretsToPurge, let state = written.state {
+                do {
+                    try writeSnapshot(state, into: &written)
+                } catch {
+                    written.needsSnapshot = true
+                    purgeFailure = error
+                }
+            }
+            // First, whatever fails after it: it may hold a signed-out user's refresh token.
+            if written.staleJournal {
+                unlink(journalPath)
+                written.staleJournal = false
+            }
             if let snapshot = written.unsyncedSnapshot {
                 written.unsyncedSnapshot = nil
                 let synced = system.fsync(snapshot) == 0
@@ -270,6 +311,7 @@ public final class FileStateStore: StateStore {
                 guard system.fsync(dirFD) == 0 else { throw StoreError.io("cannot fsync \(directory)", errno) }
                 written.directoryUnsynced = false
             }
+            if let purgeFailure { throw purgeFailure }
         }
     }
 
@@ -305,8 +347,12 @@ public final class FileStateStore: StateStore {
         if let old = written.journal { close(old) }
         written.journal = nil
         // The earlier journal is ignored from now on, but may hold what the snapshot dropped (a
-        // sign-out's refresh tokens): it goes with it, made durable by the same directory fsync.
-        unlink(journalPath)
+        // sign-out's refresh tokens): the sync removes it, before its directory fsync. Not here:
+        // an unlink costs as much as the rename, and a sign-out's snapshot is written before apps
+        // hear of it. A crash in between leaves a journal that the next start finds stale and
+        // removes before anything else.
+        written.staleJournal = true
+        written.secretsToPurge = false
         written.journalBytes = 0
         written.journalUnsynced = false
         written.pendingJournal = id
@@ -327,6 +373,7 @@ public final class FileStateStore: StateStore {
             throw StoreError.io("cannot rename \(journal.path) to \(journalPath)", code)
         }
         written.journal = journal.fd
+        written.staleJournal = false
         written.pendingJournal = nil
         written.journalBytes = StateJournal.header(snapshot: id).count + line.count
         written.journalUnsynced = true

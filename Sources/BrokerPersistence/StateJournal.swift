@@ -39,13 +39,12 @@ enum StateJournal {
     enum Change {
         /// Nothing kept at rest changed.
         case none
-        /// This line.
-        case line([UInt8])
-        /// A secret left the state (a sign-out's refresh tokens, a device secret, a revocation
-        /// the provider confirmed): a snapshot, so that it leaves the files too, rather than
-        /// stay in an earlier line until the next one. A rotated refresh token is a line: the
-        /// provider no longer takes the old one, and a refresh must not cost the whole file.
-        case snapshot
+        /// This line. `removesSecret`: a secret left the state (a sign-out's refresh tokens, a
+        /// device secret, a revocation the provider confirmed), which stays in the snapshot or an
+        /// earlier line until a snapshot is written: the store writes one at the sync that follows.
+        /// A rotated refresh token is not such a change: the provider no longer takes the old one,
+        /// and a refresh must not cost the whole file.
+        case line([UInt8], removesSecret: Bool)
     }
 
     /// The line that turns `old` into `new` (what of them is kept at rest). Accounts that `keys`
@@ -55,6 +54,7 @@ enum StateJournal {
         _ = keys.takeAdded()
         var changed: [(String, ClientRecord?)] = []
         var newClients = 0
+        var removesSecret = false
         // One look at each client; an unchanged one shares its storage and compares at once.
         for (clientId, record) in new.clients {
             let before = old.clients[clientId]
@@ -65,27 +65,22 @@ enum StateJournal {
             }
             if record.isEmptyAtRest {
                 if let before, !before.isEmptyAtRest {
-                    if before.refreshToken != nil { return .snapshot }
+                    if before.refreshToken != nil { removesSecret = true }
                     changed.append((clientId, nil))
                 }
             } else {
-                if before?.refreshToken != nil, record.refreshToken == nil { return .snapshot }
+                if before?.refreshToken != nil, record.refreshToken == nil { removesSecret = true }
                 changed.append((clientId, record))
             }
         }
         // Fewer records than the old ones plus the new: some were removed.
         if new.clients.count < old.clients.count + newClients {
             for (clientId, record) in old.clients where !record.isEmptyAtRest && new.clients[clientId] == nil {
-                if record.refreshToken != nil { return .snapshot }
+                if record.refreshToken != nil { removesSecret = true }
                 changed.append((clientId, nil))
             }
         }
-        let oldSecrets = Set(old.singleSignOn.values.compactMap { $0.deviceSecret?.secret })
-        let newSecrets = Set(new.singleSignOn.values.compactMap { $0.deviceSecret?.secret })
-        if !oldSecrets.isSubset(of: newSecrets) { return .snapshot }
-        if !Set(old.pendingRevocations.map(\.token.value)).isSubset(of: new.pendingRevocations.map(\.token.value)) {
-            return .snapshot
-        }
+        if removesOtherSecret(from: old, to: new) { removesSecret = true }
         if !changed.isEmpty {
             clients.raw(",\"clients\":{")
             for (index, (clientId, record)) in changed.sorted(by: { $0.0 < $1.0 }).enumerated() {
@@ -141,7 +136,19 @@ enum StateJournal {
         // Every field above starts with a comma: the first one opens the object instead.
         out.bytes[0] = UInt8(ascii: "{")
         out.raw("}\n")
-        return .line(out.bytes)
+        return .line(out.bytes, removesSecret: removesSecret)
+    }
+
+    /// Whether a device secret or a revocation owed to the provider left the state (the clients'
+    /// refresh tokens are looked at where their records are).
+    static func removesOtherSecret(from old: BrokerState, to new: BrokerState) -> Bool {
+        if old.singleSignOn != new.singleSignOn {
+            let oldSecrets = Set(old.singleSignOn.values.compactMap { $0.deviceSecret?.secret })
+            let newSecrets = Set(new.singleSignOn.values.compactMap { $0.deviceSecret?.secret })
+            if !oldSecrets.isSubset(of: newSecrets) { return true }
+        }
+        return old.pendingRevocations != new.pendingRevocations
+            && !Set(old.pendingRevocations.map(\.token.value)).isSubset(of: new.pendingRevocations.map(\.token.value))
     }
 
     // MARK: Reading
@@ -154,6 +161,9 @@ enum StateJournal {
         var stale = false
         /// Bytes of a last line cut short (dropped).
         var tornBytes = 0
+        /// A line took a secret out of the state: the files still hold it (a crash came before
+        /// the snapshot that follows such a line), and the next snapshot removes it.
+        var removedSecret = false
     }
 
     /// Applies the journal `bytes` to `state` (read from the snapshot `snapshot`, whose account
@@ -179,7 +189,7 @@ enum StateJournal {
                         return replayed
                     }
                 } else {
-                    try apply(line, to: &state, table: &table)
+                    if try apply(line, to: &state, table: &table) { replayed.removedSecret = true }
                     replayed.lines += 1
                 }
             } catch {
@@ -207,10 +217,12 @@ enum StateJournal {
         }
     }
 
-    /// One change line applied.
+    /// One change line applied; whether it took a secret out of the state.
     private static func apply(_ line: [UInt8], to state: inout BrokerState, table: inout [String: Account])
-        throws(JSONReader.Problem)
+        throws(JSONReader.Problem) -> Bool
     {
+        let before = state
+        var removesSecret = false
         try line.withUnsafeBufferPointer { buffer throws(JSONReader.Problem) in
             var reader = JSONReader(buffer)
             let offsets = try topLevel(&reader)
@@ -234,6 +246,7 @@ enum StateJournal {
                 var first = true
                 while let clientId = try reader.nextKey(first: first) {
                     first = false
+                    let hadToken = state.clients[clientId]?.refreshToken != nil
                     if try reader.kind() == .null {
                         try reader.skipValue()
                         state.clients[clientId] = nil
@@ -241,6 +254,7 @@ enum StateJournal {
                         let record = try StateFileFormat.readClient(&reader, clientId, account: reference)
                         state.clients[clientId] = record.isEmptyAtRest ? nil : record
                     }
+                    if hadToken, state.clients[clientId]?.refreshToken == nil { removesSecret = true }
                 }
             }
             if let at = offsets["current"] {
@@ -287,6 +301,7 @@ enum StateJournal {
                 state.singleSignOn = try reader.kind() == .null ? [:] : try StateFileFormat.readSingleSignOn(&reader)
             }
         }
+        return removesSecret || removesOtherSecret(from: before, to: state)
     }
 
     /// The whole line must be one JSON object; where each of its keys' values starts.

@@ -249,7 +249,12 @@ final class WorkerPool: TaskExecutor, SchedulingExecutor, @unchecked Sendable {
     }
 
     private func work() {
-        let executor = asUnownedTaskExecutor()
+        // Jobs run as libdispatch's workers run them: on the runtime's generic executor, with no
+        // task executor preference. Run "on" this pool as a task executor instead, a hop to an
+        // actor could never take the thread it is on (the runtime switches inline only from the
+        // generic executor): each hop would be queued and wake another worker, and each return
+        // from the actor again, two thread wake-ups in every call brokerd answers.
+        let executor = runtimeGenericExecutor()
         condition.lock()
         while true {
             if let job = ready.popFirst() {
@@ -265,6 +270,16 @@ final class WorkerPool: TaskExecutor, SchedulingExecutor, @unchecked Sendable {
             idle -= 1
         }
     }
+}
+
+/// The runtime's generic executor (`SerialExecutorRef::generic()`: no actor, no task executor),
+/// the one libdispatch's global executor runs its jobs on. The runtime represents it as a null
+/// identity and a zero implementation word; no public API names it.
+private func runtimeGenericExecutor() -> UnownedSerialExecutor {
+    guard MemoryLayout<UnownedSerialExecutor>.size == 2 * MemoryLayout<UInt>.size else {
+        fatalError("UnownedSerialExecutor is no longer two words: TaskPool needs the runtime's generic executor")
+    }
+    return unsafeBitCast((UInt(0), UInt(0)), to: UnownedSerialExecutor.self)
 }
 
 /// The main executor: the main actor's jobs, run on the process's main thread.

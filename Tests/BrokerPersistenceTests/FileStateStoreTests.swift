@@ -92,6 +92,36 @@ struct FileStateStoreTests {
         try store.sync()
     }
 
+    /// A sign-out is a line; the snapshot that takes its refresh token out of the files comes with
+    /// the sync. When that snapshot cannot be written, the sign-out stands all the same.
+    @Test func aPurgeThatCannotBeWrittenKeepsTheSignOutAndIsTriedAgain() throws {
+        let directory = Directory()
+        let failing = Atomic(false)
+        let store = try FileStateStore(
+            directory: directory.path,
+            system: SystemCalls.system.failing(.rename, with: EIO) { failing.load(ordering: .relaxed) })
+        try store.save(Self.state(current: Self.alice))
+        try store.sync()
+        try store.save(Self.state(current: Self.alice, refreshToken: "rt-2"))
+        try store.sync()
+        let signedOut = BrokerState(
+            deviceId: "d-1", current: nil, clients: ["mail": ClientRecord(lastSeen: Self.alice)])
+        let files = {
+            directory.bytes().compactMap { $0 }.map { String(decoding: $0, as: UTF8.self) }.joined()
+        }
+
+        failing.store(true, ordering: .relaxed)
+        try store.save(signedOut)
+        #expect(throws: StoreError.self) { try store.sync() }
+        #expect(try FileStateStore.peek(directory.path) == StateFileFormat.persisted(signedOut), "the line holds it")
+        #expect(files().contains("rt-2"))
+
+        failing.store(false, ordering: .relaxed)
+        try store.sync()
+        #expect(!files().contains("rt-2"), "\(files())")
+        #expect(try FileStateStore.peek(directory.path) == StateFileFormat.persisted(signedOut))
+    }
+
     @Test func aSecondStoreOnTheSameDirectoryIsRefused() throws {
         let directory = Directory()
         let first = try FileStateStore(directory: directory.path)

@@ -298,4 +298,36 @@ extension StateJournalTests {
         #expect(!files().contains("rt-1") && !files().contains("rt-2"), "\(files())")
         #expect(try FileStateStore.peek(directory.path) == Self.atRest(state))
     }
+
+    @Test("a sign-out is one line before the apps hear of it; a crash before its sync: the start removes the token")
+    func signOutIsALineAndACrashBeforeTheSync() throws {
+        let directory = Directory()
+        let store = try FileStateStore(directory: directory.path)
+        var state = Self.crowd(3)
+        try store.save(state)
+        try store.sync()
+        state.clients["mail"] = ClientRecord(lastSeen: Self.account(0), account: Self.account(0), refreshToken: "rt-1")
+        try store.save(state)
+        try store.sync()
+        let inode = { try FileManager.default.attributesOfItem(atPath: directory.stateFile)[.systemFileNumber] as? Int }
+        let snapshot = try inode()
+        let journalBefore = try Self.size(directory.journal)
+
+        state.clients["mail"] = ClientRecord(lastSeen: Self.account(0))
+        try store.save(state)
+        #expect(try inode() == snapshot, "state.json was not replaced")
+        let journal = try String(contentsOfFile: directory.journal, encoding: .utf8)
+        #expect(try Self.size(directory.journal) > journalBefore && journal.hasSuffix("\n"), "one line appended")
+        // brokerd dies here: the sync, whose snapshot takes the token out of the files, never comes.
+        #expect(journal.contains("rt-1"))
+
+        // The next start reads the files afresh (one store holds the directory's lock).
+        #expect(try store.load() == Self.atRest(state))
+        #expect(try inode() != snapshot, "the start wrote a snapshot")
+        let files = [directory.stateFile, directory.journal].map {
+            (try? String(contentsOfFile: $0, encoding: .utf8)) ?? ""
+        }
+        #expect(!files.joined().contains("rt-1"), "\(files)")
+        #expect(try store.load() == Self.atRest(state))
+    }
 }
