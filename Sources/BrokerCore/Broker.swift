@@ -239,11 +239,11 @@ public actor Broker {
         do {
             try store.sync()
         } catch {
-            // The state is in place for this and any restarted brokerd; only its survival of a
-            // power loss is in doubt, and the change cannot be taken back once announced.
+            // The state is in place for this and any restarted brokerd; its survival of a power
+            // loss is in doubt, or a secret it no longer holds is still in its files until the next
+            // change (the error says which), and the change cannot be taken back once announced.
             logger.error(
-                "could not flush the broker state to disk; it may not survive a power loss",
-                metadata: ["error": "\(error)"])
+                "could not finish writing the broker state (the change stands)", metadata: ["error": "\(error)"])
         }
     }
 

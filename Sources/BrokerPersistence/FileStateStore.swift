@@ -20,14 +20,15 @@ import Locking
 ///   snapshot one file.
 /// - `sync` makes the last save durable: an fsync of what it wrote (its descriptors are kept
 ///   open) and, after a snapshot, the removal of the journal it replaced and an fsync of the
-///   directory (the renames, the removal).
+///   directory (the renames, the removal). The broker calls it after announcing the change and
+///   before replying.
 ///
-/// A change that takes a secret out of the state (a sign-out's refresh tokens, a device secret,
-/// a revocation the provider confirmed) is a line like any other, one `write` before the apps hear
-/// of it; the `sync` that follows, before the reply, writes a snapshot, so that the secret leaves
-/// the files too rather than stay in the old snapshot or an earlier line. After a crash between
-/// the two, the start finds the line that removed a secret and writes the snapshot at once. The broker calls it after
-///   announcing the change and before replying.
+/// A change that takes a secret out of the state, held nowhere in it any more (a revocation the
+/// provider confirmed, a device secret; a sign-out moves its refresh tokens to the revocations
+/// owed), is a line like any other, one `write` before the apps hear of it; the `sync` that
+/// follows writes a snapshot, so that the secret leaves the files too rather than stay in the old
+/// snapshot or an earlier line. After a crash between the two, the start finds the line that
+/// removed a secret and writes the snapshot at once.
 ///
 /// A save that would write what the files already hold (only access tokens changed, which are
 /// not kept at rest, or nothing did) writes nothing. A restart goes on appending to a whole
@@ -52,6 +53,9 @@ public final class FileStateStore: StateStore {
         public var journalBytes = 0
         /// Reading, parsing and building the state.
         public var duration: Duration
+        /// Why the snapshot that takes out a secret a replayed line removed (a crash came before
+        /// it) could not be written at the start; nil when there was none to write or it was.
+        public var purgeFailure: String?
 
         /// `duration` in milliseconds, to a tenth.
         public var milliseconds: Double {
@@ -69,7 +73,7 @@ public final class FileStateStore: StateStore {
         /// The journal, open for appending, while its lines may follow the snapshot.
         var journal: Int32?
         /// The id of the journal the snapshot names, not written yet: its first line creates it
-        /// (so that a snapshot, a sign-out's, writes one file, and a journal exists only with lines).
+        /// (so that a snapshot writes one file, and a journal exists only with lines).
         var pendingJournal: String?
         var journalBytes = 0
         var snapshotBytes = 0
@@ -212,7 +216,13 @@ public final class FileStateStore: StateStore {
         // A crash came between a line that took a secret out (a sign-out's refresh tokens) and
         // the snapshot that follows it: the secret goes from the files now, before anything else.
         // Should that fail, the next save writes the snapshot.
-        if replayed.removedSecret { try? sync() }
+        if replayed.removedSecret {
+            do {
+                try sync()
+            } catch {
+                written.withLock { $0.report?.purgeFailure = "\(error)" }
+            }
+        }
         return state
     }
 
@@ -262,8 +272,8 @@ public final class FileStateStore: StateStore {
 
     /// Makes the last ``save(_:)`` durable: fsync of the journal, and after a snapshot the removal
     /// of the journal it replaced and fsyncs of the snapshot and the directory (the renames, the
-    /// removal). After a line that took a secret out, a snapshot first. Nothing to do when every
-    /// save is synced already.
+    /// removal). After a line that took a secret out, a snapshot first (until one is written, a
+    /// sync tries again). Nothing else to do when every save is synced already.
     public func sync() throws {
         try written.withLock { (written: inout Written) throws in
             // A snapshot that cannot be written leaves the line, which holds the change: it is
@@ -274,7 +284,10 @@ public final class FileStateStore: StateStore {
                     try writeSnapshot(state, into: &written)
                 } catch {
                     written.needsSnapshot = true
-                    purgeFailure = error
+                    let code: Int32 = if case .io(_, let code) = error as? StoreError { code } else { EIO }
+                    purgeFailure = StoreError.io(
+                        "a secret taken out of the state stays in \(directory) until the next change writes a "
+                            + "snapshot (\(error))", code)
                 }
             }
             // First, whatever fails after it: it may hold a signed-out user's refresh token.
@@ -347,10 +360,10 @@ public final class FileStateStore: StateStore {
         if let old = written.journal { close(old) }
         written.journal = nil
         // The earlier journal is ignored from now on, but may hold what the snapshot dropped (a
-        // sign-out's refresh tokens): the sync removes it, before its directory fsync. Not here:
-        // an unlink costs as much as the rename, and a sign-out's snapshot is written before apps
-        // hear of it. A crash in between leaves a journal that the next start finds stale and
-        // removes before anything else.
+        // signed-out refresh token): the sync removes it, before its directory fsync. Not here:
+        // an unlink costs as much as the rename, and a save is written before apps hear of it. A
+        // crash in between leaves a journal that the next start finds stale and removes before
+        // anything else.
         written.staleJournal = true
         written.secretsToPurge = false
         written.journalBytes = 0

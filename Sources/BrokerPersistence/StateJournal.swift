@@ -39,11 +39,12 @@ enum StateJournal {
     enum Change {
         /// Nothing kept at rest changed.
         case none
-        /// This line. `removesSecret`: a secret left the state (a sign-out's refresh tokens, a
-        /// device secret, a revocation the provider confirmed), which stays in the snapshot or an
-        /// earlier line until a snapshot is written: the store writes one at the sync that follows.
-        /// A rotated refresh token is not such a change: the provider no longer takes the old one,
-        /// and a refresh must not cost the whole file.
+        /// This line. `removesSecret`: a secret left the state (a refresh token, a device secret,
+        /// a token owed a revocation) and is held nowhere in it any more, yet stays in the
+        /// snapshot or an earlier line until a snapshot is written: the store writes one at the
+        /// sync that follows. A sign-out moves its refresh tokens to the revocations owed (they
+        /// leave once the provider confirms). A rotated refresh token is not such a change: the
+        /// provider no longer takes the old one, and a refresh must not cost the whole file.
         case line([UInt8], removesSecret: Bool)
     }
 
@@ -54,7 +55,7 @@ enum StateJournal {
         _ = keys.takeAdded()
         var changed: [(String, ClientRecord?)] = []
         var newClients = 0
-        var removesSecret = false
+        var removed: [String] = []
         // One look at each client; an unchanged one shares its storage and compares at once.
         for (clientId, record) in new.clients {
             let before = old.clients[clientId]
@@ -65,22 +66,23 @@ enum StateJournal {
             }
             if record.isEmptyAtRest {
                 if let before, !before.isEmptyAtRest {
-                    if before.refreshToken != nil { removesSecret = true }
+                    if let token = before.refreshToken { removed.append(token) }
                     changed.append((clientId, nil))
                 }
             } else {
-                if before?.refreshToken != nil, record.refreshToken == nil { removesSecret = true }
+                if let token = before?.refreshToken, record.refreshToken == nil { removed.append(token) }
                 changed.append((clientId, record))
             }
         }
         // Fewer records than the old ones plus the new: some were removed.
         if new.clients.count < old.clients.count + newClients {
             for (clientId, record) in old.clients where !record.isEmptyAtRest && new.clients[clientId] == nil {
-                if record.refreshToken != nil { removesSecret = true }
+                if let token = record.refreshToken { removed.append(token) }
                 changed.append((clientId, nil))
             }
         }
-        if removesOtherSecret(from: old, to: new) { removesSecret = true }
+        removed += removedSecrets(singleSignOn: old.singleSignOn, pendingRevocations: old.pendingRevocations, in: new)
+        let removesSecret = removed.contains { !holds(new, $0) }
         if !changed.isEmpty {
             clients.raw(",\"clients\":{")
             for (index, (clientId, record)) in changed.sorted(by: { $0.0 < $1.0 }).enumerated() {
@@ -139,16 +141,31 @@ enum StateJournal {
         return .line(out.bytes, removesSecret: removesSecret)
     }
 
-    /// Whether a device secret or a revocation owed to the provider left the state (the clients'
-    /// refresh tokens are looked at where their records are).
-    static func removesOtherSecret(from old: BrokerState, to new: BrokerState) -> Bool {
-        if old.singleSignOn != new.singleSignOn {
-            let oldSecrets = Set(old.singleSignOn.values.compactMap { $0.deviceSecret?.secret })
-            let newSecrets = Set(new.singleSignOn.values.compactMap { $0.deviceSecret?.secret })
-            if !oldSecrets.isSubset(of: newSecrets) { return true }
+    /// The device secrets and tokens owed a revocation of the state before a change (its
+    /// `singleSignOn` and `pendingRevocations`) that `new` does not have in the same place (the
+    /// clients' refresh tokens are looked at where their records are).
+    static func removedSecrets(
+        singleSignOn: [String: SingleSignOnGrant], pendingRevocations: [PendingRevocation], in new: BrokerState
+    ) -> [String] {
+        var removed: [String] = []
+        if singleSignOn != new.singleSignOn {
+            let kept = Set(new.singleSignOn.values.compactMap { $0.deviceSecret?.secret })
+            removed += singleSignOn.values.compactMap { $0.deviceSecret?.secret }.filter { !kept.contains($0) }
         }
-        return old.pendingRevocations != new.pendingRevocations
-            && !Set(old.pendingRevocations.map(\.token.value)).isSubset(of: new.pendingRevocations.map(\.token.value))
+        if pendingRevocations != new.pendingRevocations {
+            let kept = Set(new.pendingRevocations.map(\.token.value))
+            removed += pendingRevocations.map(\.token.value).filter { !kept.contains($0) }
+        }
+        return removed
+    }
+
+    /// Whether `state` holds the secret `value` anywhere: a refresh token, a device secret, a
+    /// token owed a revocation. Looked at only for a secret a change removed (rare: a sign-out, a
+    /// confirmed revocation), so a look at every client is affordable.
+    static func holds(_ state: BrokerState, _ value: String) -> Bool {
+        state.pendingRevocations.contains { $0.token.value == value }
+            || state.singleSignOn.values.contains { $0.deviceSecret?.secret == value }
+            || state.clients.values.contains { $0.refreshToken == value }
     }
 
     // MARK: Reading
@@ -221,8 +238,11 @@ enum StateJournal {
     private static func apply(_ line: [UInt8], to state: inout BrokerState, table: inout [String: Account])
         throws(JSONReader.Problem) -> Bool
     {
-        let before = state
-        var removesSecret = false
+        // Only what the secrets check needs: a copy of the whole state would make the first change
+        // of `clients` copy every record, once per line replayed.
+        let singleSignOnBefore = state.singleSignOn
+        let revocationsBefore = state.pendingRevocations
+        var removed: [String] = []
         try line.withUnsafeBufferPointer { buffer throws(JSONReader.Problem) in
             var reader = JSONReader(buffer)
             let offsets = try topLevel(&reader)
@@ -246,7 +266,7 @@ enum StateJournal {
                 var first = true
                 while let clientId = try reader.nextKey(first: first) {
                     first = false
-                    let hadToken = state.clients[clientId]?.refreshToken != nil
+                    let token = state.clients[clientId]?.refreshToken
                     if try reader.kind() == .null {
                         try reader.skipValue()
                         state.clients[clientId] = nil
@@ -254,7 +274,7 @@ enum StateJournal {
                         let record = try StateFileFormat.readClient(&reader, clientId, account: reference)
                         state.clients[clientId] = record.isEmptyAtRest ? nil : record
                     }
-                    if hadToken, state.clients[clientId]?.refreshToken == nil { removesSecret = true }
+                    if let token, state.clients[clientId]?.refreshToken == nil { removed.append(token) }
                 }
             }
             if let at = offsets["current"] {
@@ -301,7 +321,8 @@ enum StateJournal {
                 state.singleSignOn = try reader.kind() == .null ? [:] : try StateFileFormat.readSingleSignOn(&reader)
             }
         }
-        return removesSecret || removesOtherSecret(from: before, to: state)
+        removed += removedSecrets(singleSignOn: singleSignOnBefore, pendingRevocations: revocationsBefore, in: state)
+        return removed.contains { !holds(state, $0) }
     }
 
     /// The whole line must be one JSON object; where each of its keys' values starts.

@@ -33,6 +33,11 @@ package enum TokenStorageSetup {
                     "clients": "\(report.clients)", "journalLines": "\(report.journalLines)",
                     "journalBytes": "\(report.journalBytes)", "ms": "\(report.milliseconds)",
                 ])
+            if let failure = report.purgeFailure {
+                logger.error(
+                    "could not write the snapshot that takes a signed-out secret out of the state file",
+                    metadata: ["file": "\(files.path)", "error": "\(failure)"])
+            }
             if report.droppedAccessTokens > 0 {
                 logger.info(
                     Logger.Message(

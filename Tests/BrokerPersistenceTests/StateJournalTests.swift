@@ -330,4 +330,45 @@ extension StateJournalTests {
         #expect(!files.joined().contains("rt-1"), "\(files)")
         #expect(try store.load() == Self.atRest(state))
     }
+
+    @Test("the broker's sign-out moves the token to the revocations owed: a line, and no snapshot at its sync")
+    func signOutOwingARevocationWritesNoSnapshot() throws {
+        let directory = Directory()
+        let store = try FileStateStore(directory: directory.path)
+        var state = Self.crowd(3)
+        state.clients["mail"] = ClientRecord(lastSeen: Self.account(0), account: Self.account(0), refreshToken: "rt-1")
+        try store.save(state)
+        try store.sync()
+        state.clients["notes"] = ClientRecord(lastSeen: Self.account(1))
+        try store.save(state)
+        try store.sync()
+        let inode = { try FileManager.default.attributesOfItem(atPath: directory.stateFile)[.systemFileNumber] as? Int }
+        let snapshot = try inode()
+
+        state.clients["mail"] = ClientRecord(lastSeen: Self.account(0))
+        state.pendingRevocations = [PendingRevocation(clientId: "mail", token: .refreshToken("rt-1"))]
+        try store.save(state)
+        try store.sync()
+        #expect(try inode() == snapshot, "the token is still held (owed a revocation): nothing to purge")
+
+        // A rotation is not a removal either: a start that replays it writes no snapshot.
+        state.clients["notes"] = ClientRecord(lastSeen: Self.account(1), account: Self.account(1), refreshToken: "n-1")
+        try store.save(state)
+        state.clients["notes"]?.refreshToken = "n-2"
+        try store.save(state)
+        try store.sync()
+        #expect(try store.load() == Self.atRest(state))
+        #expect(try inode() == snapshot)
+
+        // The provider confirmed the revocation: the token is held nowhere. brokerd dies before the sync.
+        state.pendingRevocations = []
+        try store.save(state)
+        #expect(try inode() == snapshot, "a line")
+        #expect(try store.load() == Self.atRest(state))
+        #expect(try inode() != snapshot, "the start wrote the snapshot that takes rt-1 out")
+        let files = [directory.stateFile, directory.journal].map {
+            (try? String(contentsOfFile: $0, encoding: .utf8)) ?? ""
+        }.joined()
+        #expect(!files.contains("rt-1"), "\(files)")
+    }
 }
