@@ -32,7 +32,9 @@ SUDO          = $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # Release builds link the Swift runtime, Concurrency, Dispatch and Foundation statically: brokerctl
 # starts without loading and binding those libraries (most of a one-call run), and an idle brokerd
 # counts only the pages it touches. Debug builds (make test) stay dynamic. See BENCHMARKS.md.
-RELEASE_FLAGS ?= --static-swift-stdlib
+# Without SwiftPM's $ORIGIN library path: nothing is loaded from beside the binaries, and the
+# dynamic loader would look for libdbus in a dozen directories of /usr/bin first.
+RELEASE_FLAGS ?= --static-swift-stdlib --disable-local-rpath
 BUILD_FLAGS   = $(if $(filter release,$(CONFIG)),$(RELEASE_FLAGS))
 
 .PHONY: all deps build demo test contract release deb deb-test man completions install uninstall version check-version gui-deps gui test-gui demo-gui check-contract lint format install clean bench bench-smoke
