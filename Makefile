@@ -33,7 +33,7 @@ SUDO          = $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # starts without loading and binding those libraries (most of a one-call run), and an idle brokerd
 # counts only the pages it touches. Debug builds (make test) stay dynamic. See BENCHMARKS.md.
 # Without SwiftPM's $ORIGIN library path: nothing is loaded from beside the binaries, and the
-# dynamic loader would look for libdbus in a dozen directories of /usr/bin first.
+# dynamic loader would look for every library in /usr/bin and a dozen of its subdirectories first.
 RELEASE_FLAGS ?= --static-swift-stdlib --disable-local-rpath
 BUILD_FLAGS   = $(if $(filter release,$(CONFIG)),$(RELEASE_FLAGS))
 

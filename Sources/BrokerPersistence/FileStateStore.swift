@@ -23,12 +23,13 @@ import Locking
 ///   directory (the renames, the removal). The broker calls it after announcing the change and
 ///   before replying.
 ///
-/// A change that takes a secret out of the state, held nowhere in it any more (a revocation the
-/// provider confirmed, a device secret; a sign-out moves its refresh tokens to the revocations
-/// owed), is a line like any other, one `write` before the apps hear of it; the `sync` that
-/// follows writes a snapshot, so that the secret leaves the files too rather than stay in the old
-/// snapshot or an earlier line. After a crash between the two, the start finds the line that
-/// removed a secret and writes the snapshot at once.
+/// A change that takes a secret out of the state for good, held nowhere in it any more (a
+/// revocation owed that was settled, a token the provider rejected, a replaced device secret; a
+/// sign-out moves its refresh tokens and device secrets to the revocations owed), is a line like
+/// any other, one `write` before the apps hear of it; the `sync` that follows writes a snapshot, so
+/// that the secret leaves the files too rather than stay in the old snapshot or an earlier line.
+/// After a crash between the two, the start finds the line that removed a secret and writes the
+/// snapshot at once.
 ///
 /// A save that would write what the files already hold (only access tokens changed, which are
 /// not kept at rest, or nothing did) writes nothing. A restart goes on appending to a whole
@@ -189,7 +190,7 @@ public final class FileStateStore: StateStore {
             if journalBytes == 0 || replayed.stale {
                 // No line since the snapshot: the first one starts its journal. A journal of an
                 // earlier snapshot (a crash cut off its removal) may hold what that snapshot took
-                // off the disk, a sign-out's refresh tokens: it goes now.
+                // off the disk, a secret held nowhere any more: it goes now.
                 if replayed.stale {
                     unlink(journalPath)
                     syncDirectory()
@@ -213,14 +214,16 @@ public final class FileStateStore: StateStore {
             $0.secretsToPurge = replayed.removedSecret
             $0.report = report
         }
-        // A crash came between a line that took a secret out (a sign-out's refresh tokens) and
+        // A crash came between a line that took a secret out for good (a settled revocation) and
         // the snapshot that follows it: the secret goes from the files now, before anything else.
         // Should that fail, the next save writes the snapshot.
         if replayed.removedSecret {
             do {
                 try sync()
+            } catch StoreError.notPurged(_, let why) {
+                written.withLock { $0.report?.purgeFailure = why }
             } catch {
-                written.withLock { $0.report?.purgeFailure = "\(error)" }
+                // The snapshot is in place; only its flush failed, which the next sync repeats.
             }
         }
         return state
@@ -278,53 +281,66 @@ public final class FileStateStore: StateStore {
         try written.withLock { (written: inout Written) throws in
             // A snapshot that cannot be written leaves the line, which holds the change: it is
             // made durable below all the same, and the next save is a snapshot.
-            var purgeFailure: (any Error)?
+            var purgeFailure: String?
             if written.secretsToPurge, let state = written.state {
                 do {
                     try writeSnapshot(state, into: &written)
                 } catch {
                     written.needsSnapshot = true
-                    let code: Int32 = if case .io(_, let code) = error as? StoreError { code } else { EIO }
-                    purgeFailure = StoreError.io(
-                        "a secret taken out of the state stays in \(directory) until the next change writes a "
-                            + "snapshot (\(error))", code)
+                    purgeFailure = "\(error)"
                 }
             }
-            // First, whatever fails after it: it may hold a signed-out user's refresh token.
-            if written.staleJournal {
-                unlink(journalPath)
-                written.staleJournal = false
+            do {
+                try makeDurable(&written)
+            } catch {
+                // Both said: the secret left on disk is the one an administrator must hear of.
+                if let purgeFailure { throw StoreError.notPurged(directory, "\(purgeFailure); and \(error)") }
+                throw error
             }
-            if let snapshot = written.unsyncedSnapshot {
-                written.unsyncedSnapshot = nil
-                let synced = system.fsync(snapshot) == 0
+            if let purgeFailure { throw StoreError.notPurged(directory, purgeFailure) }
+        }
+    }
+
+    /// The fsyncs (and the removal of a replaced journal) of ``sync()``.
+    private func makeDurable(_ written: inout Written) throws {
+        // The replaced journal may hold a secret the snapshot took out. It goes once the snapshot's
+        // bytes are on the disk (a power loss must not find neither), and even when their flush
+        // failed, before anything can fail.
+        func removeStaleJournal() {
+            guard written.staleJournal else { return }
+            unlink(journalPath)
+            written.staleJournal = false
+        }
+        defer { removeStaleJournal() }
+        if let snapshot = written.unsyncedSnapshot {
+            written.unsyncedSnapshot = nil
+            let synced = system.fsync(snapshot) == 0
+            let code = errno
+            close(snapshot)
+            removeStaleJournal()
+            guard synced else {
+                // A failed fsync is not retried (Linux may report success the second time
+                // without the data): the next save writes everything again.
+                written.needsSnapshot = true
+                throw StoreError.io("cannot fsync \(path)", code)
+            }
+        }
+        if written.journalUnsynced, let journal = written.journal {
+            guard system.fsync(journal) == 0 else {
                 let code = errno
-                close(snapshot)
-                guard synced else {
-                    // A failed fsync is not retried (Linux may report success the second time
-                    // without the data): the next save writes everything again.
-                    written.needsSnapshot = true
-                    throw StoreError.io("cannot fsync \(path)", code)
-                }
+                written.journal = nil
+                close(journal)
+                written.needsSnapshot = true
+                throw StoreError.io("cannot fsync \(journalPath)", code)
             }
-            if written.journalUnsynced, let journal = written.journal {
-                guard system.fsync(journal) == 0 else {
-                    let code = errno
-                    written.journal = nil
-                    close(journal)
-                    written.needsSnapshot = true
-                    throw StoreError.io("cannot fsync \(journalPath)", code)
-                }
-                written.journalUnsynced = false
-            }
-            if written.directoryUnsynced {
-                let dirFD = system.open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0)
-                guard dirFD >= 0 else { throw StoreError.io("cannot open \(directory) to fsync it", errno) }
-                defer { close(dirFD) }
-                guard system.fsync(dirFD) == 0 else { throw StoreError.io("cannot fsync \(directory)", errno) }
-                written.directoryUnsynced = false
-            }
-            if let purgeFailure { throw purgeFailure }
+            written.journalUnsynced = false
+        }
+        if written.directoryUnsynced {
+            let dirFD = system.open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0)
+            guard dirFD >= 0 else { throw StoreError.io("cannot open \(directory) to fsync it", errno) }
+            defer { close(dirFD) }
+            guard system.fsync(dirFD) == 0 else { throw StoreError.io("cannot fsync \(directory)", errno) }
+            written.directoryUnsynced = false
         }
     }
 
@@ -610,11 +626,17 @@ public enum StoreError: Error, CustomStringConvertible {
     case newerFormat(String)
     /// Another brokerd holds the state directory.
     case busy(String)
+    /// The snapshot that takes a removed secret out of the files (of the directory) could not be
+    /// written, for the reason given: the secret stays there until a snapshot is.
+    case notPurged(String, String)
 
     public var description: String {
         switch self {
         case .io(let what, let code): return "\(what): \(String(cString: strerror(code)))"
         case .unsafe(let why), .corrupt(let why), .newerFormat(let why), .busy(let why): return why
+        case .notPurged(let directory, let why):
+            return "a secret taken out of the state stays in the files of \(directory) until a snapshot is "
+                + "written (the next change, or a clean stop, writes one): \(why)"
         }
     }
 }

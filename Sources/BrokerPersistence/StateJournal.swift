@@ -42,9 +42,10 @@ enum StateJournal {
         /// This line. `removesSecret`: a secret left the state (a refresh token, a device secret,
         /// a token owed a revocation) and is held nowhere in it any more, yet stays in the
         /// snapshot or an earlier line until a snapshot is written: the store writes one at the
-        /// sync that follows. A sign-out moves its refresh tokens to the revocations owed (they
-        /// leave once the provider confirms). A rotated refresh token is not such a change: the
-        /// provider no longer takes the old one, and a refresh must not cost the whole file.
+        /// sync that follows. A sign-out moves its refresh tokens and device secrets to the
+        /// revocations owed (they leave once the revocation is settled). A refresh token replaced
+        /// by another is not such a change: the provider no longer takes a rotated one, and a
+        /// refresh must not cost the whole file.
         case line([UInt8], removesSecret: Bool)
     }
 

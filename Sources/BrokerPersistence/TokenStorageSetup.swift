@@ -35,7 +35,7 @@ package enum TokenStorageSetup {
                 ])
             if let failure = report.purgeFailure {
                 logger.error(
-                    "could not write the snapshot that takes a signed-out secret out of the state file",
+                    "could not write the snapshot that takes a secret the state no longer holds out of its files",
                     metadata: ["file": "\(files.path)", "error": "\(failure)"])
             }
             if report.droppedAccessTokens > 0 {

@@ -276,7 +276,7 @@ struct StateJournalTests {
 }
 
 extension StateJournalTests {
-    @Test("a sign-out's refresh tokens leave both files at once: no earlier line keeps them")
+    @Test("refresh tokens removed for good leave both files at the sync: no earlier line keeps them")
     func removedSecretsLeaveTheFiles() throws {
         let directory = Directory()
         let store = try FileStateStore(directory: directory.path)
@@ -360,15 +360,52 @@ extension StateJournalTests {
         #expect(try store.load() == Self.atRest(state))
         #expect(try inode() == snapshot)
 
-        // The provider confirmed the revocation: the token is held nowhere. brokerd dies before the sync.
+        let files = {
+            [directory.stateFile, directory.journal].map { (try? String(contentsOfFile: $0, encoding: .utf8)) ?? "" }
+                .joined()
+        }
+        // The provider confirmed the revocation: the token is held nowhere. A line, then the sync's snapshot.
         state.pendingRevocations = []
         try store.save(state)
         #expect(try inode() == snapshot, "a line")
+        try store.sync()
+        let purged = try inode()
+        #expect(purged != snapshot && !files().contains("rt-1"), "\(files())")
+
+        // The same when brokerd dies before the sync: the start writes the snapshot.
+        state.pendingRevocations = [PendingRevocation(clientId: "notes", token: .refreshToken("n-2"))]
+        state.clients["notes"] = ClientRecord(lastSeen: Self.account(1))
+        try store.save(state)
+        try store.sync()
+        #expect(try inode() == purged, "a sign-out that owes the revocation: a line")
+        state.pendingRevocations = []
+        try store.save(state)
+        #expect(files().contains("n-2"))
         #expect(try store.load() == Self.atRest(state))
-        #expect(try inode() != snapshot, "the start wrote the snapshot that takes rt-1 out")
-        let files = [directory.stateFile, directory.journal].map {
-            (try? String(contentsOfFile: $0, encoding: .utf8)) ?? ""
-        }.joined()
-        #expect(!files.contains("rt-1"), "\(files)")
+        #expect(try inode() != purged && !files().contains("n-2"), "\(files())")
+    }
+
+    @Test("a device secret removed for good (its grant ended, nothing owed) leaves the files at the sync")
+    func removedDeviceSecretIsPurged() throws {
+        let directory = Directory()
+        let store = try FileStateStore(directory: directory.path)
+        var state = Self.crowd(2)
+        try store.save(state)
+        try store.sync()
+        state.singleSignOn["alice"] = SingleSignOnGrant(
+            anchorClientId: "app-0", deviceSecret: DeviceSecret(secret: "ds-1", idToken: "id-1"))
+        try store.save(state)
+        try store.sync()
+        let files = {
+            [directory.stateFile, directory.journal].map { (try? String(contentsOfFile: $0, encoding: .utf8)) ?? "" }
+                .joined()
+        }
+        #expect(files().contains("ds-1"))
+        state.singleSignOn = [:]
+        try store.save(state)
+        #expect(files().contains("ds-1"), "the line is written first")
+        try store.sync()
+        #expect(!files().contains("ds-1"), "\(files())")
+        #expect(try store.load() == Self.atRest(state))
     }
 }
