@@ -25,6 +25,12 @@ struct FileStateStoreTests {
         func names() -> [String] { (try? FileManager.default.contentsOfDirectory(atPath: path))?.sorted() ?? [] }
         /// The bytes of the state file and of its journal.
         func bytes() -> [Data?] { [stateFile, journal].map { FileManager.default.contents(atPath: $0) } }
+        /// Both files' text, one after the other (a missing file is empty): where a secret is looked for.
+        func text() -> String { bytes().compactMap { $0 }.map { String(decoding: $0, as: UTF8.self) }.joined() }
+        /// The state file's inode: it changes when a snapshot is renamed over the file.
+        func stateFileInode() throws -> Int? {
+            try FileManager.default.attributesOfItem(atPath: stateFile)[.systemFileNumber] as? Int
+        }
     }
 
     static func state(current: Account?, refreshToken: String = "rt-1") -> BrokerState {
@@ -106,19 +112,16 @@ struct FileStateStoreTests {
         try store.sync()
         let signedOut = BrokerState(
             deviceId: "d-1", current: nil, clients: ["mail": ClientRecord(lastSeen: Self.alice)])
-        let files = {
-            directory.bytes().compactMap { $0 }.map { String(decoding: $0, as: UTF8.self) }.joined()
-        }
 
         failing.store(true, ordering: .relaxed)
         try store.save(signedOut)
         #expect(throws: StoreError.self) { try store.sync() }
         #expect(try FileStateStore.peek(directory.path) == StateFileFormat.persisted(signedOut), "the line holds it")
-        #expect(files().contains("rt-2"))
+        #expect(directory.text().contains("rt-2"))
 
         failing.store(false, ordering: .relaxed)
         try store.sync()
-        #expect(!files().contains("rt-2"), "\(files())")
+        #expect(!directory.text().contains("rt-2"), "\(directory.text())")
         #expect(try FileStateStore.peek(directory.path) == StateFileFormat.persisted(signedOut))
     }
 

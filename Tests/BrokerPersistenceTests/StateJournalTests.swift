@@ -111,11 +111,11 @@ struct StateJournalTests {
         var state = Self.crowd(300)
         try store.save(state)
         var snapshots = 0
-        var inode = try FileManager.default.attributesOfItem(atPath: directory.stateFile)[.systemFileNumber] as? Int
+        var inode = try directory.stateFileInode()
         for step in 0..<1500 {
             state.clients["app-\(step % 300)"] = ClientRecord(lastSeen: Self.account(step))
             try store.save(state)
-            let now = try FileManager.default.attributesOfItem(atPath: directory.stateFile)[.systemFileNumber] as? Int
+            let now = try directory.stateFileInode()
             if now != inode {
                 snapshots += 1
                 inode = now
@@ -224,10 +224,10 @@ struct StateJournalTests {
             Array(try #require(FileManager.default.contents(atPath: directory.stateFile))))
         #expect(alone.state == Self.atRest(state))
         // Nothing to fold in: a second compact writes nothing.
-        let inode = try FileManager.default.attributesOfItem(atPath: directory.stateFile)[.systemFileNumber] as? Int
+        let inode = try directory.stateFileInode()
         try store.compact()
         #expect(
-            try FileManager.default.attributesOfItem(atPath: directory.stateFile)[.systemFileNumber] as? Int == inode)
+            try directory.stateFileInode() == inode)
     }
 
     @Test("after a start that replayed lines, the next change is a line, and a clean stop folds all into state.json")
@@ -241,12 +241,12 @@ struct StateJournalTests {
         try store.sync()
         // A restart: the state is read back, lines and all.
         #expect(try store.load() == Self.atRest(state))
-        let inode = try FileManager.default.attributesOfItem(atPath: directory.stateFile)[.systemFileNumber] as? Int
+        let inode = try directory.stateFileInode()
         state.clients["app-10"] = ClientRecord(lastSeen: Self.account(10))
         try store.save(state)
         try store.sync()
         #expect(
-            try FileManager.default.attributesOfItem(atPath: directory.stateFile)[.systemFileNumber] as? Int == inode,
+            try directory.stateFileInode() == inode,
             "the first change after the start rewrote state.json")
         // A restart that changes nothing, then a clean stop: state.json alone holds every line.
         #expect(try store.load() == Self.atRest(state))
@@ -286,16 +286,12 @@ extension StateJournalTests {
         try store.save(state)
         state.clients["mail"]?.refreshToken = "rt-2"
         try store.save(state)
-        let files = {
-            [directory.stateFile, directory.journal].map { (try? String(contentsOfFile: $0, encoding: .utf8)) ?? "" }
-                .joined()
-        }
-        #expect(files().contains("rt-1") && files().contains("rt-2"), "a rotation is a line")
+        #expect(directory.text().contains("rt-1") && directory.text().contains("rt-2"), "a rotation is a line")
 
         state.clients["mail"] = ClientRecord(lastSeen: Self.account(0))
         try store.save(state)
         try store.sync()
-        #expect(!files().contains("rt-1") && !files().contains("rt-2"), "\(files())")
+        #expect(!directory.text().contains("rt-1") && !directory.text().contains("rt-2"), "\(directory.text())")
         #expect(try FileStateStore.peek(directory.path) == Self.atRest(state))
     }
 
@@ -309,13 +305,12 @@ extension StateJournalTests {
         state.clients["mail"] = ClientRecord(lastSeen: Self.account(0), account: Self.account(0), refreshToken: "rt-1")
         try store.save(state)
         try store.sync()
-        let inode = { try FileManager.default.attributesOfItem(atPath: directory.stateFile)[.systemFileNumber] as? Int }
-        let snapshot = try inode()
+        let snapshot = try directory.stateFileInode()
         let journalBefore = try Self.size(directory.journal)
 
         state.clients["mail"] = ClientRecord(lastSeen: Self.account(0))
         try store.save(state)
-        #expect(try inode() == snapshot, "state.json was not replaced")
+        #expect(try directory.stateFileInode() == snapshot, "state.json was not replaced")
         let journal = try String(contentsOfFile: directory.journal, encoding: .utf8)
         #expect(try Self.size(directory.journal) > journalBefore && journal.hasSuffix("\n"), "one line appended")
         // brokerd dies here: the sync, whose snapshot takes the token out of the files, never comes.
@@ -323,11 +318,8 @@ extension StateJournalTests {
 
         // The next start reads the files afresh (one store holds the directory's lock).
         #expect(try store.load() == Self.atRest(state))
-        #expect(try inode() != snapshot, "the start wrote a snapshot")
-        let files = [directory.stateFile, directory.journal].map {
-            (try? String(contentsOfFile: $0, encoding: .utf8)) ?? ""
-        }
-        #expect(!files.joined().contains("rt-1"), "\(files)")
+        #expect(try directory.stateFileInode() != snapshot, "the start wrote a snapshot")
+        #expect(!directory.text().contains("rt-1"), "\(directory.text())")
         #expect(try store.load() == Self.atRest(state))
     }
 
@@ -342,14 +334,13 @@ extension StateJournalTests {
         state.clients["notes"] = ClientRecord(lastSeen: Self.account(1))
         try store.save(state)
         try store.sync()
-        let inode = { try FileManager.default.attributesOfItem(atPath: directory.stateFile)[.systemFileNumber] as? Int }
-        let snapshot = try inode()
+        let snapshot = try directory.stateFileInode()
 
         state.clients["mail"] = ClientRecord(lastSeen: Self.account(0))
         state.pendingRevocations = [PendingRevocation(clientId: "mail", token: .refreshToken("rt-1"))]
         try store.save(state)
         try store.sync()
-        #expect(try inode() == snapshot, "the token is still held (owed a revocation): nothing to purge")
+        #expect(try directory.stateFileInode() == snapshot, "the token is still held (owed a revocation): no purge")
 
         // A rotation is not a removal either: a start that replays it writes no snapshot.
         state.clients["notes"] = ClientRecord(lastSeen: Self.account(1), account: Self.account(1), refreshToken: "n-1")
@@ -358,31 +349,27 @@ extension StateJournalTests {
         try store.save(state)
         try store.sync()
         #expect(try store.load() == Self.atRest(state))
-        #expect(try inode() == snapshot)
+        #expect(try directory.stateFileInode() == snapshot)
 
-        let files = {
-            [directory.stateFile, directory.journal].map { (try? String(contentsOfFile: $0, encoding: .utf8)) ?? "" }
-                .joined()
-        }
         // The provider confirmed the revocation: the token is held nowhere. A line, then the sync's snapshot.
         state.pendingRevocations = []
         try store.save(state)
-        #expect(try inode() == snapshot, "a line")
+        #expect(try directory.stateFileInode() == snapshot, "a line")
         try store.sync()
-        let purged = try inode()
-        #expect(purged != snapshot && !files().contains("rt-1"), "\(files())")
+        let purged = try directory.stateFileInode()
+        #expect(purged != snapshot && !directory.text().contains("rt-1"), "\(directory.text())")
 
         // The same when brokerd dies before the sync: the start writes the snapshot.
         state.pendingRevocations = [PendingRevocation(clientId: "notes", token: .refreshToken("n-2"))]
         state.clients["notes"] = ClientRecord(lastSeen: Self.account(1))
         try store.save(state)
         try store.sync()
-        #expect(try inode() == purged, "a sign-out that owes the revocation: a line")
+        #expect(try directory.stateFileInode() == purged, "a sign-out that owes the revocation: a line")
         state.pendingRevocations = []
         try store.save(state)
-        #expect(files().contains("n-2"))
+        #expect(directory.text().contains("n-2"))
         #expect(try store.load() == Self.atRest(state))
-        #expect(try inode() != purged && !files().contains("n-2"), "\(files())")
+        #expect(try directory.stateFileInode() != purged && !directory.text().contains("n-2"), "\(directory.text())")
     }
 
     @Test("a device secret removed for good (its grant ended, nothing owed) leaves the files at the sync")
@@ -396,16 +383,12 @@ extension StateJournalTests {
             anchorClientId: "app-0", deviceSecret: DeviceSecret(secret: "ds-1", idToken: "id-1"))
         try store.save(state)
         try store.sync()
-        let files = {
-            [directory.stateFile, directory.journal].map { (try? String(contentsOfFile: $0, encoding: .utf8)) ?? "" }
-                .joined()
-        }
-        #expect(files().contains("ds-1"))
+        #expect(directory.text().contains("ds-1"))
         state.singleSignOn = [:]
         try store.save(state)
-        #expect(files().contains("ds-1"), "the line is written first")
+        #expect(directory.text().contains("ds-1"), "the line is written first")
         try store.sync()
-        #expect(!files().contains("ds-1"), "\(files())")
+        #expect(!directory.text().contains("ds-1"), "\(directory.text())")
         #expect(try store.load() == Self.atRest(state))
     }
 }
