@@ -304,8 +304,8 @@ public final class FileStateStore: StateStore {
     /// The fsyncs (and the removal of a replaced journal) of ``sync()``.
     private func makeDurable(_ written: inout Written) throws {
         // The replaced journal may hold a secret the snapshot took out. It goes once the snapshot's
-        // bytes are on the disk (a power loss must not find neither), and even when their flush
-        // failed, before anything can fail.
+        // bytes are on the disk (a power loss must not find neither), and whatever fails (the
+        // defer), so that no failure leaves it behind.
         func removeStaleJournal() {
             guard written.staleJournal else { return }
             unlink(journalPath)
@@ -376,7 +376,7 @@ public final class FileStateStore: StateStore {
         if let old = written.journal { close(old) }
         written.journal = nil
         // The earlier journal is ignored from now on, but may hold what the snapshot dropped (a
-        // signed-out refresh token): the sync removes it, before its directory fsync. Not here:
+        // signed-out refresh token): the sync removes it, after the snapshot's flush. Not here:
         // an unlink costs as much as the rename, and a save is written before apps hear of it. A
         // crash in between leaves a journal that the next start finds stale and removes before
         // anything else.
