@@ -59,7 +59,7 @@ let package = Package(
         .target(name: "Locking"),
         // brokerd's executor for Swift concurrency (TaskPool), and the Linux timer it sleeps on.
         .target(name: "CTaskPool"),
-        .target(name: "TaskPool", dependencies: ["CTaskPool"]),
+        .target(name: "TaskPool", dependencies: ["CTaskPool", "Locking"]),
         // brokerd's release of what a burst of work left in its memory.
         .target(name: "CProcessMemory"),
         .target(name: "TextRules"),

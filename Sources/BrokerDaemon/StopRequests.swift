@@ -44,7 +44,7 @@ final class StopRequests: @unchecked Sendable {
             sigaction(SIGTERM, &action, nil)
             sigaction(SIGINT, &action, nil)
             let readEnd = ends[0]
-            let started = startDetachedThread {
+            let failure = startDetachedThread {
                 var byte: UInt8 = 0
                 while true {
                     let count = read(readEnd, &byte, 1)
@@ -57,7 +57,7 @@ final class StopRequests: @unchecked Sendable {
                     }
                 }
             }
-            if !started {
+            if failure != 0 {
                 // Without the reader, the default action ends brokerd: no clean stop, nothing lost.
                 signal(SIGTERM, SIG_DFL)
                 signal(SIGINT, SIG_DFL)

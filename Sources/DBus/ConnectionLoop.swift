@@ -87,21 +87,8 @@ final class ConnectionLoop: @unchecked Sendable {
         else {
             throw .noMemory()
         }
-        let retained = Unmanaged.passRetained(self).toOpaque()
-        var thread = pthread_t()
-        let rc = pthread_create(
-            &thread, nil,
-            { arg in
-                guard let arg else { return nil }
-                let loop = Unmanaged<ConnectionLoop>.fromOpaque(arg).takeRetainedValue()
-                loop.run()
-                return nil
-            }, retained)
-        guard rc == 0 else {
-            Unmanaged<ConnectionLoop>.fromOpaque(retained).release()
-            throw .failed("Cannot start the D-Bus thread (error \(rc))")
-        }
-        pthread_detach(thread)
+        let rc = startDetachedThread { [self] in run() }
+        guard rc == 0 else { throw .failed("Cannot start the D-Bus thread (error \(rc))") }
     }
 
     // MARK: Producer side (any thread)

@@ -87,7 +87,7 @@ final class CurlWorker: Sendable {
         let multi = MultiHandle(pointer: pointer)
         state.multi = multi
         state.threads += 1
-        let started = startDetachedThread { [self] in
+        let failure = startDetachedThread { [self] in
             let released = CurlLoop(worker: self)?.run() ?? false
             ccurl_unload()
             if released { HTTPClient.afterIdleRelease()?() }
@@ -99,7 +99,7 @@ final class CurlWorker: Sendable {
             }
             for waiter in waiters { waiter.resume() }
         }
-        if !started {
+        if failure != 0 {
             state.threads -= 1
             state.multi = nil
             state.startFailure = "cannot start the HTTP worker thread"

@@ -1,4 +1,5 @@
 import Glibc
+import Locking
 
 /// Opens a URL by starting a browser command: `$BROWSER` when set (the convention: a
 /// colon-separated list of commands, `%s` standing for the URL), `xdg-open` otherwise.
@@ -106,27 +107,9 @@ public struct BrowserCommand: URLOpener {
     }
 }
 
-/// A fire-and-forget POSIX thread.
+/// A fire-and-forget POSIX thread; when none can be started, the work runs on the caller's.
 enum Thread {
-    private final class Box: @unchecked Sendable {
-        let body: @Sendable () -> Void
-        init(_ body: @escaping @Sendable () -> Void) { self.body = body }
-    }
-
     static func detach(_ body: @escaping @Sendable () -> Void) {
-        var thread = pthread_t()
-        let context = Unmanaged.passRetained(Box(body)).toOpaque()
-        let created = pthread_create(
-            &thread, nil,
-            { raw in
-                guard let raw else { return nil }
-                Unmanaged<Box>.fromOpaque(raw).takeRetainedValue().body()
-                return nil
-            }, context)
-        if created == 0 {
-            pthread_detach(thread)
-        } else {
-            Unmanaged<Box>.fromOpaque(context).takeRetainedValue().body()
-        }
+        if startDetachedThread(body) != 0 { body() }
     }
 }

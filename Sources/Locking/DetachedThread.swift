@@ -4,10 +4,11 @@ import Glibc
 import Darwin
 #endif
 
-/// Runs `body` on a new detached thread of its own; false if the thread could not be created.
-/// The one way a layer starts a thread that blocks on its own work (the HTTP worker, the reader
-/// of brokerd's stop signals), so that no Swift concurrency thread is ever held up by it.
-public func startDetachedThread(_ body: @escaping @Sendable () -> Void) -> Bool {
+/// Runs `body` on a new detached thread of its own; 0 when it started, else `pthread_create`'s
+/// error (`EAGAIN`: the user's thread limit), for the caller's message. The one way a layer starts
+/// a thread that blocks on its own work (the bus connection's, the HTTP worker, the reader of
+/// brokerd's stop signals, the task pool's), so that no Swift concurrency thread is ever held up.
+public func startDetachedThread(_ body: @escaping @Sendable () -> Void) -> Int32 {
     final class Box {
         let body: @Sendable () -> Void
         init(body: @escaping @Sendable () -> Void) {
@@ -26,8 +27,8 @@ public func startDetachedThread(_ body: @escaping @Sendable () -> Void) -> Bool 
         }, box)
     guard rc == 0 else {
         Unmanaged<Box>.fromOpaque(box).release()
-        return false
+        return rc
     }
     pthread_detach(thread)
-    return true
+    return 0
 }

@@ -1,5 +1,6 @@
 import CTaskPool
 import Glibc
+import Locking
 @_spi(ExperimentalCustomExecutors) @_spi(ExperimentalScheduling) import _Concurrency
 
 /// brokerd's executors for Swift concurrency: a few worker threads that sleep on a condition
@@ -154,8 +155,8 @@ final class WorkerPool: TaskExecutor, SchedulingExecutor, @unchecked Sendable {
 
     func start(threads: Int) {
         guard timer >= 0 else { Self.fail("cannot create its timer (timerfd_create, errno \(errno))") }
-        for _ in 0..<threads { spawn { $0.work() } }
-        spawn { $0.waitForTimers() }
+        for _ in 0..<threads { spawn { [self] in work() } }
+        spawn { [self] in waitForTimers() }
     }
 
     /// Without its threads or its timer no task would run or wake: brokerd stops at once, saying why.
@@ -165,30 +166,9 @@ final class WorkerPool: TaskExecutor, SchedulingExecutor, @unchecked Sendable {
         exit(1)
     }
 
-    private func spawn(_ body: @escaping (WorkerPool) -> Void) {
-        final class Context {
-            let pool: WorkerPool
-            let body: (WorkerPool) -> Void
-            init(_ pool: WorkerPool, _ body: @escaping (WorkerPool) -> Void) {
-                self.pool = pool
-                self.body = body
-            }
-        }
-        let context = Unmanaged.passRetained(Context(self, body)).toOpaque()
-        var thread = pthread_t()
-        let created = pthread_create(
-            &thread, nil,
-            { raw in
-                guard let raw else { return nil }
-                let context = Unmanaged<Context>.fromOpaque(raw).takeRetainedValue()
-                context.body(context.pool)
-                return nil
-            }, context)
-        guard created == 0 else {
-            Unmanaged<Context>.fromOpaque(context).release()
-            Self.fail("cannot start a thread (pthread_create: \(created))")
-        }
-        pthread_detach(thread)
+    private func spawn(_ body: @escaping @Sendable () -> Void) {
+        let created = startDetachedThread(body)
+        guard created == 0 else { Self.fail("cannot start a thread (pthread_create: \(created))") }
     }
 
     func enqueue(_ job: consuming ExecutorJob) { enqueue(UnownedJob(job)) }

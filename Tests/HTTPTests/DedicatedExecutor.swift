@@ -37,8 +37,8 @@ final class DedicatedThreadExecutor: TaskExecutor, @unchecked Sendable {
         condition = .allocate(capacity: 1)
         condition.initialize(to: pthread_cond_t())
         pthread_cond_init(condition, nil)
-        let started = startDetachedThread { [self] in run() }
-        precondition(started, "could not start the test executor thread")
+        let failure = startDetachedThread { [self] in run() }
+        precondition(failure == 0, "could not start the test executor thread")
     }
 
     func enqueue(_ job: consuming ExecutorJob) {
@@ -69,11 +69,11 @@ func onDedicatedThread<T, Failure: Error>(_ body: () async throws(Failure) -> T)
 /// Runs `body` on a new detached thread after `delay` (a plain sleep, off every executor).
 func afterDelay(_ delay: Duration, _ body: @escaping @Sendable () -> Void) {
     let (seconds, attoseconds) = max(delay, .zero).components
-    let started = startDetachedThread {
+    let failure = startDetachedThread {
         var request = timespec(tv_sec: Int(seconds), tv_nsec: Int(attoseconds / 1_000_000_000))
         var remaining = timespec()
         while nanosleep(&request, &remaining) != 0, errno == EINTR { request = remaining }
         body()
     }
-    precondition(started, "could not start a timer thread")
+    precondition(failure == 0, "could not start a timer thread")
 }
