@@ -249,7 +249,7 @@ public final class DBusPreparedReply: @unchecked Sendable {
             throw .noMemory()
         }
         template = raw
-        signature = arguments.map(\.signature).joined()
+        signature = DBusSignature.of(arguments)
     }
 
     deinit { dbus_message_unref(template) }

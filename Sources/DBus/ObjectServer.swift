@@ -223,7 +223,7 @@ extension ConnectionLoop {
         outSignature: String, signature given: String? = nil
     ) -> Result<[DBusValue], DBusError> {
         guard case .success(let values) = answer else { return answer }
-        let signature = given ?? (values.count == 1 ? values[0].signature : values.map(\.signature).joined())
+        let signature = given ?? DBusSignature.of(values)
         guard signature != outSignature else { return answer }
         logger.error(
             "Handler returned wrong signature",

@@ -14,6 +14,17 @@ public enum DBusSignature {
         return libdbusAcceptsSingle(signature)
     }
 
+    /// The signature of `values` one after the other: a message's arguments, a structure's
+    /// fields. Not `map(\.signature).joined()`: `joined` is generic over the sequence, and its
+    /// first use in a process makes the Swift runtime look up `[String]`'s `Collection`
+    /// conformance by searching every conformance in the binary, a tenth of a short
+    /// `brokerctl` run.
+    static func of(_ values: [DBusValue]) -> String {
+        var signature = ""
+        for value in values { signature += value.signature }
+        return signature
+    }
+
     static func libdbusAccepts(_ signature: String) -> Bool {
         guard !signature.utf8.contains(0) else { return false }
         return signature.withCString { dbus_signature_validate($0, nil) } != 0

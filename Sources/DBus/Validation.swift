@@ -92,10 +92,10 @@ enum DBusValidation {
 
     /// Checks a whole argument list, including the message signature limits.
     static func arguments(_ values: [DBusValue]) throws(DBusError) {
-        // Most calls of a one-shot client (brokerctl's reads) have none: nothing to join.
+        // Most calls of a one-shot client (brokerctl's reads) have none: nothing to check.
         guard !values.isEmpty else { return }
         for v in values { try value(v) }
-        let signature = values.map(\.signature).joined()
+        let signature = DBusSignature.of(values)
         guard DBusSignature.isValid(signature) else {
             throw .invalidArgs("Argument signature \"\(signature)\" exceeds D-Bus limits")
         }

@@ -53,7 +53,7 @@ public enum DBusValue: Sendable, Hashable {
         case .signature: return "g"
         case .array(let element, _): return "a" + element
         case .dictionary(let key, let value, _): return "a{" + key + value + "}"
-        case .structure(let fields): return "(" + fields.map(\.signature).joined() + ")"
+        case .structure(let fields): return "(" + DBusSignature.of(fields) + ")"
         case .variant: return "v"
         }
     }

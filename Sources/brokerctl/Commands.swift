@@ -35,7 +35,7 @@ struct DeviceInfo: ParsableCommand {
     static func describe(_ singleSignOn: [SingleSignOnMechanism]?) -> String {
         guard let singleSignOn else { return "unknown (the broker has not reached the identity provider yet)" }
         guard !singleSignOn.isEmpty else { return "none (each app signs in for itself)" }
-        return singleSignOn.map(\.rawValue).joined(separator: ", ")
+        return Output.list(singleSignOn.map(\.rawValue))
     }
 }
 
@@ -56,7 +56,7 @@ struct SignInOptionsCommand: AsyncCommand {
             Output.fields([
                 (
                     "Sign-in flows",
-                    options.flows.isEmpty ? "none" : options.flows.map(\.rawValue).joined(separator: ", ")
+                    options.flows.isEmpty ? "none" : Output.list(options.flows.map(\.rawValue))
                 ),
                 ("Single sign-on", DeviceInfo.describe(options.singleSignOn)),
             ])
@@ -196,7 +196,7 @@ struct SignIn: AsyncCommand {
             }
             if common.json { return Output.json(result) }
             Output.fields([
-                ("Signed in", Output.account(result.account)), ("Scopes", result.scopes.joined(separator: " ")),
+                ("Signed in", Output.account(result.account)), ("Scopes", Output.list(result.scopes, separator: " ")),
                 ("Token expires", Output.expiry(result.expiresOn)),
             ])
         }
@@ -327,7 +327,7 @@ struct Token: AsyncCommand {
                 .acquireTokenSilent(SilentTokenParameters(scopes: scopes, forceRefresh: forceRefresh, claims: claims))
             if common.json { return Output.json(result) }
             Output.fields([
-                ("Account", Output.account(result.account)), ("Scopes", result.scopes.joined(separator: " ")),
+                ("Account", Output.account(result.account)), ("Scopes", Output.list(result.scopes, separator: " ")),
                 ("Expires", Output.expiry(result.expiresOn)), ("Access token", result.accessToken),
             ])
         }

@@ -43,6 +43,19 @@ enum Output {
         standardOutput(text)
     }
 
+    /// `items` separated by `separator`, as `joined(separator:)` would. Not `joined` itself: it is
+    /// generic over the sequence, and its first use makes the Swift runtime search every
+    /// protocol conformance of the binary for `[String]`'s `Collection` (as `print` would, see
+    /// ``standardOutput(_:)``).
+    static func list(_ items: [String], separator: String = ", ") -> String {
+        var text = ""
+        for item in items {
+            if !text.isEmpty { text += separator }
+            text += item
+        }
+        return text
+    }
+
     /// `text` and a newline on standard output.
     static func line(_ text: String) { standardOutput(text + "\n") }
 

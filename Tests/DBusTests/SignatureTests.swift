@@ -46,4 +46,13 @@ struct SignatureTests {
         #expect(signatures.count == 16_105)
         #expect(shortcutsTaken > 1_000, "the shortcut should cover the simple shapes")
     }
+
+    @Test("a list of values has its values' signatures one after the other")
+    func signatureOfValues() {
+        #expect(DBusSignature.of([]) == "")
+        #expect(DBusSignature.of([.string("a")]) == "s")
+        let account = DBusValue.dictionary(keySignature: "s", valueSignature: "v", [])
+        #expect(DBusSignature.of([account, account, .string("signed-out")]) == "a{sv}a{sv}s")
+        #expect(DBusValue.structure([.int32(1), .array(elementSignature: "s", [])]).signature == "(ias)")
+    }
 }
