@@ -34,10 +34,14 @@ SUDO          = $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # counts only the pages it touches. Debug builds (make test) stay dynamic. See BENCHMARKS.md.
 # Without SwiftPM's $ORIGIN library path: nothing is loaded from beside the binaries, and the
 # dynamic loader would look for every library in /usr/bin and a dozen of its subdirectories first.
-RELEASE_FLAGS ?= --static-swift-stdlib --disable-local-rpath
+# Generic types such as [String: DBusValue] made by their metadata accessors, not looked up by
+# mangled name: the lookup checks the type's requirements (String: Hashable) by searching every
+# protocol conformance in the binary, a search brokerctl paid once per type, each run.
+RELEASE_FLAGS ?= --static-swift-stdlib --disable-local-rpath \
+	-Xswiftc -Xfrontend -Xswiftc -disable-concrete-type-metadata-mangled-name-accessors
 BUILD_FLAGS   = $(if $(filter release,$(CONFIG)),$(RELEASE_FLAGS))
 
-.PHONY: all deps build demo test contract release deb deb-test man completions install uninstall version check-version gui-deps gui test-gui demo-gui check-contract lint format install clean bench bench-smoke
+.PHONY: all deps build demo test contract release release-flags deb deb-test man completions install uninstall version check-version gui-deps gui test-gui demo-gui check-contract lint format install clean bench bench-smoke
 
 all: build
 
@@ -145,6 +149,10 @@ lint:
 
 format:
 	$(SWIFT) format format --in-place --recursive Sources Tests examples fuzz Package.swift
+
+## release-flags: RELEASE_FLAGS, for the benchmarks' build (benchmarks/run.py).
+release-flags:
+	@echo $(RELEASE_FLAGS)
 
 ## release: the release binaries, with the flags BENCHMARKS.md measured (RELEASE_FLAGS), their
 ## manual pages and shell completions. Run it as yourself: `make install` never builds.

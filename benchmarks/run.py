@@ -43,11 +43,12 @@ def build():
                            capture_output=True, text=True).stdout.split()
     for name, src in (("reference", "reference/reference.c"), ("busbench", "clients/busbench.c")):
         sh(["gcc", "-O2", "-g", "-Wall", "-o", os.path.join(CBIN, name), os.path.join(HERE, src)] + flags)
-    # As `make release` builds them (RELEASE_FLAGS): the Swift runtime and Foundation linked statically,
-    # no $ORIGIN search path.
-    release = ["swift", "build", "-c", "release", "--static-swift-stdlib", "--disable-local-rpath",
-               "--scratch-path", SCRATCH]
-    log("== " + " ".join(release[:6]) + " --scratch-path .build-bench")
+    # As `make release` builds them: the Makefile's RELEASE_FLAGS (the Swift runtime and Foundation
+    # linked statically, no $ORIGIN search path, ...).
+    flags = subprocess.run(["make", "-s", "--no-print-directory", "release-flags"], cwd=ROOT, check=True,
+                           capture_output=True, text=True).stdout.split()
+    release = ["swift", "build", "-c", "release"] + flags + ["--scratch-path", SCRATCH]
+    log("== " + " ".join(release[:-2]) + " --scratch-path .build-bench")
     sh(release, cwd=ROOT, stdout=subprocess.DEVNULL)
     # The programs by their real path, as installed ones are run (dbus-send is /usr/bin's): the bin path
     # SwiftPM prints goes through a symbolic link, which costs every exec of brokerctl a few percent.
