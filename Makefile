@@ -36,7 +36,8 @@ SUDO          = $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # dynamic loader would look for every library in /usr/bin and a dozen of its subdirectories first.
 # Generic types such as [String: DBusValue] made by their metadata accessors, not looked up by
 # mangled name: the lookup checks the type's requirements (String: Hashable) by searching every
-# protocol conformance in the binary, a search brokerctl paid once per type, each run.
+# protocol conformance in the binary, a search brokerctl paid once per type, each run. A frontend
+# option (-Xfrontend; checked with Swift 6.3): a toolchain without it stops the build, naming it.
 RELEASE_FLAGS ?= --static-swift-stdlib --disable-local-rpath \
 	-Xswiftc -Xfrontend -Xswiftc -disable-concrete-type-metadata-mangled-name-accessors
 BUILD_FLAGS   = $(if $(filter release,$(CONFIG)),$(RELEASE_FLAGS))
@@ -152,7 +153,7 @@ format:
 
 ## release-flags: RELEASE_FLAGS, for the benchmarks' build (benchmarks/run.py).
 release-flags:
-	@echo $(RELEASE_FLAGS)
+	$(info RELEASE_FLAGS $(RELEASE_FLAGS))@:
 
 ## release: the release binaries, with the flags BENCHMARKS.md measured (RELEASE_FLAGS), their
 ## manual pages and shell completions. Run it as yourself: `make install` never builds.

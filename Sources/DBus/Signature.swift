@@ -17,8 +17,8 @@ public enum DBusSignature {
     /// The signature of `values` one after the other: a message's arguments, a structure's
     /// fields. Not `map(\.signature).joined()`: `joined` is generic over the sequence, and its
     /// first use in a process makes the Swift runtime look up `[String]`'s `Collection`
-    /// conformance by searching every conformance in the binary, a tenth of a short
-    /// `brokerctl` run.
+    /// conformance by searching every conformance record in the binary, which a short-lived
+    /// client (brokerctl) pays on each run.
     static func of(_ values: [DBusValue]) -> String {
         var signature = ""
         for value in values { signature += value.signature }

@@ -92,7 +92,7 @@ enum DBusValidation {
 
     /// Checks a whole argument list, including the message signature limits.
     static func arguments(_ values: [DBusValue]) throws(DBusError) {
-        // Most calls of a one-shot client (brokerctl's reads) have none: nothing to check.
+        // A call without arguments (brokerctl device-info): nothing to check.
         guard !values.isEmpty else { return }
         for v in values { try value(v) }
         let signature = DBusSignature.of(values)

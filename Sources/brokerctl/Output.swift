@@ -49,9 +49,9 @@ enum Output {
     /// ``standardOutput(_:)``).
     static func list(_ items: [String], separator: String = ", ") -> String {
         var text = ""
-        for item in items {
-            if !text.isEmpty { text += separator }
-            text += item
+        for index in items.indices {
+            if index > 0 { text += separator }
+            text += items[index]
         }
         return text
     }
