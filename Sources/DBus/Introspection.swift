@@ -35,9 +35,14 @@ public struct DBusInterfaceDescription: Sendable, Equatable {
         /// Method name.
         public var name: String
         /// Input arguments.
-        public var inArguments: [Argument]
+        public var inArguments: [Argument] { didSet { inSignature = Self.signature(of: inArguments) } }
         /// Output arguments.
-        public var outArguments: [Argument]
+        public var outArguments: [Argument] { didSet { outSignature = Self.signature(of: outArguments) } }
+        /// Concatenated signature of the input arguments. Kept beside them, not derived on each
+        /// read: every call the object server dispatches is checked against it.
+        public private(set) var inSignature: String
+        /// Concatenated signature of the output arguments (each reply is checked against it).
+        public private(set) var outSignature: String
         /// Annotations, in the order introspection lists them (before the arguments).
         public var annotations: [Annotation]
         /// Creates a method.
@@ -48,16 +53,17 @@ public struct DBusInterfaceDescription: Sendable, Equatable {
             self.name = name
             self.inArguments = inArguments
             self.outArguments = outArguments
+            inSignature = Self.signature(of: inArguments)
+            outSignature = Self.signature(of: outArguments)
             self.annotations = annotations
         }
         /// Whether the method carries the annotation `name` with the value `true`.
         public func isAnnotated(_ name: String) -> Bool {
             annotations.contains { $0.name == name && $0.value == "true" }
         }
-        /// Concatenated signature of the input arguments.
-        public var inSignature: String { inArguments.map(\.signature).joined() }
-        /// Concatenated signature of the output arguments.
-        public var outSignature: String { outArguments.map(\.signature).joined() }
+        private static func signature(of arguments: [Argument]) -> String {
+            arguments.reduce(into: "") { $0 += $1.signature }
+        }
     }
 
     /// A signal.

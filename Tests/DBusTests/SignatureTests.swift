@@ -55,4 +55,17 @@ struct SignatureTests {
         #expect(DBusSignature.of([account, account, .string("signed-out")]) == "a{sv}a{sv}s")
         #expect(DBusValue.structure([.int32(1), .array(elementSignature: "s", [])]).signature == "(ias)")
     }
+
+    @Test("a method's signatures follow its arguments when they change")
+    func methodSignaturesFollowArguments() {
+        typealias Interface = DBusInterfaceDescription
+        var method = Interface.Method(
+            name: "SignOut", inArguments: [.init("clientId", "s"), .init("accountId", "s")],
+            outArguments: [.init("result", "a{sv}")])
+        #expect(method.inSignature == "ss" && method.outSignature == "a{sv}")
+        method.inArguments.append(.init("options", "a{sv}"))
+        method.outArguments[0].signature = "b"
+        #expect(method.inSignature == "ssa{sv}" && method.outSignature == "b")
+        #expect(Interface.Method(name: "Ping").inSignature == "")
+    }
 }
