@@ -40,11 +40,13 @@ extension Broker {
             return await group.reduce(into: [(PendingRevocation, RevocationOutcome)]()) { $0.append($1) }
         }
         var settled: [PendingRevocation] = []
+        var revoked: Set<String> = []
         var problems: [String] = []
         for (item, outcome) in outcomes {
             switch outcome {
             case .revoked:
                 settled.append(item)
+                revoked.insert(item.token.value)
             case .notOffered:
                 settled.append(item)
                 problems.append("the provider offers no token revocation; refresh tokens expire on their own")
@@ -57,7 +59,7 @@ extension Broker {
                         + "after a restart, until it does")
             }
         }
-        settle(settled)
+        settle(settled, revoked: revoked)
         if settled.count < owed.count { armRevocationRetry() }
         return problems
     }
@@ -71,13 +73,18 @@ extension Broker {
     }
 
     /// Stops owing `settled`, written like any change (no announcement: no account changed).
-    private func settle(_ settled: [PendingRevocation]) {
+    /// Those the provider confirmed revoked (`revoked`, their values) leave the files with the
+    /// next snapshot, not one written now: a revoked token grants nothing, and the rewrite (a
+    /// file, its fsyncs, the directory's) would run while the apps are reading the sign-out.
+    /// One it could not revoke still grants access, so the store takes it out of its files at
+    /// once.
+    private func settle(_ settled: [PendingRevocation], revoked: Set<String>) {
         guard !settled.isEmpty else { return }
         var next = state
         next.pendingRevocations.removeAll { settled.contains($0) }
         guard next.pendingRevocations != state.pendingRevocations else { return }
         do {
-            try commit(next)
+            try commit(next, revoked: revoked)
             revocationRetryDelay = nil
         } catch {
             logger.warning(

@@ -221,13 +221,15 @@ public actor Broker {
     /// person must not see the last one's data) and a sync costs a disk flush, about 0.5 ms here.
     /// It is safe: once `save` returned, a restarted brokerd reads the new state; only a power
     /// loss in the next instant could bring back the old one, which the store keeps whole.
-    func commit(_ proposed: BrokerState, announcing change: DeviceAccountChange? = nil, endingWarning: Bool = false)
-        throws(BrokerFailure)
-    {
+    /// `revoked`: secrets the change removes that the provider confirmed revoked (``StateStore``).
+    func commit(
+        _ proposed: BrokerState, announcing change: DeviceAccountChange? = nil, endingWarning: Bool = false,
+        revoked: Set<String> = []
+    ) throws(BrokerFailure) {
         var next = proposed
         let nextBystanders = noteActiveClients(from: state, to: &next)
         do {
-            try store.save(next)
+            try store.save(next, revoked: revoked)
         } catch {
             logger.error("could not save the broker state; the change was not made", metadata: ["error": "\(error)"])
             throw BrokerFailure(.storageFailed, "the broker could not save its state (\(error)); nothing was changed")

@@ -139,13 +139,19 @@ extension IdentityProvider {
 /// the state atomically (after brokerd crashes, the store holds either the old or the new
 /// state, never a mix), and `sync` makes the last save durable (it survives a power loss too).
 /// The broker announces a change after `save` and replies after `sync`.
+///
+/// `revoked`: secrets the change takes out of the state that the provider has confirmed revoked
+/// (RFC 7009). A store that rewrites its files to take a removed secret out of them (the refresh
+/// tokens `--token-storage plaintext-file` keeps) need not for these: they no longer grant
+/// anything.
 public protocol StateStore: Sendable {
     func load() throws -> BrokerState?
-    func save(_ state: BrokerState) throws
+    func save(_ state: BrokerState, revoked: Set<String>) throws
     func sync() throws
 }
 
 extension StateStore {
+    public func save(_ state: BrokerState) throws { try save(state, revoked: []) }
     /// For stores whose `save` is durable already (or that keep nothing on disk).
     public func sync() throws {}
 }

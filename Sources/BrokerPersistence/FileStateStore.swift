@@ -24,12 +24,13 @@ import Locking
 ///   before replying.
 ///
 /// A change that takes a secret out of the state for good, held nowhere in it any more (a
-/// revocation owed that was settled, a token the provider rejected, a replaced device secret; a
-/// sign-out moves its refresh tokens and device secrets to the revocations owed), is a line like
-/// any other, one `write` before the apps hear of it; the `sync` that follows writes a snapshot, so
-/// that the secret leaves the files too rather than stay in the old snapshot or an earlier line.
-/// After a crash between the two, the start finds the line that removed a secret and writes the
-/// snapshot at once.
+/// revocation owed that the provider could not make, a token the provider rejected, a replaced
+/// device secret; a sign-out moves its refresh tokens and device secrets to the revocations
+/// owed), is a line like any other, one `write` before the apps hear of it; the `sync` that
+/// follows writes a snapshot, so that the secret leaves the files too rather than stay in the old
+/// snapshot or an earlier line. A start that finds such a line after the snapshot (a crash came
+/// between the two) writes the snapshot at once. A token the provider confirmed revoked (`save`'s
+/// `revoked`) grants nothing any more: its line waits for the next snapshot, or the next start.
 ///
 /// A save that would write what the files already hold (only access tokens changed, which are
 /// not kept at rest, or nothing did) writes nothing. A restart goes on appending to a whole
@@ -230,14 +231,15 @@ public final class FileStateStore: StateStore {
     }
 
     /// Writes the change to `state` (its persisted part), without an fsync: ``sync()`` makes it
-    /// durable. Writes nothing when the files already hold that.
-    public func save(_ state: BrokerState) throws {
+    /// durable. Writes nothing when the files already hold that. `revoked`: secrets the change
+    /// removes that the provider confirmed revoked, which need no snapshot to leave the files.
+    public func save(_ state: BrokerState, revoked: Set<String>) throws {
         try written.withLock { (written: inout Written) throws in
             guard let old = written.state, !written.needsSnapshot else {
                 return try writeSnapshot(state, into: &written)
             }
             var keys = written.keys
-            switch StateJournal.change(from: old, to: state, keys: &keys) {
+            switch StateJournal.change(from: old, to: state, revoked: revoked, keys: &keys) {
             case .none: return
             case .line(let line, let removesSecret):
                 if written.journal == nil, let id = written.pendingJournal {

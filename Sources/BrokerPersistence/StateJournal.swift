@@ -45,13 +45,16 @@ enum StateJournal {
         /// sync that follows. A sign-out moves its refresh tokens and device secrets to the
         /// revocations owed (they leave once the revocation is settled). A refresh token replaced
         /// by another is not such a change: the provider no longer takes a rotated one, and a
-        /// refresh must not cost the whole file.
+        /// refresh must not cost the whole file. Nor is a token the provider confirmed revoked
+        /// (`revoked`), for the same reason.
         case line([UInt8], removesSecret: Bool)
     }
 
     /// The line that turns `old` into `new` (what of them is kept at rest). Accounts that `keys`
     /// has no key for get one, written in the line.
-    static func change(from old: BrokerState, to new: BrokerState, keys: inout StateFileFormat.AccountKeys) -> Change {
+    static func change(
+        from old: BrokerState, to new: BrokerState, revoked: Set<String> = [], keys: inout StateFileFormat.AccountKeys
+    ) -> Change {
         var clients = JSONWriter(capacity: 256)
         _ = keys.takeAdded()
         var changed: [(String, ClientRecord?)] = []
@@ -83,7 +86,7 @@ enum StateJournal {
             }
         }
         removed += removedSecrets(singleSignOn: old.singleSignOn, pendingRevocations: old.pendingRevocations, in: new)
-        let removesSecret = removed.contains { !holds(new, $0) }
+        let removesSecret = removed.contains { !revoked.contains($0) && !holds(new, $0) }
         if !changed.isEmpty {
             clients.raw(",\"clients\":{")
             for (index, (clientId, record)) in changed.sorted(by: { $0.0 < $1.0 }).enumerated() {

@@ -137,13 +137,13 @@ final class TokenProtectingStore: StateStore {
 
     func sync() throws { try file.sync() }
 
-    func save(_ state: BrokerState) throws {
+    func save(_ state: BrokerState, revoked: Set<String>) throws {
         let (publicPart, tokens) = Self.split(state)
         if let vault, tokens != inVault.withLock({ $0 }) {
             try vault.save(tokens, deviceId: state.deviceId)
             inVault.withLock { $0 = tokens }
         }
-        try file.save(publicPart)
+        try file.save(publicPart, revoked: revoked)
     }
 
     /// The state without a token, and its refresh tokens. Tokens of a client with no account

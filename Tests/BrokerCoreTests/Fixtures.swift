@@ -213,7 +213,7 @@ final class MemoryStore: StateStore, @unchecked Sendable {
     var timeline: [String] { lock.withLock { _ in _timeline } }
 
     func load() throws -> BrokerState? { saved }
-    func save(_ state: BrokerState) throws {
+    func save(_ state: BrokerState, revoked: Set<String>) throws {
         struct DiskFull: Error {}
         if failWrites { throw DiskFull() }
         lock.withLock { _ in

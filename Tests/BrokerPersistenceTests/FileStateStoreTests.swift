@@ -125,6 +125,52 @@ struct FileStateStoreTests {
         #expect(try FileStateStore.peek(directory.path) == StateFileFormat.persisted(signedOut))
     }
 
+    /// Settling revocations: a token the provider confirmed revoked grants nothing, so the line
+    /// that stops owing it writes no snapshot (state.json keeps its inode) and it stays in the files
+    /// until the next one; the next start writes that snapshot. A token the provider could not
+    /// revoke still grants access and leaves the files at the sync.
+    @Test func aConfirmedRevocationWaitsForTheNextSnapshotAndAnUnmadeOneDoesNot() throws {
+        let directory = Directory()
+        var owing = BrokerState(deviceId: "d-1", current: nil, clients: ["mail": ClientRecord(lastSeen: Self.alice)])
+        owing.owe([
+            PendingRevocation(clientId: "mail", token: .refreshToken("rt-revoked")),
+            PendingRevocation(clientId: "mail", token: .deviceSecret("ds-unrevoked")),
+        ])
+        var settled = owing
+        settled.pendingRevocations.removeAll { $0.token.value == "rt-revoked" }
+        do {
+            let store = try FileStateStore(directory: directory.path)
+            try store.save(owing)
+            try store.sync()
+            let inode = try directory.stateFileInode()
+            try store.save(settled, revoked: ["rt-revoked"])
+            try store.sync()
+            #expect(try directory.stateFileInode() == inode, "a snapshot was written for a revoked token")
+            #expect(directory.text().contains("rt-revoked"))
+            #expect(try FileStateStore.peek(directory.path) == StateFileFormat.persisted(settled))
+
+            var givenUp = settled
+            givenUp.pendingRevocations = []
+            try store.save(givenUp, revoked: [])
+            try store.sync()
+            #expect(try directory.stateFileInode() != inode)
+            #expect(!directory.text().contains("ds-unrevoked"), "\(directory.text())")
+        }
+        // Again up to the revoked token's line, then a start.
+        let other = Directory()
+        do {
+            let store = try FileStateStore(directory: other.path)
+            try store.save(owing)
+            try store.sync()
+            try store.save(settled, revoked: ["rt-revoked"])
+            try store.sync()
+            #expect(other.text().contains("rt-revoked"))
+        }
+        let restarted = try FileStateStore(directory: other.path)
+        #expect(try restarted.load() == settled)
+        #expect(!other.text().contains("rt-revoked"), "\(other.text())")
+    }
+
     @Test func aSecondStoreOnTheSameDirectoryIsRefused() throws {
         let directory = Directory()
         let first = try FileStateStore(directory: directory.path)

@@ -38,5 +38,5 @@ package struct FixedClock: WallClock {
 package struct DiscardingStore: StateStore {
     package init() {}
     package func load() throws -> BrokerState? { nil }
-    package func save(_ state: BrokerState) throws {}
+    package func save(_ state: BrokerState, revoked: Set<String>) throws {}
 }
