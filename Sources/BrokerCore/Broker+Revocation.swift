@@ -46,7 +46,11 @@ extension Broker {
             switch outcome {
             case .revoked:
                 settled.append(item)
-                revoked.insert(item.token.value)
+                // RFC 7009 answers 200 for a token the server does not know, too. A refresh token
+                // is the provider's own, issued to this client: after a 200 it is dead there. A
+                // device secret's revocation is no registered token type; a provider that cannot
+                // revoke one may answer 200 all the same, so it leaves the files at once.
+                if case .refreshToken(let value) = item.token { revoked.insert(value) }
             case .notOffered:
                 settled.append(item)
                 problems.append("the provider offers no token revocation; refresh tokens expire on their own")
@@ -73,11 +77,11 @@ extension Broker {
     }
 
     /// Stops owing `settled`, written like any change (no announcement: no account changed).
-    /// Those the provider confirmed revoked (`revoked`, their values) leave the files with the
+    /// Refresh tokens the provider revoked (`revoked`, their values) leave the files with the
     /// next snapshot, not one written now: a revoked token grants nothing, and the rewrite (a
     /// file, its fsyncs, the directory's) would run while the apps are reading the sign-out.
-    /// One it could not revoke still grants access, so the store takes it out of its files at
-    /// once.
+    /// What it could not revoke may still grant access, and device secrets (see `revokeOwed`), so
+    /// the store takes them out of its files at once.
     private func settle(_ settled: [PendingRevocation], revoked: Set<String>) {
         guard !settled.isEmpty else { return }
         var next = state

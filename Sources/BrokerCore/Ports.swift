@@ -140,8 +140,8 @@ extension IdentityProvider {
 /// state, never a mix), and `sync` makes the last save durable (it survives a power loss too).
 /// The broker announces a change after `save` and replies after `sync`.
 ///
-/// `revoked`: secrets the change takes out of the state that the provider has confirmed revoked
-/// (RFC 7009). A store that rewrites its files to take a removed secret out of them (the refresh
+/// `revoked`: refresh tokens the change takes out of the state that the provider revoked (RFC
+/// 7009). A store that rewrites its files to take a removed secret out of them (the refresh
 /// tokens `--token-storage plaintext-file` keeps) need not for these: they no longer grant
 /// anything.
 public protocol StateStore: Sendable {

@@ -29,8 +29,9 @@ import Locking
 /// owed), is a line like any other, one `write` before the apps hear of it; the `sync` that
 /// follows writes a snapshot, so that the secret leaves the files too rather than stay in the old
 /// snapshot or an earlier line. A start that finds such a line after the snapshot (a crash came
-/// between the two) writes the snapshot at once. A token the provider confirmed revoked (`save`'s
-/// `revoked`) grants nothing any more: its line waits for the next snapshot, or the next start.
+/// between the two) writes the snapshot at once. A refresh token the provider revoked (`save`'s
+/// `revoked`) grants nothing any more: it stays in the files until the next snapshot, or the next
+/// start.
 ///
 /// A save that would write what the files already hold (only access tokens changed, which are
 /// not kept at rest, or nothing did) writes nothing. A restart goes on appending to a whole
@@ -56,7 +57,8 @@ public final class FileStateStore: StateStore {
         /// Reading, parsing and building the state.
         public var duration: Duration
         /// Why the snapshot that takes out a secret a replayed line removed (a crash came before
-        /// it) could not be written at the start; nil when there was none to write or it was.
+        /// it, or it was a revoked refresh token's, which waits for one) could not be written at
+        /// the start; nil when there was none to write or it was.
         public var purgeFailure: String?
 
         /// `duration` in milliseconds, to a tenth.
@@ -215,9 +217,10 @@ public final class FileStateStore: StateStore {
             $0.secretsToPurge = replayed.removedSecret
             $0.report = report
         }
-        // A crash came between a line that took a secret out for good (a settled revocation) and
-        // the snapshot that follows it: the secret goes from the files now, before anything else.
-        // Should that fail, the next save writes the snapshot.
+        // A line took a secret out for good (a settled revocation) and no snapshot followed it: a
+        // crash came first, or it was a revoked refresh token's, which waits for the next one. The
+        // secret goes from the files now, before anything else. Should that fail, the next save
+        // writes the snapshot.
         if replayed.removedSecret {
             do {
                 try sync()
@@ -231,8 +234,9 @@ public final class FileStateStore: StateStore {
     }
 
     /// Writes the change to `state` (its persisted part), without an fsync: ``sync()`` makes it
-    /// durable. Writes nothing when the files already hold that. `revoked`: secrets the change
-    /// removes that the provider confirmed revoked, which need no snapshot to leave the files.
+    /// durable. Writes nothing when the files already hold that. `revoked`: refresh tokens the
+    /// change removes that the provider revoked, which need no snapshot of their own to leave the
+    /// files.
     public func save(_ state: BrokerState, revoked: Set<String>) throws {
         try written.withLock { (written: inout Written) throws in
             guard let old = written.state, !written.needsSnapshot else {
@@ -275,7 +279,7 @@ public final class FileStateStore: StateStore {
         }
     }
 
-    /// Makes the last ``save(_:)`` durable: fsync of the journal, and after a snapshot the removal
+    /// Makes the last ``save(_:revoked:)`` durable: fsync of the journal, and after a snapshot the removal
     /// of the journal it replaced and fsyncs of the snapshot and the directory (the renames, the
     /// removal). After a line that took a secret out, a snapshot first (until one is written, a
     /// sync tries again). Nothing else to do when every save is synced already.

@@ -45,8 +45,8 @@ enum StateJournal {
         /// sync that follows. A sign-out moves its refresh tokens and device secrets to the
         /// revocations owed (they leave once the revocation is settled). A refresh token replaced
         /// by another is not such a change: the provider no longer takes a rotated one, and a
-        /// refresh must not cost the whole file. Nor is a token the provider confirmed revoked
-        /// (`revoked`), for the same reason.
+        /// refresh must not cost the whole file. Nor is a refresh token the provider revoked
+        /// (`revoked`), for the same reason: it leaves with the next snapshot.
         case line([UInt8], removesSecret: Bool)
     }
 
@@ -183,7 +183,8 @@ enum StateJournal {
         /// Bytes of a last line cut short (dropped).
         var tornBytes = 0
         /// A line took a secret out of the state: the files still hold it (a crash came before
-        /// the snapshot that follows such a line), and the next snapshot removes it.
+        /// the snapshot that follows such a line, or it was a revoked refresh token's, which
+        /// waits for the next one), and the next snapshot removes it.
         var removedSecret = false
     }
 

@@ -11,6 +11,8 @@ final class ScriptedProvider: IdentityProvider, @unchecked Sendable {
     private var _revoked: [String] = []
     private var rotation = 0
     var rejectRefresh = false
+    /// Tokens whose revocation the provider refuses.
+    var refusedRevocations: Set<String> = []
     /// When set, every refresh fails with it.
     var refreshFailure: BrokerFailure?
     /// The claims the last refresh carried.
@@ -63,6 +65,7 @@ final class ScriptedProvider: IdentityProvider, @unchecked Sendable {
             case .refreshToken(let value), .deviceSecret(let value): value
             }
         lock.withLock { _ in _revoked.append(value) }
+        if refusedRevocations.contains(value) { throw BrokerFailure(.accessDenied, "refused by the script") }
         return .done
     }
 
@@ -204,11 +207,14 @@ final class MemoryStore: StateStore, @unchecked Sendable {
     private let lock = Locked<Void>(())
     private var _saved: BrokerState?
     private var _saves = 0
+    private var _revokedBySave: [Set<String>] = []
     private var _timeline: [String] = []
     var failWrites = false
 
     var saved: BrokerState? { lock.withLock { _ in _saved } }
     var saves: Int { lock.withLock { _ in _saves } }
+    /// What each save was told the provider revoked (``StateStore``'s `revoked`).
+    var revokedBySave: [Set<String>] { lock.withLock { _ in _revokedBySave } }
     /// "save", "sync" and (recorded by the harness) "announce", in the order they happened.
     var timeline: [String] { lock.withLock { _ in _timeline } }
 
@@ -219,6 +225,7 @@ final class MemoryStore: StateStore, @unchecked Sendable {
         lock.withLock { _ in
             _saved = state
             _saves += 1
+            _revokedBySave.append(revoked)
             _timeline.append("save")
         }
     }

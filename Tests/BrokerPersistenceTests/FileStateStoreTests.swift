@@ -169,6 +169,33 @@ struct FileStateStoreTests {
         let restarted = try FileStateStore(directory: other.path)
         #expect(try restarted.load() == settled)
         #expect(!other.text().contains("rt-revoked"), "\(other.text())")
+
+        // On a journal already open (the settle follows the sign-out's line), and both in one
+        // change: the unrevoked one makes the snapshot, which takes the revoked one out too.
+        let open = Directory()
+        do {
+            let store = try FileStateStore(directory: open.path)
+            try store.save(owing)
+            try store.sync()
+            var seen = owing
+            seen.clients["notes"] = ClientRecord(lastSeen: Self.alice)
+            try store.save(seen)
+            try store.sync()
+            let inode = try open.stateFileInode()
+            var revokedOnly = seen
+            revokedOnly.pendingRevocations.removeAll { $0.token.value == "rt-revoked" }
+            try store.save(revokedOnly, revoked: ["rt-revoked"])
+            try store.sync()
+            #expect(try open.stateFileInode() == inode)
+            try store.save(seen)
+            try store.sync()
+            var both = seen
+            both.pendingRevocations = []
+            try store.save(both, revoked: ["rt-revoked"])
+            try store.sync()
+            #expect(try open.stateFileInode() != inode)
+            #expect(!open.text().contains("rt-revoked") && !open.text().contains("ds-unrevoked"), "\(open.text())")
+        }
     }
 
     @Test func aSecondStoreOnTheSameDirectoryIsRefused() throws {

@@ -351,7 +351,8 @@ extension StateJournalTests {
         #expect(try store.load() == Self.atRest(state))
         #expect(try directory.stateFileInode() == snapshot)
 
-        // The provider confirmed the revocation: the token is held nowhere. A line, then the sync's snapshot.
+        // The revocation is settled (not as revoked: see `save(_:revoked:)`): the token is held
+        // nowhere. A line, then the sync's snapshot.
         state.pendingRevocations = []
         try store.save(state)
         #expect(try directory.stateFileInode() == snapshot, "a line")

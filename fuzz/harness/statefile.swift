@@ -214,5 +214,5 @@ private struct OfflineProvider: IdentityProvider, SignInRefusingProvider {
 /// Saves nothing to disk; the harness's own file is the input.
 private struct MemoryStore: StateStore {
     func load() throws -> BrokerState? { nil }
-    func save(_ state: BrokerState) throws {}
+    func save(_ state: BrokerState, revoked: Set<String>) throws {}
 }
