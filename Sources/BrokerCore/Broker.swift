@@ -221,7 +221,7 @@ public actor Broker {
     /// person must not see the last one's data) and a sync costs a disk flush, about 0.5 ms here.
     /// It is safe: once `save` returned, a restarted brokerd reads the new state; only a power
     /// loss in the next instant could bring back the old one, which the store keeps whole.
-    /// `revoked`: secrets the change removes that the provider confirmed revoked (``StateStore``).
+    /// `revoked`: refresh tokens the change removes that the provider revoked (``StateStore``).
     func commit(
         _ proposed: BrokerState, announcing change: DeviceAccountChange? = nil, endingWarning: Bool = false,
         revoked: Set<String> = []

@@ -125,74 +125,68 @@ struct FileStateStoreTests {
         #expect(try FileStateStore.peek(directory.path) == StateFileFormat.persisted(signedOut))
     }
 
-    /// Settling revocations: a token the provider confirmed revoked grants nothing, so the line
-    /// that stops owing it writes no snapshot (state.json keeps its inode) and it stays in the files
-    /// until the next one; the next start writes that snapshot. A token the provider could not
-    /// revoke still grants access and leaves the files at the sync.
-    @Test func aConfirmedRevocationWaitsForTheNextSnapshotAndAnUnmadeOneDoesNot() throws {
-        let directory = Directory()
+    /// Settling revocations: a refresh token the provider revoked grants nothing, so the line that
+    /// stops owing it writes no snapshot (state.json keeps its inode) and it stays in the files
+    /// until the next one; the next start writes that snapshot. A secret whose revocation was not
+    /// made (here a device secret) may still grant access and leaves the files at the sync.
+    @Test func aRevokedRefreshTokenWaitsForTheNextSnapshotAndAnUnrevokedSecretDoesNot() throws {
         var owing = BrokerState(deviceId: "d-1", current: nil, clients: ["mail": ClientRecord(lastSeen: Self.alice)])
         owing.owe([
             PendingRevocation(clientId: "mail", token: .refreshToken("rt-revoked")),
             PendingRevocation(clientId: "mail", token: .deviceSecret("ds-unrevoked")),
         ])
-        var settled = owing
-        settled.pendingRevocations.removeAll { $0.token.value == "rt-revoked" }
+        func without(_ state: BrokerState, _ tokens: Set<String>) -> BrokerState {
+            var state = state
+            state.pendingRevocations.removeAll { tokens.contains($0.token.value) }
+            return state
+        }
+        /// Each state saved (with the tokens the provider revoked) and synced, in turn.
+        func write(_ changes: [(BrokerState, Set<String>)], with store: FileStateStore) throws {
+            for (state, revoked) in changes {
+                try store.save(state, revoked: revoked)
+                try store.sync()
+            }
+        }
+        let settled = without(owing, ["rt-revoked"])
+
+        // The settle as the first line after a snapshot (the journal not started yet).
+        let directory = Directory()
         do {
             let store = try FileStateStore(directory: directory.path)
-            try store.save(owing)
-            try store.sync()
+            try write([(owing, [])], with: store)
             let inode = try directory.stateFileInode()
-            try store.save(settled, revoked: ["rt-revoked"])
-            try store.sync()
+            try write([(settled, ["rt-revoked"])], with: store)
             #expect(try directory.stateFileInode() == inode, "a snapshot was written for a revoked token")
             #expect(directory.text().contains("rt-revoked"))
             #expect(try FileStateStore.peek(directory.path) == StateFileFormat.persisted(settled))
 
-            var givenUp = settled
-            givenUp.pendingRevocations = []
-            try store.save(givenUp, revoked: [])
-            try store.sync()
+            try write([(without(settled, ["ds-unrevoked"]), [])], with: store)
             #expect(try directory.stateFileInode() != inode)
             #expect(!directory.text().contains("ds-unrevoked"), "\(directory.text())")
         }
-        // Again up to the revoked token's line, then a start.
-        let other = Directory()
+        // The same line, then a start.
+        let restartedDirectory = Directory()
         do {
-            let store = try FileStateStore(directory: other.path)
-            try store.save(owing)
-            try store.sync()
-            try store.save(settled, revoked: ["rt-revoked"])
-            try store.sync()
-            #expect(other.text().contains("rt-revoked"))
+            let store = try FileStateStore(directory: restartedDirectory.path)
+            try write([(owing, []), (settled, ["rt-revoked"])], with: store)
+            #expect(restartedDirectory.text().contains("rt-revoked"))
         }
-        let restarted = try FileStateStore(directory: other.path)
+        let restarted = try FileStateStore(directory: restartedDirectory.path)
         #expect(try restarted.load() == settled)
-        #expect(!other.text().contains("rt-revoked"), "\(other.text())")
+        #expect(!restartedDirectory.text().contains("rt-revoked"), "\(restartedDirectory.text())")
 
-        // On a journal already open (the settle follows the sign-out's line), and both in one
-        // change: the unrevoked one makes the snapshot, which takes the revoked one out too.
+        // On a journal already open (the settle follows the sign-out's line), and then both in
+        // one change: the unrevoked one makes the snapshot, which takes the revoked one out too.
         let open = Directory()
         do {
             let store = try FileStateStore(directory: open.path)
-            try store.save(owing)
-            try store.sync()
             var seen = owing
             seen.clients["notes"] = ClientRecord(lastSeen: Self.alice)
-            try store.save(seen)
-            try store.sync()
+            try write([(owing, []), (seen, [])], with: store)
             let inode = try open.stateFileInode()
-            var revokedOnly = seen
-            revokedOnly.pendingRevocations.removeAll { $0.token.value == "rt-revoked" }
-            try store.save(revokedOnly, revoked: ["rt-revoked"])
-            try store.sync()
+            try write([(without(seen, ["rt-revoked"]), ["rt-revoked"])], with: store)
             #expect(try open.stateFileInode() == inode)
-            try store.save(seen)
-            try store.sync()
-            var both = seen
-            both.pendingRevocations = []
-            try store.save(both, revoked: ["rt-revoked"])
-            try store.sync()
+            try write([(seen, []), (without(seen, ["rt-revoked", "ds-unrevoked"]), ["rt-revoked"])], with: store)
             #expect(try open.stateFileInode() != inode)
             #expect(!open.text().contains("rt-revoked") && !open.text().contains("ds-unrevoked"), "\(open.text())")
         }
