@@ -113,6 +113,27 @@ def saved_state(state_dir):
     return state
 
 
+def snapshot_bytes(state_dir):
+    """What a snapshot of the state brokerd has written would take (state.json and the journal's
+    lines applied; state.json alone is the start's, before the sign-in's line): the size of the
+    file the durable reference writes."""
+    try:
+        return len(json.dumps(saved_state(state_dir), separators=(",", ":")))
+    except (OSError, ValueError):
+        return 2048
+
+
+def account_options(account):
+    """The reference's options that make it answer as `account` (the signed-in one), so that its
+    replies and signals are the size of brokerd's."""
+    options = []
+    for key, opt in (("username", "--username"), ("identifier", "--identifier"), ("tenantId", "--tenant-id"),
+                     ("environment", "--environment"), ("name", "--display-name")):
+        if isinstance(account.get(key), str):
+            options += [opt, account[key]]
+    return options
+
+
 def stop(p):
     if p.poll() is None:
         p.send_signal(signal.SIGTERM)
@@ -193,12 +214,7 @@ class Env:
             sh([f"{bin_dir}/brokerctl", "sign-in", "--client-id", "mail-app", "--username", USER, "--password-stdin",
                 "--scope", SCOPE, "--address", self.address], input=PASSWORD + "\n", text=True, stdout=subprocess.DEVNULL)
         tok = self.cached_token()
-        acc = self.account() or {}
-        fields = []
-        for key, opt in (("username", "--username"), ("identifier", "--identifier"), ("tenantId", "--tenant-id"),
-                         ("environment", "--environment"), ("name", "--display-name")):
-            if isinstance(acc.get(key), str):
-                fields += [opt, acc[key]]
+        fields = account_options(self.account() or {})
         reference = [f"{CBIN}/reference", "--address", self.address,
                      "--token-len", str(len(tok.get("accessToken", "x" * 900))),
                      "--id-token-len", str(len(tok.get("idToken") or "x" * 900)),
@@ -207,12 +223,7 @@ class Env:
         # The durable reference writes a file the size of brokerd's state.json (the sign-in's).
         durable_dir = os.path.join(self.tmp, "reference-state")
         os.makedirs(durable_dir, mode=0o700)
-        # What a snapshot of this state would be (state.json and the journal's lines applied);
-        # state.json alone is the start's, before the sign-in's line.
-        try:
-            self.state_bytes = len(json.dumps(saved_state(self.state_dir), separators=(",", ":")))
-        except (OSError, ValueError):
-            self.state_bytes = 2048
+        self.state_bytes = snapshot_bytes(self.state_dir)
         self.ref_durable, _ = spawn(reference + ["--name", DURABLE_NAME, "--state-dir", durable_dir,
                                                  "--state-bytes", str(self.state_bytes)], "reference ready", pin=args.pin)
 

@@ -12,7 +12,6 @@ round cost the build's process, its dbus-daemon and idp-sim. Needs `make bench` 
 have built .build-bench. BENCHMARKS.md's run Q compares diagnostic builds with it.
 """
 import argparse
-import json
 import os
 import shutil
 import statistics
@@ -82,18 +81,13 @@ def main():
             services[name] = (address, bus, brokerd)
         # The durable reference, answering as the signed-in account (its signal the same size).
         bus, address = private_bus()
-        fields = []
-        for key, opt in (("username", "--username"), ("identifier", "--identifier"), ("tenantId", "--tenant-id"),
-                         ("environment", "--environment"), ("name", "--display-name")):
-            if isinstance(account.get(key), str):
-                fields += [opt, account[key]]
         reference_dir = os.path.join(tmp, "reference")
         os.makedirs(reference_dir, mode=0o700)
-        # A file the size of the first build's state (run.py's durable reference does the same).
-        state_bytes = len(json.dumps(bench.saved_state(os.path.join(tmp, builds[0][0])), separators=(",", ":")))
+        state_bytes = bench.snapshot_bytes(os.path.join(tmp, builds[0][0]))
         reference, _ = bench.spawn([f"{bench.CBIN}/reference", "--address", address, "--authority", authority,
                                     "--name", bench.BROKER_NAME, "--state-dir", reference_dir,
-                                    "--state-bytes", str(state_bytes)] + fields, "reference ready")
+                                    "--state-bytes", str(state_bytes)] + bench.account_options(account),
+                                   "reference ready")
         services[DURABLE] = (address, bus, reference)
 
         samples = {name: [] for name in services}
