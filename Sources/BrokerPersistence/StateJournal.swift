@@ -53,7 +53,7 @@ enum StateJournal {
     /// The line that turns `old` into `new` (what of them is kept at rest). Accounts that `keys`
     /// has no key for get one, written in the line.
     static func change(
-        from old: BrokerState, to new: BrokerState, revoked: Set<String> = [], keys: inout StateFileFormat.AccountKeys
+        from old: BrokerState, to new: BrokerState, revoked: Set<String>, keys: inout StateFileFormat.AccountKeys
     ) -> Change {
         var clients = JSONWriter(capacity: 256)
         _ = keys.takeAdded()
