@@ -92,6 +92,7 @@ def main():
 
         samples = {name: [] for name in services}
         replies = {name: [] for name in services}
+        firsts = {name: [] for name in services}
         cpu = {name: [0.0, 0.0, 0.0] for name in services}
         for rep in range(args.reps):
             for name, (address, bus, service) in services.items():
@@ -103,18 +104,20 @@ def main():
                     cpu[name][i] += after[i] - before[i]
                 samples[name] += result["samples_us"]
                 replies[name].append(result["reply_p50_us"])
+                firsts[name].append(result["first_p50_us"])
             bench.log(f"   rep {rep + 1}/{args.reps} p50 so far: "
                       + ", ".join(f"{n} {statistics.median(v):.0f} µs" for n, v in samples.items()))
         reference_p50 = statistics.median(samples[DURABLE])
         rounds = args.reps * (args.rounds + 2)
         print(f"sign-out to the last of K={args.k} subscribers, {args.reps} x {args.rounds} rounds each")
-        print(f"{'':20} {'p25':>7} {'p50':>7} {'p75':>7} {'mean':>7} {'/ref':>6} {'reply':>7}"
+        print(f"{'':20} {'p25':>7} {'p50':>7} {'p75':>7} {'mean':>7} {'/ref':>6} {'first':>7} {'reply':>7}"
               f"   CPU a round (ms): service, dbus-daemon, idp-sim")
         for name, values in samples.items():
             q = statistics.quantiles(values, n=4)
             c = [x / rounds for x in cpu[name]]
             print(f"{name:20} {q[0]:7.0f} {q[1]:7.0f} {q[2]:7.0f} {statistics.mean(values):7.0f} "
-                  f"{q[1] / reference_p50:6.3f} {statistics.median(replies[name]):7.0f}   "
+                  f"{q[1] / reference_p50:6.3f} {statistics.median(firsts[name]):7.0f} "
+                  f"{statistics.median(replies[name]):7.0f}   "
                   f"{c[0]:.2f}, {c[1]:.2f}, {c[2]:.2f}")
     finally:
         for p in list(bench.procs):
