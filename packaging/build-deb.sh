@@ -18,7 +18,9 @@ trap 'rm -rf "$STAGE"' EXIT
 ROOT=$STAGE/root
 
 make --no-print-directory install DESTDIR="$ROOT" PREFIX=/usr INSTALL_BIN="$BIN" >/dev/null
-strip --strip-unneeded --remove-section=.comment --remove-section=.note "$ROOT/usr/bin/brokerd" "$ROOT/usr/bin/brokerctl"
+COMMANDS=$ROOT/usr/libexec/shared-device-broker/brokerctl-commands
+strip --strip-unneeded --remove-section=.comment --remove-section=.note "$ROOT/usr/bin/brokerd" "$ROOT/usr/bin/brokerctl" \
+    "$COMMANDS"
 gzip -9n "$ROOT"/usr/share/man/man*/*
 
 DOC=$ROOT/usr/share/doc/$PACKAGE
@@ -44,7 +46,7 @@ gzip -9nc CHANGELOG.md > "$DOC/CHANGELOG.md.gz"
 install -m 0644 packaging/debian/broker.conf "$ROOT/etc/shared-device-broker/broker.conf"
 
 # The libraries the binaries link directly (their NEEDED entries), as the packages that hold them.
-depends=$(for binary in "$ROOT/usr/bin/brokerd" "$ROOT/usr/bin/brokerctl"; do
+depends=$(for binary in "$ROOT/usr/bin/brokerd" "$ROOT/usr/bin/brokerctl" "$COMMANDS"; do
         for needed in $(objdump -p "$binary" | awk '/NEEDED/{print $2}'); do
             ldd "$binary" | awk -v name="$needed" '$1 == name && $3 ~ /^\// {print $3}'
         done

@@ -12,10 +12,12 @@ struct CallerPolicyTests {
     @Test("a clientId bound to executables serves those programs only; other clientIds serve anyone")
     func executableBinding() throws {
         let directory = try TemporaryDirectory()
+        // brokerctl's plain reads run as brokerctl, its other commands as brokerctl-commands: both.
         let config = try directory.write(
             "brokerd.json",
             """
-            {"clients": [{"clientId": "mail-app", "allowedExecutables": ["\(Binaries.path("brokerctl"))"]},
+            {"clients": [{"clientId": "mail-app",
+                          "allowedExecutables": ["\(Binaries.path("brokerctl"))", "\(Binaries.path("brokerctl-commands"))"]},
                          {"clientId": "calendar-app"}]}
             """)
         let env = try BrokerEnvironment(brokerArguments: ["--config", config])

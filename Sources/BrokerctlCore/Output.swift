@@ -1,7 +1,7 @@
 import BrokerAPI
-import FoundationEssentials
 import Glibc
 import SharedDeviceClient
+import TextRules
 
 /// How brokerctl prints: aligned text for people, sorted JSON for scripts.
 ///
@@ -10,30 +10,23 @@ import SharedDeviceClient
 /// a bell or a right-to-left override in a display name must not reach the terminal. JSON needs
 /// nothing of the kind: its encoder escapes control characters, and a script reads the exact
 /// value.
-enum Output {
+public enum Output {
     /// A value from outside, for the terminal (``OutsideText/escaped(_:)``).
-    static func shown(_ value: String) -> String { OutsideText.escaped(value) }
+    public static func shown(_ value: String) -> String { OutsideText.escaped(value) }
 
-    static func json<T: Encodable>(_ value: T) {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys, .prettyPrinted, .withoutEscapingSlashes]
-        if let data = try? encoder.encode(value) {
-            line(String(decoding: data, as: UTF8.self))
-        }
+    /// `value` as sorted, indented JSON (``JSONText``).
+    public static func json<T: Encodable>(_ value: T) {
+        if let text = try? JSONText.encode(value, pretty: true) { line(text) }
     }
 
     /// One JSON object on one line, for streams.
-    static func jsonLine<T: Encodable>(_ value: T) {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        if let data = try? encoder.encode(value) {
-            line(String(decoding: data, as: UTF8.self))
-        }
+    public static func jsonLine<T: Encodable>(_ value: T) {
+        if let text = try? JSONText.encode(value, pretty: false) { line(text) }
     }
 
     /// `label: value` lines with the values aligned; labels and values are shown as outside text
     /// (some labels are the broker's too: `extraDeviceInformation`'s keys).
-    static func fields(_ rows: [(String, String)]) {
+    public static func fields(_ rows: [(String, String)]) {
         let shownRows = rows.map { (shown($0.0), shown($0.1)) }
         let width = shownRows.map(\.0.count).max() ?? 0
         var text = ""
@@ -47,7 +40,7 @@ enum Output {
     /// generic over the sequence, and its first use makes the Swift runtime search every
     /// protocol conformance of the binary for `[String]`'s `Collection` (as `print` would, see
     /// ``standardOutput(_:)``).
-    static func list(_ items: [String], separator: String = ", ") -> String {
+    public static func list(_ items: [String], separator: String = ", ") -> String {
         var text = ""
         for index in items.indices {
             if index > 0 { text += separator }
@@ -56,14 +49,13 @@ enum Output {
         return text
     }
 
-    /// `text` and a newline on standard output.
-    static func line(_ text: String) { standardOutput(text + "\n") }
+    public static func line(_ text: String) { standardOutput(text + "\n") }
 
     /// `text` on standard output as it is, after what `print` buffered. Not `print` itself: its
     /// dynamic casts of the value (is it `TextOutputStreamable`, `CustomStringConvertible`?) make
     /// the Swift runtime search every protocol conformance of the binary on first use, a
     /// noticeable part of a short command.
-    static func standardOutput(_ text: String) {
+    public static func standardOutput(_ text: String) {
         var text = text
         fflush(nil)
         text.withUTF8 { bytes in
@@ -78,31 +70,36 @@ enum Output {
     }
 
     /// `username (name) [identifier]`, shown as outside text.
-    static func account(_ account: Account?) -> String {
+    public static func account(_ account: Account?) -> String {
         guard let account else { return "none" }
         return shown("\(account.description) [\(account.identifier)]")
     }
 
-    static func expiry(_ time: UnixTime) -> String {
+    public static func expiry(_ time: UnixTime) -> String {
         let left = time.seconds - UnixTime.now.seconds
         let relative = left <= 0 ? "expired" : left < 120 ? "in \(left) s" : "in \(left / 60) min"
         return "\(relative) (unix time \(time.seconds))"
     }
 
     /// An error, usually the broker's: its message may quote the provider.
-    static func error(_ message: String) {
+    public static func error(_ message: String) {
         writeStandardError("brokerctl: \(shown(message))\n")
+    }
+
+    /// A broker error: its D-Bus error name and message, as every command reports one.
+    public static func brokerError(_ error: BrokerError) {
+        self.error("\(error.errorName): \(error.message)")
     }
 
     /// A line for the person at the terminal, on standard error so that standard output stays
     /// the command's result.
-    static func note(_ message: String) {
+    public static func note(_ message: String) {
         writeStandardError(message + "\n")
     }
 
     /// A QR code of `text` on standard error, drawn by `qrencode` when it is installed and
     /// standard error is a terminal; nothing otherwise.
-    static func qrCode(_ text: String) {
+    public static func qrCode(_ text: String) {
         let candidates: [String] = ["/usr/bin/qrencode", "/usr/local/bin/qrencode"]
         guard isatty(STDERR_FILENO) != 0, let path = candidates.first(where: { access($0, X_OK) == 0 }) else { return }
         fflush(nil)
@@ -120,7 +117,7 @@ enum Output {
     }
 
     /// A question, without a newline, on standard error.
-    static func prompt(_ question: String) {
+    public static func prompt(_ question: String) {
         writeStandardError(question)
     }
 
@@ -131,39 +128,5 @@ enum Output {
     }
 
     /// Prints now, even when stdout is a pipe (for `watch`).
-    static func flush() { fflush(nil) }
-}
-
-/// `sign-out --json`.
-struct SignOutOutput: Encodable {
-    var signedOut: Bool
-    var cause: String
-    var tokensRevoked: Bool
-    var browserSessionEnded: Bool
-    var notes: [String]
-    var cleanedUp: [String]
-    var notCleanedUp: [String]
-
-    init(signedOut: Bool, result: SignOutResult) {
-        self.signedOut = signedOut
-        cause = result.cause.rawValue
-        tokensRevoked = result.tokensRevoked
-        browserSessionEnded = result.browserSessionEnded
-        notes = result.notes
-        cleanedUp = result.cleanedUp
-        notCleanedUp = result.notCleanedUp
-    }
-}
-
-/// `current-account --json`.
-struct CurrentAccountOutput: Encodable {
-    var current: Account?
-    var previous: Account?
-
-    func encode(to encoder: any Encoder) throws {
-        var container = encoder.container(keyedBy: CodingKeys.self)
-        try container.encode(current, forKey: .current)  // null, not absent, when nobody
-        try container.encode(previous, forKey: .previous)
-    }
-    enum CodingKeys: String, CodingKey { case current, previous }
+    public static func flush() { fflush(nil) }
 }

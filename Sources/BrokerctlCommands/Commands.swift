@@ -1,11 +1,11 @@
 import ArgumentParser
-import FoundationEssentials
+import BrokerctlCore
 import Glibc
 import GraphProfile
 import SharedDeviceClient
 
-// device-info, current-account and accounts ask one question each: synchronously, on a connection
-// of their own (OneShotQueries), without starting Swift concurrency or a connection thread.
+// device-info, current-account and accounts are PlainReads, which brokerctl itself runs for their
+// plain spelling (QuickCommand); here for every other one ArgumentParser reads.
 
 struct DeviceInfo: ParsableCommand {
     static let configuration = CommandConfiguration(
@@ -13,29 +13,7 @@ struct DeviceInfo: ParsableCommand {
     @OptionGroup var common: CommonOptions
 
     func run() throws {
-        try Self.perform(address: common.address, json: common.json)
-    }
-
-    /// The command, once its arguments are read (by ArgumentParser or ``QuickCommand``).
-    static func perform(address: String?, json: Bool) throws {
-        try reportingErrors {
-            // The device is not an app's: any clientId will do, it is not sent.
-            let info = try CommonOptions.queries(clientId: "brokerctl", address: address).deviceInformation()
-            if json { return Output.json(info) }
-            var rows = [
-                ("Device mode", info.deviceMode.rawValue), ("Broker version", info.brokerVersion),
-                ("Device id", info.deviceId), ("Tenant", info.tenantId.isEmpty ? "(not set)" : info.tenantId),
-                ("Authority", info.authority), ("Single sign-on", Self.describe(info.singleSignOn)),
-            ]
-            rows += info.extraDeviceInformation.sorted { $0.key < $1.key }.map { ($0.key, $0.value) }
-            Output.fields(rows)
-        }
-    }
-
-    static func describe(_ singleSignOn: [SingleSignOnMechanism]?) -> String {
-        guard let singleSignOn else { return "unknown (the broker has not reached the identity provider yet)" }
-        guard !singleSignOn.isEmpty else { return "none (each app signs in for itself)" }
-        return Output.list(singleSignOn.map(\.rawValue))
+        try exitOnFailure(PlainReads.deviceInformation(address: common.address, json: common.json))
     }
 }
 
@@ -58,7 +36,7 @@ struct SignInOptionsCommand: AsyncCommand {
                     "Sign-in flows",
                     options.flows.isEmpty ? "none" : Output.list(options.flows.map(\.rawValue))
                 ),
-                ("Single sign-on", DeviceInfo.describe(options.singleSignOn)),
+                ("Single sign-on", PlainReads.describe(options.singleSignOn)),
             ])
         }
     }
@@ -76,21 +54,8 @@ struct CurrentAccount: ParsableCommand {
     @OptionGroup var common: CommonOptions
 
     func run() throws {
-        try Self.perform(clientId: client.clientId, address: common.address, json: common.json)
-    }
-
-    /// The command, once its arguments are read (by ArgumentParser or ``QuickCommand``).
-    static func perform(clientId: String, address: String?, json: Bool) throws {
-        try reportingErrors {
-            let (current, previous) = try CommonOptions.queries(clientId: clientId, address: address).currentAccount()
-            if json { return Output.json(CurrentAccountOutput(current: current, previous: previous)) }
-            Output.fields([
-                ("Current account", Output.account(current)), ("Previous account", Output.account(previous)),
-            ])
-            if current == nil, let previous {
-                Output.line("Account \(Output.shown(previous.username)) has been signed out.")
-            }
-        }
+        try exitOnFailure(
+            PlainReads.currentAccount(clientId: client.clientId, address: common.address, json: common.json))
     }
 }
 
@@ -341,17 +306,7 @@ struct Accounts: ParsableCommand {
     @OptionGroup var common: CommonOptions
 
     func run() throws {
-        try Self.perform(clientId: client.clientId, address: common.address, json: common.json)
-    }
-
-    /// The command, once its arguments are read (by ArgumentParser or ``QuickCommand``).
-    static func perform(clientId: String, address: String?, json: Bool) throws {
-        try reportingErrors {
-            let accounts = try CommonOptions.queries(clientId: clientId, address: address).accounts()
-            if json { return Output.json(accounts) }
-            if accounts.isEmpty { Output.line("No accounts.") }
-            for account in accounts { Output.line(Output.account(account)) }
-        }
+        try exitOnFailure(PlainReads.accounts(clientId: client.clientId, address: common.address, json: common.json))
     }
 }
 
@@ -471,3 +426,24 @@ struct WatchLine: Encodable {
 }
 
 extension InteractiveTokenParameters.PromptType: ExpressibleByArgument {}
+
+/// `sign-out --json`.
+struct SignOutOutput: Encodable {
+    var signedOut: Bool
+    var cause: String
+    var tokensRevoked: Bool
+    var browserSessionEnded: Bool
+    var notes: [String]
+    var cleanedUp: [String]
+    var notCleanedUp: [String]
+
+    init(signedOut: Bool, result: SignOutResult) {
+        self.signedOut = signedOut
+        cause = result.cause.rawValue
+        tokensRevoked = result.tokensRevoked
+        browserSessionEnded = result.browserSessionEnded
+        notes = result.notes
+        cleanedUp = result.cleanedUp
+        notCleanedUp = result.notCleanedUp
+    }
+}

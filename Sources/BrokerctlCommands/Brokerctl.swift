@@ -1,8 +1,10 @@
 import ArgumentParser
 import BrokerAPI
-import Glibc
+import BrokerctlCore
 
-/// brokerctl: the shared-device broker from the command line, built on SharedDeviceClient.
+/// brokerctl's commands: the shared-device broker from the command line, built on
+/// SharedDeviceClient. The program `brokerctl-commands`, which `brokerctl` runs (exec, the same
+/// arguments) for everything but the plain reads it answers itself (``QuickCommand``).
 ///
 /// Synchronous at the root: queries run without Swift concurrency, and the commands that need
 /// it start it themselves (`AsyncCommand`).
@@ -28,12 +30,4 @@ struct Brokerctl: ParsableCommand {
             DeviceInfo.self, SignInOptionsCommand.self, CurrentAccount.self, SignIn.self, Token.self, Me.self,
             Accounts.self, SignOut.self, Watch.self,
         ])
-
-    /// ``QuickCommand`` for the plainest reads, ArgumentParser for everything else.
-    static func main() {
-        if let quick = QuickCommand.recognize(Array(CommandLine.arguments.dropFirst())) {
-            Glibc.exit(quick.run())
-        }
-        main(nil)
-    }
 }

@@ -1,21 +1,21 @@
-import ArgumentParser
-
 /// The commands apps and scripts run most, read without ArgumentParser when their arguments are
 /// of the plainest form: `device-info`, `current-account` and `accounts` with `--client-id`,
-/// `--address` and `--json`, each at most once. ArgumentParser reads a command by reflecting on
-/// its declaration (a third of such a run's time, more than the question to the broker); these
-/// run as soon as the process starts, like `dbus-send`.
+/// `--address` and `--json`, each at most once. `brokerctl` runs these itself, as soon as it
+/// starts, like `dbus-send`: it links neither ArgumentParser (which reads a command by reflecting
+/// on its declaration) nor Foundation, whose pointers the dynamic loader would write at every
+/// start.
 ///
 /// Anything else (help, completions, a misspelt or repeated option, a value that looks like an
-/// option) is left to ArgumentParser, the one parser of brokerctl's grammar, with its messages:
-/// this only recognises what ArgumentParser would read the same way, and runs the same code.
-enum QuickCommand {
+/// option) goes to `brokerctl-commands`, whose ArgumentParser is the one parser of brokerctl's
+/// grammar, with its messages: this only recognises what ArgumentParser would read the same way,
+/// and runs the same code (``PlainReads``).
+public enum QuickCommand {
     case deviceInfo(address: String?, json: Bool)
     case currentAccount(clientId: String, address: String?, json: Bool)
     case accounts(clientId: String, address: String?, json: Bool)
 
     /// The command `arguments` (without the program's name) name, when they are of the plain form.
-    static func recognize(_ arguments: [String]) -> QuickCommand? {
+    public static func recognize(_ arguments: [String]) -> QuickCommand? {
         guard let command = arguments.first, ["device-info", "current-account", "accounts"].contains(command) else {
             return nil
         }
@@ -53,20 +53,13 @@ enum QuickCommand {
     }
 
     /// Runs the command; the exit status.
-    func run() -> Int32 {
-        do {
-            switch self {
-            case .deviceInfo(let address, let json): try DeviceInfo.perform(address: address, json: json)
-            case .currentAccount(let clientId, let address, let json):
-                try CurrentAccount.perform(clientId: clientId, address: address, json: json)
-            case .accounts(let clientId, let address, let json):
-                try Accounts.perform(clientId: clientId, address: address, json: json)
-            }
-            return 0
-        } catch let exit as ExitCode {
-            return exit.rawValue
-        } catch {
-            Brokerctl.exit(withError: error)
+    public func run() -> Int32 {
+        switch self {
+        case .deviceInfo(let address, let json): PlainReads.deviceInformation(address: address, json: json)
+        case .currentAccount(let clientId, let address, let json):
+            PlainReads.currentAccount(clientId: clientId, address: address, json: json)
+        case .accounts(let clientId, let address, let json):
+            PlainReads.accounts(clientId: clientId, address: address, json: json)
         }
     }
 }

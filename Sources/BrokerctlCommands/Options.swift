@@ -2,6 +2,7 @@
 // swift-format-ignore-file: AmbiguousTrailingClosureOverload
 
 import ArgumentParser
+import BrokerctlCore
 import Dispatch
 import SharedDeviceClient
 
@@ -18,11 +19,6 @@ struct CommonOptions: ParsableArguments {
     /// For commands that talk with the broker over time (sign-in, tokens, sign-out, watch).
     func application(clientId: String) throws -> PublicClientApplication {
         try PublicClientApplication(clientId: clientId, configuration: configuration)
-    }
-
-    /// For commands that ask one question and exit.
-    static func queries(clientId: String, address: String?) -> OneShotQueries {
-        OneShotQueries(clientId: clientId, configuration: BrokerClientConfiguration(busAddress: address))
     }
 }
 
@@ -80,6 +76,12 @@ func reportingErrors(_ body: () async throws -> Void) async throws {
 
 /// Prints a broker error's name and message; the exit status to leave with.
 private func report(_ error: BrokerError) -> ExitCode {
-    Output.error("\(error.errorName): \(error.message)")
+    Output.brokerError(error)
     return ExitCode(1)
+}
+
+/// A ``PlainReads`` status as the command's exit: nothing for 0, else that status (the error is
+/// already printed).
+func exitOnFailure(_ status: Int32) throws {
+    if status != 0 { throw ExitCode(status) }
 }
