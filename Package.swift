@@ -9,7 +9,8 @@ import Foundation
 //   CDBus, CCurl            thin C shims over libdbus and libcurl
 //   Locking                 the one lock every layer uses, and the one way to start a thread
 //   TaskPool                brokerd's executor for Swift concurrency: threads that sleep until there is work
-//   TextRules               the one rule for text from outside (OutsideText), every layer applies it
+//   TextRules               the one rule for text from outside (OutsideText), every layer applies it;
+//                           the one JSON string escaper (JSONString)
 //   DBus, HTTP              generic Swift layers over them
 //   BrokerAPI               the D-Bus contract's names and error table, plain values only
 //   BrokerCore              the broker's logic: no D-Bus, no HTTP, no files
@@ -73,7 +74,7 @@ let package = Package(
         .target(
             name: "Identity",
             dependencies: [
-                "HTTP", "BrokerCore", "Locking", logging,
+                "HTTP", "BrokerCore", "Locking", "TextRules", logging,
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "CryptoExtras", package: "swift-crypto"),
             ]),

@@ -1,3 +1,5 @@
+import TextRules
+
 /// brokerctl's `--json` text: an `Encodable` value as Foundation's `JSONEncoder` writes it with
 /// `.sortedKeys` and `.withoutEscapingSlashes` (and `.prettyPrinted` when `pretty`), byte for
 /// byte, without Foundation.
@@ -43,7 +45,7 @@ public enum JSONText {
 
     private static func write(_ node: Node, pretty: Bool, indent: Int, to text: inout String) {
         switch node {
-        case .string(let string): quote(string, to: &text)
+        case .string(let string): JSONString.append(string, to: &text)
         case .literal(let literal): text += literal
         case .array(let box):
             let items = box.value.map { $0.node ?? .object(Box([:])) }
@@ -54,7 +56,7 @@ public enum JSONText {
             // Code point order, as JSONEncoder's .sortedKeys.
             let keys = box.value.keys.sorted { $0.unicodeScalars.lexicographicallyPrecedes($1.unicodeScalars) }
             container("{", "}", keys.count, pretty: pretty, indent: indent, to: &text) { index, text in
-                quote(keys[index], to: &text)
+                JSONString.append(keys[index], to: &text)
                 text += pretty ? " : " : ":"
                 write(box.value[keys[index]]?.node ?? .literal("null"), pretty: pretty, indent: indent + 1, to: &text)
             }
@@ -76,26 +78,6 @@ public enum JSONText {
         }
         if pretty { text += "\n" + String(repeating: "  ", count: indent) }
         text += close
-    }
-
-    private static func quote(_ string: String, to text: inout String) {
-        text += "\""
-        for scalar in string.unicodeScalars {
-            switch scalar {
-            case "\"": text += "\\\""
-            case "\\": text += "\\\\"
-            case "\n": text += "\\n"
-            case "\r": text += "\\r"
-            case "\t": text += "\\t"
-            case "\u{8}": text += "\\b"
-            case "\u{c}": text += "\\f"
-            case let control where control.value < 0x20:
-                let hex = String(control.value, radix: 16)
-                text += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
-            default: text.unicodeScalars.append(scalar)
-            }
-        }
-        text += "\""
     }
 
     // MARK: The encoder

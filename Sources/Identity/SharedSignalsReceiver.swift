@@ -2,6 +2,7 @@ import BrokerCore
 import FoundationEssentials
 import HTTP
 import Logging
+import TextRules
 
 /// How brokerd reaches its Shared Signals transmitter (the administrator's `sharedSignals`).
 public struct SharedSignalsSettings: Sendable {
@@ -445,21 +446,5 @@ struct JSONText {
         text += "}"
     }
 
-    static func quoted(_ string: String) -> String {
-        var out = "\""
-        for scalar in string.unicodeScalars {
-            switch scalar {
-            case "\"": out += "\\\""
-            case "\\": out += "\\\\"
-            case "\n": out += "\\n"
-            case "\r": out += "\\r"
-            case "\t": out += "\\t"
-            case _ where scalar.value < 0x20:
-                let hex = String(scalar.value, radix: 16)
-                out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
-            default: out.unicodeScalars.append(scalar)
-            }
-        }
-        return out + "\""
-    }
+    static func quoted(_ string: String) -> String { JSONString.quoted(string) }
 }
