@@ -191,7 +191,8 @@ completions:
 		|| exit 1; \
 	done
 
-## install: what `make release` built (INSTALL_BIN, the release binaries by default), its manual pages
+## install: what `make release` built (INSTALL_BIN, the release binaries by default; brokerctl-commands, which
+## brokerctl execs for all but its plain reads, in PREFIX/libexec/shared-device-broker/), its manual pages
 ## and completions, the interface XML, the D-Bus activation file and the systemd user unit, under
 ## PREFIX (default /usr/local); DESTDIR stages them elsewhere (packaging). It never builds.
 install: install-data
@@ -202,7 +203,6 @@ install: install-data
 		$(DESTDIR)$(PREFIX)/share/man/man8 $(DESTDIR)$(PREFIX)/share/bash-completion/completions \
 		$(DESTDIR)$(PREFIX)/share/zsh/site-functions $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d
 	install -m 0755 "$(INSTALL_BIN)/brokerd" "$(INSTALL_BIN)/brokerctl" $(DESTDIR)$(PREFIX)/bin/
-	# brokerctl's commands other than its plain reads, which brokerctl execs (found from its own path).
 	install -d $(DESTDIR)$(PREFIX)/libexec/shared-device-broker
 	install -m 0755 "$(INSTALL_BIN)/brokerctl-commands" $(DESTDIR)$(PREFIX)/libexec/shared-device-broker/
 	install -m 0644 .build/man/brokerctl.1 $(DESTDIR)$(PREFIX)/share/man/man1/

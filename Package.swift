@@ -144,7 +144,9 @@ let package = Package(
                 "BrokerCore", "BrokerAPI", "Locking", logging,
             ]),
         .testTarget(name: "SharedDeviceClientTests", dependencies: ["SharedDeviceClient", "DBus", "BrokerAPI"]),
-        .testTarget(name: "BrokerctlCoreTests", dependencies: ["BrokerctlCore", "SharedDeviceClient", "BrokerAPI"]),
+        .testTarget(
+            name: "BrokerctlCoreTests",
+            dependencies: ["BrokerctlCore", "SharedDeviceClient", "BrokerAPI", "GraphProfile"]),
         .testTarget(
             name: "BrokerDaemonTests",
             dependencies: [

@@ -7,7 +7,9 @@ import TextRules
 /// Why not `JSONEncoder`: linking Foundation makes every start of a program slower (the dynamic
 /// loader writes its pointers, page by page), and brokerctl's plain reads answer as soon as they
 /// start, like `dbus-send`. Only what brokerctl prints is supported: strings, booleans, integers,
-/// nil, arrays and objects (no floating point, no dates, no data).
+/// nil, arrays and objects. A floating-point number (a `Date` is one) is refused; a type that
+/// JSONEncoder writes in a way of its own (`Data`, `URL`, `Decimal`) would come out as its
+/// `Encodable` conformance says, so brokerctl prints none (the tests compare every value it prints).
 public enum JSONText {
     public struct Unsupported: Error, Sendable, CustomStringConvertible {
         public var description: String
@@ -16,8 +18,9 @@ public enum JSONText {
     public static func encode<T: Encodable>(_ value: T, pretty: Bool) throws -> String {
         let root = Slot()
         try value.encode(to: NodeEncoder(slot: root, codingPath: []))
+        guard let node = root.node else { throw Unsupported(description: "the value encoded nothing") }
         var text = ""
-        write(root.node ?? .object(Box([:])), pretty: pretty, indent: 0, to: &text)
+        write(node, pretty: pretty, indent: 0, to: &text)
         return text
     }
 
@@ -58,7 +61,9 @@ public enum JSONText {
             container("{", "}", keys.count, pretty: pretty, indent: indent, to: &text) { index, text in
                 JSONString.append(keys[index], to: &text)
                 text += pretty ? " : " : ":"
-                write(box.value[keys[index]]?.node ?? .literal("null"), pretty: pretty, indent: indent + 1, to: &text)
+                // A value that encoded nothing is an empty object, as JSONEncoder writes it.
+                let node = box.value[keys[index]]?.node ?? .object(Box([:]))
+                write(node, pretty: pretty, indent: indent + 1, to: &text)
             }
         }
     }
@@ -119,10 +124,18 @@ public enum JSONText {
         let object: Box<[String: Slot]>
         let codingPath: [any CodingKey]
 
+        /// A new slot for `key`: a value encoded again under a key replaces the first.
         private func slot(_ key: Key) -> Slot {
             let slot = Slot()
             object.value[key.stringValue] = slot
             return slot
+        }
+
+        /// The slot of `key`, kept when there is one: a container asked for again under the same
+        /// key is the same container, as JSONEncoder's.
+        private func existingSlot(_ key: Key) -> Slot {
+            if let slot = object.value[key.stringValue] { return slot }
+            return slot(key)
         }
 
         mutating func encodeNil(forKey key: Key) throws { slot(key).node = .literal("null") }
@@ -134,25 +147,21 @@ public enum JSONText {
         mutating func nestedContainer<NestedKey: CodingKey>(keyedBy keyType: NestedKey.Type, forKey key: Key)
             -> KeyedEncodingContainer<NestedKey>
         {
-            NodeEncoder(slot: slot(key), codingPath: codingPath + [key]).container(keyedBy: keyType)
+            NodeEncoder(slot: existingSlot(key), codingPath: codingPath + [key]).container(keyedBy: keyType)
         }
 
         mutating func nestedUnkeyedContainer(forKey key: Key) -> any UnkeyedEncodingContainer {
-            NodeEncoder(slot: slot(key), codingPath: codingPath + [key]).unkeyedContainer()
+            NodeEncoder(slot: existingSlot(key), codingPath: codingPath + [key]).unkeyedContainer()
         }
 
         mutating func superEncoder() -> any Encoder {
-            NodeEncoder(slot: slot(forName: "super"), codingPath: codingPath)
+            let slot = object.value["super"] ?? Slot()
+            object.value["super"] = slot
+            return NodeEncoder(slot: slot, codingPath: codingPath)
         }
 
         mutating func superEncoder(forKey key: Key) -> any Encoder {
-            NodeEncoder(slot: slot(key), codingPath: codingPath + [key])
-        }
-
-        private func slot(forName name: String) -> Slot {
-            let slot = Slot()
-            object.value[name] = slot
-            return slot
+            NodeEncoder(slot: existingSlot(key), codingPath: codingPath + [key])
         }
     }
 

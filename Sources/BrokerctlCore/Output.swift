@@ -15,13 +15,18 @@ public enum Output {
     public static func shown(_ value: String) -> String { OutsideText.escaped(value) }
 
     /// `value` as sorted, indented JSON (``JSONText``).
-    public static func json<T: Encodable>(_ value: T) {
-        if let text = try? JSONText.encode(value, pretty: true) { line(text) }
-    }
+    public static func json<T: Encodable>(_ value: T) { line(jsonText(value, pretty: true)) }
 
     /// One JSON object on one line, for streams.
-    public static func jsonLine<T: Encodable>(_ value: T) {
-        if let text = try? JSONText.encode(value, pretty: false) { line(text) }
+    public static func jsonLine<T: Encodable>(_ value: T) { line(jsonText(value, pretty: false)) }
+
+    /// A value brokerctl cannot write as JSON is its own mistake (the tests write every one it
+    /// prints): said, and the command fails, rather than printing nothing with status 0.
+    private static func jsonText<T: Encodable>(_ value: T, pretty: Bool) -> String {
+        do { return try JSONText.encode(value, pretty: pretty) } catch {
+            self.error("cannot write the answer as JSON: \(error)")
+            exit(70)  // EX_SOFTWARE
+        }
     }
 
     /// `label: value` lines with the values aligned; labels and values are shown as outside text

@@ -66,16 +66,3 @@ public enum PlainReads {
         }
     }
 }
-
-/// `current-account --json`.
-struct CurrentAccountOutput: Encodable {
-    var current: Account?
-    var previous: Account?
-
-    func encode(to encoder: any Encoder) throws {
-        var container = encoder.container(keyedBy: CodingKeys.self)
-        try container.encode(current, forKey: .current)  // null, not absent, when nobody
-        try container.encode(previous, forKey: .previous)
-    }
-    enum CodingKeys: String, CodingKey { case current, previous }
-}

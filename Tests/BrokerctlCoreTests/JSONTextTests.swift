@@ -3,6 +3,7 @@ import Foundation
 import Testing
 
 @testable import BrokerctlCore
+@testable import GraphProfile
 @testable import SharedDeviceClient
 
 /// brokerctl's JSON writer against Foundation's JSONEncoder, configured as brokerctl used it
@@ -76,6 +77,53 @@ struct JSONTextTests {
         try Self.expectSame([UInt64.max])
         try Self.expectSame([[String: [String]]](arrayLiteral: ["a": [], "b": ["x"]], [:]))
         try Self.expectSame(["only": Optional<String>.none])
+    }
+
+    @Test("watch, sign-out, sign-in options and Graph's profile: every other value brokerctl prints")
+    func commandsOutput() throws {
+        try Self.expectSame(
+            SignOutOutput(
+                signedOut: true,
+                result: SignOutResult(
+                    tokensRevoked: true, browserSessionEnded: false, notes: [], cause: .app, cleanedUp: [],
+                    notCleanedUp: [])))
+        try Self.expectSame(WarningLine(.pending(reason: .idle, deadline: 1_795_710_590_000_000)))
+        try Self.expectSame(WarningLine(.cancelled(reason: .lock)))
+        try Self.expectSame(WatchLine(reason: "signed-in", current: Self.alice, previous: nil, cause: nil))
+        try Self.expectSame(WatchLine(reason: "signed-out", current: nil, previous: Self.alice, cause: "provider"))
+        try Self.expectSame(SignInOptions(flows: [.password, .emailCode], singleSignOn: [.nativeSSO]))
+        try Self.expectSame(SignInOptions(flows: [], singleSignOn: []))
+        var profile = GraphProfile()
+        try Self.expectSame(profile)
+        profile.displayName = Self.hostile
+        profile.mail = "alice@contoso.example"
+        try Self.expectSame(profile)
+    }
+
+    /// A value whose conformance writes nothing, and one that asks for a container twice.
+    struct Silent: Encodable { func encode(to encoder: any Encoder) throws {} }
+    struct TwoVisits: Encodable {
+        enum Key: String, CodingKey { case list, object, value }
+        func encode(to encoder: any Encoder) throws {
+            var container = encoder.container(keyedBy: Key.self)
+            var first = container.nestedUnkeyedContainer(forKey: .list)
+            try first.encode("a")
+            var again = container.nestedUnkeyedContainer(forKey: .list)
+            try again.encode("b")
+            var object = container.nestedContainer(keyedBy: Key.self, forKey: .object)
+            try object.encode(1, forKey: .value)
+            var objectAgain = container.nestedContainer(keyedBy: Key.self, forKey: .object)
+            try objectAgain.encode(2, forKey: .list)
+            try container.encode(Silent(), forKey: .value)
+        }
+    }
+
+    @Test("what an unusual conformance does: nothing written, a container asked for twice")
+    func unusualConformances() throws {
+        try Self.expectSame(TwoVisits())
+        try Self.expectSame([Silent()])
+        #expect(throws: JSONText.Unsupported.self) { try JSONText.encode(Silent(), pretty: true) }
+        #expect(throws: (any Error).self) { try Self.foundation(Silent(), pretty: true) }
     }
 
     @Test("a floating-point number is refused, not written differently from JSONEncoder")

@@ -53,6 +53,8 @@ struct BrokerctlQuickTests {
         let directory = try TemporaryDirectory()
         let alone = directory.path + "/brokerctl"
         try FileManager.default.copyItem(atPath: Binaries.path("brokerctl"), toPath: alone)
+        // brokerctl names the directory /proc/self/exe gives, symbolic links resolved.
+        let resolved = URL(fileURLWithPath: directory.path).resolvingSymlinksInPath().path
         let address = ["--address", env.bus.address]
         let read = try await runCommand(alone, ["current-account", "--client-id", "mail-app"] + address)
         #expect(read.status == 0 && read.stdout.contains(TestUsers.alice.username), "\(read.stderr)")
@@ -61,12 +63,28 @@ struct BrokerctlQuickTests {
 
         for arguments in [["--help"], ["sign-out", "--client-id", "mail-app"] + address, ["device-info", "--jsn"]] {
             let refused = try await runCommand(alone, arguments)
-            #expect(refused.status == 1, "\(arguments): \(refused.status)")
-            #expect(refused.stderr.contains("brokerctl-commands is missing"), "\(arguments): \(refused.stderr)")
-            #expect(refused.stderr.contains(directory.path + "/brokerctl-commands"), "\(refused.stderr)")
+            #expect(refused.status == 127, "\(arguments): \(refused.status)")
+            #expect(refused.stderr.contains("brokerctl-commands, which runs every command"), "\(refused.stderr)")
+            #expect(refused.stderr.contains(resolved + "/brokerctl-commands"), "\(refused.stderr)")
         }
         // Nothing was signed out by the refused sign-out.
         let after = try env.brokerctl(["current-account", "--client-id", "mail-app"])
         #expect(after.stdout.contains(TestUsers.alice.username), "\(after.stdout)")
+    }
+
+    @Test("a brokerctl-commands that another user could have written beside brokerctl is not run")
+    func plantedCommands() async throws {
+        let directory = try TemporaryDirectory()
+        let alone = directory.path + "/brokerctl"
+        try FileManager.default.copyItem(atPath: Binaries.path("brokerctl"), toPath: alone)
+        let marker = directory.path + "/ran"
+        let planted = try directory.write("brokerctl-commands", "#!/bin/sh\ntouch '\(marker)'\n")
+        for mode in [0o777, 0o757] {
+            #expect(chmod(planted, mode_t(mode)) == 0)
+            let result = try await runCommand(alone, ["sign-out", "--client-id", "mail-app"])
+            #expect(result.status == 126, "mode \(String(mode, radix: 8)): \(result.status)")
+            #expect(result.stderr.contains("is writable by other users: not run"), "\(result.stderr)")
+            #expect(!FileManager.default.fileExists(atPath: marker), "mode \(String(mode, radix: 8)) ran it")
+        }
     }
 }

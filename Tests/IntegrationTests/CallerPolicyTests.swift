@@ -93,6 +93,25 @@ struct CallerPolicyTests {
             try env.brokerctl(["current-account", "--client-id", "mail-app"]).stdout.contains(TestUsers.alice.username))
     }
 
+    @Test("a clientId bound to brokerctl alone: its plain reads served, its other commands refused, and said at start")
+    func boundToHalfOfBrokerctl() throws {
+        let directory = try TemporaryDirectory()
+        let config = try directory.write(
+            "brokerd.json",
+            """
+            {"clients": [{"clientId": "mail-app", "allowedExecutables": ["\(Binaries.path("brokerctl"))"]}]}
+            """)
+        let env = try BrokerEnvironment(brokerArguments: ["--config", config])
+        try env.brokerd.process.waitForLine(timeout: .seconds(10), stderr: true) {
+            $0.contains("bound to brokerctl but not to brokerctl-commands") && $0.contains("mail-app")
+        }
+        let read = try env.brokerctl(["current-account", "--client-id", "mail-app"])
+        #expect(read.status == 0, "the plain read runs as brokerctl: \(read.stderr)")
+        let signIn = try env.signIn(TestUsers.alice, client: "mail-app")
+        #expect(signIn.status == 1 && signIn.stderr.contains("Error.AccessDenied"), "\(signIn.stderr)")
+        #expect(signIn.stderr.contains("brokerctl-commands"), "the refusal names the program: \(signIn.stderr)")
+    }
+
     @Test("a --config file brokerd refuses stops the start at once, with status 1, before anything is written")
     func userConfigurationRefused() throws {
         let directory = try TemporaryDirectory()
