@@ -1,8 +1,9 @@
 import CDBus
 import Glibc
 
-/// Validation of names and strings with libdbus's own validators, so that
-/// libdbus never hits a failed precondition (which aborts the process).
+/// Validation of names with libdbus's own validators, and of strings for what a Swift string can
+/// hold and D-Bus refuses (NUL), so that libdbus never hits a failed precondition (which aborts
+/// the process).
 enum DBusValidation {
     /// Runs libdbus's validator on `s` as a C string, after making sure it has no NUL byte
     /// (which would end the C string early and hide the rest from the validator).
@@ -38,7 +39,7 @@ enum DBusValidation {
         guard isValidErrorName(s) else { throw .invalidArgs("Invalid error name \"\(s)\"") }
     }
     static func string(_ s: String) throws(DBusError) {
-        guard isValidString(s) else { throw .invalidArgs("Invalid string (contains NUL or invalid UTF-8)") }
+        guard isValidString(s) else { throw .invalidArgs("Invalid string (contains a NUL character)") }
     }
 
     /// Maximum container nesting accepted when sending (the wire format's total limit).
