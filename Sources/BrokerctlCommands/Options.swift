@@ -1,6 +1,3 @@
-// reportingErrors has a sync and an async overload, chosen by the caller's `await` as for any such pair.
-// swift-format-ignore-file: AmbiguousTrailingClosureOverload
-
 import ArgumentParser
 import BrokerctlCore
 import Dispatch
@@ -56,28 +53,15 @@ private final class Outcome: @unchecked Sendable {
     var error: (any Error)?
 }
 
-/// Runs a command body, turning a broker error into its name, message and exit status 1.
-func reportingErrors(_ body: () throws -> Void) throws {
-    do {
-        try body()
-    } catch let error as BrokerError {
-        throw report(error)
-    }
-}
-
-/// ``reportingErrors(_:)`` for async bodies.
+/// Runs a command body, turning a broker error into its name, message and exit status 1 (the
+/// synchronous commands are ``PlainReads``, which report theirs the same way).
 func reportingErrors(_ body: () async throws -> Void) async throws {
     do {
         try await body()
     } catch let error as BrokerError {
-        throw report(error)
+        Output.brokerError(error)
+        throw ExitCode(1)
     }
-}
-
-/// Prints a broker error's name and message; the exit status to leave with.
-private func report(_ error: BrokerError) -> ExitCode {
-    Output.brokerError(error)
-    return ExitCode(1)
 }
 
 /// A ``PlainReads`` status as the command's exit: nothing for 0, else that status (the error is
