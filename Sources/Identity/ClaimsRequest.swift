@@ -1,5 +1,6 @@
 import BrokerCore
 import FoundationEssentials
+import TextRules
 
 /// OpenID Connect's `claims` request parameter (Core 5.5) as the broker sends it: an app's
 /// claims (a claims challenge from a resource, Continuous Access Evaluation's
@@ -66,7 +67,7 @@ extension JSONValue {
     /// Compact JSON text (RFC 8259), members in key order.
     var serialized: String {
         switch self {
-        case .string(let text): return JSONText.quoted(text)
+        case .string(let text): return JSONString.quoted(text)
         case .number(let number):
             return number.rounded() == number && abs(number) < 9e15 ? String(Int64(number)) : String(number)
         case .bool(let flag): return flag ? "true" : "false"
@@ -74,7 +75,7 @@ extension JSONValue {
         case .array(let items): return "[" + items.map(\.serialized).joined(separator: ",") + "]"
         case .object(let members):
             return "{"
-                + members.sorted { $0.key < $1.key }.map { JSONText.quoted($0.key) + ":" + $0.value.serialized }
+                + members.sorted { $0.key < $1.key }.map { JSONString.quoted($0.key) + ":" + $0.value.serialized }
                 .joined(separator: ",") + "}"
         }
     }

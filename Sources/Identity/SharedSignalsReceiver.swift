@@ -429,22 +429,20 @@ struct JSONText {
         text += "{"
         for (index, (name, value)) in members.enumerated() {
             if index > 0 { text += "," }
-            text += Self.quoted(name) + ":"
+            text += JSONString.quoted(name) + ":"
             switch value {
             case .raw(let raw), .rawObject(let raw): text += raw
-            case .string(let string): text += Self.quoted(string)
-            case .strings(let strings): text += "[" + strings.map(Self.quoted).joined(separator: ",") + "]"
+            case .string(let string): text += JSONString.quoted(string)
+            case .strings(let strings): text += "[" + strings.map(JSONString.quoted).joined(separator: ",") + "]"
             case .errors(let errors):
                 text +=
                     "{"
                     + errors.map {
-                        Self.quoted($0.jti) + ":{\"err\":" + Self.quoted($0.code) + ",\"description\":"
-                            + Self.quoted($0.why) + "}"
+                        JSONString.quoted($0.jti) + ":{\"err\":" + JSONString.quoted($0.code) + ",\"description\":"
+                            + JSONString.quoted($0.why) + "}"
                     }.joined(separator: ",") + "}"
             }
         }
         text += "}"
     }
-
-    static func quoted(_ string: String) -> String { JSONString.quoted(string) }
 }
