@@ -150,7 +150,7 @@ let package = Package(
         .testTarget(
             name: "BrokerDaemonTests",
             dependencies: [
-                "BrokerDaemon", "BrokerCore", "CoreFakes", "Locking", logging,
+                "BrokerDaemon", "BrokerCore", "CoreFakes", "Locking", "TestSupport", logging,
             ]),
         .testTarget(
             name: "BrokerPersistenceTests",

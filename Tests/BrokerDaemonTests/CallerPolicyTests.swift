@@ -2,6 +2,7 @@ import BrokerCore
 import Foundation
 import Locking
 import Logging
+import TestSupport
 import Testing
 
 @testable import BrokerDaemon
@@ -178,8 +179,7 @@ struct CallerPolicyTests {
         defer { try? FileManager.default.removeItem(at: directory) }
         // A name with spaces and parentheses, as /proc/PID/stat's second field then holds.
         let program = directory.appendingPathComponent("sleep (odd) name")
-        try FileManager.default.copyItem(
-            at: URL(fileURLWithPath: "/bin/sleep").resolvingSymlinksInPath(), to: program)
+        try copyExecutable(URL(fileURLWithPath: "/bin/sleep").resolvingSymlinksInPath().path, to: program.path)
         let child = Process()
         child.executableURL = program
         child.arguments = ["30"]

@@ -52,7 +52,7 @@ struct BrokerctlQuickTests {
         // A copy of brokerctl where no brokerctl-commands is: the plain reads are its own.
         let directory = try TemporaryDirectory()
         let alone = directory.path + "/brokerctl"
-        try FileManager.default.copyItem(atPath: Binaries.path("brokerctl"), toPath: alone)
+        try copyExecutable(Binaries.path("brokerctl"), to: alone)
         // brokerctl names the directory /proc/self/exe gives, symbolic links resolved.
         let resolved = URL(fileURLWithPath: directory.path).resolvingSymlinksInPath().path
         let address = ["--address", env.bus.address]
@@ -76,7 +76,7 @@ struct BrokerctlQuickTests {
     func plantedCommands() async throws {
         let directory = try TemporaryDirectory()
         let alone = directory.path + "/brokerctl"
-        try FileManager.default.copyItem(atPath: Binaries.path("brokerctl"), toPath: alone)
+        try copyExecutable(Binaries.path("brokerctl"), to: alone)
         let marker = directory.path + "/ran"
         let planted = try directory.write("brokerctl-commands", "#!/bin/sh\ntouch '\(marker)'\n")
         for mode in [0o777, 0o757] {

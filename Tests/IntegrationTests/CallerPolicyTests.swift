@@ -47,8 +47,7 @@ struct CallerPolicyTests {
         let directory = try TemporaryDirectory()
         let python = "/usr/bin/python3"
         let allowed = directory.path + "/kiosk-app"
-        try FileManager.default.copyItem(
-            atPath: URL(fileURLWithPath: python).resolvingSymlinksInPath().path, toPath: allowed)
+        try copyExecutable(URL(fileURLWithPath: python).resolvingSymlinksInPath().path, to: allowed)
         let config = try directory.write(
             "brokerd.json",
             #"{"clients": [{"clientId": "notes-app", "allowedExecutables": ["\#(allowed)"]}, {"clientId": "mail-app"}]}"#

@@ -33,3 +33,14 @@ package final class TemporaryDirectory: @unchecked Sendable {
         return file
     }
 }
+
+/// Copies the executable `source` to `destination` by running `cp`, for a test that then runs
+/// the copy: a copy written by the test process would leave its descriptor open for writing in
+/// any child another test forks meanwhile, and running the copy would then fail with ETXTBSY
+/// ("text file busy"). Mode and all, as `cp` copies them.
+package func copyExecutable(_ source: String, to destination: String) throws {
+    let copy = try ChildProcess("cp", executable: "/bin/cp", arguments: [source, destination])
+    guard try copy.waitForExit(timeout: .seconds(30)) == 0 else {
+        throw ProcessFailure("cp \(source) \(destination): \(copy.stderrText)")
+    }
+}
