@@ -217,7 +217,12 @@ public final class DBusConnection: Sendable {
     /// Subscribes to signals matching `rule`.
     ///
     /// Adds the rule on the bus (AddMatch) before returning; received signals are
-    /// filtered locally on path, interface, member, arg0 and unique sender. When the
+    /// filtered locally on path, interface, member, arg0 and sender. A well-known sender
+    /// is checked against the unique name that owns it at the moment the signal is read,
+    /// followed through the bus driver's answers alone (GetNameOwner before this returns,
+    /// then NameOwnerChanged): a signal from anyone else is dropped, whether it was
+    /// broadcast or addressed to this connection, and so is every signal claiming a name
+    /// nobody owns. A rule without a sender accepts signals from any connection. When the
     /// stream terminates (consumer gone or cancelled) the rule is removed (RemoveMatch).
     /// The stream finishes when the connection closes. Keeps the newest
     /// `bufferLimit` unconsumed signals.

@@ -50,6 +50,11 @@ final class ConnectionLoop: @unchecked Sendable {
     private var serialOfCall: [UInt64: UInt32] = [:]
     private var cancelledBeforeSend: Set<UInt64> = []
     private var subscriptions: [UInt64: (rule: DBusMatchRule, continuation: AsyncStream<DBusSignal>.Continuation)] = [:]
+    /// The owner now of each well-known name a subscription's sender names, and how many
+    /// subscriptions name it. Learnt from the bus alone (GetNameOwner, then the driver's
+    /// NameOwnerChanged), in the order the bus sent them, on this thread: a reply and a change
+    /// are applied as they are read, so the answer is never older than a change read before it.
+    private var followed: [String: (owner: String?, subscriptions: Int)] = [:]
     private var stopRequested = false
     private var drained: [LoopCommand] = []
     /// libdbus's watches on the bus socket: what it wants to be told (readable, writable), so
@@ -303,11 +308,87 @@ final class ConnectionLoop: @unchecked Sendable {
             }
         case .subscribe(let id, let rule, let continuation):
             subscriptions[id] = (rule, continuation)
+            if let name = rule.followedName { follow(name) }
         case .unsubscribe(let id):
-            subscriptions.removeValue(forKey: id)
+            if let removed = subscriptions.removeValue(forKey: id), let name = removed.rule.followedName {
+                unfollow(name)
+            }
         case .close:
             stopRequested = true
         }
+    }
+
+    // MARK: Owners of well-known names (connection thread)
+
+    /// The driver's NameOwnerChanged for `name` alone.
+    private static func ownerChanges(of name: String) -> String {
+        DBusMatchRule(
+            sender: DBusMatchRule.busDriver, path: "/org/freedesktop/DBus", interface: DBusMatchRule.busDriver,
+            member: "NameOwnerChanged", arg0: name
+        ).ruleString
+    }
+
+    /// Starts following `name`'s owner, or counts one more subscription naming it. The match rule
+    /// and the question leave before the subscription's own AddMatch, whose reply `signals`
+    /// awaits: by then the bus has answered who owns the name.
+    private func follow(_ name: String) {
+        if followed[name] != nil {
+            followed[name]?.subscriptions += 1
+            return
+        }
+        followed[name] = (nil, 1)
+        let driver = (destination: DBusMatchRule.busDriver, path: "/org/freedesktop/DBus")
+        guard
+            let match = try? MessageBuilder.methodCall(
+                destination: driver.destination, path: driver.path, interface: DBusMatchRule.busDriver,
+                member: "AddMatch", arguments: [.string(Self.ownerChanges(of: name))]),
+            let question = try? MessageBuilder.methodCall(
+                destination: driver.destination, path: driver.path, interface: DBusMatchRule.busDriver,
+                member: "GetNameOwner", arguments: [.string(name)])
+        else {
+            logger.error("cannot follow the owner of a bus name", metadata: ["name": "\(name)"])
+            return
+        }
+        dbus_message_set_no_reply(match.raw, 1)
+        sendFromLoopThread(match)
+        // Called on this thread, in the bus's order (see `followed`). No owner (NameHasNoOwner)
+        // or no answer leaves nil: a signal claiming the name is then believed from nobody.
+        handle(
+            .call(id: makeID(), question, deadline: monotonicNanoseconds() &+ 25_000_000_000) { [self] result in
+                guard followed[name] != nil else { return }
+                if case .success(let values) = result, case .string(let owner)? = values.first {
+                    followed[name]?.owner = owner
+                } else {
+                    followed[name]?.owner = nil
+                }
+            })
+    }
+
+    private func unfollow(_ name: String) {
+        guard let entry = followed[name] else { return }
+        guard entry.subscriptions <= 1 else {
+            followed[name]?.subscriptions -= 1
+            return
+        }
+        followed.removeValue(forKey: name)
+        if let message = try? MessageBuilder.methodCall(
+            destination: DBusMatchRule.busDriver, path: "/org/freedesktop/DBus", interface: DBusMatchRule.busDriver,
+            member: "RemoveMatch", arguments: [.string(Self.ownerChanges(of: name))])
+        {
+            dbus_message_set_no_reply(message.raw, 1)
+            sendFromLoopThread(message)
+        }
+    }
+
+    /// Applies the driver's NameOwnerChanged to a followed name; anyone else's is ignored here
+    /// (the sender is the bus's to set, so `org.freedesktop.DBus` cannot be claimed).
+    private func noteOwnerChange(_ signal: DBusSignal) {
+        guard signal.sender == DBusMatchRule.busDriver, signal.member == "NameOwnerChanged",
+            signal.interface == DBusMatchRule.busDriver, signal.arguments.count == 3,
+            case .string(let name) = signal.arguments[0], followed[name] != nil,
+            case .string(let newOwner) = signal.arguments[2]
+        else { return }
+        followed[name]?.owner = newOwner.isEmpty ? nil : newOwner
     }
 
     /// Fails calls past their deadline; returns the poll timeout in ms (-1: none).
@@ -368,6 +449,7 @@ final class ConnectionLoop: @unchecked Sendable {
         serialOfCall = [:]
         let subs = subscriptions
         subscriptions = [:]
+        followed = [:]
         for (_, sub) in subs { sub.continuation.finish() }
         dbus_connection_remove_filter(connection, connectionFilter, Unmanaged.passUnretained(self).toOpaque())
         dbus_connection_close(connection)
@@ -413,7 +495,8 @@ final class ConnectionLoop: @unchecked Sendable {
             let signal = DBusSignal(
                 sender: header.sender ?? "", path: header.path ?? "", interface: header.interface ?? "",
                 member: header.member ?? "", arguments: arguments)
-            for (_, sub) in subscriptions where sub.rule.matches(signal) {
+            if !followed.isEmpty { noteOwnerChange(signal) }
+            for (_, sub) in subscriptions where sub.rule.matches(signal, ownerOf: { followed[$0]?.owner ?? nil }) {
                 sub.continuation.yield(signal)
             }
             return DBUS_HANDLER_RESULT_HANDLED

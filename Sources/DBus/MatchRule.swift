@@ -1,7 +1,11 @@
 /// A signal match rule: registered on the bus with AddMatch and applied
 /// locally to route received signals to subscribers.
 public struct DBusMatchRule: Sendable, Hashable {
-    /// Sender bus name (unique or well-known). Only unique names are also checked locally.
+    /// Sender bus name (unique or well-known). Checked locally against the message's sender,
+    /// which the bus sets and nobody can forge: a unique name exactly, a well-known name through
+    /// its owner now (the connection follows it, see ``DBusConnection/signals(matching:bufferLimit:)``).
+    /// A rule without a sender accepts a signal from any connection on the bus, including one
+    /// addressed to this connection alone by a program that owns no name at all.
     public var sender: String?
     /// Object path of the emitter.
     public var path: String?
@@ -52,12 +56,28 @@ public struct DBusMatchRule: Sendable, Hashable {
         if let arg0 { try DBusValidation.string(arg0) }
     }
 
-    /// Local filtering of a received signal.
-    func matches(_ signal: DBusSignal) -> Bool {
+    /// The bus driver's name: the sender of the bus's own signals (NameOwnerChanged), which no
+    /// connection can own.
+    static let busDriver = "org.freedesktop.DBus"
+
+    /// The well-known name whose owner this rule's sender check needs followed, if any.
+    var followedName: String? {
+        guard let sender, !sender.hasPrefix(":"), sender != Self.busDriver else { return nil }
+        return sender
+    }
+
+    /// Local filtering of a received signal. `ownerOf` gives the unique name that owns a
+    /// well-known name now (nil: nobody, or not known yet, and then nothing is believed).
+    /// dbus-daemon delivers a signal addressed to this connection whatever its match rules, so
+    /// the rule's string on the bus filters nothing that matters: this check is the one that does.
+    func matches(_ signal: DBusSignal, ownerOf: (String) -> String?) -> Bool {
         if let path, path != signal.path { return false }
         if let interface, interface != signal.interface { return false }
         if let member, member != signal.member { return false }
-        if let sender, sender.hasPrefix(":"), sender != signal.sender { return false }
+        if let sender {
+            let expected = sender.hasPrefix(":") || sender == Self.busDriver ? sender : ownerOf(sender)
+            guard let expected, expected == signal.sender else { return false }
+        }
         if let arg0 {
             guard case .string(let first)? = signal.arguments.first, first == arg0 else { return false }
         }
