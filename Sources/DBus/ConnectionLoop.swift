@@ -2,6 +2,7 @@ import CDBus
 import Glibc
 import Locking
 import Logging
+import TextRules
 
 /// How a call's outcome is handed back: called exactly once, on the connection thread (or on the
 /// thread that tried to queue the call when the connection is closed). It must not block.
@@ -496,8 +497,23 @@ final class ConnectionLoop: @unchecked Sendable {
                 sender: header.sender ?? "", path: header.path ?? "", interface: header.interface ?? "",
                 member: header.member ?? "", arguments: arguments)
             if !followed.isEmpty { noteOwnerChange(signal) }
-            for (_, sub) in subscriptions where sub.rule.matches(signal, ownerOf: { followed[$0]?.owner ?? nil }) {
-                sub.continuation.yield(signal)
+            let ownerOf = { (name: String) in self.followed[name]?.owner ?? nil }
+            var refused: DBusMatchRule?
+            for (_, sub) in subscriptions where sub.rule.matchesContent(signal) {
+                if sub.rule.isFromSender(signal, ownerOf: ownerOf) {
+                    sub.continuation.yield(signal)
+                } else {
+                    refused = sub.rule
+                }
+            }
+            if let refused, let claimed = refused.sender {
+                // Debug only: a flood of forged signals must not become a flood of log lines.
+                logger.debug(
+                    "ignored a signal claiming a sender it is not from",
+                    metadata: [
+                        "member": "\(OutsideText.escaped(signal.interface)).\(OutsideText.escaped(signal.member))",
+                        "claimed": "\(claimed)", "owner": "\(ownerOf(claimed) ?? "none")", "from": "\(signal.sender)",
+                    ])
             }
             return DBUS_HANDLER_RESULT_HANDLED
         case Int32(CDBUS_MESSAGE_TYPE_METHOD_CALL):

@@ -71,17 +71,24 @@ public struct DBusMatchRule: Sendable, Hashable {
     /// dbus-daemon delivers a signal addressed to this connection whatever its match rules, so
     /// the rule's string on the bus filters nothing that matters: this check is the one that does.
     func matches(_ signal: DBusSignal, ownerOf: (String) -> String?) -> Bool {
+        matchesContent(signal) && isFromSender(signal, ownerOf: ownerOf)
+    }
+
+    /// Everything but the sender.
+    func matchesContent(_ signal: DBusSignal) -> Bool {
         if let path, path != signal.path { return false }
         if let interface, interface != signal.interface { return false }
         if let member, member != signal.member { return false }
-        if let sender {
-            let expected = sender.hasPrefix(":") || sender == Self.busDriver ? sender : ownerOf(sender)
-            guard let expected, expected == signal.sender else { return false }
-        }
         if let arg0 {
             guard case .string(let first)? = signal.arguments.first, first == arg0 else { return false }
         }
         return true
+    }
+
+    func isFromSender(_ signal: DBusSignal, ownerOf: (String) -> String?) -> Bool {
+        guard let sender else { return true }
+        let expected = sender.hasPrefix(":") || sender == Self.busDriver ? sender : ownerOf(sender)
+        return expected != nil && expected == signal.sender
     }
 }
 
