@@ -385,7 +385,20 @@ public enum Daemon {
                     stringLiteral: "idleSignOutSeconds is set, but the desktop offers no idle source "
                         + "(\(IdleSources.offered)): the device is not signed out after inactivity"))
         }
-        broker.setDeviceFact(DeviceFact.idleSource, to: watch?.source ?? "none found at start")
+        var source = watch?.source ?? "none found at start"
+        if let name = watch?.busName {
+            let owner = await SourceOwner.of(name, on: connection)
+            source += ", " + owner.servedBy
+            if !owner.installedBySystem {
+                logger.warning(
+                    Logger.Message(
+                        stringLiteral: "the idle source \(name), \(owner.servedBy), is not a program the system "
+                            + "installed (a file of root's that nobody else can write): an app that owns this name "
+                            + "before the desktop can keep a person signed in. Start apps after the desktop "
+                            + "(docs/kiosk.md, \"The end of a shift\")"))
+            }
+        }
+        broker.setDeviceFact(DeviceFact.idleSource, to: source)
         return watch
     }
 

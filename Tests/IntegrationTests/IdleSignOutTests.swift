@@ -121,7 +121,9 @@ struct IdleSignOutTests {
         let mutter = try await HeadlessMutter(bus: env.bus, in: env.directory)
         defer { withExtendedLifetime(mutter) {} }
         try await offThePool { try Self.start(env, in: env.directory) }
-        #expect(try await offThePool { try env.brokerctl(["device-info"]) }.stdout.contains(IdleWatchNames.monitor))
+        // The source named with the program that owns its name (an app could have taken it first).
+        let info = try await offThePool { try env.brokerctl(["device-info"]) }.stdout
+        #expect(info.contains(IdleWatchNames.monitor + ", served by /usr/bin/mutter (pid "), "\(info)")
         var apps: [(DBusConnection, AsyncStream<DBusSignal>)] = []
         for _ in 0..<3 { apps.append(try await Self.listen(env)) }
         defer { for (app, _) in apps { app.close() } }
@@ -233,6 +235,36 @@ struct IdleSignOutTests {
     /// The first `count` warnings of `stream`, waiting at most 15 s.
     private static func first(_ count: Int, of stream: AsyncStream<SignOutWarning>) async -> [SignOutWarning] {
         await within(.seconds(15)) { await stream.prefix(count).reduce(into: []) { $0.append($1) } } ?? []
+    }
+
+    /// From the attacker's side: an app owning no name learns how far mutter's watch ids have got
+    /// (by adding a watch of its own) and sends brokerd `WatchFired` for every id up to there, as
+    /// if mutter said the person came back. Only mutter, the idle monitor's owner, is believed:
+    /// the person stays idle, and the device is signed out at the deadline.
+    @Test("an app forging the idle monitor's WatchFired during the warning does not keep the person signed in")
+    func forgedActivity() async throws {
+        let env = try await offThePool { try BrokerEnvironment() }
+        let mutter = try await HeadlessMutter(bus: env.bus, in: env.directory)
+        defer { withExtendedLifetime(mutter) {} }
+        try await offThePool { try Self.start(env, in: env.directory) }
+        let (app, signals) = try await Self.listen(env)
+        defer { app.close() }
+        #expect(try await offThePool { try env.signIn(TestUsers.alice, client: "mail-app") }.status == 0)
+        _ = try await Self.next([BrokerNames.signOutPendingSignal], on: signals)
+        let forger = try await ForgingApp(bus: env.bus)
+        let newest =
+            try await forger.connection.call(
+                destination: IdleWatchNames.monitor, path: "/org/gnome/Mutter/IdleMonitor/Core",
+                interface: IdleWatchNames.monitor, member: "AddUserActiveWatch"
+            ).first?.uint32 ?? 16
+        for id in 1...(newest + 4) {
+            try await forger.forge(
+                path: "/org/gnome/Mutter/IdleMonitor/Core", interface: IdleWatchNames.monitor, member: "WatchFired",
+                arguments: [.uint32(id)])
+        }
+        let next = try await Self.next([BrokerNames.signOutCancelledSignal, "AccountChanged"], on: signals)
+        #expect(next.member == "AccountChanged" && next.arguments.last?.string == "signed-out", "\(next.member)")
+        #expect(next.arguments.dropFirst().first?.vardict?[AccountKey.signOutCause]?.string == "idle")
     }
 
     @Test("brokerd killed during the warning: restarted after the deadline, the device is signed out at once")

@@ -55,6 +55,46 @@ struct ScreenLockTests {
         try await offThePool { try Self.expectLockSignOut(lockEnv, watchers) }
     }
 
+    /// From the attacker's side: an app owning no name (one SignOut would refuse, say) claims to
+    /// be each screensaver, broadcast and addressed to brokerd. Only the screensaver that owns its
+    /// name now is believed; brokerd logs each forged signal it drops (at debug level), which is
+    /// how the test knows brokerd has read them all.
+    @Test("an app claiming to be the screensaver does not sign the device out")
+    func forgedScreenSaver() async throws {
+        let env = try await offThePool { try Self.environment() }
+        let saver = try await offThePool { try DBusConnection(address: env.bus.address) }
+        defer { saver.close() }
+        _ = try await saver.requestName("org.gnome.ScreenSaver")
+        try await offThePool { try env.restartBroker(extraArguments: try Self.configArguments(env)) }
+        #expect(try await offThePool { try env.signIn(TestUsers.alice, client: "mail-app") }.status == 0)
+        let watcher = try await offThePool { try env.watch() }
+        let forger = try await ForgingApp(bus: env.bus)
+        let names = [
+            "org.gnome.ScreenSaver", "org.freedesktop.ScreenSaver", "org.xfce.ScreenSaver", "org.mate.ScreenSaver",
+        ]
+        for name in names {
+            try await forger.forge(
+                path: "/" + name.replacingOccurrences(of: ".", with: "/"), interface: name, member: "ActiveChanged",
+                arguments: [.bool(true)])
+        }
+        try await offThePool {
+            _ = try env.brokerd.process.waitForLine(timeout: .seconds(10), stderr: true) {
+                $0.contains("ignored a signal claiming") && $0.contains("org.mate.ScreenSaver.ActiveChanged")
+            }
+        }
+        #expect(!env.brokerd.process.stderrLines.contains { $0.contains("the screen was locked") })
+        let current = try await offThePool {
+            try env.brokerctl(["current-account", "--client-id", "mail-app", "--json"])
+        }
+        #expect(try current.json()["current"] is [String: Any], "still signed in")
+
+        // The real screensaver is still believed.
+        try saver.emitSignal(
+            path: "/org/gnome/ScreenSaver", interface: "org.gnome.ScreenSaver", member: "ActiveChanged",
+            arguments: [.bool(true)], destination: nil)
+        try await offThePool { try Self.expectLockSignOut(env, [watcher]) }
+    }
+
     @Test("logind locking the session signs the device out")
     func logindLock() async throws {
         let system = try await offThePool { try PrivateBus() }

@@ -72,6 +72,45 @@ struct SignOutNoticeTests {
         #expect(gone?.arguments.dropFirst().first?.uint32 == 3, "\(String(describing: gone))")
     }
 
+    /// From the attacker's side: an app owning no name sends "Stay signed in" for the notices the
+    /// real server will give out next, before any warning, then for every id once the notice is
+    /// up. Neither counts: an action is believed only from the server, and only for the notice
+    /// brokerd posted, read after it asked for it. The person stays idle, so the device is signed
+    /// out at the deadline.
+    @Test("an app forging Stay signed in, before or during the warning, does not keep the person signed in")
+    func forgedStayAction() async throws {
+        let env = try await offThePool { try IdleSourcesTests.environment() }
+        let server = try await HeadlessNotificationServer(bus: env.bus)
+        defer { withExtendedLifetime(server) {} }
+        let saver = try await StandInScreenSaver(bus: env.bus)
+        defer { withExtendedLifetime(saver) {} }
+        try await IdleSourcesTests.restart(env)
+        let (app, signals) = try await IdleSourcesTests.listen(env)
+        defer { app.close() }
+        let forger = try await ForgingApp(bus: env.bus)
+        func forgeStay(_ ids: ClosedRange<UInt32>) async throws {
+            for id in ids {
+                try await forger.forge(
+                    path: "/org/freedesktop/Notifications", interface: "org.freedesktop.Notifications",
+                    member: "ActionInvoked", arguments: [.uint32(id), .string("stay-signed-in")])
+            }
+        }
+        try await forgeStay(1...8)
+        saver.touch()
+        #expect(try await offThePool { try env.signIn(TestUsers.alice, client: "mail-app") }.status == 0)
+        _ = try await IdleSourcesTests.next([BrokerNames.signOutPendingSignal], on: signals)
+        _ = try await offThePool {
+            try env.brokerd.process.waitForLine(timeout: .seconds(10), stderr: true) {
+                $0.contains("told the person of the sign-out")
+            }
+        }
+        try await forgeStay(1...8)
+        let next = try await IdleSourcesTests.next(
+            [BrokerNames.signOutCancelledSignal, "AccountChanged"], on: signals, timeout: .seconds(20))
+        #expect(next.member == "AccountChanged" && next.arguments.last?.string == "signed-out", "\(next.member)")
+        #expect(!env.brokerd.process.stderrLines.contains { $0.contains("the person chose to stay signed in") })
+    }
+
     /// The action "Stay signed in" counts as activity. A stand-in server: clicking the action's
     /// button of a real one needs a pointer at a place the server's layout decides (and
     /// notification-daemon draws its buttons without telling where), so the test emits the

@@ -9,6 +9,8 @@ import Logging
 protocol IdleSource: AnyObject, Sendable {
     /// What it listens to, in words, for the start-up's log and the device information.
     var source: String { get }
+    /// The session bus name whose owner it believes (nil: logind, on the system bus, root's).
+    var busName: String? { get }
 }
 
 enum IdleSources {

@@ -14,6 +14,7 @@ final class IdleWatch: IdleSource {
 
     private let listener: Task<Void, Never>
     var source: String { Self.busName }
+    var busName: String? { Self.busName }
 
     private init(listener: Task<Void, Never>) { self.listener = listener }
 

@@ -14,6 +14,7 @@ import Logging
 /// `idleSignOutSeconds`, to make up for it (docs/kiosk.md).
 final class LogindIdle: IdleSource {
     let source: String
+    var busName: String? { nil }
     private let listener: Task<Void, Never>
     private let bus: DBusConnection
 

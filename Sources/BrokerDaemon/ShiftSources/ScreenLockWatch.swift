@@ -26,9 +26,10 @@ final class ScreenLockWatch: Sendable {
         var sources: [String] = []
         for name in screenSavers {
             // Subscribed whether or not the screensaver runs now: a desktop may start it later.
+            // Only the name's owner is believed: any app may send a signal claiming the interface.
             guard
                 let signals = try? await session.signals(
-                    matching: DBusMatchRule(interface: name, member: "ActiveChanged"))
+                    matching: DBusMatchRule(sender: name, interface: name, member: "ActiveChanged"))
             else { continue }
             tasks.append(
                 Task {

@@ -29,6 +29,7 @@ final class ScreenSaverIdle: IdleSource {
     static let retry: Duration = .seconds(5)
 
     let source: String
+    var busName: String? { Self.busName }
     private let poller: Task<Void, Never>
 
     private init(source: String, poller: Task<Void, Never>) {

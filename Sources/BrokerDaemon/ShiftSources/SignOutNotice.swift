@@ -34,10 +34,12 @@ final class SignOutNotice: Sendable {
         /// The notification on screen, if any: the one an action may name and a withdrawal closes.
         let shown = Locked<UInt32?>(nil)
         /// Every notice shown during the warning on now, which "Stay signed in" may come from, and
-        /// the actions that came before the reply to their Notify was read (the server sends the
-        /// reply first, but the signal and the reply are handled by different tasks): one lock, so
-        /// that an action is either seen as its notice's or kept until the reply names it.
-        let notices = Locked<(ofThisWarning: Set<UInt32>, early: [UInt32])>(([], []))
+        /// the actions read while a Notify was being answered (the server sends the reply first,
+        /// but the signal and the reply are handled by different tasks). Ids are the server's, shared
+        /// by every app, so an action is believed only for a notice this broker posted: one read
+        /// before its Notify left names another app's notice, or nothing, and is dropped. One lock,
+        /// so that an action is either seen as its notice's or kept until the reply names it.
+        let notices = Locked<(ofThisWarning: Set<UInt32>, asking: Bool, early: [UInt32])>(([], false, []))
         let warnings = service.shiftEvents.subscribe()
         var tasks: [Task<Void, Never>] = []
         // Subscribed whether or not a server runs now: one may be started (or activated) later.
@@ -56,8 +58,8 @@ final class SignOutNotice: Sendable {
                         else { continue }
                         let known = notices.withLock { notices -> Bool in
                             guard notices.ofThisWarning.contains(id) else {
-                                // Perhaps the notice whose Notify is still being answered; a few are kept.
-                                notices.early = Array((notices.early + [id]).suffix(8))
+                                // Perhaps the notice whose Notify is being answered now; a few are kept.
+                                if notices.asking { notices.early = Array((notices.early + [id]).suffix(8)) }
                                 return false
                             }
                             return true
@@ -87,6 +89,16 @@ final class SignOutNotice: Sendable {
                     guard case .warning(let warning) = event else { continue }
                     switch warning {
                     case .pending(let cause, let deadline):
+                        notices.withLock {
+                            $0.asking = true
+                            $0.early = []
+                        }
+                        defer {
+                            notices.withLock {
+                                $0.asking = false
+                                $0.early = []
+                            }
+                        }
                         do {
                             let id = try await notify(
                                 session, replacing: shown.withLock { $0 },
@@ -94,7 +106,6 @@ final class SignOutNotice: Sendable {
                             shown.withLock { $0 = id }
                             let chosen = notices.withLock { notices -> Bool in
                                 notices.ofThisWarning.insert(id)
-                                defer { notices.early.removeAll { $0 == id } }
                                 return notices.early.contains(id)
                             }
                             logger.info("told the person of the sign-out", metadata: ["notification": "\(id)"])
@@ -113,7 +124,7 @@ final class SignOutNotice: Sendable {
                             told = true
                         }
                     case .cancelled, .over:
-                        notices.withLock { $0 = ([], []) }
+                        notices.withLock { $0 = ([], false, []) }
                         guard let id = shown.withLock({ $0 }) else { continue }
                         shown.withLock { $0 = nil }
                         // A notification the server closed already answers an error: nothing to do.

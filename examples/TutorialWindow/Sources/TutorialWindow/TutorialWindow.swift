@@ -160,6 +160,8 @@ final class TutorialWindow: @unchecked Sendable {
         let stay = Make.button(tr("Stay signed in")) { [unowned self] in
             // The broker offers apps no method to extend a session, on purpose: an app could then
             // keep the session of a person who walked away alive for the next one at the device.
+            // Nor a back door: signals claiming to be the idle monitor or the notice's action
+            // count only from the program that owns that name on the bus.
             // What keeps the person signed in is the person: this click is input, which the
             // desktop's idle source reports to brokerd, and brokerd withdraws the warning
             // (SignOutCancelled hides this banner). So the button only says so.
