@@ -7,7 +7,9 @@ import Glibc
 ///
 /// Found beside this program's own executable: installed, in `../libexec/shared-device-broker/`
 /// (`make install`, the package); built, in the same directory. A file there that another user
-/// could have put or changed is not run: brokerctl may be run from a directory others can write.
+/// could have put or changed, or a symbolic link (to anything), is not run: brokerctl may be run
+/// from a directory others can write. Such a file is passed over for the next place, so that
+/// one planted beside brokerctl cannot stop the installed program from running.
 enum CommandsProgram {
     static let name = "brokerctl-commands"
 
@@ -15,16 +17,27 @@ enum CommandsProgram {
     /// with a message when it cannot: 127 when it is not there, 126 when it is not run.
     static func run(_ argv: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>) -> Never {
         let candidates = locations(argv)
+        var refused: [String] = []
         for path in candidates {
-            // The file checked is the file run: opened once, run through its descriptor.
-            let file = open(path, openPath | O_CLOEXEC)
+            // The file checked is the file run: opened once, without following a link, and run
+            // through its descriptor.
+            let file = open(path, openPath | O_NOFOLLOW | O_CLOEXEC)
             guard file >= 0 else {
-                guard errno == ENOENT || errno == ENOTDIR else { refuse(path, "cannot be opened (\(lastError))") }
+                if errno != ENOENT && errno != ENOTDIR { refused.append("\(path) cannot be opened (\(lastError))") }
                 continue
             }
-            if let why = unusable(file) { refuse(path, why) }
+            if let why = unusable(file) {
+                close(file)
+                refused.append("\(path) \(why)")
+                continue
+            }
             fexecve(file, argv, environ)
-            refuse(path, "cannot be run (\(lastError))")
+            refused.append("\(path) cannot be run (\(lastError))")
+            close(file)
+        }
+        if !refused.isEmpty {
+            Output.error(Output.list(refused, separator: "; ") + ": not run")
+            exit(126)
         }
         let looked =
             candidates.isEmpty
@@ -52,6 +65,7 @@ enum CommandsProgram {
     static func unusable(_ file: Int32) -> String? {
         var info = stat()
         guard fstat(file, &info) == 0 else { return "cannot be read (\(lastError))" }
+        guard info.st_mode & S_IFMT != S_IFLNK else { return "is a symbolic link" }
         guard info.st_mode & S_IFMT == S_IFREG, info.st_mode & 0o111 != 0 else { return "is not an executable file" }
         guard info.st_uid == 0 || info.st_uid == geteuid() else {
             return "belongs to another user (uid \(info.st_uid))"
@@ -68,8 +82,4 @@ enum CommandsProgram {
 
     private static var lastError: String { String(cString: strerror(errno)) }
 
-    private static func refuse(_ path: String, _ why: String) -> Never {
-        Output.error("\(path) \(why): not run")
-        exit(126)
-    }
 }

@@ -86,5 +86,34 @@ struct BrokerctlQuickTests {
             #expect(result.stderr.contains("is writable by other users: not run"), "\(result.stderr)")
             #expect(!FileManager.default.fileExists(atPath: marker), "mode \(String(mode, radix: 8)) ran it")
         }
+        // A symbolic link, even to a file of this user's, is not followed.
+        let mine = try directory.write("mine", "#!/bin/sh\ntouch '\(marker)'\n")
+        #expect(unlink(planted) == 0 && chmod(mine, 0o755) == 0)
+        #expect(symlink(directory.path + "/mine", planted) == 0)
+        let linked = try await runCommand(alone, ["sign-out", "--client-id", "mail-app"])
+        #expect(linked.status == 126 && linked.stderr.contains("is a symbolic link: not run"), "\(linked.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: marker), "the link was followed")
+    }
+
+    @Test("a file planted where brokerctl looks first does not stop it from running its own program")
+    func plantedInTheFirstPlace() async throws {
+        let env = try await offThePool { try BrokerEnvironment() }
+        // brokerctl and brokerctl-commands side by side in a directory others may write to, where
+        // another user made the place brokerctl looks first, ../libexec/shared-device-broker/.
+        let prefix = try TemporaryDirectory()
+        #expect(chmod(prefix.path, 0o1777) == 0)
+        for sub in ["/bin", "/libexec/shared-device-broker"] {
+            try FileManager.default.createDirectory(atPath: prefix.path + sub, withIntermediateDirectories: true)
+        }
+        try copyExecutable(Binaries.path("brokerctl"), to: prefix.path + "/bin/brokerctl")
+        try copyExecutable(Binaries.path("brokerctl-commands"), to: prefix.path + "/bin/brokerctl-commands")
+        let marker = prefix.path + "/ran"
+        let planted = try prefix.write(
+            "libexec/shared-device-broker/brokerctl-commands", "#!/bin/sh\ntouch '\(marker)'\n")
+        #expect(chmod(planted, 0o777) == 0)
+        let result = try await runCommand(
+            prefix.path + "/bin/brokerctl", ["sign-in-options", "--client-id", "mail-app", "--address", env.bus.address])
+        #expect(result.status == 0, "\(result.status) \(result.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: marker))
     }
 }
