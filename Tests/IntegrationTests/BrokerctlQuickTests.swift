@@ -112,7 +112,8 @@ struct BrokerctlQuickTests {
             "libexec/shared-device-broker/brokerctl-commands", "#!/bin/sh\ntouch '\(marker)'\n")
         #expect(chmod(planted, 0o777) == 0)
         let result = try await runCommand(
-            prefix.path + "/bin/brokerctl", ["sign-in-options", "--client-id", "mail-app", "--address", env.bus.address])
+            prefix.path + "/bin/brokerctl",
+            ["sign-in-options", "--client-id", "mail-app", "--address", env.bus.address])
         #expect(result.status == 0, "\(result.status) \(result.stderr)")
         #expect(!FileManager.default.fileExists(atPath: marker))
     }
