@@ -56,6 +56,14 @@ public enum ProviderEventOutcome: Sendable, Equatable {
     case notHere
     /// The change could not be made (the state could not be written): the event must come again.
     case notDone(String)
+    /// brokerd acted on this event already (it came again, unacknowledged): nothing changes.
+    case handledAlready
+
+    /// Whether the event needs nothing more from this device.
+    var isDone: Bool {
+        if case .notDone = self { return false }
+        return true
+    }
 }
 
 /// Outcome of one check of the device's session (``Broker/checkDeviceSession()``).
@@ -75,12 +83,52 @@ extension Broker {
     /// than the sign-in still ends it, as it may be about the same session.
     static let eventClockSkew: Int64 = 60
 
+    /// How many of the provider's last events brokerd remembers having acted on: far more than
+    /// one poll brings, and a transmitter delivers again only what was not acknowledged.
+    static let handledEventsKept = 64
+
     /// The provider says `subject`'s session (or credentials, or account) ended at `eventTime`
     /// (unix seconds, when it says). The device's sign-in of that account ends through the one
     /// sign-out path, with cause `provider`; apps that hold tokens of it otherwise lose them. An
-    /// event older than the device's sign-in is about an earlier one and changes nothing.
-    public func providerEnded(_ end: ProviderSessionEnd, for subject: EventSubject, at eventTime: Int64?) async
-        -> ProviderEventOutcome
+    /// event older than the device's sign-in is about an earlier one and changes nothing, and so
+    /// does one brokerd acted on already (`eventId`, the SET's `jti`), delivered again: the clock
+    /// skew allowed between the provider and the device would otherwise let an event from before
+    /// a restart end a sign-in made in the seconds after it.
+    public func providerEnded(
+        _ end: ProviderSessionEnd, for subject: EventSubject, at eventTime: Int64?, eventId: String? = nil
+    ) async -> ProviderEventOutcome {
+        if let eventId, state.handledEvents.contains(eventId) {
+            logger.info(
+                "the provider delivered again an event brokerd acted on already; nothing changes",
+                metadata: ["event": "\(end.rawValue)"])
+            return .handledAlready
+        }
+        let outcome = await act(on: end, for: subject, at: eventTime, eventId: eventId)
+        if let eventId, outcome.isDone, !state.handledEvents.contains(eventId) {
+            remember(handled: eventId)
+        }
+        return outcome
+    }
+
+    /// Notes `eventId` as acted on. A sign-out notes it in its own write, so that a brokerd
+    /// stopped at any point either did not sign out or remembers it did.
+    private func remember(handled eventId: String) {
+        var next = state
+        next.handledEvents = Self.noting(eventId, in: next.handledEvents)
+        do {
+            try commit(next)
+        } catch {
+            // Not fatal: the worst a lost note can do is what the skew allowed before.
+            logger.warning("could not note a provider event as handled", metadata: ["error": "\(error)"])
+        }
+    }
+
+    static func noting(_ eventId: String, in handled: [String]) -> [String] {
+        Array((handled.filter { $0 != eventId } + [eventId]).suffix(handledEventsKept))
+    }
+
+    private func act(on end: ProviderSessionEnd, for subject: EventSubject, at eventTime: Int64?, eventId: String?)
+        async -> ProviderEventOutcome
     {
         if configuration.deviceMode == .shared, let current = state.current, subject.matches(current) {
             // A damaged state file may hold any number: the subtraction must not trap.
@@ -98,7 +146,9 @@ extension Broker {
                 "the provider ended the session of the device's account: signing the device out",
                 metadata: ["event": "\(end.rawValue)", "account": "\(current.identifier)"])
             do {
-                try await self.end(current, for: shiftClientId(for: current), fromBrowser: false, cause: .provider)
+                try await self.end(
+                    current, for: shiftClientId(for: current), fromBrowser: false, cause: .provider,
+                    handledEvent: eventId)
                 return .signedOut
             } catch {
                 // The state could not be written: nothing changed. The event is not acknowledged,

@@ -38,7 +38,7 @@ extension Broker {
             let boot = configuration.bootId, state.signedInBoot != boot
         else { return nil }
         let clientId = shiftClientId(for: account)
-        let ended = try write(end: account, for: clientId, cause: .reboot)
+        let ended = try write(end: account, for: clientId, cause: .reboot, handledEvent: nil)
         return Task { await self.followUp(ended, fromBrowser: false) }
     }
 
@@ -51,10 +51,11 @@ extension Broker {
     /// Every way the device's sign-in ends comes here: the state written (the revocations owed
     /// with it) before `AccountChanged`, then the revocations, the browser policy and the
     /// clean-up list, each reported in the outcome, none undoing the sign-out.
-    func end(_ account: Account, for clientId: String, fromBrowser: Bool, cause: SignOutCause)
-        async throws(BrokerFailure) -> SignOutOutcome
-    {
-        await followUp(try write(end: account, for: clientId, cause: cause), fromBrowser: fromBrowser)
+    func end(
+        _ account: Account, for clientId: String, fromBrowser: Bool, cause: SignOutCause, handledEvent: String? = nil
+    ) async throws(BrokerFailure) -> SignOutOutcome {
+        await followUp(
+            try write(end: account, for: clientId, cause: cause, handledEvent: handledEvent), fromBrowser: fromBrowser)
     }
 
     /// A sign-in ended and written, with what is left to do at the provider and on the device.
@@ -67,10 +68,11 @@ extension Broker {
     }
 
     /// The sign-out's change of state: written and announced before anything else happens.
-    private func write(end account: Account, for clientId: String, cause: SignOutCause) throws(BrokerFailure)
-        -> EndedSignIn
+    private func write(end account: Account, for clientId: String, cause: SignOutCause, handledEvent: String?)
+        throws(BrokerFailure) -> EndedSignIn
     {
         var next = state
+        if let handledEvent { next.handledEvents = Self.noting(handledEvent, in: next.handledEvents) }
         var revoke: [PendingRevocation] = []
         let affected = configuration.deviceMode == .shared ? Array(next.clients.keys) : [clientId]
         let idTokenHint =

@@ -23,12 +23,19 @@ public struct BrokerState: Sendable, Equatable {
     /// While the person is warned of a sign-out after inactivity: when it happens (unix seconds).
     /// Kept, so that a broker killed during the warning neither forgets nor extends it.
     public var signOutDeadline: Int64?
+    /// The ids (`jti`) of the provider's last events brokerd acted on, newest last, at most
+    /// ``Broker/handledEventsKept``. A transmitter delivers an event again until it is
+    /// acknowledged, and the acknowledgement goes with the next poll: one brokerd did not live to
+    /// send is delivered again after a restart, and must not end a sign-in made since.
+    public var handledEvents: [String]
 
     public init(
         deviceId: String, current: Account? = nil, clients: [String: ClientRecord] = [:],
         singleSignOn: [String: SingleSignOnGrant] = [:], pendingRevocations: [PendingRevocation] = [],
-        signedInBoot: String? = nil, signOutDeadline: Int64? = nil, signedInAt: Int64? = nil
+        signedInBoot: String? = nil, signOutDeadline: Int64? = nil, signedInAt: Int64? = nil,
+        handledEvents: [String] = []
     ) {
+        self.handledEvents = handledEvents
         self.signedInBoot = signedInBoot
         self.signedInAt = signedInAt
         self.signOutDeadline = signOutDeadline

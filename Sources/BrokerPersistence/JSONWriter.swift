@@ -31,6 +31,16 @@ struct JSONWriter {
         bytes.append(UInt8(ascii: "\""))
     }
 
+    /// A JSON array of strings.
+    mutating func strings(_ values: [String]) {
+        raw("[")
+        for (index, value) in values.enumerated() {
+            if index > 0 { raw(",") }
+            string(value)
+        }
+        raw("]")
+    }
+
     private mutating func escaped(_ value: String) {
         for byte in value.utf8 {
             switch byte {

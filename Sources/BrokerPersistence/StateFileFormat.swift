@@ -32,6 +32,8 @@ import Glibc
 /// `signOutDeadline` (optional, unix seconds) is when an inactivity warning in progress signs the
 /// device out. `signedInBoot` (optional) is the kernel's boot id when the device's sign-in was made
 /// (`signOutAfterReboot`), `signedInAt` (optional, unix seconds) when; an older brokerd skips both.
+/// `handledEvents` (optional) lists the ids of the provider's last events brokerd acted on, so
+/// that one delivered again after a restart changes nothing; an older brokerd skips it.
 ///
 /// `pendingRevocations` (optional, with `--token-storage plaintext-file` only: they are secrets)
 /// lists the tokens of ended sign-ins that the provider has not yet confirmed revoked, oldest
@@ -114,6 +116,10 @@ enum StateFileFormat {
         }
         out.raw(",\"deviceId\":")
         out.string(state.deviceId)
+        if !state.handledEvents.isEmpty {
+            out.raw(",\"handledEvents\":")
+            out.strings(state.handledEvents)
+        }
         if let journal {
             out.raw(",\"journal\":")
             out.string(journal)
@@ -307,11 +313,14 @@ enum StateFileFormat {
             try reader.at(offsets["signedInAt"]) { (reader: inout JSONReader) throws(JSONReader.Problem) in
                 try reader.readInteger()
             } ?? nil
+        let handled = try reader.at(offsets["handledEvents"]) { (reader: inout JSONReader) throws(JSONReader.Problem) in
+            try readStrings(&reader, "handledEvents")
+        }
         return Loaded(
             state: BrokerState(
                 deviceId: deviceId, current: current, clients: clients, singleSignOn: singleSignOn,
                 pendingRevocations: owed, signedInBoot: boot, signOutDeadline: deadline.map(Int64.init),
-                signedInAt: signedInAt.map(Int64.init)),
+                signedInAt: signedInAt.map(Int64.init), handledEvents: handled ?? []),
             version: 2, droppedAccessTokens: 0, accounts: table, journal: journal)
     }
 
@@ -334,6 +343,23 @@ enum StateFileFormat {
     }
 
     /// The `pendingRevocations` array: objects with `clientId`, `kind` and `token`, all required.
+    /// An array of strings at `path` (null: none).
+    static func readStrings(_ reader: inout JSONReader, _ path: String) throws(JSONReader.Problem) -> [String] {
+        if try reader.kind() == .null {
+            try reader.skipValue()
+            return []
+        }
+        try reader.expect(.array, path)
+        try reader.openArray()
+        var strings: [String] = []
+        var first = true
+        while try reader.nextElement(first: first) {
+            first = false
+            strings.append(try reader.readString("\(path)[\(strings.count)]"))
+        }
+        return strings
+    }
+
     static func readPendingRevocations(_ reader: inout JSONReader) throws(JSONReader.Problem)
         -> [PendingRevocation]
     {

@@ -113,6 +113,10 @@ enum StateJournal {
             out.raw(",\"deviceId\":")
             out.string(new.deviceId)
         }
+        if old.handledEvents != new.handledEvents {
+            out.raw(",\"handledEvents\":")
+            if new.handledEvents.isEmpty { out.raw("null") } else { out.strings(new.handledEvents) }
+        }
         // Empty collections as null: the state file leaves them out.
         if old.pendingRevocations != new.pendingRevocations {
             out.raw(",\"pendingRevocations\":")
@@ -316,6 +320,10 @@ enum StateJournal {
                     }
                     state.signedInAt = Int64(seconds)
                 }
+            }
+            if let at = offsets["handledEvents"] {
+                reader.position = at
+                state.handledEvents = try StateFileFormat.readStrings(&reader, "handledEvents")
             }
             if let at = offsets["signedInBoot"] {
                 reader.position = at

@@ -41,6 +41,29 @@ struct ProviderSignOutTests {
         #expect(recent == .signedOut)
     }
 
+    @Test func anEventActedOnIsRememberedWithTheSignOutAndChangesNothingWhenItComesAgain() async throws {
+        let h = Harness()
+        _ = try await h.signIn()
+        let first = await h.broker.providerEnded(
+            .sessionRevoked, for: EventSubject(emails: [alice.username]), at: h.clock.now(), eventId: "jti-1")
+        #expect(first == .signedOut)
+        // In the sign-out's own write: a brokerd stopped after it remembers the event.
+        #expect(h.store.saved?.current == nil && h.store.saved?.handledEvents == ["jti-1"])
+        // The person signs in again 15 s later; the same event, delivered again within the skew.
+        h.clock.advance(15)
+        _ = try await h.signIn()
+        let again = await h.broker.providerEnded(
+            .sessionRevoked, for: EventSubject(emails: [alice.username]), at: h.clock.now() - 15, eventId: "jti-1")
+        #expect(again == .handledAlready)
+        #expect(h.store.saved?.current == alice)
+        // Events that changed nothing are remembered too, and only the newest are kept.
+        for index in 0..<100 {
+            _ = await h.broker.providerEnded(
+                .sessionRevoked, for: EventSubject(emails: ["bob@contoso.example"]), at: nil, eventId: "bob-\(index)")
+        }
+        #expect(h.store.saved?.handledEvents.count == 64 && h.store.saved?.handledEvents.last == "bob-99")
+    }
+
     @Test func anotherAccountChangesNothing() async throws {
         let h = Harness()
         _ = try await h.signIn()

@@ -17,8 +17,10 @@ struct ProviderSignOutTests {
     static let pollSeconds = 1
 
     /// A broker receiving idp-sim's Shared Signals, `extra` added to its configuration.
-    static func receiving(_ extra: String = "", idpArguments: [String] = []) async throws -> BrokerEnvironment {
-        let directory = try TemporaryDirectory()
+    static func receiving(
+        _ extra: String = "", idpArguments: [String] = [], configIn directory: TemporaryDirectory? = nil
+    ) async throws -> BrokerEnvironment {
+        let directory = try directory ?? TemporaryDirectory()
         let secret = try directory.write("ssf.secret", receiver.secret + "\n")
         chmod(secret, 0o600)
         // The transmitter is idp-sim's issuer, the authority: read it from a first idp-sim is not
@@ -152,6 +154,33 @@ struct ProviderSignOutTests {
         }
         #expect(try Self.current(env) == alice, "signed out by an old SET")
         #expect(!env.brokerd.process.stderrText.contains("eyJ"), "a token or SET in brokerd's log")
+    }
+
+    /// The acknowledgement of an event goes with the next poll, so a brokerd stopped before it
+    /// gets the event again after its restart, when the person may have signed in again within
+    /// the minute the provider's clock may lag: the event must not end that sign-in.
+    @Test("an event acted on before a restart, delivered again after it, leaves the sign-in made since")
+    func deliveredAgainAfterARestart() async throws {
+        let directory = try TemporaryDirectory()
+        let env = try await Self.receiving(configIn: directory)
+        let alice = TestUsers.alice.username
+        #expect(try env.signIn(TestUsers.alice, client: "mail-app").status == 0)
+        _ = try await Self.post(env, "/test/revoke-sessions?username=\(alice)")
+        try env.brokerd.process.waitForLine(timeout: .seconds(10), stderr: true) { $0.contains("event processed") }
+        #expect(try Self.current(env) == nil)
+        try await Self.waitUntilAcknowledged(env)
+        try env.restartBroker(extraArguments: ["--config", directory.path + "/broker.conf"])
+        try env.brokerd.process.waitForLine(timeout: .seconds(15), stderr: true) {
+            $0.contains("receiving Shared Signals")
+        }
+        #expect(try env.signIn(TestUsers.alice, client: "mail-app").status == 0)
+        _ = try await Self.post(
+            env, "/test/ssf/inject",
+            json: #"{"username": "\#(alice)", "event": "session-revoked", "forgery": "replay"}"#)
+        try env.brokerd.process.waitForLine(timeout: .seconds(10), stderr: true) {
+            $0.contains("delivered again an event brokerd acted on already")
+        }
+        #expect(try Self.current(env) == alice, "signed out by an event from before the restart")
     }
 
     @Test("a transmitter that fails, or loses the stream, is retried and shown; the stream resumes")

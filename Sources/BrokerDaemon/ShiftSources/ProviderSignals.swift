@@ -101,7 +101,7 @@ enum SharedSignalsListener {
     private static func act(on event: SecurityEvent, broker: Broker, logger: Logger) async -> Bool {
         switch event.kind {
         case .sessionEnd(let end):
-            let outcome = await broker.providerEnded(end, for: event.subject, at: event.eventTime)
+            let outcome = await broker.providerEnded(end, for: event.subject, at: event.eventTime, eventId: event.jti)
             logger.info(
                 "Shared Signals: event processed",
                 metadata: ["event": "\(end.rawValue)", "subject": "\(event.subject)", "outcome": "\(outcome)"])
