@@ -122,7 +122,7 @@ struct LimitsTests {
     @Test(
         "16 connections x 256 waiting calls: the program gets 1024, SignOut still passes, another app signs in")
     func oneProgramsWaitingCallsTakeOnlyItsShare() async throws {
-        let env = try await offThePool { try BrokerEnvironment(idpArguments: ["--device-code-interval", "5"]) }
+        let env = try await offThePool { try BrokerEnvironment(idpArguments: ["--device-code-interval", "2"]) }
         let connections = try await offThePool {
             try (0..<16).map { _ in try DBusConnection(address: env.bus.address) }
         }
