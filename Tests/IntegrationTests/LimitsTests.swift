@@ -81,7 +81,7 @@ struct LimitsTests {
         let env = try await offThePool { try BrokerEnvironment(idpArguments: ["--device-code-interval", "2"]) }
         let script = try env.directory.write("flooder.py", Self.flooder)
         let began = ContinuousClock.now
-        // 17 x 16 = 272: more than the device's 256, as the filed report's flood.
+        // 17 x 16 = 272: more than the device's 256.
         let processes = try (0..<17).map { index in
             try ChildProcess(
                 "flooder \(index)", executable: "/usr/bin/python3",
