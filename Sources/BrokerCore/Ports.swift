@@ -157,21 +157,36 @@ extension StateStore {
 }
 
 /// What the core may ask about its callers. The outer layer knows the bus; the core only the
-/// callers' names (a bus connection's unique name, never reused).
+/// callers' names (a bus connection's unique name, never reused) and, through this, the process
+/// and program behind each, as opaque texts.
 public protocol CallerDirectory: Sendable {
     /// Whether `owner` is still connected. A sign-in registered after its caller left (the call
     /// was on its way when the caller's departure was handled) is ended at once.
     func isConnected(_ owner: String) async -> Bool
-    /// The process behind `owner` (any stable text naming it), so that one program's many
-    /// connections share one bound; nil when unknown.
-    func process(of owner: String) -> String?
+    /// The process and program behind `owner`, so that one process's many connections, and one
+    /// program's many processes, each share one bound; empty when unknown.
+    func groups(of owner: String) -> CallerGroups
+}
+
+/// Who is behind a caller besides its connection: what the limits of sign-ins group callers by.
+/// Any stable text naming each; equal texts are the same process, the same program.
+public struct CallerGroups: Sendable, Equatable {
+    /// The process that opened the connection; nil when unknown.
+    public var process: String?
+    /// The program it runs (what an app is to the broker); nil when unknown.
+    public var program: String?
+
+    public init(process: String? = nil, program: String? = nil) {
+        self.process = process
+        self.program = program
+    }
 }
 
 /// Callers as the core's tests and a bus-less broker see them: always connected, process unknown.
 public struct EveryCallerConnected: CallerDirectory {
     public init() {}
     public func isConnected(_ owner: String) async -> Bool { true }
-    public func process(of owner: String) -> String? { nil }
+    public func groups(of owner: String) -> CallerGroups { CallerGroups() }
 }
 
 /// What the device clears after every sign-out (the administrator's `clearOnSignOut`: a

@@ -11,6 +11,13 @@ import Logging
 /// arguments here have the declared types; what they contain is the core's to judge.
 final class BrokerObject: DBusObject, Broker1Handler, Broker1StateAnswers {
     let interfaces: [DBusInterfaceDescription] = [.broker1]
+    /// What ``CallGate`` never refuses for the broker's load: `SignOut` (a person leaving must be
+    /// able to, however busy the broker is), `CancelSignIn` (it frees what a flood holds) and the
+    /// reads of the broker's state. Not `AcquireTokenSilent`: answered from the cache when it can
+    /// be, it is a refresh at the provider otherwise.
+    static let neverRefusedForLoad: Set<String> = [
+        Broker1Method.signOut, .cancelSignIn, .getDeviceInformation, .getCurrentAccount, .getAccounts,
+    ].reduce(into: []) { $0.insert($1.rawValue) }
     private let broker: Broker
     private let logger: Logger
     /// The properties, cached so that Get/GetAll never wait for the broker actor.

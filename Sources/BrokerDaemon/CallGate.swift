@@ -4,12 +4,17 @@ import DBus
 import Locking
 import Logging
 
-/// The gate every call to the exported object passes: it counts the calls in flight, per caller
-/// and in all, so that a caller that floods the broker gets `LimitsExceeded` instead of growing
-/// its memory (interactive sign-ins hold their call for minutes, so the per-caller figure leaves
-/// room for them); and it closes for a stop that answers every caller instead of leaving it to a
-/// NoReply: once ``stop(grace:hurry:endSignIns:logger:)`` begins, new calls are refused with `Cancelled`; those in
-/// flight may finish within the grace period, except
+/// The gate every call to the exported object passes: it counts the calls in flight, per caller,
+/// per program and in all, so that a caller that floods the broker gets `LimitsExceeded` instead
+/// of growing its memory, and one app that floods it (over many connections and processes) uses
+/// up only its own program's share of the total, not every other app's calls (interactive
+/// sign-ins hold their call for minutes, so the per-caller figure leaves room for them). The
+/// calls an app needs to end its own session or read the state, `SignOut` and the cheap reads
+/// (``neverRefusedForLoad``), are never refused for the load of others: each connection has a
+/// count of its own for them, apart from every other limit. And it closes for a stop that
+/// answers every caller instead of leaving it to a NoReply: once
+/// ``stop(grace:hurry:endSignIns:logger:)`` begins, new calls are refused with `Cancelled`; those
+/// in flight may finish within the grace period, except
 /// interactive sign-ins, which wait for a person and are ended at once; what is still running
 /// then is cancelled, and a call that does not end within a second of that is answered with
 /// `Cancelled` anyway.
@@ -23,23 +28,51 @@ final class CallGate: DBusObject {
     private struct Call {
         var member: Member
         var sender: String
+        /// The share it counts against; nil for a call never refused for load.
+        var share: String?
         /// Nil only when the call did not come through a connection (a direct call in a test).
         var control: DBusCallControl?
     }
 
     private struct State {
         var stopping = false
-        /// Calls in flight by caller (unique bus name).
+        /// Calls in flight by caller (unique bus name), admitted or waiting to learn its program.
         var bySender: [String: Int] = [:]
+        /// Calls never refused for load, in flight by caller: their own bound.
+        var unrefusedBySender: [String: Int] = [:]
+        /// Calls in flight by share (the caller's program; its connection when unknown).
+        var byShare: [String: Int] = [:]
+        /// Calls in flight that count against the total (all but those never refused for load).
+        var counted = 0
         var cancelling = false
         var nextId: UInt64 = 0
         var calls: [UInt64: Call] = [:]
         var idleWaiters: [UInt64: CheckedContinuation<Void, Never>] = [:]
+
+        /// Adds an admitted call; returns its id.
+        mutating func register(_ call: Call) -> UInt64 {
+            nextId &+= 1
+            calls[nextId] = call
+            return nextId
+        }
+
+        /// Gives back a caller's place in its own count.
+        mutating func release(_ sender: String) {
+            let left = bySender[sender, default: 1] - 1
+            bySender[sender] = left > 0 ? left : nil
+        }
     }
 
     /// Calls that wait for a person rather than for a provider, as the contract marks them, on
     /// every interface the object exports: not worth a grace period.
     private let waitingForPeople: Set<Member>
+    /// Methods of the object's interfaces never refused for the broker's load: what an app needs
+    /// to end its session and to read where it stands, whoever else floods the broker. They are
+    /// quick (no person, at most one bounded provider call), so a count per connection bounds
+    /// them; the bus daemon bounds the connections of a user.
+    private let neverRefusedForLoad: Set<String>
+    /// The caller's process and program, once the bus has told them (the first call waits).
+    private let groups: @Sendable (String) async -> CallerGroups
 
     private struct Member: Hashable {
         var interface: String
@@ -51,15 +84,25 @@ final class CallGate: DBusObject {
             .cancelled,
             "brokerd is stopping; call again (the bus or the service manager starts a new one)"))
 
-    /// How many calls may be in flight at once, from one caller and in all.
+    /// How many calls may be in flight at once, from one caller, from one program and in all.
     let perCaller: Int
+    let perProgram: Int
     let total: Int
 
     /// 256 per caller: an app's calls in its first instant all wait for the one lookup of its
-    /// credentials, so a pipelining client legitimately has a few hundred in flight.
-    init(_ object: any DBusObject, perCaller: Int = 256, total: Int = 4096) {
+    /// credentials, so a pipelining client legitimately has a few hundred in flight. 1024 per
+    /// program: a quarter of the total, so that it takes four programs flooding at once, not one
+    /// program opening sixteen connections, to fill it.
+    init(
+        _ object: any DBusObject, neverRefusedForLoad: Set<String> = [],
+        groups: @escaping @Sendable (String) async -> CallerGroups = { _ in CallerGroups() },
+        perCaller: Int = 256, perProgram: Int = 1024, total: Int = 4096
+    ) {
         self.object = object
+        self.neverRefusedForLoad = neverRefusedForLoad
+        self.groups = groups
         self.perCaller = perCaller
+        self.perProgram = perProgram
         self.total = total
         waitingForPeople = Set(
             object.interfaces.flatMap { interface in
@@ -85,29 +128,7 @@ final class CallGate: DBusObject {
     func handleMethodCall(_ call: DBusMethodCall) async throws -> [DBusValue] {
         let control = DBusCallControl.current
         let member = Member(interface: call.interface, name: call.member)
-        let admitted: Result<UInt64, any Error> = state.withLock { state in
-            guard !state.stopping else { return .failure(Self.stopping) }
-            let mine = state.bySender[call.sender, default: 0]
-            if mine >= perCaller {
-                return .failure(
-                    BusMarshalling.error(
-                        BrokerFailure(
-                            .limitsExceeded,
-                            "this caller already has \(perCaller) calls in flight; wait for some to finish")))
-            }
-            if state.calls.count >= total {
-                return .failure(
-                    BusMarshalling.error(
-                        BrokerFailure(
-                            .limitsExceeded,
-                            "the broker already has \(total) calls in flight; try again shortly")))
-            }
-            state.nextId &+= 1
-            state.calls[state.nextId] = Call(member: member, sender: call.sender, control: control)
-            state.bySender[call.sender] = mine + 1
-            return .success(state.nextId)
-        }
-        let id = try admitted.get()
+        let id = try await admit(call, member: member, control: control)
         // Done once the reply is on its way, not when the handler returns: a stop that waits for
         // the calls in flight must not let brokerd leave the bus before the last reply is queued.
         if let control {
@@ -121,11 +142,68 @@ final class CallGate: DBusObject {
         return try await object.handleMethodCall(call)
     }
 
+    /// Admits a call within the limits, or throws the refusal. The caller's own count comes
+    /// first, before the wait for its program, so that the calls waiting there are bounded too.
+    private func admit(_ call: DBusMethodCall, member: Member, control: DBusCallControl?) async throws -> UInt64 {
+        let sender = call.sender
+        if neverRefusedForLoad.contains(call.member) {
+            return try state.withLock { state throws -> UInt64 in
+                guard !state.stopping else { throw Self.stopping }
+                let mine = state.unrefusedBySender[sender, default: 0]
+                if mine >= perCaller {
+                    throw Self.refusal("this caller already has \(perCaller) \(call.member) calls in flight")
+                }
+                state.unrefusedBySender[sender] = mine + 1
+                return state.register(Call(member: member, sender: sender, share: nil, control: control))
+            }
+        }
+        try state.withLock { state throws in
+            guard !state.stopping else { throw Self.stopping }
+            let mine = state.bySender[sender, default: 0]
+            if mine >= perCaller {
+                throw Self.refusal("this caller already has \(perCaller) calls in flight; wait for some to finish")
+            }
+            state.bySender[sender] = mine + 1
+        }
+        let share = await groups(sender).program ?? "connection \(sender)"
+        return try state.withLock { state throws -> UInt64 in
+            do {
+                guard !state.stopping else { throw Self.stopping }
+                let theirs = state.byShare[share, default: 0]
+                if theirs >= perProgram {
+                    throw Self.refusal(
+                        "this program already has \(perProgram) calls in flight over its connections; wait for some "
+                            + "to finish")
+                }
+                if state.counted >= total {
+                    throw Self.refusal("the broker already has \(total) calls in flight; try again shortly")
+                }
+            } catch {
+                state.release(sender)
+                throw error
+            }
+            state.byShare[share, default: 0] += 1
+            state.counted += 1
+            return state.register(Call(member: member, sender: sender, share: share, control: control))
+        }
+    }
+
+    private static func refusal(_ message: String) -> DBusError {
+        BusMarshalling.error(BrokerFailure(.limitsExceeded, message))
+    }
+
     private func finished(_ id: UInt64) {
         let waiters: [CheckedContinuation<Void, Never>] = state.withLock { state in
-            if let sender = state.calls.removeValue(forKey: id)?.sender {
-                let left = state.bySender[sender, default: 1] - 1
-                state.bySender[sender] = left > 0 ? left : nil
+            if let call = state.calls.removeValue(forKey: id) {
+                if let share = call.share {
+                    state.release(call.sender)
+                    let left = state.byShare[share, default: 1] - 1
+                    state.byShare[share] = left > 0 ? left : nil
+                    state.counted -= 1
+                } else {
+                    let left = state.unrefusedBySender[call.sender, default: 1] - 1
+                    state.unrefusedBySender[call.sender] = left > 0 ? left : nil
+                }
             }
             guard state.calls.isEmpty else { return [] }
             defer { state.idleWaiters = [:] }

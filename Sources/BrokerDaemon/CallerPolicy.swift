@@ -301,12 +301,30 @@ final class CallerPolicy: Sendable {
 }
 
 /// The core asks the bus, through the policy, whether a caller is still there and which process
-/// it is (one process's connections share one bound on sign-ins).
+/// and program it is (one process's connections share one bound on sign-ins, one program's
+/// processes another).
 extension CallerPolicy: CallerDirectory {
     func isConnected(_ owner: String) async -> Bool { await presence(owner) }
 
-    func process(of owner: String) -> String? {
-        guard case .known(let caller)? = known.withLock({ $0[owner] }) else { return nil }
-        return caller.credentials.processId.map { "process \($0)" }
+    func groups(of owner: String) -> CallerGroups {
+        guard case .known(let caller)? = known.withLock({ $0[owner] }) else { return CallerGroups() }
+        return Self.groups(caller.credentials)
+    }
+
+    /// The caller's groups once its credentials are known, waiting for the one lookup its first
+    /// calls share; empty when the bus could not say (the call is then refused by ``authorize``).
+    func groups(ofCaller sender: String) async -> CallerGroups {
+        guard let caller = try? await caller(sender) else { return CallerGroups() }
+        return Self.groups(caller.credentials)
+    }
+
+    /// An app is its program: the executable the bus's process id leads to. A process whose
+    /// executable cannot be read (gone, or made unreadable: a non-dumpable process hides
+    /// `/proc/PID/exe`) cannot be told from another such, so they all share one program's bound,
+    /// rather than each escaping it.
+    private static func groups(_ credentials: Credentials) -> CallerGroups {
+        guard let processId = credentials.processId else { return CallerGroups() }
+        return CallerGroups(
+            process: "process \(processId)", program: credentials.executable ?? "a program that could not be read")
     }
 }

@@ -141,13 +141,20 @@ public enum Daemon {
             Task { await keyring.serveWhenUnlocked(service.broker, logger: logger) }
         }
         defer { keyringWatch?.cancel() }
-        let calls = CallGate(BrokerObject(service: service, logger: logger))
+        let groups: @Sendable (String) async -> CallerGroups = { [callers = service.callers] sender in
+            await callers.groups(ofCaller: sender)
+        }
+        let calls = CallGate(
+            BrokerObject(service: service, logger: logger), neverRefusedForLoad: BrokerObject.neverRefusedForLoad,
+            groups: groups)
         connection.export(calls, at: BrokerNames.objectPath)
         // Exported before any name is owned: clients call as soon as a name appears.
         let compatibility = options.configuration.compatibility ?? []
         let microsoftCalls =
             compatibility.contains(.microsoftBroker1)
-            ? CallGate(MicrosoftBroker1Object(service: service, logger: logger)) : nil
+            ? CallGate(
+                MicrosoftBroker1Object(service: service, logger: logger),
+                neverRefusedForLoad: MicrosoftBroker1Object.neverRefusedForLoad, groups: groups) : nil
         if let microsoftCalls { connection.export(microsoftCalls, at: MicrosoftBroker1Names.objectPath) }
         let departures = try await watchDepartures(connection, service: service)
         defer { departures.cancel() }

@@ -7,14 +7,34 @@ import Testing
 @Suite struct BrowserSessionTests {
     @Test func sharedModeAsksForTheCredentialsEveryTime() async {
         let h = Harness()
-        for prompt in [nil, Prompt.selectAccount, .consent, Prompt.none] {
+        for prompt in [nil, Prompt.selectAccount, .consent] {
             _ = await failureCode {
                 _ = try await h.broker.acquireTokenInteractive(
                     clientId: "mail", scopes: [], prompt: prompt, loginHint: nil, flowId: "", owner: ":1.1")
             }
         }
-        #expect(h.provider.interactiveRequests.map(\.prompt) == [.login, .login, .login, .login])
-        #expect(h.provider.interactiveRequests.map(\.maxAge) == [0, 0, 0, 0])
+        #expect(h.provider.interactiveRequests.map(\.prompt) == [.login, .login, .login])
+        #expect(h.provider.interactiveRequests.map(\.maxAge) == [0, 0, 0])
+    }
+
+    /// An app that asked for no interaction is told so at once: shared mode's sign-in is all
+    /// interaction, so no page is opened to find that out.
+    @Test func sharedModeRefusesPromptNoneWithoutOpeningAPage() async throws {
+        let h = Harness()
+        let code = await failureCode {
+            _ = try await h.broker.acquireTokenInteractive(
+                clientId: "mail", scopes: [], prompt: Prompt.none, loginHint: nil, flowId: "", owner: ":1.1")
+        }
+        #expect(code == .interactionRequired)
+        #expect(h.provider.interactiveRequests.isEmpty)
+        // Signed in, the same: a silent token is what the app asked for, and it has its own call.
+        _ = try await h.signIn(client: "mail")
+        let again = await failureCode {
+            _ = try await h.broker.acquireTokenInteractive(
+                clientId: "mail", scopes: [], prompt: Prompt.none, loginHint: nil, flowId: "", owner: ":1.1")
+        }
+        #expect(again == .interactionRequired)
+        #expect(h.provider.interactiveRequests.isEmpty)
     }
 
     @Test func defaultModeLeavesThePromptToTheApp() async {

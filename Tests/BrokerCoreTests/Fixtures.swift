@@ -308,6 +308,11 @@ func failureCode(_ body: () async throws -> Void) async -> BrokerErrorCode? {
 struct ScriptedCallers: CallerDirectory {
     var departed: Set<String> = []
     var process = "process 1"
+    /// The process and program of each caller named here; `process` and no program for the others.
+    var processes: [String: String] = [:]
+    var programs: [String: String] = [:]
     func isConnected(_ owner: String) async -> Bool { !departed.contains(owner) }
-    func process(of owner: String) -> String? { process }
+    func groups(of owner: String) -> CallerGroups {
+        CallerGroups(process: processes[owner] ?? process, program: programs[owner])
+    }
 }

@@ -64,7 +64,7 @@ struct HostileCallerTests {
         print("40 connections x 8 starts closed mid-flight: \(seen) reached the provider, 0 flows left, 0 polls")
     }
 
-    @Test("one program cannot take every sign-in: 16 per process over all its connections, others still served")
+    @Test("one process cannot take every sign-in: 16 over all its connections, others still served")
     func oneProgramHasABound() async throws {
         let env = try await offThePool { try BrokerEnvironment(idpArguments: ["--device-code-interval", "5"]) }
         let connections = try await offThePool { try (0..<3).map { _ in try DBusConnection(address: env.bus.address) } }
@@ -83,7 +83,7 @@ struct HostileCallerTests {
         }
         #expect(started == 16, "\(refused)")
         #expect(refused.count == 8)
-        #expect(refused.allSatisfy { $0.contains("LimitsExceeded") && $0.contains("this program") }, "\(refused)")
+        #expect(refused.allSatisfy { $0.contains("LimitsExceeded") && $0.contains("this process") }, "\(refused)")
         // Another program (brokerctl) still gets a sign-in.
         let (ctl, _, _) = try await offThePool { try DeviceCodeTests.start(env) }
         ctl.kill()

@@ -287,6 +287,30 @@ struct SignInFlowTests {
             try env.brokerctl(["current-account", "--client-id", "mail-app", "--json"]).json()["current"] is NSNull)
     }
 
+    @Test("shared mode: prompt=none gets InteractionRequired at once, signed out or in, and no browser opens")
+    func sharedModePromptNoneOpensNoBrowser() throws {
+        // A short timeout only bounds the wait should a page open after all (the person never comes).
+        let env = try BrokerEnvironment(brokerArguments: ["--interactive-timeout", "10"])
+        let interactive = ["sign-in", "--client-id", "mail-app", "--interactive", "--prompt", "none"]
+        let signedOut = try env.startBrokerctl(interactive)
+        #expect(try signedOut.waitForExit(timeout: .seconds(15)) == 1)
+        #expect(
+            signedOut.stderrText.contains("io.shareddevice.Broker1.Error.InteractionRequired"),
+            "\(signedOut.allOutput)")
+        #expect(env.browser.openedCount == 0)
+
+        #expect(try env.signIn(alice, client: "mail-app").status == 0)
+        let signedIn = try env.startBrokerctl(interactive)
+        #expect(try signedIn.waitForExit(timeout: .seconds(15)) == 1)
+        #expect(
+            signedIn.stderrText.contains("io.shareddevice.Broker1.Error.InteractionRequired"),
+            "\(signedIn.allOutput)")
+        #expect(env.browser.openedCount == 0)
+        #expect(
+            try env.brokerctl(["current-account", "--client-id", "mail-app", "--json"]).json()["current"]
+                is [String: Any])
+    }
+
     @Test("an interactive sign-in nobody finishes ends with Cancelled after the configured timeout (1 s)")
     func interactiveTimeout() async throws {
         let env = try BrokerEnvironment(brokerArguments: ["--interactive-timeout", "1"])

@@ -103,9 +103,9 @@ extension Broker {
         logger.info("sign-in cancelled", metadata: ["flowId": "\(flowId)"])
     }
 
-    /// Admits a new flow of `owner` within the limits (per caller, per process, in all).
+    /// Admits a new flow of `owner` within the limits (per caller, per process, per program, in all).
     func admitFlow(owner: String) throws(BrokerFailure) {
-        try flows.admit(owner: owner, process: callers.process(of: owner), now: clock.now())
+        try flows.admit(owner: owner, group: callers.groups(of: owner), now: clock.now())
     }
 
     /// Called once a flow of `owner` is registered: a caller whose departure was handled while

@@ -70,6 +70,16 @@ extension Broker {
         try InputRules.scopes(requested)
         if !flowId.isEmpty { try InputRules.flowId(flowId) }
         if let loginHint, !loginHint.isEmpty { try InputRules.username(loginHint) }
+        let shared = configuration.deviceMode == .shared
+        if shared, prompt == Prompt.none {
+            // Shared mode asks the person at the device to sign in every time (see below), which
+            // is the interaction prompt=none rules out: said now, before a page opens.
+            throw BrokerFailure(
+                .interactionRequired,
+                "prompt=none asks for a sign-in without interaction, but on a shared device every interactive "
+                    + "sign-in asks the person at the device for their credentials: use AcquireTokenSilent for the "
+                    + "device's account, or call AcquireTokenInteractive without prompt=none when a person may sign in")
+        }
         try checkTokenStorage()
         try admitFlow(owner: owner)
         let scopes = signInScopes(requested, clientId: clientId)
@@ -84,7 +94,6 @@ extension Broker {
         // Shared mode: the person at the device must prove who they are now. The browser may still
         // hold the provider's session of the last person (a sign-out need not have ended it), and
         // a provider that is only asked to sign someone in would sign that person in again.
-        let shared = configuration.deviceMode == .shared
         let request = InteractiveRequest(
             prompt: shared ? .login : (holder != nil && prompt == .selectAccount ? nil : prompt), loginHint: hint,
             maxAge: shared ? 0 : nil, claims: claims, timeout: configuration.interactiveTimeout,

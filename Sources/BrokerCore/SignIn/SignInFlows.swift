@@ -2,12 +2,19 @@
 /// for the browser, device-code flows polling the provider. Each belongs to the caller (bus
 /// connection) that started it; only that caller may use it, and it goes when that caller leaves
 /// the bus. Flow ids are the caller's own: one caller's ids say nothing about another's flows.
-/// Bounded per caller, per process (one program may open many connections) and in total, so
-/// that no caller can make the broker grow or take every sign-in of the device.
+///
+/// Bounded per caller, per process, per program and in total, so that no caller can make the
+/// broker grow, and one app can take only its own share of the device's sign-ins. An app is a
+/// program to the broker: one app may open many connections and start many processes (a share per
+/// process alone is multiplied by them), and the bus tells the executable of each; all instances
+/// of a program, and all scripts of one interpreter, share its share, which is large enough for
+/// any person's sign-ins. Processes whose program cannot be read share one share between them.
+/// A program that copies itself under other names gets a share per copy: the total bounds that.
 public struct SignInFlows: Sendable {
-    /// At most this many flows per caller, per process, and in all.
+    /// At most this many flows per caller, per process, per program, and in all.
     public static let maxPerOwner = 8
     public static let maxPerProcess = 16
+    public static let maxPerProgram = 32
     public static let maxTotal = 256
 
     /// A flow's id within its caller's.
@@ -17,16 +24,16 @@ public struct SignInFlows: Sendable {
     }
 
     private(set) var flows: [Key: any PendingSignIn] = [:]
-    /// The process behind each caller with flows, where the bus told it.
-    private var processes: [String: String] = [:]
+    /// Who is behind each caller with flows, as far as the bus told it.
+    private var groups: [String: CallerGroups] = [:]
 
     var count: Int { flows.count }
 
     private var owners: [String] { flows.keys.map(\.owner) }
 
-    /// Refuses a new flow for `owner` (of `process`, when known) beyond the limits; first
-    /// forgets code flows older than their lifetime.
-    mutating func admit(owner: String, process: String?, now: Int64) throws(BrokerFailure) {
+    /// Refuses a new flow for `owner` (of the process and program `group` names, when known)
+    /// beyond the limits; first forgets code flows older than their lifetime.
+    mutating func admit(owner: String, group: CallerGroups, now: Int64) throws(BrokerFailure) {
         flows = flows.filter { _, flow in flow.expiresAt.map { now < $0 } ?? true }
         let all = owners
         let mine = all.filter { $0 == owner }.count
@@ -34,15 +41,24 @@ public struct SignInFlows: Sendable {
             throw BrokerFailure(
                 .limitsExceeded, "this caller has \(mine) sign-ins in progress; finish or cancel one first")
         }
-        if let process {
-            let theirs = all.filter { processes[$0] == process }.count
+        if let process = group.process {
+            let theirs = all.filter { groups[$0]?.process == process }.count
             if theirs >= Self.maxPerProcess {
                 throw BrokerFailure(
                     .limitsExceeded,
-                    "this program has \(theirs) sign-ins in progress over its connections; finish or cancel one first")
+                    "this process has \(theirs) sign-ins in progress over its connections; finish or cancel one first")
             }
-            processes[owner] = process
         }
+        if let program = group.program {
+            let theirs = all.filter { groups[$0]?.program == program }.count
+            if theirs >= Self.maxPerProgram {
+                throw BrokerFailure(
+                    .limitsExceeded,
+                    "this program has \(theirs) sign-ins in progress over its processes and connections; finish "
+                        + "or cancel one first")
+            }
+        }
+        if group != CallerGroups() { groups[owner] = group }
         if all.count >= Self.maxTotal {
             throw BrokerFailure(.limitsExceeded, "the broker has \(all.count) sign-ins in progress; try again later")
         }
@@ -93,7 +109,7 @@ public struct SignInFlows: Sendable {
 
     /// Ends every flow of a caller that left the bus (its polling with it); returns how many.
     mutating func dropAll(owner: String) -> Int {
-        processes[owner] = nil
+        groups[owner] = nil
         let theirs = flows.filter { $0.key.owner == owner }
         for (key, flow) in theirs {
             flows[key] = nil

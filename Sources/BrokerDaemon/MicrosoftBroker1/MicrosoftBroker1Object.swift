@@ -15,6 +15,10 @@ import Logging
 /// D-Bus error as a broken broker.
 final class MicrosoftBroker1Object: DBusObject, MicrosoftBroker1Handler {
     let interfaces: [DBusInterfaceDescription] = [.microsoftBroker1]
+    /// What ``CallGate`` never refuses for the broker's load, as ``BrokerObject`` says.
+    static let neverRefusedForLoad: Set<String> = [
+        MicrosoftBroker1Method.removeAccount, .cancelInteractiveFlow, .getAccounts, .getLinuxBrokerVersion,
+    ].reduce(into: []) { $0.insert($1.rawValue) }
     private let broker: Broker
     private let callers: CallerPolicy
     private let logger: Logger
