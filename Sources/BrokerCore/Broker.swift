@@ -50,6 +50,11 @@ public actor Broker {
     /// When each clientId's record last changed, on a counter of changes: who is forgotten first
     /// when there are too many. Records from before a start count as the least recent.
     var clientActivity: [String: UInt64] = [:]
+    /// The program (``CallerGroups/program``) whose call made each record that holds nothing but
+    /// what its app saw, where known: past the bound, the program with the most such records
+    /// loses its own first (``noteActiveClients``). In memory: after a restart, records made
+    /// before it count as programs of their own.
+    var clientProgram: [String: String] = [:]
     var activityCounter: UInt64 = 0
     /// The clients whose records hold nothing but what they saw (`maxClients` bounds them), kept
     /// as changes come so that a change need not look at every client; nil until first needed.
@@ -115,12 +120,18 @@ public actor Broker {
 
     /// The app's current account and what it saw as current on its previous call.
     ///
-    /// After a sign-out elsewhere an app gets (nil, alice) once, then (nil, nil).
-    public func currentAccount(clientId: String) throws(BrokerFailure) -> (current: Account?, previous: Account?) {
+    /// After a sign-out elsewhere an app gets (nil, alice) once, then (nil, nil). `caller` (the
+    /// connection) names the program whose share a new record counts against.
+    public func currentAccount(clientId: String, caller: String? = nil) throws(BrokerFailure) -> (
+        current: Account?, previous: Account?
+    ) {
         if let unchanged = try currentAccountIfSeen(clientId: clientId) { return unchanged }
         let state = self.state
         let current = account(for: clientId, in: state)
         let previous = state.clients[clientId]?.lastSeen
+        if state.clients[clientId] == nil, let caller {
+            clientProgram[clientId] = callers.groups(of: caller).program
+        }
         var next = state
         next.clients[clientId, default: ClientRecord()].lastSeen = current
         next.clients[clientId]?.dropIfEmpty(in: &next, clientId: clientId)

@@ -149,7 +149,7 @@ final class BrokerObject: DBusObject, Broker1Handler, Broker1StateAnswers {
     func getCurrentAccount(clientId: String, caller: String) async throws(BrokerFailure)
         -> Broker1Reply.GetCurrentAccount
     {
-        let seen = try await broker.currentAccount(clientId: clientId)
+        let seen = try await broker.currentAccount(clientId: clientId, caller: caller)
         return .init(current: BusMarshalling.account(seen.current), previous: BusMarshalling.account(seen.previous))
     }
 

@@ -34,6 +34,23 @@ struct ClientLimitTests {
         #expect(Set(h.store.saved?.clients.keys ?? [:].keys) == ["mail"])
     }
 
+    /// From the attacker's side: one program names clientId after clientId while alice is signed
+    /// in. The records it makes are the ones forgotten, so notes, which saw alice, still gets her
+    /// as its previous account after the sign-out: its cue to clear her data.
+    @Test func aFloodingProgramForgetsItsOwnRecordsFirst() async throws {
+        var callers = ScriptedCallers()
+        callers.programs = [":1.5": "/usr/bin/notes", ":1.9": "/usr/bin/flood"]
+        let h = Harness(callers: callers, maxClients: 10)
+        _ = try await h.signIn(client: "mail")
+        _ = try await h.broker.currentAccount(clientId: "notes", caller: ":1.5")
+        for index in 0..<1200 { _ = try await h.broker.currentAccount(clientId: "flood-\(index)", caller: ":1.9") }
+        #expect(h.saved.clients["notes"] != nil)
+        #expect(h.saved.clients.keys.filter { $0.hasPrefix("flood-") }.count == 9)
+        _ = try await h.broker.signOut(clientId: "mail", accountId: "")
+        let seen = try await h.broker.currentAccount(clientId: "notes", caller: ":1.5")
+        #expect(seen.current == nil && seen.previous?.username == "alice@contoso.example")
+    }
+
     @Test func appsHoldingASignInAreNeverForgotten() async throws {
         let h = Harness(maxClients: 1)
         _ = try await h.signIn(client: "mail")
