@@ -23,12 +23,18 @@ public struct BrokerState: Sendable, Equatable {
     /// While the person is warned of a sign-out after inactivity: when it happens (unix seconds).
     /// Kept, so that a broker killed during the warning neither forgets nor extends it.
     public var signOutDeadline: Int64?
+    /// A sign-out of the device was written and the administrator's clean-up list has not been
+    /// done since: owed with the sign-out, so that a broker killed before it does it at its next
+    /// start, before anyone is served.
+    public var cleanUpOwed: Bool
 
     public init(
         deviceId: String, current: Account? = nil, clients: [String: ClientRecord] = [:],
         singleSignOn: [String: SingleSignOnGrant] = [:], pendingRevocations: [PendingRevocation] = [],
-        signedInBoot: String? = nil, signOutDeadline: Int64? = nil, signedInAt: Int64? = nil
+        signedInBoot: String? = nil, signOutDeadline: Int64? = nil, signedInAt: Int64? = nil,
+        cleanUpOwed: Bool = false
     ) {
+        self.cleanUpOwed = cleanUpOwed
         self.signedInBoot = signedInBoot
         self.signedInAt = signedInAt
         self.signOutDeadline = signOutDeadline

@@ -32,6 +32,9 @@ import Glibc
 /// `signOutDeadline` (optional, unix seconds) is when an inactivity warning in progress signs the
 /// device out. `signedInBoot` (optional) is the kernel's boot id when the device's sign-in was made
 /// (`signOutAfterReboot`), `signedInAt` (optional, unix seconds) when; an older brokerd skips both.
+/// `cleanUpOwed` (optional, `true` when present) says a sign-out was written and the
+/// administrator's `clearOnSignOut` not yet done since: the next start does it before anyone is
+/// served. An older brokerd skips it (and does not do it).
 ///
 /// `pendingRevocations` (optional, with `--token-storage plaintext-file` only: they are secrets)
 /// lists the tokens of ended sign-ins that the provider has not yet confirmed revoked, oldest
@@ -106,6 +109,7 @@ enum StateFileFormat {
         var out = JSONWriter(capacity: clients.bytes.count + 256 + keys.table.count * 256)
         out.raw("{\"accounts\":")
         out.accounts(Array(keys.table.keys), of: keys.table)
+        if state.cleanUpOwed { out.raw(",\"cleanUpOwed\":true") }
         out.raw(",\"clients\":")
         out.bytes.append(contentsOf: clients.bytes)
         if let current = state.current {
@@ -307,11 +311,15 @@ enum StateFileFormat {
             try reader.at(offsets["signedInAt"]) { (reader: inout JSONReader) throws(JSONReader.Problem) in
                 try reader.readInteger()
             } ?? nil
+        let cleanUpOwed =
+            try reader.at(offsets["cleanUpOwed"]) { (reader: inout JSONReader) throws(JSONReader.Problem) in
+                try reader.readBool("cleanUpOwed")
+            } ?? false
         return Loaded(
             state: BrokerState(
                 deviceId: deviceId, current: current, clients: clients, singleSignOn: singleSignOn,
                 pendingRevocations: owed, signedInBoot: boot, signOutDeadline: deadline.map(Int64.init),
-                signedInAt: signedInAt.map(Int64.init)),
+                signedInAt: signedInAt.map(Int64.init), cleanUpOwed: cleanUpOwed),
             version: 2, droppedAccessTokens: 0, accounts: table, journal: journal)
     }
 
