@@ -54,7 +54,9 @@ struct StateJournalTests {
                 state.pendingRevocations =
                     Bool.random() ? [PendingRevocation(clientId: "app-\(n)", token: .refreshToken("rt-\(step)"))] : []
             case 5: state.signOutDeadline = Bool.random() ? Int64(step) : nil
-            case 6: state.signedInBoot = Bool.random() ? "boot-\(n)" : nil
+            case 6:
+                state.signedInBoot = Bool.random() ? "boot-\(n)" : nil
+                state.cleanUpOwed = Bool.random()
             case 7:
                 if state.clients["app-\(n)"] == nil {
                     state.clients["app-\(n)"] = ClientRecord(lastSeen: Self.account(n % 7))
