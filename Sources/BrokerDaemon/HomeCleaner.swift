@@ -1,4 +1,5 @@
 import BrokerCore
+import CFileWalk
 import Glibc
 import Locking
 import Logging
@@ -10,7 +11,8 @@ import Logging
 ///   whatever the pattern (`~/.*` matches the hidden entries of the home, never the home itself
 ///   or its parent);
 /// - the walk starts from the opened home directory and goes down one name at a time, relative to
-///   the directory opened last (`openat` with `O_NOFOLLOW | O_DIRECTORY`, `unlinkat`): a symbolic
+///   the directory opened last (`openat2` with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`, or `openat`
+///   with `O_NOFOLLOW | O_DIRECTORY` where the kernel lacks it; `unlinkat`): a symbolic
 ///   link is removed itself, never followed, neither on the way to a match nor inside a removed
 ///   directory, and a directory swapped for a link meanwhile is not opened;
 /// - each pattern's component is matched with fnmatch(3) against the entries read from that
@@ -246,9 +248,10 @@ struct HomeCleaner: DeviceCleaner {
         }
     }
 
-    /// `name` of the open `directory`, opened as a directory without following a link.
+    /// `name` of the open `directory`, opened as a directory beneath it without following a link
+    /// (openat2 with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS` where the kernel has it).
     static func openDirectory(_ name: UnsafePointer<CChar>, in directory: Int32) -> Int32 {
-        openat(directory, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        cfw_open_directory_beneath(directory, name)
     }
 }
 
