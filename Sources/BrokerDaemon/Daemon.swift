@@ -67,7 +67,7 @@ public enum Daemon {
         let clock = SystemClock()
         let cleaner = try HomeCleaner(
             listed: options.configuration.clearOnSignOut ?? [],
-            home: getenv("HOME").map { String(cString: $0) } ?? "", logger: logger)
+            home: getenv("HOME").map { String(cString: $0) } ?? "", keeping: [store.directory], logger: logger)
         let provider: any IdentityProvider
         var oidc: OIDCProvider?
         MemoryRelease.installAfterHTTPBursts(logger: logger)

@@ -17,12 +17,16 @@ import Logging
 ///   directory, and a directory swapped for a link meanwhile is not opened;
 /// - each pattern's component is matched with fnmatch(3) against the entries read from that
 ///   opened directory, never by glob(3) on path strings, which would resolve them again.
-/// What it did is logged path by path (debug) and summed up (notice); the report holds counts and
+/// brokerd's own state directory is kept wherever a pattern reaches it (`~/.*` would reach
+/// `~/.local/state/shared-device-broker`): its pending revocations and the clean-up it owes
+/// would go with it. What it did is logged path by path (debug) and summed up (notice); the report holds counts and
 /// a few examples, so that a sign-out's reply stays small whatever the count.
 struct HomeCleaner: DeviceCleaner {
     let home: String
     /// Per listed path, its components below `home` (each a pattern of fnmatch(3)).
     let patterns: [[String]]
+    /// Directories never removed nor entered, whatever matches them (brokerd's state directory).
+    let kept: [String]
     let logger: Logger
 
     /// How deep a removed directory is followed: each level holds a descriptor open. What lies
@@ -30,7 +34,7 @@ struct HomeCleaner: DeviceCleaner {
     static let maxDepth = 128
 
     /// Checks every listed path (`~/...`, or absolute under `home`) before anything is served.
-    init(listed: [String], home: String, logger: Logger) throws(DaemonError) {
+    init(listed: [String], home: String, keeping kept: [String] = [], logger: Logger) throws(DaemonError) {
         let home = home.hasSuffix("/") && home.count > 1 ? String(home.dropLast()) : home
         guard home.hasPrefix("/"), home != "/" else {
             throw DaemonError.configuration("clearOnSignOut needs a home directory (HOME is \(home))")
@@ -49,6 +53,7 @@ struct HomeCleaner: DeviceCleaner {
         }
         self.home = home
         self.patterns = patterns
+        self.kept = kept
         self.logger = logger
     }
 
@@ -66,6 +71,10 @@ struct HomeCleaner: DeviceCleaner {
     /// The clean-up, on the calling thread.
     func cleanNow() -> CleanUpReport {
         var walk = Walk(logger: logger)
+        for path in kept {
+            var info = stat()
+            if stat(path, &info) == 0 { walk.kept.append(Walk.Identity(info)) }
+        }
         let homeDirectory = open(home, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         if homeDirectory < 0 {
             walk.failed(home, "the home directory cannot be opened: \(String(cString: strerror(errno)))")
@@ -89,6 +98,26 @@ struct HomeCleaner: DeviceCleaner {
     struct Walk {
         let logger: Logger
         var report = CleanUpReport()
+        /// The directories kept, by device and inode (a name could be swapped, an open one not).
+        var kept: [Identity] = []
+
+        struct Identity: Equatable {
+            let device: UInt64
+            let inode: UInt64
+            init(_ info: stat) {
+                device = UInt64(info.st_dev)
+                inode = UInt64(info.st_ino)
+            }
+        }
+
+        static let keptReason = "brokerd's state directory: kept"
+
+        /// Whether the open directory `fd` is one of those kept.
+        func isKept(_ fd: Int32) -> Bool {
+            guard !kept.isEmpty else { return false }
+            var info = stat()
+            return fstat(fd, &info) != 0 || kept.contains(Identity(info))
+        }
 
         mutating func removed(_ path: String) {
             report.noteRemoved(path)
@@ -122,7 +151,11 @@ struct HomeCleaner: DeviceCleaner {
                     }
                     return
                 }
-                walk.match(rest, in: child, at: childPath)
+                if walk.isKept(child) {
+                    walk.failed(childPath, Walk.keptReason)
+                } else {
+                    walk.match(rest, in: child, at: childPath)
+                }
                 close(child)
             }
             if let literal = Self.literal(component) {
@@ -169,6 +202,11 @@ struct HomeCleaner: DeviceCleaner {
                 } else if errno != ENOENT {
                     failed(path, String(cString: strerror(errno)))
                 }
+                return
+            }
+            if isKept(child) {
+                close(child)
+                failed(path, Self.keptReason)
                 return
             }
             let emptied = empty(child, at: path, depth: 1)
@@ -219,6 +257,12 @@ struct HomeCleaner: DeviceCleaner {
                     if info.st_mode & S_IFMT == S_IFDIR {
                         let child = HomeCleaner.openDirectory(name, in: directory)
                         if child >= 0 {
+                            if isKept(child) {
+                                close(child)
+                                failed(inner, Self.keptReason)
+                                complete = false
+                                return
+                            }
                             let emptied = empty(child, at: inner, depth: depth + 1)
                             close(child)
                             guard emptied else {

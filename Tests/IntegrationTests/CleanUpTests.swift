@@ -81,8 +81,8 @@ struct CleanUpTests {
         let tree = try Tree()
         try tree.make(
             [
-                "Documents/notes.txt", ".ssh/id_ed25519", ".cache/thumbs/a.png", "Downloads/report.pdf",
-                "Downloads/.partial", "Downloads/sub/notes.txt",
+                "Documents/notes.txt", ".ssh/id_ed25519", ".cache/thumbs/a.png", ".local/share/recent",
+                "Downloads/report.pdf", "Downloads/.partial", "Downloads/sub/notes.txt",
             ], under: tree.home)
         try tree.make(["Documents/theirs.txt", ".ssh/id_ed25519"], under: tree.otherHome)
         try tree.make(["secret", "dir/kept", "profile/Cookies"], under: tree.outside)
@@ -94,9 +94,11 @@ struct CleanUpTests {
         try tree.link("linked", to: tree.outside + "/dir")
         try tree.link("profile", to: tree.outside + "/profile")
 
-        let (env, _) = try tree.broker(listing: [
-            "~/Downloads/*", "~/Downloads/.*", "~/linked/*", "~/*/Cookies", "~/.*",
-        ])
+        // brokerd's state where it is by default, under the home: `~/.*` reaches it.
+        let stateDirectory = tree.home + "/.local/state/shared-device-broker"
+        let (env, _) = try tree.broker(
+            listing: ["~/Downloads/*", "~/Downloads/.*", "~/linked/*", "~/*/Cookies", "~/.*"],
+            brokerArguments: ["--state-dir", stateDirectory])
         #expect(try env.signIn(TestUsers.alice, client: "mail-app").status == 0)
         let (result, _) = try Self.signOut(env)
         let removed = result["cleanedUp"] as? [String] ?? []
@@ -105,8 +107,7 @@ struct CleanUpTests {
         // What was listed went; the links themselves, never what they lead to.
         for gone in [
             "Downloads/report.pdf", "Downloads/.partial", "Downloads/sub", "Downloads/link", "Downloads/dirlink",
-            ".ssh",
-            ".cache",
+            ".ssh", ".cache",
         ] {
             #expect(!tree.exists(tree.home + "/" + gone), "\(gone) is still there")
             #expect(removed.contains(tree.home + "/" + gone), "\(removed)")
@@ -125,6 +126,13 @@ struct CleanUpTests {
             #expect(
                 failed.contains { $0.hasPrefix(tree.home + "/\(link) (") && $0.contains("symbolic link") }, "\(failed)")
         }
+        // brokerd's own state stays, and with it the broker; what is beside it goes.
+        #expect(!tree.exists(tree.home + "/.local/share"))
+        #expect(tree.exists(stateDirectory + "/state.json"))
+        #expect(
+            failed.contains { $0.hasPrefix(stateDirectory + " (") && $0.contains("state directory: kept") }, "\(failed)"
+        )
+        #expect(try env.brokerctl(["current-account", "--client-id", "mail-app"]).status == 0)
         #expect(result["cleanedUpCount"] as? Int == removed.count, "\(result)")
         #expect(result["notCleanedUpCount"] as? Int == failed.count, "\(result)")
     }
