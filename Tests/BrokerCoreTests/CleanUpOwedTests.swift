@@ -33,9 +33,10 @@ final class HeldCleaner: DeviceCleaner, @unchecked Sendable {
 
     func waitUntilStarted() async { for await _ in started { return } }
 
-    /// Lets every held clean-up finish (those not yet held finish once they are).
+    /// Lets every held clean-up finish, once one has reached its hold (after ``waitUntilStarted()``
+    /// it is a few steps away).
     func release() async {
-        while true {
+        for _ in 0..<100_000 {
             let waiting = gates.withLock { gates in
                 defer { gates.removeAll() }
                 return gates
