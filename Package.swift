@@ -66,6 +66,7 @@ let package = Package(
         .target(name: "TaskPool", dependencies: ["CTaskPool", "Locking"]),
         // brokerd's release of what a burst of work left in its memory.
         .target(name: "CProcessMemory"),
+        .target(name: "CFileWalk"),
         .target(name: "TextRules"),
         .target(name: "DBus", dependencies: ["CDBus", "Locking", "TextRules", logging], exclude: ["README.md"]),
         .target(name: "HTTP", dependencies: ["CCurl", "Locking"], exclude: ["README.md"]),
@@ -83,7 +84,9 @@ let package = Package(
         .target(
             name: "BrokerDaemon",
             dependencies: [
-                "DBus", "BrokerAPI", "BrokerCore", "BrokerPersistence", "Identity", "HTTP", "CProcessMemory", "Locking",
+                "DBus", "BrokerAPI", "BrokerCore", "BrokerPersistence", "Identity", "HTTP", "CProcessMemory",
+                "CFileWalk",
+                "Locking",
                 logging,
             ]),
         .executableTarget(

@@ -204,9 +204,13 @@ public enum SignOutResultKey {
     public static let notes = "notes"
     /// `s`: why the device was signed out (``SignOutCause``; `app` for `SignOut`).
     public static let cause = "cause"
-    /// `as`: what the administrator's `clearOnSignOut` removed, and what it could not (paths).
+    /// `as`: what the administrator's `clearOnSignOut` removed, and what it could not (each path
+    /// with the reason): the first ones of each, at most 20; the counts say how many in all.
     public static let cleanedUp = "cleanedUp"
     public static let notCleanedUp = "notCleanedUp"
+    /// `u`: how many paths the clean-up removed, and how many it could not.
+    public static let cleanedUpCount = "cleanedUpCount"
+    public static let notCleanedUpCount = "notCleanedUpCount"
 }
 
 /// Keys of the options dictionaries (`a{sv}`) methods accept.

@@ -48,9 +48,9 @@ extension Broker {
             ?? state.clients.keys.sorted().first { state.clients[$0]?.refreshToken != nil } ?? ""
     }
 
-    /// Every way the device's sign-in ends comes here: the state written (the revocations owed
-    /// with it) before `AccountChanged`, then the revocations, the browser policy and the
-    /// clean-up list, each reported in the outcome, none undoing the sign-out.
+    /// Every way the device's sign-in ends comes here: the state written (the revocations and
+    /// the clean-up owed with it) before `AccountChanged`, then the clean-up list, the
+    /// revocations and the browser policy, each reported in the outcome, none undoing the sign-out.
     func end(
         _ account: Account, for clientId: String, fromBrowser: Bool, cause: SignOutCause, handledEvent: String? = nil
     ) async throws(BrokerFailure) -> SignOutOutcome {
@@ -100,6 +100,8 @@ extension Broker {
             next.signedInBoot = nil
             next.signedInAt = nil
             next.signOutDeadline = nil
+            // Owed with the sign-out: a broker killed before it is done does it at its next start.
+            if cleaner.listsAnything { next.cleanUpOwed = true }
         }
         // Owed to the provider from the moment the sign-out is written: a crash or an outage
         // before the provider confirms leaves them pending, never forgotten.
@@ -125,11 +127,22 @@ extension Broker {
         return EndedSignIn(account: account, clientId: clientId, cause: cause, revoke: revoke, idTokenHint: idTokenHint)
     }
 
-    /// What a written sign-out still does: revocations, the browser session, the clean-up list.
+    /// What a written sign-out still does: the clean-up list first (before anything that may
+    /// wait on the network, and before the next sign-in is accepted), then the revocations and
+    /// the browser session.
     private func followUp(_ ended: EndedSignIn, fromBrowser: Bool) async -> SignOutOutcome {
         let (clientId, revoke, idTokenHint) = (ended.clientId, ended.revoke, ended.idTokenHint)
         var outcome = SignOutOutcome()
         outcome.cause = ended.cause
+        if configuration.deviceMode == .shared, let report = await cleanUpOwed() {
+            outcome.cleanedUp = report.removed
+            outcome.notCleanedUp = report.failed
+            outcome.cleanedUpCount = report.removedCount
+            outcome.notCleanedUpCount = report.failedCount
+            if report.failedCount > 0 {
+                outcome.note("some of what the device clears after a sign-out could not be removed")
+            }
+        }
         for problem in await revokeOwed(revoke) {
             outcome.tokensRevoked = false
             outcome.note(problem)
@@ -153,13 +166,39 @@ extension Broker {
         } else if fromBrowser {
             outcome.note("the administrator's browserSignOut is never: the provider's browser session stays")
         }
-        if configuration.deviceMode == .shared {
-            (outcome.cleanedUp, outcome.notCleanedUp) = await cleaner.clean()
-            if !outcome.notCleanedUp.isEmpty {
-                outcome.note("some of what the device clears after a sign-out could not be removed")
-            }
-        }
         for note in outcome.notes { logger.notice("sign-out: \(note)", metadata: ["clientId": "\(clientId)"]) }
         return outcome
+    }
+
+    /// Does the clean-up a sign-out owes (the administrator's `clearOnSignOut`), or waits for the
+    /// one running; nil when none is owed. Called by the sign-out, at start before anyone is
+    /// served (a broker killed before it finished), and by a sign-in before it is adopted, so the
+    /// clean-up never meets the next person's files. What it owed is cleared once it is done.
+    @discardableResult
+    public func cleanUpOwed() async -> CleanUpReport? {
+        if let cleaning { return await cleaning.value }
+        guard state.cleanUpOwed else { return nil }
+        let cleaner = self.cleaner
+        let task = Task { () -> CleanUpReport in
+            let report = await cleaner.clean()
+            self.cleanUpDone()
+            return report
+        }
+        cleaning = task
+        return await task.value
+    }
+
+    /// The owed clean-up is done: no longer owed, in the state too (a failure to write it only
+    /// means the next start does it again).
+    private func cleanUpDone() {
+        cleaning = nil
+        guard state.cleanUpOwed else { return }
+        var next = state
+        next.cleanUpOwed = false
+        do { try commit(next) } catch {
+            logger.warning(
+                "the clean-up after the sign-out is done, but that could not be written; the next start does it again",
+                metadata: ["error": "\(error.message)"])
+        }
     }
 }

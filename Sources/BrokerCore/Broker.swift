@@ -59,6 +59,8 @@ public actor Broker {
     /// The clients whose records hold nothing but what they saw (`maxClients` bounds them), kept
     /// as changes come so that a change need not look at every client; nil until first needed.
     var bystanders: Set<String>?
+    /// The clean-up after a sign-out, while it runs: a sign-in waits for it.
+    var cleaning: Task<CleanUpReport, Never>?
     /// The armed sign-out at the end of an inactivity warning.
     var idleDeadlineTimer: Task<Void, Never>?
     /// The idle source said the person was inactive while nobody was signed in, and has not

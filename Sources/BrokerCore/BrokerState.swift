@@ -28,14 +28,19 @@ public struct BrokerState: Sendable, Equatable {
     /// acknowledged, and the acknowledgement goes with the next poll: one brokerd did not live to
     /// send is delivered again after a restart, and must not end a sign-in made since.
     public var handledEvents: [String]
+    /// A sign-out of the device was written and the administrator's clean-up list has not been
+    /// done since: owed with the sign-out, so that a broker killed before it does it at its next
+    /// start, before anyone is served.
+    public var cleanUpOwed: Bool
 
     public init(
         deviceId: String, current: Account? = nil, clients: [String: ClientRecord] = [:],
         singleSignOn: [String: SingleSignOnGrant] = [:], pendingRevocations: [PendingRevocation] = [],
         signedInBoot: String? = nil, signOutDeadline: Int64? = nil, signedInAt: Int64? = nil,
-        handledEvents: [String] = []
+        handledEvents: [String] = [], cleanUpOwed: Bool = false
     ) {
         self.handledEvents = handledEvents
+        self.cleanUpOwed = cleanUpOwed
         self.signedInBoot = signedInBoot
         self.signedInAt = signedInAt
         self.signOutDeadline = signOutDeadline

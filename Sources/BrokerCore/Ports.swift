@@ -192,15 +192,44 @@ public struct EveryCallerConnected: CallerDirectory {
 /// What the device clears after every sign-out (the administrator's `clearOnSignOut`: a
 /// browser profile's cookies, the downloads), so that the next person finds none of it.
 public protocol DeviceCleaner: Sendable {
-    /// Removes what is listed; says what it removed and what it could not. Never throws: a
-    /// failure to clean never undoes a sign-out.
-    func clean() async -> (removed: [String], failed: [String])
+    /// Whether anything is listed: with nothing, a sign-out owes no clean-up.
+    var listsAnything: Bool { get }
+    /// Removes what is listed; says how much it removed and could not, with a few examples.
+    /// Never throws: a failure to clean never undoes a sign-out.
+    func clean() async -> CleanUpReport
+}
+
+/// What one clean-up did: counts, and at most ``exampleLimit`` paths of each kind, so that a
+/// reply or a signal carrying it stays small whatever the count (the full list is the
+/// cleaner's log).
+public struct CleanUpReport: Sendable, Equatable {
+    /// The most paths of each kind a report holds.
+    public static let exampleLimit = 20
+    public private(set) var removedCount = 0
+    public private(set) var failedCount = 0
+    /// The first removed paths, at most ``exampleLimit``.
+    public private(set) var removed: [String] = []
+    /// The first paths (each with the reason) that could not be removed, at most ``exampleLimit``.
+    public private(set) var failed: [String] = []
+
+    public init() {}
+
+    public mutating func noteRemoved(_ path: String) {
+        removedCount += 1
+        if removed.count < Self.exampleLimit { removed.append(path) }
+    }
+
+    public mutating func noteFailed(_ pathAndReason: String) {
+        failedCount += 1
+        if failed.count < Self.exampleLimit { failed.append(pathAndReason) }
+    }
 }
 
 /// Nothing to clear.
 public struct NothingToClean: DeviceCleaner {
     public init() {}
-    public func clean() async -> (removed: [String], failed: [String]) { ([], []) }
+    public var listsAnything: Bool { false }
+    public func clean() async -> CleanUpReport { CleanUpReport() }
 }
 
 /// The time, in unix seconds.

@@ -9,9 +9,12 @@ public struct SignOutOutcome: Sendable, Equatable {
     public var browserSessionEnded = false
     /// What could not be done, in words a person can act on.
     public private(set) var notes: [String] = []
-    /// What the clean-up after the sign-out removed, and what it could not (paths).
+    /// What the clean-up after the sign-out removed, and what it could not (the first paths
+    /// of each, at most ``CleanUpReport/exampleLimit``; the counts say how many in all).
     public var cleanedUp: [String] = []
     public var notCleanedUp: [String] = []
+    public var cleanedUpCount = 0
+    public var notCleanedUpCount = 0
 
     public init() {}
 

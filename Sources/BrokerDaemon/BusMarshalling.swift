@@ -154,7 +154,9 @@ enum BusMarshalling {
             SignOutResultKey.browserSessionEnded: .bool(outcome.browserSessionEnded),
             SignOutResultKey.cause: .string(outcome.cause.rawValue),
             SignOutResultKey.cleanedUp: texts(outcome.cleanedUp),
+            SignOutResultKey.cleanedUpCount: .uint32(UInt32(clamping: outcome.cleanedUpCount)),
             SignOutResultKey.notCleanedUp: texts(outcome.notCleanedUp),
+            SignOutResultKey.notCleanedUpCount: .uint32(UInt32(clamping: outcome.notCleanedUpCount)),
             SignOutResultKey.notes: texts(outcome.notes),
             SignOutResultKey.tokensRevoked: .bool(outcome.tokensRevoked),
         ])

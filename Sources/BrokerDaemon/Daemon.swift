@@ -67,7 +67,7 @@ public enum Daemon {
         let clock = SystemClock()
         let cleaner = try HomeCleaner(
             listed: options.configuration.clearOnSignOut ?? [],
-            home: getenv("HOME").map { String(cString: $0) } ?? "", logger: logger)
+            home: getenv("HOME").map { String(cString: $0) } ?? "", keeping: [store.directory], logger: logger)
         let provider: any IdentityProvider
         var oidc: OIDCProvider?
         MemoryRelease.installAfterHTTPBursts(logger: logger)
@@ -119,6 +119,8 @@ public enum Daemon {
             throw DaemonError.state("cannot sign out the sign-in of an earlier boot: \(error.message)")
         }
         if rebooted != nil { logger.notice("signed out: the device restarted since the sign-in (signOutAfterReboot)") }
+        // A sign-out's clean-up a killed run left undone (or the reboot's own), before anyone is served.
+        await service.broker.cleanUpOwed()
         let lockWatch = await watchScreenLock(options, connection: connection, broker: service.broker, logger: logger)
         defer { withExtendedLifetime(lockWatch) {} }
         // Before any warning, a resumed one too: the person is told of each.

@@ -1,128 +1,318 @@
 import BrokerCore
+import CFileWalk
 import Glibc
+import Locking
 import Logging
 
 /// The administrator's `clearOnSignOut`: paths under the user's home, globs allowed, removed after
 /// every sign-out of the device, so that the next person finds none of the last one's downloads
-/// or browser cookies. Never outside the home: a listed path that would leave it is refused at
-/// start; a symbolic link is removed itself, never followed (neither as a match nor on the way to
-/// one), so a link planted in the home cannot turn the clean-up against files elsewhere.
+/// or browser cookies. Nothing outside the listed paths is ever removed, by construction:
+/// - a listed path that would leave the home is refused at start, and `.` and `..` never match,
+///   whatever the pattern (`~/.*` matches the hidden entries of the home, never the home itself
+///   or its parent);
+/// - the walk starts from the opened home directory and goes down one name at a time, relative to
+///   the directory opened last (`openat2` with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`, or `openat`
+///   with `O_NOFOLLOW | O_DIRECTORY` where the kernel lacks it; `unlinkat`): a symbolic
+///   link is removed itself, never followed, neither on the way to a match nor inside a removed
+///   directory, and a directory swapped for a link meanwhile is not opened;
+/// - each pattern's component is matched with fnmatch(3) against the entries read from that
+///   opened directory, never by glob(3) on path strings, which would resolve them again.
+/// brokerd's own state directory is kept wherever a pattern reaches it (`~/.*` would reach
+/// `~/.local/state/shared-device-broker`): its pending revocations and the clean-up it owes
+/// would go with it. What it did is logged path by path (debug) and summed up (notice); the report holds counts and
+/// a few examples, so that a sign-out's reply stays small whatever the count.
 struct HomeCleaner: DeviceCleaner {
     let home: String
-    /// Absolute glob patterns, each under `home`.
-    let patterns: [String]
+    /// Per listed path, its components below `home` (each a pattern of fnmatch(3)).
+    let patterns: [[String]]
+    /// Directories never removed nor entered, whatever matches them (brokerd's state directory).
+    let kept: [String]
     let logger: Logger
 
+    /// How deep a removed directory is followed: each level holds a descriptor open. What lies
+    /// deeper is reported, not removed.
+    static let maxDepth = 128
+
     /// Checks every listed path (`~/...`, or absolute under `home`) before anything is served.
-    init(listed: [String], home: String, logger: Logger) throws(DaemonError) {
+    init(listed: [String], home: String, keeping kept: [String] = [], logger: Logger) throws(DaemonError) {
         let home = home.hasSuffix("/") && home.count > 1 ? String(home.dropLast()) : home
         guard home.hasPrefix("/"), home != "/" else {
             throw DaemonError.configuration("clearOnSignOut needs a home directory (HOME is \(home))")
         }
-        var patterns: [String] = []
+        var patterns: [[String]] = []
         for path in listed {
             let absolute = path.hasPrefix("~/") ? home + path.dropFirst(1) : path
-            let components = absolute.split(separator: "/", omittingEmptySubsequences: true)
-            guard absolute.hasPrefix(home + "/"), !components.contains(".."), !components.contains("."),
-                components.count > home.split(separator: "/").count
-            else {
+            let below = absolute.hasPrefix(home + "/") ? absolute.dropFirst(home.count + 1) : ""
+            let components = below.split(separator: "/", omittingEmptySubsequences: true).map(String.init)
+            guard !components.isEmpty, !components.contains(".."), !components.contains(".") else {
                 throw DaemonError.configuration(
                     "clearOnSignOut lists \(path), which is not a path inside the home directory \(home); list only "
                         + "paths under ~/ (without .. or .), e.g. ~/Downloads/*")
             }
-            patterns.append(absolute)
+            patterns.append(components)
         }
         self.home = home
         self.patterns = patterns
+        self.kept = kept
         self.logger = logger
     }
 
-    func clean() async -> (removed: [String], failed: [String]) {
-        var removed: [String] = []
-        var failed: [String] = []
-        for pattern in patterns {
-            for match in Self.glob(pattern) {
-                guard reachedWithoutLinks(match) else {
-                    failed.append(match + " (reached through a symbolic link; not followed)")
-                    continue
-                }
-                if let problem = Self.remove(match) {
-                    failed.append("\(match) (\(problem))")
-                } else {
-                    removed.append(match)
-                }
-            }
+    var listsAnything: Bool { !patterns.isEmpty }
+
+    /// Runs on a thread of its own: a large folder takes seconds of system calls, which must not
+    /// hold one of brokerd's few workers.
+    func clean() async -> CleanUpReport {
+        await withCheckedContinuation { (continuation: CheckedContinuation<CleanUpReport, Never>) in
+            let work: @Sendable () -> Void = { continuation.resume(returning: self.cleanNow()) }
+            if startDetachedThread(work) != 0 { work() }
         }
-        if !removed.isEmpty || !failed.isEmpty {
+    }
+
+    /// The clean-up, on the calling thread.
+    func cleanNow() -> CleanUpReport {
+        var walk = Walk(logger: logger)
+        for path in kept {
+            var info = stat()
+            if stat(path, &info) == 0 { walk.kept.append(Walk.Identity(info)) }
+        }
+        let homeDirectory = open(home, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        if homeDirectory < 0 {
+            walk.failed(home, "the home directory cannot be opened: \(String(cString: strerror(errno)))")
+        } else {
+            for pattern in patterns { walk.match(pattern[...], in: homeDirectory, at: home) }
+            close(homeDirectory)
+        }
+        let report = walk.report
+        if report.removedCount > 0 || report.failedCount > 0 {
             logger.notice(
                 "cleared after the sign-out (clearOnSignOut)",
-                metadata: ["removed": "\(removed.count)", "failed": "\(failed)"])
+                metadata: [
+                    "removed": "\(report.removedCount)", "failed": "\(report.failedCount)",
+                    "notRemoved": "\(report.failed)",
+                ])
         }
-        return (removed, failed)
+        return report
     }
 
-    /// Whether every directory between the home and `path` is a real directory (no link).
-    private func reachedWithoutLinks(_ path: String) -> Bool {
-        guard path.hasPrefix(home + "/") else { return false }
-        var prefix = home
-        let parts = path.dropFirst(home.count + 1).split(separator: "/")
-        for part in parts.dropLast() {
-            prefix += "/" + part
-            var info = stat()
-            guard lstat(prefix, &info) == 0, info.st_mode & S_IFMT == S_IFDIR else { return false }
-        }
-        return true
-    }
+    /// One clean-up's walk: what it removed and could not.
+    struct Walk {
+        let logger: Logger
+        var report = CleanUpReport()
+        /// The directories kept, by device and inode (a name could be swapped, an open one not).
+        var kept: [Identity] = []
 
-    /// The paths `pattern` matches now (none when nothing does).
-    static func glob(_ pattern: String) -> [String] {
-        var found = glob_t()
-        defer { globfree(&found) }
-        guard Glibc.glob(pattern, 0, nil, &found) == 0 else { return [] }
-        return (0..<Int(found.gl_pathc)).compactMap { index in found.gl_pathv[index].map { String(cString: $0) } }
-    }
-
-    /// Removes `path` (a directory with what it holds), links themselves; nil when done.
-    static func remove(_ path: String) -> String? {
-        var info = stat()
-        guard lstat(path, &info) == 0 else { return errno == ENOENT ? nil : String(cString: strerror(errno)) }
-        if info.st_mode & S_IFMT != S_IFDIR {
-            return unlink(path) == 0 ? nil : String(cString: strerror(errno))
-        }
-        let fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-        guard fd >= 0 else { return String(cString: strerror(errno)) }
-        if let problem = emptyDirectory(fd) { return problem }
-        return rmdir(path) == 0 ? nil : String(cString: strerror(errno))
-    }
-
-    /// Removes what the open directory `fd` holds (and closes it), relative to it and without
-    /// following a link, so that nothing swapped in meanwhile leads elsewhere.
-    private static func emptyDirectory(_ fd: Int32, depth: Int = 0) -> String? {
-        guard depth < 64, let directory = fdopendir(fd) else {
-            close(fd)
-            return depth < 64 ? String(cString: strerror(errno)) : "nested too deep"
-        }
-        defer { closedir(directory) }
-        var problem: String?
-        while let entry = readdir(directory) {
-            let name = withUnsafeBytes(of: entry.pointee.d_name) {
-                String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self)
+        struct Identity: Equatable {
+            let device: UInt64
+            let inode: UInt64
+            init(_ info: stat) {
+                device = UInt64(info.st_dev)
+                inode = UInt64(info.st_ino)
             }
-            if name == "." || name == ".." { continue }
+        }
+
+        static let keptReason = "brokerd's state directory: kept"
+
+        /// Whether the open directory `fd` is one of those kept.
+        func isKept(_ fd: Int32) -> Bool {
+            guard !kept.isEmpty else { return false }
             var info = stat()
-            guard fstatat(fd, name, &info, AT_SYMLINK_NOFOLLOW) == 0 else { continue }
-            if info.st_mode & S_IFMT == S_IFDIR {
-                let child = openat(fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-                if child < 0 {
-                    problem = String(cString: strerror(errno))
-                    continue
+            return fstat(fd, &info) != 0 || kept.contains(Identity(info))
+        }
+
+        mutating func removed(_ path: String) {
+            report.noteRemoved(path)
+            logger.debug("cleared", metadata: ["path": "\(path)"])
+        }
+
+        mutating func failed(_ path: String, _ reason: String) {
+            report.noteFailed("\(path) (\(reason))")
+            logger.debug("not cleared", metadata: ["path": "\(path)", "reason": "\(reason)"])
+        }
+
+        /// Matches `components` below the open directory `directory` (`path`, for the report),
+        /// and removes what the last one matches.
+        mutating func match(_ components: ArraySlice<String>, in directory: Int32, at path: String) {
+            guard let component = components.first else { return }
+            let rest = components.dropFirst()
+            let visit = { (walk: inout Walk, name: UnsafePointer<CChar>) in
+                let childPath = path + "/" + String(decoding: CName.bytes(name), as: UTF8.self)
+                if rest.isEmpty {
+                    walk.remove(name, in: directory, at: childPath)
+                    return
                 }
-                if let inner = emptyDirectory(child, depth: depth + 1) { problem = inner }
-                if unlinkat(fd, name, AT_REMOVEDIR) != 0 { problem = String(cString: strerror(errno)) }
-            } else if unlinkat(fd, name, 0) != 0 {
-                problem = String(cString: strerror(errno))
+                let child = HomeCleaner.openDirectory(name, in: directory)
+                guard child >= 0 else {
+                    let problem = errno
+                    var info = stat()
+                    if fstatat(directory, name, &info, AT_SYMLINK_NOFOLLOW) == 0, info.st_mode & S_IFMT == S_IFLNK {
+                        walk.failed(childPath, "a symbolic link: not followed")
+                    } else if problem != ENOENT && problem != ENOTDIR {
+                        walk.failed(childPath, String(cString: strerror(problem)))
+                    }
+                    return
+                }
+                if walk.isKept(child) {
+                    walk.failed(childPath, Walk.keptReason)
+                } else {
+                    walk.match(rest, in: child, at: childPath)
+                }
+                close(child)
+            }
+            if let literal = Self.literal(component) {
+                // A plain name: looked up, not listed (glob(3) does the same).
+                var info = stat()
+                if fstatat(directory, literal, &info, AT_SYMLINK_NOFOLLOW) == 0 { visit(&self, literal) }
+                return
+            }
+            let listing = dup(directory)
+            guard listing >= 0, let stream = fdopendir(listing) else {
+                if listing >= 0 { close(listing) }
+                failed(path, "cannot be listed: \(String(cString: strerror(errno)))")
+                return
+            }
+            defer { closedir(stream) }
+            // The duplicate shares the directory's offset: start at its beginning.
+            rewinddir(stream)
+            while let entry = readdir(stream) {
+                CName.with(entry) { name in
+                    // `.` and `..` are never a match, whatever the pattern.
+                    guard !CName.isDotOrDotDot(name), fnmatch(component, name, FNM_PERIOD) == 0 else { return }
+                    visit(&self, name)
+                }
             }
         }
-        return problem
+
+        /// Removes `name` of the open `directory`: a link or a file itself, a directory with what
+        /// it holds (through descriptors, never by path).
+        mutating func remove(_ name: UnsafePointer<CChar>, in directory: Int32, at path: String) {
+            var info = stat()
+            guard fstatat(directory, name, &info, AT_SYMLINK_NOFOLLOW) == 0 else {
+                if errno != ENOENT { failed(path, String(cString: strerror(errno))) }
+                return
+            }
+            if info.st_mode & S_IFMT != S_IFDIR {
+                unlinkEntry(name, in: directory, at: path)
+                return
+            }
+            let child = HomeCleaner.openDirectory(name, in: directory)
+            guard child >= 0 else {
+                // Replaced since the look (by a link, or a file): that entry itself goes.
+                if errno == ELOOP || errno == ENOTDIR {
+                    unlinkEntry(name, in: directory, at: path)
+                } else if errno != ENOENT {
+                    failed(path, String(cString: strerror(errno)))
+                }
+                return
+            }
+            if isKept(child) {
+                close(child)
+                failed(path, Self.keptReason)
+                return
+            }
+            let emptied = empty(child, at: path, depth: 1)
+            close(child)
+            guard emptied else { return }
+            if unlinkat(directory, name, AT_REMOVEDIR) == 0 {
+                removed(path)
+            } else if errno != ENOENT {
+                failed(path, String(cString: strerror(errno)))
+            }
+        }
+
+        private mutating func unlinkEntry(_ name: UnsafePointer<CChar>, in directory: Int32, at path: String) {
+            if unlinkat(directory, name, 0) == 0 {
+                removed(path)
+            } else if errno != ENOENT {
+                failed(path, String(cString: strerror(errno)))
+            }
+        }
+
+        /// Removes what the open `directory` holds; whether all of it went.
+        private mutating func empty(_ directory: Int32, at path: String, depth: Int) -> Bool {
+            guard depth <= HomeCleaner.maxDepth else {
+                failed(path, "nested more than \(HomeCleaner.maxDepth) directories deep; not removed")
+                return false
+            }
+            let listing = dup(directory)
+            guard listing >= 0, let stream = fdopendir(listing) else {
+                if listing >= 0 { close(listing) }
+                failed(path, "cannot be listed: \(String(cString: strerror(errno)))")
+                return false
+            }
+            defer { closedir(stream) }
+            rewinddir(stream)
+            var complete = true
+            while let entry = readdir(stream) {
+                CName.with(entry) { name in
+                    guard !CName.isDotOrDotDot(name) else { return }
+                    let inner = path + "/" + String(decoding: CName.bytes(name), as: UTF8.self)
+                    var info = stat()
+                    guard fstatat(directory, name, &info, AT_SYMLINK_NOFOLLOW) == 0 else {
+                        if errno != ENOENT {
+                            failed(inner, String(cString: strerror(errno)))
+                            complete = false
+                        }
+                        return
+                    }
+                    if info.st_mode & S_IFMT == S_IFDIR {
+                        let child = HomeCleaner.openDirectory(name, in: directory)
+                        if child >= 0 {
+                            if isKept(child) {
+                                close(child)
+                                failed(inner, Self.keptReason)
+                                complete = false
+                                return
+                            }
+                            let emptied = empty(child, at: inner, depth: depth + 1)
+                            close(child)
+                            guard emptied else {
+                                complete = false
+                                return
+                            }
+                            if unlinkat(directory, name, AT_REMOVEDIR) == 0 || errno == ENOENT { return }
+                        } else if errno == ELOOP || errno == ENOTDIR {
+                            // Replaced by a link or a file since the look: that entry itself goes.
+                            if unlinkat(directory, name, 0) == 0 || errno == ENOENT { return }
+                        } else if errno == ENOENT {
+                            return
+                        }
+                    } else if unlinkat(directory, name, 0) == 0 || errno == ENOENT {
+                        return
+                    }
+                    failed(inner, String(cString: strerror(errno)))
+                    complete = false
+                }
+            }
+            return complete
+        }
+
+        /// The name a component stands for when it has no pattern characters (nil otherwise).
+        static func literal(_ component: String) -> String? {
+            component.contains { "*?[\\".contains($0) } ? nil : component
+        }
+    }
+
+    /// `name` of the open `directory`, opened as a directory beneath it without following a link
+    /// (openat2 with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS` where the kernel has it).
+    static func openDirectory(_ name: UnsafePointer<CChar>, in directory: Int32) -> Int32 {
+        cfw_open_directory_beneath(directory, name)
+    }
+}
+
+/// A directory entry's name as the kernel gave it (bytes, not necessarily UTF-8), for the calls
+/// that act on it; text only for the report.
+private enum CName {
+    static func with(_ entry: UnsafeMutablePointer<dirent>, _ body: (UnsafePointer<CChar>) -> Void) {
+        withUnsafePointer(to: &entry.pointee.d_name) { tuple in
+            tuple.withMemoryRebound(to: CChar.self, capacity: MemoryLayout.size(ofValue: tuple.pointee)) { body($0) }
+        }
+    }
+
+    static func bytes(_ name: UnsafePointer<CChar>) -> UnsafeRawBufferPointer {
+        UnsafeRawBufferPointer(start: name, count: strlen(name))
+    }
+
+    static func isDotOrDotDot(_ name: UnsafePointer<CChar>) -> Bool {
+        name[0] == 0x2E && (name[1] == 0 || (name[1] == 0x2E && name[2] == 0))
     }
 }

@@ -341,6 +341,13 @@ struct JSONReader {
         return Int(exactly: double)
     }
 
+    mutating func readBool(_ path: String) throws(Problem) -> Bool {
+        try expect(.bool, path)
+        if literal("true") { return true }
+        if literal("false") { return false }
+        throw syntax
+    }
+
     mutating func readString(_ path: String) throws(Problem) -> String {
         try expect(.string, path)
         let (range, escaped) = try stringRange()

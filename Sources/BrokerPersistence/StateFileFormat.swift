@@ -34,6 +34,9 @@ import Glibc
 /// (`signOutAfterReboot`), `signedInAt` (optional, unix seconds) when; an older brokerd skips both.
 /// `handledEvents` (optional) lists the ids of the provider's last events brokerd acted on, so
 /// that one delivered again after a restart changes nothing; an older brokerd skips it.
+/// `cleanUpOwed` (optional, `true` when present) says a sign-out was written and the
+/// administrator's `clearOnSignOut` not yet done since: the next start does it before anyone is
+/// served. An older brokerd skips it (and does not do it).
 ///
 /// `pendingRevocations` (optional, with `--token-storage plaintext-file` only: they are secrets)
 /// lists the tokens of ended sign-ins that the provider has not yet confirmed revoked, oldest
@@ -108,6 +111,7 @@ enum StateFileFormat {
         var out = JSONWriter(capacity: clients.bytes.count + 256 + keys.table.count * 256)
         out.raw("{\"accounts\":")
         out.accounts(Array(keys.table.keys), of: keys.table)
+        if state.cleanUpOwed { out.raw(",\"cleanUpOwed\":true") }
         out.raw(",\"clients\":")
         out.bytes.append(contentsOf: clients.bytes)
         if let current = state.current {
@@ -316,11 +320,15 @@ enum StateFileFormat {
         let handled = try reader.at(offsets["handledEvents"]) { (reader: inout JSONReader) throws(JSONReader.Problem) in
             try readStrings(&reader, "handledEvents")
         }
+        let cleanUpOwed =
+            try reader.at(offsets["cleanUpOwed"]) { (reader: inout JSONReader) throws(JSONReader.Problem) in
+                try reader.readBool("cleanUpOwed")
+            } ?? false
         return Loaded(
             state: BrokerState(
                 deviceId: deviceId, current: current, clients: clients, singleSignOn: singleSignOn,
                 pendingRevocations: owed, signedInBoot: boot, signOutDeadline: deadline.map(Int64.init),
-                signedInAt: signedInAt.map(Int64.init), handledEvents: handled ?? []),
+                signedInAt: signedInAt.map(Int64.init), handledEvents: handled ?? [], cleanUpOwed: cleanUpOwed),
             version: 2, droppedAccessTokens: 0, accounts: table, journal: journal)
     }
 

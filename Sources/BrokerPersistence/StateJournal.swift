@@ -104,6 +104,9 @@ enum StateJournal {
             out.raw(",\"accounts\":")
             out.accounts(added, of: keys.table)
         }
+        if old.cleanUpOwed != new.cleanUpOwed {
+            out.raw(new.cleanUpOwed ? ",\"cleanUpOwed\":true" : ",\"cleanUpOwed\":null")
+        }
         out.bytes.append(contentsOf: clients.bytes)
         if old.current != new.current {
             out.raw(",\"current\":")
@@ -285,6 +288,10 @@ enum StateJournal {
                     }
                     if let token, state.clients[clientId]?.refreshToken == nil { removed.append(token) }
                 }
+            }
+            if let at = offsets["cleanUpOwed"] {
+                reader.position = at
+                state.cleanUpOwed = try reader.kind() == .null ? false : try reader.readBool("cleanUpOwed")
             }
             if let at = offsets["current"] {
                 reader.position = at

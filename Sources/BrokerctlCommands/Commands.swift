@@ -326,6 +326,9 @@ struct SignOut: AsyncCommand {
             print("Signed out.")
             for note in result.notes { Output.note("Note: \(Output.shown(note)).") }
             for path in result.notCleanedUp { Output.note("Not cleared: \(Output.shown(path))") }
+            if result.notCleanedUpCount > result.notCleanedUp.count {
+                Output.note("Not cleared: \(result.notCleanedUpCount - result.notCleanedUp.count) more (brokerd's log)")
+            }
         }
     }
 }

@@ -25,6 +25,8 @@ public struct SignOutOutput: Encodable {
     var notes: [String]
     var cleanedUp: [String]
     var notCleanedUp: [String]
+    var cleanedUpCount: Int
+    var notCleanedUpCount: Int
 
     public init(signedOut: Bool, result: SignOutResult) {
         self.signedOut = signedOut
@@ -34,6 +36,8 @@ public struct SignOutOutput: Encodable {
         notes = result.notes
         cleanedUp = result.cleanedUp
         notCleanedUp = result.notCleanedUp
+        cleanedUpCount = result.cleanedUpCount
+        notCleanedUpCount = result.notCleanedUpCount
     }
 }
 

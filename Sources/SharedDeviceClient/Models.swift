@@ -73,14 +73,21 @@ public struct SignOutResult: Sendable, Equatable, Codable {
     public var notes: [String]
     /// Why the device was signed out (`app` for a `SignOut`).
     public var cause: SignOutCause
-    /// What the administrator's `clearOnSignOut` removed, and what it could not (paths).
+    /// What the administrator's `clearOnSignOut` removed, and what it could not (each path with
+    /// the reason): the first ones of each, at most 20.
     public var cleanedUp: [String]
     public var notCleanedUp: [String]
+    /// How many paths the clean-up removed, and how many it could not, in all.
+    public var cleanedUpCount: Int
+    public var notCleanedUpCount: Int
 
     public init(
         tokensRevoked: Bool, browserSessionEnded: Bool, notes: [String], cause: SignOutCause = .app,
-        cleanedUp: [String] = [], notCleanedUp: [String] = []
+        cleanedUp: [String] = [], notCleanedUp: [String] = [], cleanedUpCount: Int? = nil,
+        notCleanedUpCount: Int? = nil
     ) {
+        self.cleanedUpCount = cleanedUpCount ?? cleanedUp.count
+        self.notCleanedUpCount = notCleanedUpCount ?? notCleanedUp.count
         self.tokensRevoked = tokensRevoked
         self.browserSessionEnded = browserSessionEnded
         self.notes = notes

@@ -21,13 +21,17 @@ enum ReplyDecoding {
     /// A reply without a result (a broker older than the result) reads as "nothing to report".
     static func signOutResult(_ value: DBusValue?) -> SignOutResult {
         let dict = value?.vardict ?? [:]
+        let cleanedUp = dict[SignOutResultKey.cleanedUp]?.stringArray ?? []
+        let notCleanedUp = dict[SignOutResultKey.notCleanedUp]?.stringArray ?? []
         return SignOutResult(
             tokensRevoked: dict[SignOutResultKey.tokensRevoked]?.bool ?? true,
             browserSessionEnded: dict[SignOutResultKey.browserSessionEnded]?.bool ?? false,
             notes: dict[SignOutResultKey.notes]?.stringArray ?? [],
             cause: dict[SignOutResultKey.cause]?.string.flatMap(SignOutCause.init(rawValue:)) ?? .app,
-            cleanedUp: dict[SignOutResultKey.cleanedUp]?.stringArray ?? [],
-            notCleanedUp: dict[SignOutResultKey.notCleanedUp]?.stringArray ?? [])
+            cleanedUp: cleanedUp, notCleanedUp: notCleanedUp,
+            // A broker without the counts sent every path.
+            cleanedUpCount: dict[SignOutResultKey.cleanedUpCount]?.uint32.map(Int.init) ?? cleanedUp.count,
+            notCleanedUpCount: dict[SignOutResultKey.notCleanedUpCount]?.uint32.map(Int.init) ?? notCleanedUp.count)
     }
 
     static func tokenResult(_ value: DBusValue?) throws(BrokerError) -> TokenResult {

@@ -263,7 +263,8 @@ struct Harness {
         mode: DeviceMode = .shared, knownClients: Set<String>? = nil, state: BrokerState? = nil,
         browserSignOut: BrowserSignOutPolicy? = nil, callers: any CallerDirectory = EveryCallerConnected(),
         maxClients: Int = BrokerConfiguration.defaultMaxClients, defaultScopes: [String: [String]] = [:],
-        idleSignOut: IdleSignOut? = nil, clock: TestClock = TestClock()
+        idleSignOut: IdleSignOut? = nil, clock: TestClock = TestClock(),
+        cleaner: any DeviceCleaner = NothingToClean()
     ) {
         self.clock = clock
         provider = ScriptedProvider(clock: clock)
@@ -277,7 +278,7 @@ struct Harness {
                 idleSignOut: idleSignOut, defaultScopes: defaultScopes),
             provider: provider, store: store, clock: clock,
             initialState: state ?? BrokerState(deviceId: "device-1"),
-            logger: Logger(label: "test"), callers: callers,
+            logger: Logger(label: "test"), callers: callers, cleaner: cleaner,
             onAccountChange: {
                 store.note("announce")
                 changes.record($0)

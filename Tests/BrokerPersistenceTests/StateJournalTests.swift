@@ -58,6 +58,7 @@ struct StateJournalTests {
                 state.signedInBoot = Bool.random() ? "boot-\(n)" : nil
                 // An id with a quote: the event's jti is the provider's text.
                 state.handledEvents = Bool.random() ? Array((state.handledEvents + ["jti \"\(step)\""]).suffix(3)) : []
+                state.cleanUpOwed = Bool.random()
             case 7:
                 if state.clients["app-\(n)"] == nil {
                     state.clients["app-\(n)"] = ClientRecord(lastSeen: Self.account(n % 7))

@@ -57,6 +57,20 @@ struct ReplyDecodingTests {
         #expect(throws: BrokerError.self) { try ReplyDecoding.tokenResult(.vardict(fields)) }
     }
 
+    @Test("a sign-out's clean-up: counts as sent, or from the paths when an older broker sends none")
+    func signOutCleanUpCounts() {
+        var fields: [String: DBusValue] = [
+            SignOutResultKey.cleanedUp: .strings(["/home/kiosk/Downloads/a", "/home/kiosk/Downloads/b"]),
+            SignOutResultKey.notCleanedUp: .strings(["/home/kiosk/linked (a symbolic link: not followed)"]),
+        ]
+        let older = ReplyDecoding.signOutResult(.vardict(fields))
+        #expect(older.cleanedUpCount == 2 && older.notCleanedUpCount == 1)
+        fields[SignOutResultKey.cleanedUpCount] = .uint32(20_000)
+        fields[SignOutResultKey.notCleanedUpCount] = .uint32(3)
+        let bounded = ReplyDecoding.signOutResult(.vardict(fields))
+        #expect(bounded.cleanedUpCount == 20_000 && bounded.cleanedUp.count == 2 && bounded.notCleanedUpCount == 3)
+    }
+
     @Test func everyBrokerErrorNameBecomesItsCase() {
         for code in BrokerErrorCode.allCases {
             let error = BrokerError(DBusError(name: BrokerNames.errorPrefix + code.rawValue, message: "why"))

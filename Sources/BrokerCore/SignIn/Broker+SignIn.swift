@@ -10,6 +10,9 @@ extension Broker {
         _ tokens: ProviderTokens, clientId: String, scopes: Scopes, correlationId: String,
         startGeneration: UInt64
     ) async throws(BrokerFailure) -> AppTokens {
+        // The last sign-out's clean-up is finished before anyone's sign-in is: it must never
+        // meet the next person's files.
+        await cleanUpOwed()
         // The keyring may have locked while the person signed in: the tokens have nowhere to go.
         try checkTokenStorage()
         let holder = account(for: clientId)
