@@ -141,6 +141,8 @@ final class LoopbackRedirectListener: Sendable {
     }
 
     /// The serving thread: accepts, checks each peer's uid, reads request lines, answers.
+    /// `@unchecked`: handed to that thread at its start and used by it alone from then on; what
+    /// others see of it goes through `shared`.
     private final class Server: @unchecked Sendable {
         /// A connection of brokerd's uid that has not yet sent its request line.
         struct Connection {
