@@ -70,6 +70,11 @@ final class LoopbackRedirectListener: Sendable {
     /// serves start addresses, and ends once they have been served). Whatever happens, it stops
     /// serving after `lifetime`.
     init(expectedState: String?, lifetime: Duration) throws(IdentityError) {
+        guard let peers = PeerUser() else {
+            throw IdentityError.badResponse(
+                "cannot ask the kernel which user connects to the loopback listener (a NETLINK_SOCK_DIAG socket: "
+                    + "\(String(cString: strerror(errno)))); a sandbox must allow AF_NETLINK")
+        }
         let fd = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw IdentityError.badResponse("cannot open a loopback socket for the redirect") }
         var address = sockaddr_in()
@@ -98,7 +103,7 @@ final class LoopbackRedirectListener: Sendable {
         self.shared = shared
         let server = Server(
             listener: fd, wakeRead: pipe[0], port: port, expectedState: expectedState, shared: shared,
-            endOfLife: Self.monotonicMilliseconds() + Int(lifetime.components.seconds) * 1000)
+            endOfLife: Self.monotonicMilliseconds() + Int(lifetime.components.seconds) * 1000, peers: peers)
         Thread.detach { server.run() }
     }
 
@@ -158,13 +163,15 @@ final class LoopbackRedirectListener: Sendable {
         let shared: Shared
         let endOfLife: Int
         let ownUser = geteuid()
-        let peers = PeerUser()
+        let peers: PeerUser
         /// Oldest first.
         var connections: [Connection] = []
 
         init(
-            listener: Int32, wakeRead: Int32, port: UInt16, expectedState: String?, shared: Shared, endOfLife: Int
+            listener: Int32, wakeRead: Int32, port: UInt16, expectedState: String?, shared: Shared, endOfLife: Int,
+            peers: PeerUser
         ) {
+            self.peers = peers
             self.listener = listener
             self.wakeRead = wakeRead
             self.port = port

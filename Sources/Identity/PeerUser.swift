@@ -11,7 +11,18 @@ import Glibc
 /// it is at that moment, and needs no privilege. When the kernel cannot answer (no such socket any
 /// more, no netlink), the owner is unknown: nil, which the listener refuses like another uid.
 final class PeerUser {
-    private var socket: Int32 = -1
+    private var socket: Int32
+
+    /// Opens the netlink socket; nil (with `errno` set) when the system refuses it, as a sandbox
+    /// without `AF_NETLINK` does.
+    init?() {
+        socket = Glibc.socket(
+            AF_NETLINK, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), Self.netlinkSockDiag)
+        guard socket >= 0 else { return nil }
+        // The kernel answers within the send; the bound is for a kernel that does not.
+        var timeout = timeval(tv_sec: 1, tv_usec: 0)
+        setsockopt(socket, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+    }
 
     private static let netlinkSockDiag: Int32 = 4
     private static let sockDiagByFamily: UInt16 = 20
@@ -26,14 +37,7 @@ final class PeerUser {
     /// The uid owning the socket at `peer` (a loopback address and port) connected to
     /// 127.0.0.1:`port`, or nil when the kernel does not say.
     func owner(of peer: sockaddr_in, connectedTo port: UInt16) -> uid_t? {
-        if socket < 0 {
-            socket = Glibc.socket(
-                AF_NETLINK, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), Self.netlinkSockDiag)
-            guard socket >= 0 else { return nil }
-            // The kernel answers within the send; the bound is for a kernel that does not.
-            var timeout = timeval(tv_sec: 1, tv_usec: 0)
-            setsockopt(socket, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-        }
+        guard socket >= 0 else { return nil }
         var request = [UInt8](repeating: 0, count: Self.headerSize + Self.requestSize)
         Self.put(UInt32(request.count), at: 0, in: &request)
         Self.put(Self.sockDiagByFamily, at: 4, in: &request)
