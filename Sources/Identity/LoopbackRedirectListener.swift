@@ -182,6 +182,8 @@ final class LoopbackRedirectListener: Sendable {
 
         func run() {
             defer {
+                // Whatever ended the loop, the waiter hears of it before the wake-up pipe is closed.
+                shared.finish(with: nil)
                 for connection in connections { close(connection.fd) }
                 peers.close()
                 close(listener)
@@ -224,9 +226,12 @@ final class LoopbackRedirectListener: Sendable {
             }
         }
 
-        /// Accepts every connection waiting: another uid's is refused at once; brokerd's own is read.
+        /// Accepts the connections waiting: another uid's is refused at once; brokerd's own is read.
+        /// At most 256 in a round, so that a flood that never ends does not keep the connections
+        /// already accepted from being read.
         private func acceptWaiting() {
-            while !shared.isClosed {
+            for _ in 0..<256 {
+                guard !shared.isClosed else { return }
                 var peer = sockaddr_in()
                 var length = socklen_t(MemoryLayout<sockaddr_in>.size)
                 let client = withUnsafeMutablePointer(to: &peer) {
