@@ -1,5 +1,6 @@
 import Glibc
 import Locking
+import TextRules
 
 /// Opens a URL by starting a browser command: `$BROWSER` when set (the convention: a
 /// colon-separated list of commands, `%s` standing for the URL), `xdg-open` otherwise.
@@ -39,47 +40,118 @@ public struct BrowserCommand: URLOpener {
     }
 
     /// Starts the command and returns once it is running (or ended well) for `quickFailure`; a
-    /// command that ends with a failure sooner (xdg-open finding no browser) is reported.
+    /// command that ends with a failure sooner (xdg-open finding no browser) is reported, with
+    /// what it wrote.
+    ///
+    /// The command's output never goes to brokerd's own (the journal) as it is: it is read, and
+    /// only the start of a failing command's output goes into the error, escaped and without any
+    /// URL query (``quoted(_:)``).
     public func open(_ url: String) async throws(IdentityError) {
         let command = command(for: url)
         let name = command[0]
-        let pid: pid_t
-        do { pid = try Self.spawn(command) } catch {
+        let started: (pid: pid_t, output: Int32)
+        do { started = try Self.spawn(command) } catch {
             throw .browserUnavailable("\(name) could not be started: \(error)")
         }
+        var output: [UInt8] = []
         let deadline = ContinuousClock.now + quickFailure
         while ContinuousClock.now < deadline {
+            Self.readAvailable(started.output, into: &output)
             var status: Int32 = 0
-            if waitpid(pid, &status, WNOHANG) == pid {
+            if waitpid(started.pid, &status, WNOHANG) == started.pid {
                 let code = (status >> 8) & 0xff
                 guard (status & 0x7f) == 0, code == 0 else {
-                    throw .browserUnavailable("\(name) failed (exit status \(code))")
+                    Self.readAvailable(started.output, into: &output)
+                    Self.drain(started.output)
+                    let said = output.isEmpty ? "" : ": \(Self.quoted(String(decoding: output, as: UTF8.self)))"
+                    throw .browserUnavailable("\(name) failed (exit status \(code))\(said)")
                 }
+                Self.drain(started.output)
                 return
             }
             // Polling the child: its exit is the only signal there is, and the wait is bounded.
             try? await Task.sleep(for: .milliseconds(20))
         }
+        Self.drain(started.output)
         Thread.detach {
             var status: Int32 = 0
-            waitpid(pid, &status, 0)
+            waitpid(started.pid, &status, 0)
         }
     }
 
-    /// Starts `command` with standard input from /dev/null and none of brokerd's other
-    /// descriptors (the bus connection, provider sockets).
-    private static func spawn(_ command: [String]) throws(SpawnError) -> pid_t {
+    /// What a command wrote, for an error message: its first 400 characters on one line, every
+    /// control character escaped, and every URL query (what follows `?` or `&` up to a space or a
+    /// quote) left out: a browser command echoes the URL it was given, and a URL's query is where
+    /// a token would be.
+    static func quoted(_ output: String) -> String {
+        var shown = ""
+        var inQuery = false
+        for character in output.prefix(400) {
+            if inQuery {
+                guard character.isWhitespace || "\"'<>()[]{}".contains(character) else { continue }
+                inQuery = false
+            }
+            shown.append(character)
+            if character == "?" || character == "&" {
+                shown.append("…")
+                inQuery = true
+            }
+        }
+        let trimmed = shown.drop { $0.isWhitespace }.reversed().drop { $0.isWhitespace }.reversed()
+        return OutsideText.escaped(String(trimmed))
+    }
+
+    /// Appends what `fd` (non-blocking) holds now, up to 4 KiB in all.
+    private static func readAvailable(_ fd: Int32, into output: inout [UInt8]) {
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while output.count < 4096 {
+            let count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            if count < 0 && errno == EINTR { continue }
+            guard count > 0 else { return }
+            output += buffer[..<min(count, 4096 - output.count)]
+        }
+    }
+
+    /// Reads `fd` to its end on a thread of its own and throws it away: a browser the command
+    /// started may write for as long as it runs, and must never block on a full pipe.
+    private static func drain(_ fd: Int32) {
+        _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK)
+        Thread.detach {
+            var buffer = [UInt8](repeating: 0, count: 4096)
+            while true {
+                let count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+                if count < 0 && errno == EINTR { continue }
+                if count <= 0 { break }
+            }
+            close(fd)
+        }
+    }
+
+    /// Starts `command` with standard input from /dev/null, standard output and error into a pipe
+    /// (the returned descriptor, non-blocking), and none of brokerd's other descriptors (the bus
+    /// connection, provider sockets).
+    private static func spawn(_ command: [String]) throws(SpawnError) -> (pid: pid_t, output: Int32) {
+        var pipe: [Int32] = [-1, -1]
+        guard Glibc.pipe(&pipe) == 0 else { throw SpawnError(errno: errno) }
+        for end in pipe { _ = fcntl(end, F_SETFD, FD_CLOEXEC) }
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }
         posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        posix_spawn_file_actions_adddup2(&actions, pipe[1], 1)
+        posix_spawn_file_actions_adddup2(&actions, pipe[1], 2)
         if let closeFrom = addCloseFrom { _ = closeFrom(&actions, 3) }
         var pid = pid_t()
         var arguments = command.map { strdup($0) } + [nil]
         defer { for argument in arguments { free(argument) } }
         let status = posix_spawnp(&pid, command[0], &actions, nil, &arguments, environ)
-        guard status == 0 else { throw SpawnError(errno: status) }
-        return pid
+        close(pipe[1])
+        guard status == 0 else {
+            close(pipe[0])
+            throw SpawnError(errno: status)
+        }
+        _ = fcntl(pipe[0], F_SETFL, fcntl(pipe[0], F_GETFL) | O_NONBLOCK)
+        return (pid, pipe[0])
     }
 
     struct SpawnError: Error, CustomStringConvertible {

@@ -22,7 +22,10 @@ extension OIDCProvider {
         let state = Self.randomURLSafe(bytes: 16)
         let nonce = Self.randomURLSafe(bytes: 16)
         let listener: LoopbackRedirectListener
-        do { listener = try LoopbackRedirectListener(expectedState: state) } catch {
+        // The listener outlives the flow's deadline a little at most, whatever becomes of the flow.
+        do {
+            listener = try LoopbackRedirectListener(expectedState: state, lifetime: request.timeout + .seconds(30))
+        } catch {
             throw BrokerFailure(.serverError, "\(error)")
         }
         defer { listener.shutDown() }
@@ -39,7 +42,10 @@ extension OIDCProvider {
         if let hint = request.loginHint, !hint.isEmpty { query.append(("login_hint", hint)) }
         let claims = try request.claims.map { (text: String) throws(BrokerFailure) in try ClaimsRequest.decode(text) }
         if let parameter = claimsParameter(claims) { query.append(("claims", parameter)) }
-        let url = authorize + (authorize.contains("?") ? "&" : "?") + HTTPRequest.formURLEncoded(query)
+        // The browser, the portal, the app's progress and any message get the one-time local
+        // address, never this URL: a command line is every local user's to read.
+        let url = listener.startAddress(
+            redirectingTo: authorize + (authorize.contains("?") ? "&" : "?") + HTTPRequest.formURLEncoded(query))
         let recency = request.maxAge.map { AuthenticationRecency(maxAge: $0, requestedAt: clock.now()) }
 
         // The page goes to the browser while the listener already serves: a desktop that is slow
@@ -149,10 +155,17 @@ extension OIDCProvider {
         guard let endSession = endpoints.endSessionEndpoint else { return .notOffered }
         var query = [("client_id", clientId)]
         if let idTokenHint { query.append(("id_token_hint", idTokenHint)) }
-        do {
-            try await urlOpener.open(
-                endSession + (endSession.contains("?") ? "&" : "?") + HTTPRequest.formURLEncoded(query))
-        } catch {
+        // The ID token must not reach a command line: the browser gets a one-time local address that
+        // sends it on. The listener ends once that is served, or after the time a desktop may take
+        // to ask which browser and start it.
+        let listener: LoopbackRedirectListener
+        do { listener = try LoopbackRedirectListener(expectedState: nil, lifetime: .seconds(120)) } catch {
+            throw error.brokerFailure(during: .other, host: host)
+        }
+        let start = listener.startAddress(
+            redirectingTo: endSession + (endSession.contains("?") ? "&" : "?") + HTTPRequest.formURLEncoded(query))
+        do { try await urlOpener.open(start) } catch {
+            listener.shutDown()
             throw error.brokerFailure(during: .other, host: host)
         }
         return .done

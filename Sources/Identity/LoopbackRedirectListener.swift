@@ -1,68 +1,80 @@
 import Glibc
 import Locking
 
-/// The loopback redirect of RFC 8252 (7.3): an HTTP listener on 127.0.0.1 with a port the system
-/// picks per flow. It serves from the moment it exists (the browser may come back before the
-/// desktop has said that it opened the page), answers every request with a short page, and hands
-/// over the query parameters of the one redirect that carries this flow's `state`.
+/// The loopback listener of RFC 8252 (7.3): HTTP on 127.0.0.1, a port the system picks per flow.
+/// It serves two kinds of address:
 ///
-/// Any program on the machine can find the port and connect. So connections are served
-/// concurrently, each for at most ``connectionDeadlineSeconds``: idle ones cannot hold the
-/// browser's redirect back. Past ``maximumConnections`` at once, new ones wait in the kernel's
-/// queue, in order, for a slot (never refused: the browser's may be among them). A request with
-/// another `state` is answered and ignored: it cannot end the flow.
+/// - one-time start addresses, `/start/<random id>`: what the browser is given instead of the
+///   provider's URL. Every uid reads every process's command line (`/proc/PID/cmdline`), so the
+///   authorization URL (its `state`, PKCE challenge, port) or an end-session URL (its
+///   `id_token_hint`) on the browser's command line would be anyone's. A start address answers
+///   one request with a 303 to the real URL, and is then gone.
+/// - the redirect, `/?code=...&state=...`: the query parameters of the one request that carries
+///   this flow's `state` end the wait (``waitForRedirect()``).
+///
+/// Any program on the machine can find the port and connect. So the listener serves only
+/// connections whose peer socket belongs to brokerd's own uid (``PeerUser``): a connection of any
+/// other uid, or one whose owner cannot be found, is answered 403 at once, before a byte of it is
+/// read. Another user therefore can neither take the provider's URL from a start address nor hand
+/// the flow a code of their own with its `state`. Connections of brokerd's uid are read by one
+/// thread with `poll`, each for at most ``connectionDeadlineMilliseconds`` to send its request
+/// line; past ``maximumConnections`` idle ones, the oldest is closed. Nothing waits in the
+/// kernel's queue behind idle connections, so the browser's request is read as soon as it is
+/// sent (RFC 8252, 8.3).
 final class LoopbackRedirectListener: Sendable {
-    static let maximumConnections = 64
-    static let connectionDeadlineSeconds = 5
+    static let maximumConnections = 32
+    static let connectionDeadlineMilliseconds = 3000
+    /// The longest request line read: an authorization response is far shorter.
+    static let maximumRequestBytes = 16384
 
     /// The port the system chose.
     let port: UInt16
-    private let expectedState: String
     private let shared: Shared
 
-    /// What the accepting thread, the connections' threads and the waiter share.
-    /// `@unchecked`: its semaphore is thread-safe by POSIX; the rest is behind `state`'s lock.
-    private final class Shared: @unchecked Sendable {
+    /// What the serving thread and the waiter share.
+    private final class Shared: Sendable {
         struct State {
             var closed = false
             var redirect: [String: String]?
             var waiter: CheckedContinuation<[String: String]?, Never>?
+            /// Start addresses not yet served: id -> the URL they send the browser on to.
+            var starts: [String: String] = [:]
         }
-        let socket: Int32
         let state = Locked(State())
-        /// Free connection slots; the accepting thread takes one before each accept.
-        private let slots: UnsafeMutablePointer<sem_t>
+        /// The write end of the pipe that wakes the serving thread's `poll`.
+        let wake: Int32
 
-        init(socket: Int32) {
-            self.socket = socket
-            slots = .allocate(capacity: 1)
-            sem_init(slots, 0, UInt32(LoopbackRedirectListener.maximumConnections))
-        }
+        init(wake: Int32) { self.wake = wake }
 
-        deinit {
-            sem_destroy(slots)
-            slots.deallocate()
-        }
+        var isClosed: Bool { state.withLock { $0.closed } }
 
-        func takeSlot() { while sem_wait(slots) != 0 && errno == EINTR {} }
-        func releaseSlot() { sem_post(slots) }
-
-        /// Ends the wait with `redirect` (nil: shut down) and stops accepting; the first call wins.
+        /// Ends the wait with `redirect` (nil: shut down) and stops serving; the first call wins.
         func finish(with redirect: [String: String]?) {
-            let waiter = state.withLock { state -> CheckedContinuation<[String: String]?, Never>? in
-                guard !state.closed else { return nil }
+            let (first, waiter) = state.withLock { state -> (Bool, CheckedContinuation<[String: String]?, Never>?) in
+                guard !state.closed else { return (false, nil) }
                 state.closed = true
                 state.redirect = redirect
+                state.starts = [:]
                 defer { state.waiter = nil }
-                return state.waiter
+                return (true, state.waiter)
             }
-            // Wakes accept(); the accepting thread closes the socket, so its number is not reused under it.
-            Glibc.shutdown(socket, Int32(SHUT_RDWR))
+            guard first else { return }
+            // The serving thread closes every descriptor, this one's included, once it has woken.
+            var byte: UInt8 = 1
+            _ = write(wake, &byte, 1)
             waiter?.resume(returning: redirect)
         }
     }
 
-    init(expectedState: String) throws(IdentityError) {
+    /// Listens on a new loopback port. `expectedState` is the flow's `state` (nil: the listener only
+    /// serves start addresses, and ends once they have been served). Whatever happens, it stops
+    /// serving after `lifetime`.
+    init(expectedState: String?, lifetime: Duration) throws(IdentityError) {
+        guard let peers = PeerUser() else {
+            throw IdentityError.badResponse(
+                "cannot ask the kernel which user connects to the loopback listener (a NETLINK_SOCK_DIAG socket: "
+                    + "\(String(cString: strerror(errno)))); a sandbox must allow AF_NETLINK")
+        }
         let fd = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw IdentityError.badResponse("cannot open a loopback socket for the redirect") }
         var address = sockaddr_in()
@@ -78,21 +90,33 @@ final class LoopbackRedirectListener: Sendable {
         let named = withUnsafeMutablePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
         }
-        guard bound == 0, named == 0, listen(fd, 64) == 0 else {
+        // The kernel's largest queue: a flood is accepted (and refused) by the serving thread at
+        // once rather than left in a short queue that the browser's connection would wait behind.
+        var pipe: [Int32] = [-1, -1]
+        guard bound == 0, named == 0, listen(fd, SOMAXCONN) == 0, Glibc.pipe(&pipe) == 0 else {
             close(fd)
             throw IdentityError.badResponse("cannot listen on a loopback port for the redirect")
         }
+        for descriptor in [fd] + pipe { Self.makeNonBlocking(descriptor) }
         port = UInt16(bigEndian: address.sin_port)
-        self.expectedState = expectedState
-        let shared = Shared(socket: fd)
+        let shared = Shared(wake: pipe[1])
         self.shared = shared
-        Thread.detach { Self.accept(shared, expectedState: expectedState) }
+        let server = Server(
+            listener: fd, wakeRead: pipe[0], port: port, expectedState: expectedState, shared: shared,
+            endOfLife: Self.monotonicMilliseconds() + Int(lifetime.components.seconds) * 1000, peers: peers)
+        Thread.detach { server.run() }
     }
-
-    deinit { shutDown() }
 
     /// `http://127.0.0.1:PORT/`.
     var redirectURI: String { "http://127.0.0.1:\(port)/" }
+
+    /// A one-time local address that sends the browser on to `target` (once, and only a browser of
+    /// brokerd's own uid): what goes on a command line or to the desktop portal instead of `target`.
+    func startAddress(redirectingTo target: String) -> String {
+        let id = OIDCProvider.randomURLSafe(bytes: 24)
+        shared.state.withLock { $0.starts[id] = target }
+        return "http://127.0.0.1:\(port)/start/\(id)"
+    }
 
     /// Waits for the redirect with this flow's `state` and returns its query parameters; nil when
     /// the listener was shut down (timeout or cancellation) first.
@@ -107,103 +131,235 @@ final class LoopbackRedirectListener: Sendable {
         }
     }
 
-    /// Stops waiting; `waitForRedirect` returns nil.
+    /// Stops serving; `waitForRedirect` returns nil.
     func shutDown() { shared.finish(with: nil) }
 
-    private static func accept(_ shared: Shared, expectedState: String) {
-        defer { close(shared.socket) }
-        while true {
-            shared.takeSlot()
-            // brokerd starts programs with every inherited descriptor closed, so no CLOEXEC is needed.
-            let client = Glibc.accept(shared.socket, nil, nil)
-            if client < 0 {
-                shared.releaseSlot()
-                if errno == EINTR || errno == ECONNABORTED { continue }
-                return
-            }
-            Thread.detach {
-                defer {
-                    close(client)
-                    shared.releaseSlot()
-                }
-                serve(client, shared: shared, expectedState: expectedState)
-            }
-        }
-    }
-
-    private static func serve(_ client: Int32, shared: Shared, expectedState: String) {
-        // A browser sends its request at once; a connection that does not is dropped.
-        var timeout = timeval(tv_sec: connectionDeadlineSeconds, tv_usec: 0)
-        setsockopt(client, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-        setsockopt(client, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-        guard let target = readRequestTarget(client, deadline: monotonicSeconds() + connectionDeadlineSeconds) else {
-            return
-        }
-        let (path, query) = split(target)
-        guard path == "/", let parameters = query.map(FormDecoding.decode), let state = parameters["state"] else {
-            respond(client, status: "404 Not Found", body: "Not found.")
-            return
-        }
-        guard constantTimeEqual(state, expectedState) else {
-            respond(
-                client, status: "400 Bad Request",
-                body: "This address does not belong to the sign-in in progress. Return to the app.")
-            return
-        }
-        let failed = parameters["error"] != nil
-        respond(
-            client, status: "200 OK",
-            body: failed
-                ? "Sign-in did not complete. You can close this window and return to the app."
-                : "Return to the app to finish signing in. You can close this window.")
-        shared.finish(with: parameters)
-    }
-
-    private static func constantTimeEqual(_ a: String, _ b: String) -> Bool {
-        let x = Array(a.utf8)
-        let y = Array(b.utf8)
-        guard x.count == y.count else { return false }
-        return zip(x, y).reduce(UInt8(0)) { $0 | ($1.0 ^ $1.1) } == 0
-    }
-
-    private static func monotonicSeconds() -> Int {
+    static func monotonicMilliseconds() -> Int {
         var now = timespec()
         clock_gettime(CLOCK_MONOTONIC, &now)
-        return now.tv_sec
+        return now.tv_sec * 1000 + now.tv_nsec / 1_000_000
     }
 
-    /// The request target of `GET <target> HTTP/1.1`, reading at most 16 KiB of headers.
-    private static func readRequestTarget(_ fd: Int32, deadline: Int) -> String? {
-        var request: [UInt8] = []
-        var buffer = [UInt8](repeating: 0, count: 4096)
-        while request.count < 16384, monotonicSeconds() < deadline {
-            let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
-            if n <= 0 { return nil }
-            request += buffer[0..<n]
-            if request.firstIndex(of: UInt8(ascii: "\n")) != nil { break }
+    static func makeNonBlocking(_ fd: Int32) {
+        _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
+        _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
+    }
+
+    /// The serving thread: accepts, checks each peer's uid, reads request lines, answers.
+    /// `@unchecked`: handed to that thread at its start and used by it alone from then on; what
+    /// others see of it goes through `shared`.
+    private final class Server: @unchecked Sendable {
+        /// A connection of brokerd's uid that has not yet sent its request line.
+        struct Connection {
+            let fd: Int32
+            let deadline: Int
+            var bytes: [UInt8] = []
         }
-        guard let end = request.firstIndex(of: UInt8(ascii: "\r")) ?? request.firstIndex(of: UInt8(ascii: "\n")) else {
-            return nil
+
+        let listener: Int32
+        let wakeRead: Int32
+        let port: UInt16
+        let expectedState: String?
+        let shared: Shared
+        let endOfLife: Int
+        let ownUser = geteuid()
+        let peers: PeerUser
+        /// Oldest first.
+        var connections: [Connection] = []
+
+        init(
+            listener: Int32, wakeRead: Int32, port: UInt16, expectedState: String?, shared: Shared, endOfLife: Int,
+            peers: PeerUser
+        ) {
+            self.peers = peers
+            self.listener = listener
+            self.wakeRead = wakeRead
+            self.port = port
+            self.expectedState = expectedState
+            self.shared = shared
+            self.endOfLife = endOfLife
         }
-        let line = String(decoding: request[..<end], as: UTF8.self).split(separator: " ")
-        guard line.count == 3, line[0] == "GET" else { return nil }
-        return String(line[1])
-    }
 
-    private static func split(_ target: String) -> (path: String, query: String?) {
-        guard let mark = target.firstIndex(of: "?") else { return (target, nil) }
-        return (String(target[..<mark]), String(target[target.index(after: mark)...]))
-    }
+        func run() {
+            defer {
+                // Whatever ended the loop, the waiter hears of it before the wake-up pipe is closed.
+                shared.finish(with: nil)
+                for connection in connections { close(connection.fd) }
+                peers.close()
+                close(listener)
+                close(wakeRead)
+                close(shared.wake)
+            }
+            while !shared.isClosed {
+                let now = LoopbackRedirectListener.monotonicMilliseconds()
+                if now >= endOfLife {
+                    shared.finish(with: nil)
+                    return
+                }
+                // The next deadline: the oldest connection's (the first), or the listener's end.
+                let due = min(connections.first?.deadline ?? endOfLife, endOfLife)
+                var descriptors =
+                    [
+                        pollfd(fd: listener, events: Int16(POLLIN), revents: 0),
+                        pollfd(fd: wakeRead, events: Int16(POLLIN), revents: 0),
+                    ]
+                    + connections.map { pollfd(fd: $0.fd, events: Int16(POLLIN), revents: 0) }
+                let ready = poll(&descriptors, nfds_t(descriptors.count), Int32(max(0, min(due - now, 60_000))))
+                if ready < 0 && errno != EINTR { return }
+                if shared.isClosed { return }
+                // Requests first, so that the browser's is answered before a flood could push it out.
+                var index = connections.count - 1
+                while index >= 0 {
+                    if descriptors[index + 2].revents != 0 && !read(at: index) {
+                        close(connections[index].fd)
+                        connections.remove(at: index)
+                    }
+                    index -= 1
+                }
+                let later = LoopbackRedirectListener.monotonicMilliseconds()
+                connections.removeAll { connection in
+                    guard connection.deadline <= later else { return false }
+                    close(connection.fd)
+                    return true
+                }
+                if descriptors[0].revents != 0 { acceptWaiting() }
+            }
+        }
 
-    private static func respond(_ fd: Int32, status: String, body: String) {
-        let html =
-            "<!doctype html><html><head><meta "
-            + "charset=\"utf-8\"><title>Sign-in</title></head><body><p>\(body)</p></body></html>"
-        let response =
-            "HTTP/1.1 \(status)\r\nContent-Type: text/html; charset=utf-8\r\nContent-Length: "
-            + "\(html.utf8.count)\r\nConnection: close\r\nCache-Control: no-store\r\n\r\n\(html)"
-        let bytes = Array(response.utf8)
-        _ = bytes.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+        /// Accepts the connections waiting: another uid's is refused at once; brokerd's own is read.
+        /// At most 256 in a round, so that a flood that never ends does not keep the connections
+        /// already accepted from being read.
+        private func acceptWaiting() {
+            for _ in 0..<256 {
+                guard !shared.isClosed else { return }
+                var peer = sockaddr_in()
+                var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+                let client = withUnsafeMutablePointer(to: &peer) {
+                    $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.accept(listener, $0, &length) }
+                }
+                if client < 0 {
+                    if errno == EINTR || errno == ECONNABORTED { continue }
+                    return
+                }
+                LoopbackRedirectListener.makeNonBlocking(client)
+                guard peer.sin_family == sa_family_t(AF_INET),
+                    peers.owner(of: peer, connectedTo: port) == ownUser
+                else {
+                    refuse(client)
+                    continue
+                }
+                if connections.count >= LoopbackRedirectListener.maximumConnections {
+                    close(connections.removeFirst().fd)
+                }
+                connections.append(
+                    Connection(
+                        fd: client,
+                        deadline: LoopbackRedirectListener.monotonicMilliseconds()
+                            + LoopbackRedirectListener.connectionDeadlineMilliseconds))
+                // A browser sends its request with the connection: read it now, before more arrive.
+                if !read(at: connections.count - 1) {
+                    close(connections.removeLast().fd)
+                }
+            }
+        }
+
+        /// Reads what connection `index` has sent; false when it is done with (answered, closed, too long).
+        private func read(at index: Int) -> Bool {
+            var buffer = [UInt8](repeating: 0, count: 4096)
+            while true {
+                let fd = connections[index].fd
+                let count = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+                if count < 0 && errno == EINTR { continue }
+                if count < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) { return true }
+                guard count > 0 else { return false }
+                connections[index].bytes += buffer[0..<count]
+                let bytes = connections[index].bytes
+                if let end = bytes.firstIndex(of: UInt8(ascii: "\n")) {
+                    answer(fd, requestLine: bytes[..<end])
+                    return false
+                }
+                if bytes.count > LoopbackRedirectListener.maximumRequestBytes { return false }
+            }
+        }
+
+        /// Another uid's connection, or one whose owner is unknown: a short page, nothing read.
+        private func refuse(_ fd: Int32) {
+            respond(
+                fd, status: "403 Forbidden",
+                body: "This sign-in belongs to another user of this computer.")
+            shutdown(fd, Int32(SHUT_WR))
+            close(fd)
+        }
+
+        private func answer(_ fd: Int32, requestLine: ArraySlice<UInt8>) {
+            let words = String(decoding: requestLine, as: UTF8.self).split(separator: " ")
+            guard words.count == 3, words[0] == "GET" else {
+                respond(fd, status: "400 Bad Request", body: "Not a request this address answers.")
+                return
+            }
+            let target = String(words[1])
+            let mark = target.firstIndex(of: "?")
+            let path = mark.map { String(target[..<$0]) } ?? target
+            let query = mark.map { String(target[target.index(after: $0)...]) }
+            if path.hasPrefix("/start/") {
+                serveStart(fd, id: String(path.dropFirst("/start/".count)))
+                return
+            }
+            guard let expectedState, path == "/", let parameters = query.map(FormDecoding.decode),
+                let state = parameters["state"]
+            else {
+                respond(fd, status: "404 Not Found", body: "Not found.")
+                return
+            }
+            guard constantTimeEqual(state, expectedState) else {
+                respond(
+                    fd, status: "400 Bad Request",
+                    body: "This address does not belong to the sign-in in progress. Return to the app.")
+                return
+            }
+            respond(
+                fd, status: "200 OK",
+                body: parameters["error"] != nil
+                    ? "Sign-in did not complete. You can close this window and return to the app."
+                    : "Return to the app to finish signing in. You can close this window.")
+            shared.finish(with: parameters)
+        }
+
+        private func serveStart(_ fd: Int32, id: String) {
+            let (target, nothingLeft) = shared.state.withLock { state -> (String?, Bool) in
+                let target = state.starts.removeValue(forKey: id)
+                return (target, state.starts.isEmpty)
+            }
+            guard let target else {
+                respond(
+                    fd, status: "404 Not Found",
+                    body: "This sign-in address has been used already or has expired. Return to the app.")
+                return
+            }
+            respond(fd, status: "303 See Other", body: "Continue to the sign-in page.", location: target)
+            // A listener of start addresses alone has nothing more to serve.
+            if expectedState == nil && nothingLeft { shared.finish(with: nil) }
+        }
+
+        private func constantTimeEqual(_ a: String, _ b: String) -> Bool {
+            let x = Array(a.utf8)
+            let y = Array(b.utf8)
+            guard x.count == y.count else { return false }
+            return zip(x, y).reduce(UInt8(0)) { $0 | ($1.0 ^ $1.1) } == 0
+        }
+
+        /// Sends a short page without waiting: it fits the socket's buffer.
+        private func respond(_ fd: Int32, status: String, body: String, location: String? = nil) {
+            let html =
+                "<!doctype html><html><head><meta "
+                + "charset=\"utf-8\"><title>Sign-in</title></head><body><p>\(body)</p></body></html>"
+            let redirect = location.map { "Location: \($0)\r\nReferrer-Policy: no-referrer\r\n" } ?? ""
+            let response =
+                "HTTP/1.1 \(status)\r\n\(redirect)Content-Type: text/html; charset=utf-8\r\nContent-Length: "
+                + "\(html.utf8.count)\r\nConnection: close\r\nCache-Control: no-store\r\n\r\n\(html)"
+            let bytes = Array(response.utf8)
+            _ = bytes.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT)) }
+        }
     }
 }
 

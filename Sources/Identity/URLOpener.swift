@@ -1,5 +1,8 @@
 /// Hands a web page to the person's browser: the sign-in page of an interactive sign-in, the
-/// provider's end-session page of a sign-out from the browser.
+/// provider's end-session page of a sign-out from the browser. What it is given is always a
+/// one-time local start address of the loopback listener, never the provider's URL, whose query
+/// holds the flow's `state` or an ID token: an opener may put it on a command line, which every
+/// user of the machine can read.
 ///
 /// The identity layer knows no D-Bus: brokerd gives ``OIDCProvider`` an opener that asks the
 /// desktop portal first and falls back to ``BrowserCommand``.

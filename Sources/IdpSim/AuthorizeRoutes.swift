@@ -15,6 +15,7 @@ struct AuthorizeRoutes: Sendable {
         let endpoints = provider.endpoints
         router.get(endpoints.route(Endpoints.authorizePath)) { request, _ in
             await provider.stats.count("authorize")
+            await provider.browserRequests.record(request.uri.description)
             return await authorize(request)
         }
         router.post(endpoints.route(Endpoints.authorizePath)) { request, _ in
@@ -23,6 +24,7 @@ struct AuthorizeRoutes: Sendable {
         }
         router.get(endpoints.route(Endpoints.logoutPath)) { request, _ in
             await provider.stats.count("logout")
+            await provider.browserRequests.record(request.uri.description)
             return await logout(request, parameters: request.queryParameters)
         }
         router.post(endpoints.route(Endpoints.logoutPath)) { request, _ in

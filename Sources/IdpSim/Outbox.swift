@@ -19,3 +19,17 @@ actor Outbox {
         sent
     }
 }
+
+/// The browser's requests to the authorization and end-session endpoints (path and query), newest
+/// last, at most 100: what a browser test checks when brokerd hands the browser only a one-time
+/// local address that redirects there. Tests read them from the test-only `GET /test/browser-requests`.
+actor BrowserRequests {
+    private var seen: [String] = []
+
+    func record(_ target: String) {
+        seen.append(target)
+        if seen.count > 100 { seen.removeFirst(seen.count - 100) }
+    }
+
+    func all() -> [String] { seen }
+}

@@ -55,6 +55,7 @@ struct Provider: Sendable {
     let stats = Stats()
     let faults = FaultInjector()
     let outbox = Outbox()
+    let browserRequests = BrowserRequests()
     let nativeAuth: NativeAuthStore
     let authorization: AuthorizationStore
     let deviceSecrets: DeviceSecretStore

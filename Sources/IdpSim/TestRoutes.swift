@@ -75,5 +75,8 @@ struct TestRoutes: Sendable {
         router.get("/test/outbox") { _, _ in
             JSONBody.response(encoding: await provider.outbox.messages())
         }
+        router.get("/test/browser-requests") { _, _ in
+            JSONBody.response(encoding: await provider.browserRequests.all())
+        }
     }
 }

@@ -554,6 +554,13 @@ class Provider:
         with urllib.request.urlopen(request, timeout=10) as response:
             return json.load(response).get("agedSessions", 0)
 
+    def browser_requests(self):
+        """["/path?query"] of the browser's requests to the authorization and end-session endpoints
+        (idp-sim's test route), oldest first: brokerd hands the browser only a one-time local
+        address, which redirects there."""
+        with urllib.request.urlopen(self.base + "/test/browser-requests", timeout=10) as response:
+            return json.load(response)
+
     def probe_url(self):
         """An authorization request without prompt, to a loopback address nobody listens on: with a
         browser session idp-sim redirects there at once, without one it shows its sign-in form."""

@@ -129,11 +129,15 @@ SIGN_OUT_CAUSES = [
 class Flow:
     """A browser sign-in in progress: brokerctl's process, the tab, the address brokerd opened."""
 
-    def __init__(self, process, tab, url):
+    def __init__(self, process, tab, url, start=None):
         self.process = process
         self.tab = tab
         self.url = url
         self.query = urllib.parse.parse_qs(urllib.parse.urlparse(url).query) if url else {}
+        # The one-time local address brokerd handed the portal; its listener is the redirect's.
+        self.start = start
+        self.redirect = ("http://127.0.0.1:%d/" % urllib.parse.urlparse(start).port if start
+                         else self.query.get("redirect_uri", ["?"])[0])
 
 
 class Suite:
@@ -211,6 +215,22 @@ class Suite:
         return [url for sender, url, _ in calls if sender == self.broker.unique_name and url
                 and url.startswith(prefix)]
 
+    def started_by_broker(self, since):
+        """The one-time start addresses (http://127.0.0.1:PORT/start/ID) the current brokerd handed
+        to OpenURI after the first `since` calls: brokerd gives the browser nothing else."""
+        return [url for url in self.opened_by_broker("http://127.0.0.1:", since) if "/start/" in url]
+
+    def authorization_request(self, start):
+        """The authorization request the browser made after following `start` (idp-sim's record of
+        it, as a URL): the one whose redirect_uri is the listener behind `start`; None until then."""
+        redirect = "http://127.0.0.1:%d/" % urllib.parse.urlparse(start).port
+        for target in reversed(self.provider.browser_requests()):
+            url = self.provider.base + target
+            if url.startswith(self.provider.authorize) and \
+                    urllib.parse.parse_qs(urllib.parse.urlparse(url).query).get("redirect_uri") == [redirect]:
+                return url
+        return None
+
     # Flows
 
     def begin_sign_in(self, client_id, label, hint=None):
@@ -222,9 +242,10 @@ class Suite:
         process = self.ctl.start(arguments, label)
         # The sign-in page, or (a provider that skips it) already the loopback redirect.
         tab = self.kiosk.wait_for_tab(known, "http://127.0.0.1:", 30, "the sign-in page of %s as a new tab" % label)
-        urls = wait_until(lambda: self.opened_by_broker(self.provider.authorize, since), 10,
-                          "the OpenURI call of %s on the bus" % label)
-        return Flow(process, tab, urls[-1])
+        starts = wait_until(lambda: self.started_by_broker(since), 10, "the OpenURI call of %s on the bus" % label)
+        url = wait_until(lambda: self.authorization_request(starts[-1]), 15,
+                         "the authorization request of %s at the provider" % label)
+        return Flow(process, tab, url, starts[-1])
 
     def wait_for_login_form(self, flow, timeout=15):
         """Whether the flow's tab shows the sign-in form (rather than having been sent on at once)."""
@@ -241,7 +262,7 @@ class Suite:
         self.kiosk.switch(flow.tab)
         self.kiosk.fill([("username", person[0]), ("password", person[1])])
         status, out, err = self.ctl.finish(flow.process, 45)
-        redirect = flow.query.get("redirect_uri", ["?"])[0]
+        redirect = flow.redirect
         landed = wait_until(lambda: self.kiosk.url().startswith(redirect) and self.kiosk.loaded()
                             and self.kiosk.text(), 15, "the loopback redirect in the tab")
         self.check(bool(landed) and "return to the app" in self.kiosk.text().lower(),
@@ -271,7 +292,7 @@ class Suite:
         result = self.ctl.call(["sign-out", "--client-id", client_id, "--from-browser"])
         if result.returncode != 0:
             raise Failure("brokerctl sign-out failed: %s" % result.stderr.strip())
-        if self.provider.logout and self.opened_by_broker(self.provider.logout, since):
+        if self.provider.logout and self.started_by_broker(since):
             self.kiosk.wait_for_tab(known, self.provider.logout, 20, "the end-session page")
             wait_until(lambda: not self.session_cookies(), 10, "the browser session to end")
         self.kiosk.close_tabs()
@@ -293,15 +314,19 @@ class Suite:
         flow = self.begin_sign_in("mail-app", "alice-mail")
         self.check(flow.tab not in before and len(self.kiosk.handles()) == len(before) + 1,
                    "the sign-in page arrived as a new tab of the one Selenium-driven Chromium")
+        self.check(not any(secret in flow.start for secret in ("state=", "code_challenge", "nonce=")),
+                   "brokerd asked the portal to open a one-time local start address, with neither state nor PKCE "
+                   "challenge in it", flow.start)
         self.check(flow.url.startswith(self.provider.authorize) and flow.query.get("code_challenge_method") == ["S256"]
                    and flow.query.get("client_id") == ["mail-app"],
-                   "brokerd asked the portal to open idp-sim's authorization endpoint with PKCE (S256)", flow.url)
+                   "Chromium followed it to idp-sim's authorization endpoint, with PKCE (S256)", flow.url)
         self.check(wait_quietly(lambda: len(chromium_browsers(self.profile)) == 1, 15),
                    "one Chromium browser process runs with the kiosk's profile (the launched one handed the page over "
                    "and exited)", chromium_browsers(self.profile))
         self.check(self.wait_for_login_form(flow), "the kiosk's Chromium shows idp-sim's sign-in form",
                    self.kiosk.url())
-        self.check(self.kiosk.url() == flow.url, "the tab's address is the one brokerd opened", self.kiosk.url())
+        self.check(self.kiosk.url() == flow.url, "the tab's address is the authorization request the start address "
+                   "sent it to", self.kiosk.url())
         self.page_evidence(self.kiosk, "sign-in-page", self.provider.origin)
         status, out, err = self.submit(flow, ALICE, "alice-mail")
         self.check(status == 0 and ALICE[0] in out, "brokerctl sign-in --interactive (mail-app) exits 0, signed in "
@@ -336,8 +361,8 @@ class Suite:
         app.stdin.write("graph\n")
         app.stdin.flush()
         tab = self.kiosk.wait_for_tab(known, self.provider.authorize, 30, "the tutorial app's sign-in page")
-        urls = wait_until(lambda: self.opened_by_broker(self.provider.authorize, since), 10, "its OpenURI call")
-        flow = Flow(app, tab, urls[-1])
+        starts = wait_until(lambda: self.started_by_broker(since), 10, "its OpenURI call")
+        flow = Flow(app, tab, self.kiosk.url(), starts[-1])
         self.check(self.wait_for_login_form(flow), "tutorial-app: its sign-in page is a tab of the kiosk's Chromium "
                    "with the sign-in form", self.kiosk.url())
         self.page_evidence(self.kiosk, "sign-in-page-tutorial-app", self.provider.origin)
@@ -376,11 +401,11 @@ class Suite:
         self.kiosk.drain_console()
         cause.sign_out(self)
         self.check(self.ctl.current("notes-app") is None, "%s: nobody is signed in on the device" % label)
-        logout_pages = self.opened_by_broker(self.provider.logout or "-", since)
+        logout_pages = self.started_by_broker(since) if self.provider.logout else []
         if cause.ends_browser_session:
-            self.check(bool(logout_pages) or bool(wait_quietly(lambda: self.opened_by_broker(
-                self.provider.logout, since), 10)),
-                "%s: brokerd asked the portal to open idp-sim's end-session page" % label)
+            self.check(bool(logout_pages) or bool(wait_quietly(lambda: self.started_by_broker(since), 10)),
+                       "%s: brokerd asked the portal to open idp-sim's end-session page (through a one-time start "
+                       "address)" % label)
             tab = wait_quietly(lambda: self.kiosk.wait_for_tab(known, self.provider.logout, 20, "the end-session tab"),
                                25)
             self.check(tab is not None, "%s: the end-session page (idp-sim's logout endpoint) loaded in the kiosk's "
@@ -538,7 +563,13 @@ class Suite:
                 told.update(line.split(": ", 1)[1] for line in open(self.run.path(name)).read().splitlines()
                             if line.startswith("Continue in your browser: "))
         opened = {url for _, url, _ in calls}
-        self.check(told and told <= opened and any(url.startswith(self.provider.logout) for url in opened),
+        self.check(opened and all("/start/" in url and not any(secret in url for secret in (
+                       "state=", "code_challenge", "id_token_hint")) for url in opened),
+                   "every page brokerd handed the portal (%d) was a one-time local start address, with no state, "
+                   "PKCE challenge or ID token" % len(opened), sorted(opened))
+        self.check(told and told <= opened and any(
+                       target.startswith(urllib.parse.urlparse(self.provider.logout).path)
+                       for target in self.provider.browser_requests()),
                    "every sign-in page brokerctl was told was opened (%d), and the end-session pages, went through "
                    "OpenURI (%d calls by brokerd on the private bus)" % (len(told), len(calls)),
                    sorted(told - opened))

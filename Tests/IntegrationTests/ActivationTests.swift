@@ -109,7 +109,7 @@ struct ActivationTests {
         for expected in [
             "Type=dbus", "BusName=io.shareddevice.Broker1", "ExecStart=/usr/bin/brokerd", "Restart=on-failure",
             "StartLimitIntervalSec=60", "StartLimitBurst=5", "NoNewPrivileges=yes", "LockPersonality=yes",
-            "SystemCallArchitectures=native", "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6",
+            "SystemCallArchitectures=native", "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 AF_NETLINK",
             "MemoryDenyWriteExecute=yes", "RestrictNamespaces=yes",
         ] {
             #expect(settings.contains(expected), "\(expected) missing from \(unit)")

@@ -91,7 +91,7 @@ struct MicrosoftBroker1Tests {
              "prompt": "select_account", "username": "\(TestUsers.alice.username)", "parentWindowHandle": 0}}
             """
         let reply = Task { try await callText(connection, .acquireTokenInteractively, request) }
-        let page = try await env.browser.nextURL()
+        let page = try await env.browser.nextProviderURL()
         #expect(page.contains("login_hint="), "\(page)")
         _ = try await env.browser.signIn(
             at: page, username: TestUsers.alice.username, password: TestUsers.alice.password)

@@ -26,7 +26,7 @@ struct NextPersonTests {
     /// Alice signs in to Mail in the browser, typing her password.
     private func aliceSignsIn(_ env: BrokerEnvironment) async throws -> [String: String] {
         let ctl = try env.startBrokerctl(["sign-in", "--client-id", "mail-app", "--interactive"])
-        let url = try await env.browser.nextURL()
+        let url = try await env.browser.nextProviderURL()
         try await env.browser.signIn(at: url, username: alice.username, password: alice.password)
         #expect(try ctl.waitForExit(timeout: .seconds(20)) == 0, "\(ctl.allOutput)")
         return Self.query(url)
@@ -54,7 +54,7 @@ struct NextPersonTests {
 
         // Bob walks up and presses "Sign in with browser" in Notes.
         let ctl = try env.startBrokerctl(["sign-in", "--client-id", "notes-app", "--interactive"])
-        let url = try await env.browser.nextURL()
+        let url = try await env.browser.nextProviderURL()
         #expect(try await env.browser.visit(url).outcome == .signInForm, "the provider must ask bob, not sign alice in")
         try await env.browser.signIn(at: url, username: bob.username, password: bob.password)
         #expect(try ctl.waitForExit(timeout: .seconds(20)) == 0, "\(ctl.allOutput)")
@@ -89,7 +89,7 @@ struct NextPersonTests {
         let signOut = try env.brokerctl(["sign-out", "--client-id", "calendar-app", "--json"])
         #expect(signOut.status == 0, "\(signOut.stderr)")
         #expect(try signOut.json()["browserSessionEnded"] as? Bool == true, "\(signOut.stdout)")
-        let logout = try await env.browser.nextURL()
+        let logout = try await env.browser.nextProviderURL()
         #expect(logout.hasPrefix(env.idp.authority + "/oauth2/v2.0/logout?"), "\(logout)")
         try await env.browser.visit(logout)
         #expect(!env.browser.hasCookies(for: env.idp.baseURL))
@@ -105,7 +105,7 @@ struct NextPersonTests {
         #expect(env.browser.openedCount == 1)
         // The next person is still asked for credentials.
         let ctl = try env.startBrokerctl(["sign-in", "--client-id", "notes-app", "--interactive"])
-        let url = try await env.browser.nextURL()
+        let url = try await env.browser.nextProviderURL()
         #expect(try await env.browser.visit(url).outcome == .signInForm)
         try await env.browser.signIn(at: url, username: bob.username, password: bob.password)
         #expect(try ctl.waitForExit(timeout: .seconds(20)) == 0, "\(ctl.allOutput)")

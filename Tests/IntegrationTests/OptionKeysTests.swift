@@ -112,7 +112,7 @@ struct OptionKeysTests {
                         OptionKey.claims: .string(#"{"id_token":{"auth_time":{"essential":true}}}"#),
                     ], username: "") ?? [])
         }
-        let page = try await env.browser.nextURL()
+        let page = try await env.browser.nextProviderURL()
         #expect(page.contains("login_hint="), "\(page)")
         #expect(page.contains("claims=%7B%22id_token%22"), "\(page)")
         _ = try await env.browser.signIn(

@@ -58,6 +58,6 @@ struct PlainProviderTests {
         #expect(result["tokensRevoked"] as? Bool == true)
         #expect(result["browserSessionEnded"] as? Bool == true)
         #expect((result["notes"] as? [String])?.isEmpty == true)
-        #expect(try await env.browser.nextURL().hasPrefix(env.idp.authority + "/oauth2/v2.0/logout?"))
+        #expect(try await env.browser.nextProviderURL().hasPrefix(env.idp.authority + "/oauth2/v2.0/logout?"))
     }
 }

@@ -225,7 +225,7 @@ struct SignInFlowTests {
         let ctl = try env.startBrokerctl([
             "sign-in", "--client-id", "mail-app", "--interactive", "--scope", "User.Read", "--json",
         ])
-        let url = try await env.browser.nextURL()
+        let url = try await env.browser.nextProviderURL()
         let query = try #require(URLComponents(string: url)?.queryItems).reduce(into: [String: String]()) {
             $0[$1.name] = $1.value
         }
@@ -259,7 +259,7 @@ struct SignInFlowTests {
         let env = try BrokerEnvironment(mode: "default")
         let interactive = ["sign-in", "--client-id", "mail-app", "--interactive"]
         let ctl = try env.startBrokerctl(interactive)
-        let first = try await env.browser.nextURL()
+        let first = try await env.browser.nextProviderURL()
         #expect(!first.contains("max_age=") && !first.contains("prompt=login"), "\(first)")
         try await env.browser.signIn(at: first, username: alice.username, password: alice.password)
         #expect(try ctl.waitForExit(timeout: .seconds(20)) == 0, "\(ctl.allOutput)")
@@ -273,7 +273,7 @@ struct SignInFlowTests {
 
         // Sign-out from the browser opens the provider's end_session_endpoint, which ends the session.
         #expect(try env.brokerctl(["sign-out", "--client-id", "mail-app", "--from-browser"]).status == 0)
-        let logout = try await env.browser.nextURL()
+        let logout = try await env.browser.nextProviderURL()
         #expect(logout.hasPrefix(env.idp.authority + "/oauth2/v2.0/logout?"))
         try await env.browser.visit(logout)
         #expect(!env.browser.hasCookies(for: env.idp.baseURL))

@@ -81,12 +81,12 @@ struct SingleSignOnTests {
                 as? String == carol)
         #expect(try env.brokerctl(["sign-out", "--client-id", "mail-app"]).status == 0)
         // Shared mode ends the browser session on every sign-out: the browser loads the end-session page.
-        #expect(try await env.browser.nextURL().hasPrefix(env.idp.authority + "/oauth2/v2.0/logout?"))
+        #expect(try await env.browser.nextProviderURL().hasPrefix(env.idp.authority + "/oauth2/v2.0/logout?"))
 
         let browser = try env.startBrokerctl([
             "sign-in", "--client-id", "notes-app", "--interactive", "--scope", "User.Read",
         ])
-        let url = try await env.browser.nextURL()
+        let url = try await env.browser.nextProviderURL()
         #expect(
             URLComponents(string: url)?.queryItems?.first { $0.name == "scope" }?.value?.contains("device_sso") == true,
             "\(url)")
@@ -164,7 +164,7 @@ struct SingleSignOnTests {
         let interactive = try env.startBrokerctl([
             "sign-in", "--client-id", "calendar-app", "--interactive", "--scope", "User.Read",
         ])
-        let url = try await env.browser.nextURL()
+        let url = try await env.browser.nextProviderURL()
         let hint = URLComponents(string: url)?.queryItems?.first { $0.name == "login_hint" }?.value
         #expect(hint == alice.username, "\(url)")
         #expect(

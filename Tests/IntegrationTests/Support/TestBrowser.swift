@@ -10,6 +10,8 @@ final class TestBrowser: @unchecked Sendable {
     /// `BROWSER` for brokerd's environment.
     let command: String
     private let fifo: String
+    /// Where the command writes its arguments, a line per run.
+    private let argumentsFile: String
     private let state = NSCondition()
     private var opened: [String] = []
     private var taken = 0
@@ -25,7 +27,9 @@ final class TestBrowser: @unchecked Sendable {
         guard mkfifo(fifo, 0o600) == 0 else {
             throw ProcessFailure("mkfifo \(fifo): \(String(cString: strerror(errno)))")
         }
-        command = try directory.write("browser.sh", "#!/bin/sh\nprintf '%s\\n' \"$1\" > '\(fifo)'\n")
+        argumentsFile = directory.path + "/browser.arguments"
+        command = try directory.write(
+            "browser.sh", "#!/bin/sh\nprintf '%s\\n' \"$*\" >> '\(argumentsFile)'\nprintf '%s\\n' \"$1\" > '\(fifo)'\n")
         chmod(command, 0o700)
         // O_RDWR: the open does not wait for a writer, and reads never see end of file between URLs.
         let descriptor = open(fifo, O_RDWR | O_CLOEXEC)
@@ -86,6 +90,30 @@ final class TestBrowser: @unchecked Sendable {
         return opened[taken - 1]
     }
 
+    /// Every command line brokerd ran the browser with (its arguments, space-separated), oldest first.
+    var commandLines: [String] {
+        ((try? String(contentsOfFile: argumentsFile, encoding: .utf8)) ?? "").split(separator: "\n").map(String.init)
+    }
+
+    /// The provider's URL behind brokerd's one-time start address `start`: what the browser is sent
+    /// on to (the start address is then used up).
+    func providerURL(behind start: String) async throws -> String {
+        guard start.hasPrefix("http://127.0.0.1:"), start.contains("/start/") else {
+            throw ProcessFailure("brokerd opened \(start), not a one-time local start address")
+        }
+        let response = try await HTTPClient.shared.send(.get(start))
+        guard response.status == 303, let location = response.header("Location") else {
+            throw ProcessFailure("the start address answered \(response.status), not a redirect")
+        }
+        state.withLock { visited.append(start) }
+        return location
+    }
+
+    /// The provider's URL behind the next page brokerd opened.
+    func nextProviderURL(timeout: Duration = .seconds(20)) async throws -> String {
+        try await providerURL(behind: try await nextURL(timeout: timeout))
+    }
+
     /// How many URLs brokerd has opened so far.
     var openedCount: Int { state.withLock { opened.count } }
 
@@ -98,11 +126,15 @@ final class TestBrowser: @unchecked Sendable {
         case page(status: Int, text: String)
     }
 
-    /// Opens `url` and follows redirects, as a browser does; stops at a page.
+    /// Opens `url` and follows redirects, as a browser does; stops at a page, or before loading an
+    /// address `stop` picks (then the outcome is a page of status 0 at that address, unloaded).
     @discardableResult
-    func visit(_ url: String) async throws -> (outcome: Outcome, lastURL: String, body: String) {
+    func visit(_ url: String, stoppingBefore stop: (String) -> Bool = { _ in false }) async throws -> (
+        outcome: Outcome, lastURL: String, body: String
+    ) {
         var next = url
         for _ in 0..<10 {
+            if stop(next) { return (.page(status: 0, text: ""), next, "") }
             state.withLock { visited.append(next) }
             let response = try await HTTPClient.shared.send(.get(next, headers: cookieHeader(for: next)))
             remember(response, from: next)
@@ -137,6 +169,30 @@ final class TestBrowser: @unchecked Sendable {
             return text.contains("name=\"password\"") ? .signInForm : .page(status: posted.status, text: text)
         }
         return try await visit(location).outcome
+    }
+
+    /// Signs in at `url` as ``signIn(at:username:password:)`` does, but stops before the provider's
+    /// redirect to brokerd's loopback listener: returns that redirect's address (code and state).
+    func redirectAfterSigningIn(at url: String, username: String, password: String) async throws -> String {
+        guard
+            let redirectURI = URLComponents(string: url)?.queryItems?.first(where: { $0.name == "redirect_uri" })?.value
+        else { throw ProcessFailure("\(url) names no redirect_uri") }
+        let loopback = { (next: String) in next.hasPrefix(redirectURI) && next.contains("state=") }
+        let first = try await visit(url, stoppingBefore: loopback)
+        if loopback(first.lastURL) { return first.lastURL }
+        guard first.outcome == .signInForm else { throw ProcessFailure("the provider showed \(first.outcome)") }
+        let form = try Self.form(in: first.body)
+        let posted = try await HTTPClient.shared.send(
+            .postForm(
+                form.action, fields: form.hidden + [("username", username), ("password", password)],
+                headers: cookieHeader(for: form.action)))
+        remember(posted, from: form.action)
+        guard (300..<400).contains(posted.status), let location = posted.header("Location") else {
+            throw ProcessFailure("the provider answered the sign-in form with \(posted.status)")
+        }
+        let last = try await visit(location, stoppingBefore: loopback)
+        guard loopback(last.lastURL) else { throw ProcessFailure("the browser ended on \(last.lastURL)") }
+        return last.lastURL
     }
 
     /// Whether the browser holds a cookie for `url`'s origin.

@@ -1,0 +1,81 @@
+import Foundation
+import Testing
+
+@testable import Identity
+
+/// The loopback listener's start addresses and the quoting of a browser command's output, without
+/// brokerd (the attacks on the listener by another uid and by a flood are in IntegrationTests).
+@Suite("Loopback listener and browser command output")
+struct LoopbackListenerTests {
+    /// `GET target` on 127.0.0.1:`port`: the answer's head, or "" when the connection is refused or
+    /// closed unanswered.
+    private static func get(_ port: UInt16, _ target: String) -> String {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = in_addr_t(0x7F00_0001).bigEndian
+        address.sin_port = port.bigEndian
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+            }
+        }
+        guard connected == 0 else { return "" }
+        var timeout = timeval(tv_sec: 10, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        let request = Array("GET \(target) HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".utf8)
+        _ = request.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+        var answer: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 1024)
+        while true {
+            let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            if n <= 0 { break }
+            answer += buffer[0..<n]
+        }
+        return String(decoding: answer, as: UTF8.self).components(separatedBy: "\r\n\r\n").first ?? ""
+    }
+
+    @Test("a start address redirects once; a listener of start addresses alone then ends")
+    func startAddressIsServedOnce() async throws {
+        let listener = try LoopbackRedirectListener(expectedState: nil, lifetime: .seconds(30))
+        let target = "https://idp.example/logout?client_id=x&id_token_hint=eyJ.e30.c2ln"
+        let start = listener.startAddress(redirectingTo: target)
+        #expect(start.hasPrefix("http://127.0.0.1:\(listener.port)/start/") && !start.contains("?"), "\(start)")
+        let path = String(start.dropFirst("http://127.0.0.1:\(listener.port)".count))
+
+        #expect(Self.get(listener.port, "/start/another").hasPrefix("HTTP/1.1 404"))
+        let first = Self.get(listener.port, path)
+        #expect(first.hasPrefix("HTTP/1.1 303"), "\(first)")
+        #expect(first.contains("\r\nLocation: \(target)\r\n"), "\(first)")
+        // Served: the listener has nothing more to serve and stops; the waiter hears so.
+        #expect(await listener.waitForRedirect() == nil)
+        #expect(!Self.get(listener.port, path).hasPrefix("HTTP/1.1 303"))
+    }
+
+    @Test("a start address of a sign-in listener is served once; the redirect with its state ends the wait")
+    func signInListener() async throws {
+        let listener = try LoopbackRedirectListener(expectedState: "the-state", lifetime: .seconds(30))
+        defer { listener.shutDown() }
+        let start = listener.startAddress(redirectingTo: "https://idp.example/authorize?state=the-state")
+        let path = String(start.dropFirst("http://127.0.0.1:\(listener.port)".count))
+        #expect(Self.get(listener.port, path).hasPrefix("HTTP/1.1 303"))
+        #expect(Self.get(listener.port, path).hasPrefix("HTTP/1.1 404"))
+        #expect(Self.get(listener.port, "/?code=c&state=other").hasPrefix("HTTP/1.1 400"))
+        #expect(Self.get(listener.port, "/?code=c&state=the-state").hasPrefix("HTTP/1.1 200"))
+        #expect(await listener.waitForRedirect() == ["code": "c", "state": "the-state"])
+    }
+
+    @Test("a browser command's output is quoted on one line, escaped, without URL queries")
+    func quotedOutput() {
+        let output =
+            "xdg-open: no method available for opening 'https://idp.example/logout?client_id=x&id_token_hint="
+            + "eyJhbGciOiJub25lIn0.e30.c2ln'\n\u{1B}[31mgio: http://127.0.0.1:4/start/abc failed\u{1B}[0m\n"
+        let quoted = BrowserCommand.quoted(output)
+        #expect(!quoted.contains("id_token_hint") && !quoted.contains("c2ln") && !quoted.contains("client_id"))
+        #expect(quoted.contains("https://idp.example/logout?…'"), "\(quoted)")
+        #expect(quoted.contains("http://127.0.0.1:4/start/abc failed"), "\(quoted)")
+        #expect(!quoted.contains("\u{1B}") && !quoted.contains("\n"), "\(quoted)")
+        #expect(BrowserCommand.quoted(String(repeating: "a", count: 5000)).count == 400)
+    }
+}
