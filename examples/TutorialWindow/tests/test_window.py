@@ -204,6 +204,25 @@ class Run:
         return [url for sender, url, _ in self.monitor.open_uri_calls()[since:]
                 if sender in self.broker_names and url and url.startswith(prefix)]
 
+    def started_by_broker(self, since):
+        """The one-time start addresses (http://127.0.0.1:PORT/start/ID) brokerd handed to OpenURI after
+        the first `since` calls: it gives the browser nothing else, so no secret is on a command line."""
+        return [url for url in self.opened_by_broker("http://127.0.0.1:", since) if "/start/" in url]
+
+    def browser_request(self, endpoint, start):
+        """The request the browser made at idp-sim's `endpoint` after following `start` (idp-sim's
+        test record of it, as a URL; for the authorization endpoint, the one whose redirect_uri is
+        the listener behind `start`); None until then."""
+        redirect = "http://127.0.0.1:%d/" % urllib.parse.urlparse(start).port
+        with urllib.request.urlopen(self.idp + "/test/browser-requests", timeout=10) as response:
+            targets = json.load(response)
+        for target in reversed(targets):
+            url = self.idp + target
+            if url.startswith(endpoint) and (endpoint != self.authorize or urllib.parse.parse_qs(
+                    urllib.parse.urlparse(url).query).get("redirect_uri") == [redirect]):
+                return url
+        return None
+
     def start_window(self, app_name, client_id, language=""):
         env = dict(self.env)
         if language:
@@ -513,23 +532,27 @@ def browser_sign_in_and_out(run, mail, calendar):
     mail.find("label", "Continue in your browser")
     run.check(True, "Mail shows it waits for the browser after \"Sign in with browser\"")
     tab = kiosk.wait_for_tab(known, run.authorize, 30, "the sign-in page as a new tab of the kiosk's Chromium")
-    urls = wait_until(lambda: run.opened_by_broker(run.authorize, since), 10, "brokerd's OpenURI call on the bus")
-    url = urls[-1]
+    starts = wait_until(lambda: run.started_by_broker(since), 10, "brokerd's OpenURI call on the bus")
+    start = starts[-1]
+    run.check(len(starts) == 1 and not any(secret in start for secret in ("state=", "code_challenge", "nonce=")),
+              "brokerd asked the portal (OpenURI) to open a one-time local start address, with neither state nor "
+              "PKCE challenge in it", start)
+    url = wait_until(lambda: run.browser_request(run.authorize, start), 15, "the authorization request at idp-sim")
     query = urllib.parse.parse_qs(urllib.parse.urlparse(url).query)
-    run.check(len(urls) == 1 and query.get("client_id") == ["mail-app"] and query.get("login_hint") == [ALICE[0]]
+    run.check(query.get("client_id") == ["mail-app"] and query.get("login_hint") == [ALICE[0]]
               and query.get("code_challenge_method") == ["S256"],
-              "brokerd asked the portal (OpenURI) to open idp-sim's authorization page for mail-app, with the "
-              "Email field as login_hint", url)
+              "Chromium followed it to idp-sim's authorization page for mail-app, with the Email field as "
+              "login_hint", url)
     kiosk.switch(tab)
     run.check(kiosk.url() == url and len(kiosk.handles()) == len(known) + 1,
-              "the page arrived as a new tab of the Selenium-driven Chromium, at the address brokerd opened",
-              kiosk.url())
+              "the page arrived as a new tab of the Selenium-driven Chromium, at the address the start address "
+              "sent it to", kiosk.url())
     wait_until(kiosk.login_form, 15, "idp-sim's sign-in form in Chromium")
     run.check(kiosk.field("username").get_attribute("value") == ALICE[0],
               "Chromium shows idp-sim's sign-in form, the username filled from login_hint")
     log = wait_until(lambda: next((n for n in mail.nodes("text") if n.name == "Log"), None), 10, "Mail's log")
     text = log.queryText().getText(0, -1)
-    run.check("Continue in your browser: " + url in text, "Mail's log names the page brokerd opened",
+    run.check("Continue in your browser: " + start in text, "Mail's log names the page brokerd opened",
               text[-300:])
     run.snap("7-browser-waiting", [mail, calendar])
     page_screenshot(run, "7-chromium-sign-in-page")
@@ -562,8 +585,9 @@ def browser_sign_in_and_out(run, mail, calendar):
     mail.wait_for_account("Nobody is signed in")
     calendar.wait_for_account("Nobody is signed in")
     run.check(True, "Sign Out in Mail puts both windows back on the sign-in page")
-    wait_until(lambda: run.opened_by_broker(run.logout, since), 20, "brokerd's OpenURI call of the end-session page")
-    run.check(True, "brokerd asked the portal to open idp-sim's end-session page (browserSignOut always)")
+    wait_until(lambda: run.started_by_broker(since), 20, "brokerd's OpenURI call of the end-session page")
+    run.check(True, "brokerd asked the portal to open idp-sim's end-session page, through a one-time start address "
+              "(browserSignOut always)")
     kiosk.wait_for_tab(known, run.logout, 20, "the end-session page as a new tab of the kiosk's Chromium")
     wait_until(lambda: kiosk.loaded() and "signed out" in kiosk.text().lower(), 15, "the end-session page's text")
     run.check(True, "the end-session page loaded in Chromium", kiosk.url())
