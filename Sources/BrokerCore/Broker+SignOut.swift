@@ -177,7 +177,9 @@ extension Broker {
     @discardableResult
     public func cleanUpOwed() async -> CleanUpReport? {
         if let cleaning { return await cleaning.value }
-        guard state.cleanUpOwed else { return nil }
+        // Never while someone is signed in (a flag a failed write left set): their files are not
+        // the last person's.
+        guard state.cleanUpOwed, state.current == nil else { return nil }
         let cleaner = self.cleaner
         let task = Task { () -> CleanUpReport in
             let report = await cleaner.clean()

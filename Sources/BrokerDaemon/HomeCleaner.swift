@@ -17,10 +17,16 @@ import Logging
 ///   directory, and a directory swapped for a link meanwhile is not opened;
 /// - each pattern's component is matched with fnmatch(3) against the entries read from that
 ///   opened directory, never by glob(3) on path strings, which would resolve them again.
+/// - a mount point below the home (a FUSE file system the person mounted, a USB stick) is never
+///   entered nor looked at (its file system could answer slowly, or never): the mounts are read
+///   from /proc/self/mountinfo before the walk, and openat2 refuses to cross one as well;
+/// - the walk has a time budget (``defaultTimeBudget``): what is left then is reported, and the sign-in
+///   waiting for the clean-up goes on.
 /// brokerd's own state directory is kept wherever a pattern reaches it (`~/.*` would reach
 /// `~/.local/state/shared-device-broker`): its pending revocations and the clean-up it owes
-/// would go with it. What it did is logged path by path (debug) and summed up (notice); the report holds counts and
-/// a few examples, so that a sign-out's reply stays small whatever the count.
+/// would go with it. What it did is logged path by path (debug) and summed up (notice); the
+/// report holds counts and a few examples, so that a sign-out's reply stays small whatever the
+/// count.
 struct HomeCleaner: DeviceCleaner {
     let home: String
     /// Per listed path, its components below `home` (each a pattern of fnmatch(3)).
@@ -32,6 +38,12 @@ struct HomeCleaner: DeviceCleaner {
     /// How deep a removed directory is followed: each level holds a descriptor open. What lies
     /// deeper is reported, not removed.
     static let maxDepth = 128
+
+    /// How long one clean-up may take: far more than a full Downloads folder needs (450,000 files
+    /// took 11 s here), and a bound on how long the next person's sign-in waits for it.
+    static let defaultTimeBudget: UInt64 = 60_000_000_000
+    /// Nanoseconds; a test makes it short.
+    var timeBudget = Self.defaultTimeBudget
 
     /// Checks every listed path (`~/...`, or absolute under `home`) before anything is served.
     init(listed: [String], home: String, keeping kept: [String] = [], logger: Logger) throws(DaemonError) {
@@ -71,6 +83,8 @@ struct HomeCleaner: DeviceCleaner {
     /// The clean-up, on the calling thread.
     func cleanNow() -> CleanUpReport {
         var walk = Walk(logger: logger)
+        walk.deadline = Self.monotonicNanoseconds() &+ timeBudget
+        walk.mountPoints = Self.mountPoints(below: home)
         for path in kept {
             var info = stat()
             if stat(path, &info) == 0 { walk.kept.append(Walk.Identity(info)) }
@@ -100,6 +114,26 @@ struct HomeCleaner: DeviceCleaner {
         var report = CleanUpReport()
         /// The directories kept, by device and inode (a name could be swapped, an open one not).
         var kept: [Identity] = []
+
+        /// Paths (as the walk names them, under the home) where another file system is mounted.
+        var mountPoints: Set<String> = []
+        /// When the walk stops (monotonic ns), and whether it has.
+        var deadline: UInt64 = .max
+        var outOfTime = false
+
+        /// Whether the walk must not look at `path`: a mount point, or the time is up (said once).
+        mutating func skips(_ path: String) -> Bool {
+            if outOfTime { return true }
+            if HomeCleaner.monotonicNanoseconds() > deadline {
+                outOfTime = true
+                failed(
+                    path, "the clean-up ran out of its time: this and what was not reached yet are left")
+                return true
+            }
+            guard mountPoints.contains(path) else { return false }
+            failed(path, "another file system is mounted here: not entered")
+            return true
+        }
 
         struct Identity: Equatable {
             let device: UInt64
@@ -136,6 +170,7 @@ struct HomeCleaner: DeviceCleaner {
             let rest = components.dropFirst()
             let visit = { (walk: inout Walk, name: UnsafePointer<CChar>) in
                 let childPath = path + "/" + String(decoding: CName.bytes(name), as: UTF8.self)
+                if walk.skips(childPath) { return }
                 if rest.isEmpty {
                     walk.remove(name, in: directory, at: childPath)
                     return
@@ -160,6 +195,7 @@ struct HomeCleaner: DeviceCleaner {
             }
             if let literal = Self.literal(component) {
                 // A plain name: looked up, not listed (glob(3) does the same).
+                if skips(path + "/" + literal) { return }
                 var info = stat()
                 if fstatat(directory, literal, &info, AT_SYMLINK_NOFOLLOW) == 0 { visit(&self, literal) }
                 return
@@ -246,6 +282,10 @@ struct HomeCleaner: DeviceCleaner {
                 CName.with(entry) { name in
                     guard !CName.isDotOrDotDot(name) else { return }
                     let inner = path + "/" + String(decoding: CName.bytes(name), as: UTF8.self)
+                    if skips(inner) {
+                        complete = false
+                        return
+                    }
                     var info = stat()
                     guard fstatat(directory, name, &info, AT_SYMLINK_NOFOLLOW) == 0 else {
                         if errno != ENOENT {
@@ -290,6 +330,54 @@ struct HomeCleaner: DeviceCleaner {
         static func literal(_ component: String) -> String? {
             component.contains { "*?[\\".contains($0) } ? nil : component
         }
+    }
+
+    static func monotonicNanoseconds() -> UInt64 {
+        var now = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &now)
+        return UInt64(now.tv_sec) &* 1_000_000_000 &+ UInt64(now.tv_nsec)
+    }
+
+    /// Where file systems are mounted below `home`, named as the walk names paths (from `home`,
+    /// whose own path may differ from the kernel's through a link). From /proc/self/mountinfo,
+    /// whose fifth field is the mount point with space, tab, newline and backslash as octal.
+    static func mountPoints(below home: String) -> Set<String> {
+        guard let real = realpath(home, nil) else { return [] }
+        let realHome = String(cString: real)
+        free(real)
+        guard let file = fopen("/proc/self/mountinfo", "re") else { return [] }
+        defer { fclose(file) }
+        var points: Set<String> = []
+        var line: UnsafeMutablePointer<CChar>?
+        var capacity = 0
+        defer { free(line) }
+        while getline(&line, &capacity, file) > 0, let line {
+            let fields = String(cString: line).split(separator: " ", omittingEmptySubsequences: false)
+            guard fields.count > 4 else { continue }
+            let point = unescapedMountPoint(fields[4])
+            guard point.hasPrefix(realHome + "/") else { continue }
+            points.insert(home + point.dropFirst(realHome.count))
+        }
+        return points
+    }
+
+    /// A mount point as mountinfo writes it (`\040` for a space), as the file system names it.
+    static func unescapedMountPoint(_ field: Substring) -> String {
+        var bytes: [UInt8] = []
+        let utf8 = Array(field.utf8)
+        var index = 0
+        while index < utf8.count {
+            if utf8[index] == UInt8(ascii: "\\"), index + 3 < utf8.count,
+                let value = UInt8(String(decoding: utf8[(index + 1)...(index + 3)], as: UTF8.self), radix: 8)
+            {
+                bytes.append(value)
+                index += 4
+            } else {
+                bytes.append(utf8[index])
+                index += 1
+            }
+        }
+        return String(decoding: bytes, as: UTF8.self)
     }
 
     /// `name` of the open `directory`, opened as a directory beneath it without following a link

@@ -17,7 +17,7 @@ int cfw_open_directory_beneath(int directory, const char *name) {
     if (!__atomic_load_n(&openat2_missing, __ATOMIC_RELAXED)) {
         struct open_how how = {
             .flags = (unsigned long long)flags,
-            .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
+            .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV,
         };
         long fd = syscall(SYS_openat2, directory, name, &how, sizeof how);
         if (fd >= 0 || (errno != ENOSYS && errno != EPERM)) return (int)fd;

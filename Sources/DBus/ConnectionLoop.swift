@@ -55,7 +55,9 @@ final class ConnectionLoop: @unchecked Sendable {
     /// subscriptions name it. Learnt from the bus alone (GetNameOwner, then the driver's
     /// NameOwnerChanged), in the order the bus sent them, on this thread: a reply and a change
     /// are applied as they are read, so the answer is never older than a change read before it.
-    private var followed: [String: (owner: String?, subscriptions: Int)] = [:]
+    /// `asked` tells this following's GetNameOwner from an earlier one's, still on its way after
+    /// the name was unfollowed and followed again.
+    private var followed: [String: (owner: String?, subscriptions: Int, asked: UInt64)] = [:]
     private var stopRequested = false
     private var drained: [LoopCommand] = []
     /// libdbus's watches on the bus socket: what it wants to be told (readable, writable), so
@@ -337,7 +339,8 @@ final class ConnectionLoop: @unchecked Sendable {
             followed[name]?.subscriptions += 1
             return
         }
-        followed[name] = (nil, 1)
+        let asked = makeID()
+        followed[name] = (nil, 1, asked)
         let driver = (destination: DBusMatchRule.busDriver, path: "/org/freedesktop/DBus")
         guard
             let match = try? MessageBuilder.methodCall(
@@ -355,8 +358,8 @@ final class ConnectionLoop: @unchecked Sendable {
         // Called on this thread, in the bus's order (see `followed`). No owner (NameHasNoOwner)
         // or no answer leaves nil: a signal claiming the name is then believed from nobody.
         handle(
-            .call(id: makeID(), question, deadline: monotonicNanoseconds() &+ 25_000_000_000) { [self] result in
-                guard followed[name] != nil else { return }
+            .call(id: asked, question, deadline: monotonicNanoseconds() &+ 25_000_000_000) { [self] result in
+                guard followed[name]?.asked == asked else { return }
                 if case .success(let values) = result, case .string(let owner)? = values.first {
                     followed[name]?.owner = owner
                 } else {

@@ -131,9 +131,10 @@ public struct BrowserCommand: URLOpener {
     /// (the returned descriptor, non-blocking), and none of brokerd's other descriptors (the bus
     /// connection, provider sockets).
     private static func spawn(_ command: [String]) throws(SpawnError) -> (pid: pid_t, output: Int32) {
-        var pipe: [Int32] = [-1, -1]
-        guard Glibc.pipe(&pipe) == 0 else { throw SpawnError(errno: errno) }
-        for end in pipe { _ = fcntl(end, F_SETFD, FD_CLOEXEC) }
+        // Close-on-exec from the start: a program spawned meanwhile by another thread must not
+        // inherit the write end, which would keep the reader waiting for as long as it runs.
+        guard let ends = Pipe.make() else { throw SpawnError(errno: errno) }
+        let pipe = [ends.read, ends.write]
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }

@@ -46,6 +46,10 @@ final class LoopbackRedirectListener: Sendable {
 
         init(wake: Int32) { self.wake = wake }
 
+        // Closed only when nobody can call `finish` any more: the serving thread may end (on its
+        // own deadline) while a flow's cancel still holds this and writes to the pipe.
+        deinit { close(wake) }
+
         var isClosed: Bool { state.withLock { $0.closed } }
 
         /// Ends the wait with `redirect` (nil: shut down) and stops serving; the first call wins.
@@ -59,7 +63,7 @@ final class LoopbackRedirectListener: Sendable {
                 return (true, state.waiter)
             }
             guard first else { return }
-            // The serving thread closes every descriptor, this one's included, once it has woken.
+            // Wakes the serving thread, which closes its descriptors; this one goes with `Shared`.
             var byte: UInt8 = 1
             _ = write(wake, &byte, 1)
             waiter?.resume(returning: redirect)
@@ -92,17 +96,16 @@ final class LoopbackRedirectListener: Sendable {
         }
         // The kernel's largest queue: a flood is accepted (and refused) by the serving thread at
         // once rather than left in a short queue that the browser's connection would wait behind.
-        var pipe: [Int32] = [-1, -1]
-        guard bound == 0, named == 0, listen(fd, SOMAXCONN) == 0, Glibc.pipe(&pipe) == 0 else {
+        guard bound == 0, named == 0, listen(fd, SOMAXCONN) == 0, let pipe = Pipe.make(nonBlocking: true) else {
             close(fd)
             throw IdentityError.badResponse("cannot listen on a loopback port for the redirect")
         }
-        for descriptor in [fd] + pipe { Self.makeNonBlocking(descriptor) }
+        Self.makeNonBlocking(fd)
         port = UInt16(bigEndian: address.sin_port)
-        let shared = Shared(wake: pipe[1])
+        let shared = Shared(wake: pipe.write)
         self.shared = shared
         let server = Server(
-            listener: fd, wakeRead: pipe[0], port: port, expectedState: expectedState, shared: shared,
+            listener: fd, wakeRead: pipe.read, port: port, expectedState: expectedState, shared: shared,
             endOfLife: Self.monotonicMilliseconds() + Int(lifetime.components.seconds) * 1000, peers: peers)
         Thread.detach { server.run() }
     }
@@ -188,7 +191,6 @@ final class LoopbackRedirectListener: Sendable {
                 peers.close()
                 close(listener)
                 close(wakeRead)
-                close(shared.wake)
             }
             while !shared.isClosed {
                 let now = LoopbackRedirectListener.monotonicMilliseconds()

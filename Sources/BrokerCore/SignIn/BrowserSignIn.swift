@@ -80,6 +80,9 @@ extension Broker {
                     + "sign-in asks the person at the device for their credentials: use AcquireTokenSilent for the "
                     + "device's account, or call AcquireTokenInteractive without prompt=none when a person may sign in")
         }
+        // The browser is the next person's from the moment its page opens (cookies, downloads):
+        // the last sign-out's clean-up, which may empty its profile, ends first.
+        if shared { await cleanUpOwed() }
         try checkTokenStorage()
         try admitFlow(owner: owner)
         let scopes = signInScopes(requested, clientId: clientId)

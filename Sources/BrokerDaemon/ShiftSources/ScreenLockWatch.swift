@@ -8,6 +8,10 @@ import Logging
 /// descendant of gnome-screensaver's interface) or logind locks the session (its session
 /// object's `Lock` signal on the system bus, which `loginctl lock-session` and most lock screens
 /// use). Each ends the shift (cause `lock`). Signals only: nothing is polled.
+///
+/// Only the screensavers running when brokerd starts are listened to, each believed from its
+/// name's owner alone: the names of the others are free for any app to take (on GNOME nobody
+/// owns `org.mate.ScreenSaver`), and an app owning one could sign the person out at will.
 final class ScreenLockWatch: Sendable {
     static let screenSavers = [
         "org.gnome.ScreenSaver", "org.freedesktop.ScreenSaver", "org.xfce.ScreenSaver", "org.mate.ScreenSaver",
@@ -25,9 +29,8 @@ final class ScreenLockWatch: Sendable {
         var tasks: [Task<Void, Never>] = []
         var sources: [String] = []
         for name in screenSavers {
-            // Subscribed whether or not the screensaver runs now: a desktop may start it later.
             // Only the name's owner is believed: any app may send a signal claiming the interface.
-            guard
+            guard (try? await hasOwner(name, on: session)) == true,
                 let signals = try? await session.signals(
                     matching: DBusMatchRule(sender: name, interface: name, member: "ActiveChanged"))
             else { continue }
@@ -38,7 +41,7 @@ final class ScreenLockWatch: Sendable {
                         await locked()
                     }
                 })
-            if (try? await hasOwner(name, on: session)) == true { sources.append(name) }
+            sources.append(name)
         }
         let session = await LogindSession.find(logger: logger)
         let (systemBus, logind) = (session?.bus, session?.path)
