@@ -10,8 +10,10 @@ import Logging
 /// up only its own program's share of the total, not every other app's calls (interactive
 /// sign-ins hold their call for minutes, so the per-caller figure leaves room for them). The
 /// calls an app needs to end its own session or read the state, `SignOut` and the cheap reads
-/// (``neverRefusedForLoad``), are never refused for the load of others: each connection has a
-/// count of its own for them, apart from every other limit. And it closes for a stop that
+/// (``neverRefusedForLoad``), are never refused for the load of others: they have bounds of their
+/// own (the same figures, per caller, per program and in all), apart from every other call's, so
+/// a flood of other calls never refuses them and one app's flood of them fills only its own
+/// share. And it closes for a stop that
 /// answers every caller instead of leaving it to a NoReply: once
 /// ``stop(grace:hurry:endSignIns:logger:)`` begins, new calls are refused with `Cancelled`; those
 /// in flight may finish within the grace period, except
@@ -28,22 +30,44 @@ final class CallGate: DBusObject {
     private struct Call {
         var member: Member
         var sender: String
-        /// The share it counts against; nil for a call never refused for load.
-        var share: String?
+        /// The share it counts against: the caller's program (its connection when unknown).
+        var share: String
+        /// Whether it counts in ``State/unrefused`` rather than ``State/general``.
+        var unrefused: Bool
         /// Nil only when the call did not come through a connection (a direct call in a test).
         var control: DBusCallControl?
     }
 
-    private struct State {
-        var stopping = false
+    /// One set of bounds: per caller, per program, in all.
+    private struct Pool {
         /// Calls in flight by caller (unique bus name), admitted or waiting to learn its program.
         var bySender: [String: Int] = [:]
-        /// Calls never refused for load, in flight by caller: their own bound.
-        var unrefusedBySender: [String: Int] = [:]
         /// Calls in flight by share (the caller's program; its connection when unknown).
         var byShare: [String: Int] = [:]
-        /// Calls in flight that count against the total (all but those never refused for load).
+        /// Calls in flight admitted past the program's bound, which the total bounds.
         var counted = 0
+
+        /// Gives back a caller's place in its own count.
+        mutating func release(sender: String) {
+            let left = bySender[sender, default: 1] - 1
+            bySender[sender] = left > 0 ? left : nil
+        }
+
+        mutating func release(share: String) {
+            let left = byShare[share, default: 1] - 1
+            byShare[share] = left > 0 ? left : nil
+            counted -= 1
+        }
+    }
+
+    private struct State {
+        var stopping = false
+        /// Every call but those never refused for load.
+        var general = Pool()
+        /// The calls never refused for another app's load, bounded apart (the same figures), so
+        /// that no flood of other calls refuses them, and one app's flood of them fills only its
+        /// own share of theirs.
+        var unrefused = Pool()
         var cancelling = false
         var nextId: UInt64 = 0
         var calls: [UInt64: Call] = [:]
@@ -54,12 +78,6 @@ final class CallGate: DBusObject {
             nextId &+= 1
             calls[nextId] = call
             return nextId
-        }
-
-        /// Gives back a caller's place in its own count.
-        mutating func release(_ sender: String) {
-            let left = bySender[sender, default: 1] - 1
-            bySender[sender] = left > 0 ? left : nil
         }
     }
 
@@ -146,45 +164,38 @@ final class CallGate: DBusObject {
     /// first, before the wait for its program, so that the calls waiting there are bounded too.
     private func admit(_ call: DBusMethodCall, member: Member, control: DBusCallControl?) async throws -> UInt64 {
         let sender = call.sender
-        if neverRefusedForLoad.contains(call.member) {
-            return try state.withLock { state throws -> UInt64 in
-                guard !state.stopping else { throw Self.stopping }
-                let mine = state.unrefusedBySender[sender, default: 0]
-                if mine >= perCaller {
-                    throw Self.refusal("this caller already has \(perCaller) \(call.member) calls in flight")
-                }
-                state.unrefusedBySender[sender] = mine + 1
-                return state.register(Call(member: member, sender: sender, share: nil, control: control))
-            }
-        }
+        let unrefused = neverRefusedForLoad.contains(call.member)
+        let pool: WritableKeyPath<State, Pool> = unrefused ? \.unrefused : \.general
+        let kind = unrefused ? "\(call.member) calls" : "calls"
         try state.withLock { state throws in
             guard !state.stopping else { throw Self.stopping }
-            let mine = state.bySender[sender, default: 0]
+            let mine = state[keyPath: pool].bySender[sender, default: 0]
             if mine >= perCaller {
-                throw Self.refusal("this caller already has \(perCaller) calls in flight; wait for some to finish")
+                throw Self.refusal("this caller already has \(perCaller) \(kind) in flight; wait for some to finish")
             }
-            state.bySender[sender] = mine + 1
+            state[keyPath: pool].bySender[sender] = mine + 1
         }
         let share = await groups(sender).program ?? "connection \(sender)"
         return try state.withLock { state throws -> UInt64 in
             do {
                 guard !state.stopping else { throw Self.stopping }
-                let theirs = state.byShare[share, default: 0]
+                let theirs = state[keyPath: pool].byShare[share, default: 0]
                 if theirs >= perProgram {
                     throw Self.refusal(
-                        "this program already has \(perProgram) calls in flight over its connections; wait for some "
-                            + "to finish")
+                        "this program already has \(perProgram) \(kind) in flight over its connections; wait for "
+                            + "some to finish")
                 }
-                if state.counted >= total {
-                    throw Self.refusal("the broker already has \(total) calls in flight; try again shortly")
+                if state[keyPath: pool].counted >= total {
+                    throw Self.refusal("the broker already has \(total) \(kind) in flight; try again shortly")
                 }
             } catch {
-                state.release(sender)
+                state[keyPath: pool].release(sender: sender)
                 throw error
             }
-            state.byShare[share, default: 0] += 1
-            state.counted += 1
-            return state.register(Call(member: member, sender: sender, share: share, control: control))
+            state[keyPath: pool].byShare[share, default: 0] += 1
+            state[keyPath: pool].counted += 1
+            return state.register(
+                Call(member: member, sender: sender, share: share, unrefused: unrefused, control: control))
         }
     }
 
@@ -195,15 +206,9 @@ final class CallGate: DBusObject {
     private func finished(_ id: UInt64) {
         let waiters: [CheckedContinuation<Void, Never>] = state.withLock { state in
             if let call = state.calls.removeValue(forKey: id) {
-                if let share = call.share {
-                    state.release(call.sender)
-                    let left = state.byShare[share, default: 1] - 1
-                    state.byShare[share] = left > 0 ? left : nil
-                    state.counted -= 1
-                } else {
-                    let left = state.unrefusedBySender[call.sender, default: 1] - 1
-                    state.unrefusedBySender[call.sender] = left > 0 ? left : nil
-                }
+                let pool: WritableKeyPath<State, Pool> = call.unrefused ? \.unrefused : \.general
+                state[keyPath: pool].release(sender: call.sender)
+                state[keyPath: pool].release(share: call.share)
             }
             guard state.calls.isEmpty else { return [] }
             defer { state.idleWaiters = [:] }

@@ -30,6 +30,9 @@ final class CallerPolicy: Sendable {
         var executable: String?
         /// The process behind `processId` when the executable was read; nil when unknown.
         var process: ProcessIdentity? = nil
+        /// What the limits count the caller against (``CallerPolicy/app(executable:processId:)``),
+        /// read with the executable; nil when unknown.
+        var app: String? = nil
     }
 
     /// One process, as `/proc` shows it: what stays the same for the life of a process, and what
@@ -125,7 +128,9 @@ final class CallerPolicy: Sendable {
             guard let processId, let (executable, process) = Self.program(of: processId) else {
                 return Credentials(userId: userId, processId: processId, executable: nil)
             }
-            return Credentials(userId: userId, processId: processId, executable: executable, process: process)
+            return Credentials(
+                userId: userId, processId: processId, executable: executable, process: process,
+                app: Self.app(executable: executable, processId: processId))
         }
     }
 
@@ -325,6 +330,47 @@ extension CallerPolicy: CallerDirectory {
     private static func groups(_ credentials: Credentials) -> CallerGroups {
         guard let processId = credentials.processId else { return CallerGroups() }
         return CallerGroups(
-            process: "process \(processId)", program: credentials.executable ?? "a program that could not be read")
+            process: "process \(processId)",
+            program: credentials.app ?? credentials.executable ?? "a program that could not be read")
+    }
+
+    /// Programs that run other apps: an interpreter (every Python app's executable is python3),
+    /// and Flatpak's bus proxy, through which every sandboxed app without its own bus access
+    /// reaches the session bus. One share for all of them would let one app starve the others.
+    static let interpreters: Set<String> = [
+        "python", "python2", "python3", "perl", "ruby", "node", "nodejs", "gjs", "java", "bash", "sh", "dash",
+        "lua", "php", "tclsh", "wish",
+    ]
+
+    /// The app an executable and its process stand for: the executable itself; for an
+    /// interpreter, with the script or module it runs (`/usr/bin/python3.11 /opt/notes/app.py`);
+    /// for Flatpak's `xdg-dbus-proxy`, its process (one proxy serves one app instance).
+    static func app(executable: String, processId: UInt32) -> String {
+        let name = executable.split(separator: "/").last.map(String.init) ?? executable
+        if name == "xdg-dbus-proxy" { return "\(executable), process \(processId)" }
+        // python3.11, ruby3.1: the name without its version.
+        let bare = String(name.prefix { !$0.isNumber && $0 != "." })
+        guard interpreters.contains(bare) || interpreters.contains(name) else { return executable }
+        guard let script = script(of: processId) else { return executable }
+        return "\(executable) \(script)"
+    }
+
+    /// The script or module an interpreter's process runs: its first argument that is not an
+    /// option (`-m module` and `-c` kept with their value); nil when /proc does not say.
+    static func script(of processId: UInt32) -> String? {
+        guard let bytes = try? FileBytes.read("/proc/\(processId)/cmdline", limit: 4096) else { return nil }
+        let arguments = bytes.split(separator: 0, omittingEmptySubsequences: false).dropFirst().map {
+            String(decoding: $0, as: UTF8.self)
+        }
+        var index = arguments.startIndex
+        while index < arguments.endIndex {
+            let argument = arguments[index]
+            if argument == "-m" || argument == "-c" || argument == "-jar" {
+                return arguments.indices.contains(index + 1) ? argument + " " + arguments[index + 1] : argument
+            }
+            if !argument.hasPrefix("-") { return argument.isEmpty ? nil : argument }
+            index += 1
+        }
+        return nil
     }
 }

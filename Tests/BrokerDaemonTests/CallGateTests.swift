@@ -129,4 +129,24 @@ struct CallGateTests {
         object.release()
         for task in signOuts + waits { #expect(await task.value == "answered") }
     }
+
+    /// From the attacker's side: one program floods the calls never refused for load over many
+    /// connections (the bus allows a user thousands). They are bounded per program like the
+    /// others, apart from them: the flood fills its own share, another app's SignOut passes.
+    @Test func aFloodOfTheCallsNeverRefusedForLoadFillsOnlyItsProgramsShare() async {
+        let object = WaitingObject()
+        let gate = Self.gate(object)
+        let flood = (1...6).map { Self.start(gate, Self.call(":1.\($0)", "SignOut")) }
+        #expect(await Self.reached(object, 4))
+        let signOut = Self.start(gate, Self.call(":2.1", "SignOut"))
+        #expect(await Self.reached(object, 1))
+        object.release()
+        var outcomes: [String] = []
+        for task in flood { outcomes.append(await task.value) }
+        #expect(outcomes.filter { $0 == "answered" }.count == 4, "\(outcomes)")
+        #expect(
+            outcomes.filter { $0.contains("this program already has 4 SignOut calls in flight") }.count == 2,
+            "\(outcomes)")
+        #expect(await signOut.value == "answered")
+    }
 }

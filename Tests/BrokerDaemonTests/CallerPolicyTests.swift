@@ -203,4 +203,22 @@ struct CallerPolicyTests {
         child.waitUntilExit()
         #expect(CallerPolicy.identity(of: pid) == nil)
     }
+
+    /// Every Python app runs /usr/bin/python3, and every sandboxed app reaches the bus through
+    /// xdg-dbus-proxy: one share for all of them would let one starve the others.
+    @Test("an interpreter's apps are told apart by their scripts, a bus proxy's by its process")
+    func appsBehindOneExecutable() throws {
+        let shell = CallerPolicy.resolved("/bin/sh")
+        let children = try ["sleep 30 # notes", "sleep 30 # mail"].map { code in
+            try ChildProcess("sh", executable: "/bin/sh", arguments: ["-c", code])
+        }
+        defer { for child in children { child.kill() } }
+        let apps = children.map { CallerPolicy.app(executable: shell, processId: UInt32($0.pid)) }
+        #expect(apps[0] != apps[1], "\(apps)")
+        #expect(apps[0] == shell + " -c sleep 30 # notes", "\(apps)")
+        #expect(CallerPolicy.app(executable: "/usr/bin/mail-app", processId: 1) == "/usr/bin/mail-app")
+        #expect(
+            CallerPolicy.app(executable: "/usr/bin/xdg-dbus-proxy", processId: 4242)
+                == "/usr/bin/xdg-dbus-proxy, process 4242")
+    }
 }
