@@ -132,6 +132,17 @@ struct Brokerd: AsyncParsableCommand {
                     metadata: ["administrator": "\(fixed.rawValue)", "asked": "\(asked.rawValue)"])
             }
             file.tokenStorage = administrator?.tokenStorage ?? tokenStorage ?? file.tokenStorage
+            // Advice about a setting names where it was set: a flag the administrator's file overrides is no fix.
+            let tokenStorageOrigin: TokenStorageOrigin =
+                if let path = administratorFile?.path, administrator?.tokenStorage != nil {
+                    .file(path)
+                } else if tokenStorage != nil {
+                    .flag
+                } else if let config, user.tokenStorage != nil {
+                    .file(config)
+                } else {
+                    .builtIn
+                }
             file.allowPasswordGrant =
                 administrator?.allowPasswordGrant ?? (allowPasswordGrant || file.allowPasswordGrant == true)
             file.compatibility =
@@ -142,10 +153,20 @@ struct Brokerd: AsyncParsableCommand {
             // Without one the broker still starts: a fresh install activated by an app must answer
             // it (device mode, and an error that names the file to edit), not exit with a status.
             let authority = administrator?.authority ?? authority ?? file.authority
-            let options = DaemonOptions(
+            let authorityOrigin =
+                if let path = administratorFile?.path, administrator?.authority != nil {
+                    "authority in \(path)"
+                } else if self.authority != nil {
+                    "--authority"
+                } else {
+                    "authority in \(config ?? "the configuration file")"
+                }
+            var options = DaemonOptions(
                 deviceMode: administrator?.deviceMode ?? deviceMode ?? file.deviceMode ?? .shared, authority: authority,
                 stateDirectory: stateDir ?? DaemonOptions.defaultStateDirectory(), configuration: file,
                 busAddress: address, interactiveTimeout: .seconds(max(1, interactiveTimeout)))
+            options.tokenStorageOrigin = tokenStorageOrigin
+            options.authorityOrigin = authorityOrigin
             let status = try await Daemon.run(options, logger: logger)
             throw ExitCode(status)
         } catch let error as DaemonError {
