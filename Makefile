@@ -15,7 +15,8 @@ INSTALLED_FILES = bin/brokerd bin/brokerctl libexec/shared-device-broker/brokerc
 	share/dbus-1/interfaces/io.shareddevice.Broker1.xml share/dbus-1/services/io.shareddevice.Broker1.service \
 	lib/systemd/user/shared-device-broker.service share/dbus-1/services/com.microsoft.identity.broker1.service \
 	lib/systemd/user/dbus-com.microsoft.identity.broker1.service \
-	lib/systemd/user/shared-device-broker.service.d/microsoft-broker1.conf
+	lib/systemd/user/shared-device-broker.service.d/microsoft-broker1.conf \
+	share/doc/shared-device-broker/broker.conf.example
 RELEASE_BIN   = $(shell $(SWIFT) build -c release --show-bin-path 2>/dev/null)
 INSTALL_BIN  ?= $(RELEASE_BIN)
 # The GTK tutorial window (examples/TutorialWindow) and its tests: a headless X server, the
@@ -208,6 +209,9 @@ install: install-data
 	install -m 0644 .build/man/brokerctl.1 $(DESTDIR)$(PREFIX)/share/man/man1/
 	install -m 0644 .build/man/broker.conf.5 $(DESTDIR)$(PREFIX)/share/man/man5/
 	install -m 0644 .build/man/brokerd.8 $(DESTDIR)$(PREFIX)/share/man/man8/
+	# A sample administrator's file, to copy to /etc/shared-device-broker/broker.conf (the .deb installs it there).
+	install -d $(DESTDIR)$(PREFIX)/share/doc/shared-device-broker
+	install -m 0644 packaging/debian/broker.conf $(DESTDIR)$(PREFIX)/share/doc/shared-device-broker/broker.conf.example
 	for program in brokerd brokerctl; do \
 		install -m 0644 .build/completions/$$program.bash $(DESTDIR)$(PREFIX)/share/bash-completion/completions/$$program; \
 		install -m 0644 .build/completions/_$$program $(DESTDIR)$(PREFIX)/share/zsh/site-functions/; \
@@ -219,6 +223,7 @@ uninstall:
 	rm -f $(addprefix $(DESTDIR)$(PREFIX)/,$(INSTALLED_FILES))
 	-rmdir $(DESTDIR)$(PREFIX)/lib/systemd/user/shared-device-broker.service.d 2>/dev/null
 	-rmdir $(DESTDIR)$(PREFIX)/libexec/shared-device-broker 2>/dev/null
+	-rmdir $(DESTDIR)$(PREFIX)/share/doc/shared-device-broker 2>/dev/null
 
 ## install-data: only the data files, without building: the interface XML, and the activation file
 ## and user unit made from their templates (dbus/*.service.in, systemd/*.service.in) with @PREFIX@
