@@ -5,7 +5,12 @@ SWIFT        ?= swift
 PREFIX       ?= /usr/local
 CONFIG       ?= debug
 BIN_DIR       = $(shell $(SWIFT) build -c $(CONFIG) --show-bin-path 2>/dev/null)
-APT_PACKAGES  = libdbus-1-dev libcurl4-openssl-dev pkg-config dbus python3 python3-dbus python3-gi gnome-keyring curl scdoc \
+# What building and `make demo` need: the libraries brokerd links, dbus-daemon for the demo's private
+# bus, and python3 for the version file.
+DEMO_PACKAGES = libdbus-1-dev libcurl4-openssl-dev pkg-config dbus python3
+# What the test suite needs besides: the Secret Service, a window manager's idle monitor under
+# Xvfb, a notification server, the Python D-Bus clients and the manual pages' tool.
+APT_PACKAGES  = $(DEMO_PACKAGES) python3-dbus python3-gi gnome-keyring curl scdoc \
 	mutter libgl1-mesa-dri notification-daemon xvfb
 # What `make install` puts under PREFIX (and `make uninstall` removes), relative to PREFIX.
 INSTALLED_FILES = bin/brokerd bin/brokerctl libexec/shared-device-broker/brokerctl-commands share/man/man1/brokerctl.1 share/man/man5/broker.conf.5 \
@@ -43,12 +48,21 @@ RELEASE_FLAGS ?= --static-swift-stdlib --disable-local-rpath \
 	-Xswiftc -Xfrontend -Xswiftc -disable-concrete-type-metadata-mangled-name-accessors
 BUILD_FLAGS   = $(if $(filter release,$(CONFIG)),$(RELEASE_FLAGS))
 
-.PHONY: all deps build demo test contract release release-flags deb deb-test man completions install uninstall version check-version gui-deps gui test-gui demo-gui check-contract lint format install clean bench bench-smoke
+.PHONY: all deps demo-deps build demo test contract release release-flags deb deb-test man completions install uninstall version check-version gui-deps gui test-gui demo-gui check-contract lint format install clean bench bench-smoke
 
 all: build
 
-## deps: install the system libraries the project builds on, when missing.
-deps:
+## demo-deps: what building and the demo need (DEMO_PACKAGES), when missing.
+demo-deps:
+	@if ! pkg-config --exists dbus-1 libcurl 2>/dev/null || ! command -v dbus-daemon >/dev/null \
+		|| ! command -v python3 >/dev/null; then \
+		echo "Installing $(DEMO_PACKAGES) ..."; \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(DEMO_PACKAGES); \
+	fi
+
+## deps: everything the test suite needs besides (APT_PACKAGES), when missing.
+deps: demo-deps
 	@if ! pkg-config --exists dbus-1 libcurl 2>/dev/null || ! command -v dbus-daemon >/dev/null \
 		|| ! command -v gnome-keyring-daemon >/dev/null || ! command -v curl >/dev/null || ! command -v scdoc >/dev/null \
 		|| ! command -v mutter >/dev/null || ! command -v Xvfb >/dev/null \
@@ -106,11 +120,12 @@ demo-gui: build gui
 	BIN_DIR="$(BIN_DIR)" WINDOW_BIN="$(WINDOW_BIN)" bash $(WINDOW_DIR)/demo.sh
 
 ## build: compile brokerd, brokerctl, idp-sim and the examples.
-build: deps version
+build: demo-deps version
 	$(SWIFT) build -c $(CONFIG) $(BUILD_FLAGS)
 
 ## demo: a private bus, idp-sim, brokerd in shared mode and three app processes (Mail, Calendar, Notes):
 ## Mail signs alice in, Calendar signs out, and every app shows each change as its signal arrives.
+## It needs only what building does (demo-deps), not the test suite's desktop pieces.
 demo: build
 	BIN_DIR="$(BIN_DIR)" bash examples/demo.sh
 
@@ -121,7 +136,7 @@ demo: build
 # own, since the rest's 78 suites in parallel keep two cores' run queue at 9, and a bound
 # with room for that would no longer tell a caller answered at once from one queued behind.
 LATENCY_SUITES = ProviderFaultTests|IdleSignOutTests|ProviderSignOutTests
-test: build check-contract check-version lint
+test: deps build check-contract check-version lint
 	$(SWIFT) build -c $(CONFIG) $(BUILD_FLAGS) --build-tests
 	$(SWIFT) test -c $(CONFIG) $(BUILD_FLAGS) --skip-build --skip '$(LATENCY_SUITES)'
 	$(SWIFT) test -c $(CONFIG) $(BUILD_FLAGS) --skip-build --filter '$(LATENCY_SUITES)'
