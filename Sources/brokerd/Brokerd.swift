@@ -41,7 +41,7 @@ struct Brokerd: AsyncParsableCommand {
     @Option(
         help: ArgumentHelp(
             "An administrator's configuration to use when \(DaemonConfigurationFile.administratorPath) does not exist "
-                + "(it must belong to root).",
+                + "(it must exist and belong to root): a way to try one without writing to /etc.",
             discussion:
                 "The administrator's file wins over --config and over the flags: its device mode is the device's."))
     var adminConfig: String?
@@ -53,8 +53,9 @@ struct Brokerd: AsyncParsableCommand {
         help: ArgumentHelp(
             "Where tokens are kept between runs: secret-service (the default), plaintext-file or memory.",
             discussion: """
-                secret-service: the desktop's Secret Service (org.freedesktop.secrets); without one on the bus brokerd \
-                refuses to start. plaintext-file: in state.json (0600), readable by any program running as you. memory: \
+                secret-service: the desktop's Secret Service (org.freedesktop.secrets); without one on the bus, running \
+                or one the bus can start, brokerd refuses to start; with its default keyring locked or missing it \
+                starts, and token calls get StorageLocked until the keyring opens. plaintext-file: in state.json (0600), readable by any program running as you. memory: \
                 never written; after a restart apps must sign in again. The last two log a warning at start.
                 """))
     var tokenStorage: TokenStorage?
