@@ -5,7 +5,12 @@ SWIFT        ?= swift
 PREFIX       ?= /usr/local
 CONFIG       ?= debug
 BIN_DIR       = $(shell $(SWIFT) build -c $(CONFIG) --show-bin-path 2>/dev/null)
-APT_PACKAGES  = libdbus-1-dev libcurl4-openssl-dev pkg-config dbus python3 python3-dbus python3-gi gnome-keyring curl scdoc \
+# What building and `make demo` need: the libraries brokerd links, dbus-daemon for the demo's private
+# bus, and python3 for the version file.
+DEMO_PACKAGES = libdbus-1-dev libcurl4-openssl-dev pkg-config dbus python3
+# What the test suite needs besides: the Secret Service, a window manager's idle monitor under
+# Xvfb, a notification server, the Python D-Bus clients and the manual pages' tool.
+APT_PACKAGES  = $(DEMO_PACKAGES) python3-dbus python3-gi gnome-keyring curl scdoc \
 	mutter libgl1-mesa-dri notification-daemon xvfb
 # What `make install` puts under PREFIX (and `make uninstall` removes), relative to PREFIX.
 INSTALLED_FILES = bin/brokerd bin/brokerctl libexec/shared-device-broker/brokerctl-commands share/man/man1/brokerctl.1 share/man/man5/broker.conf.5 \
@@ -15,7 +20,8 @@ INSTALLED_FILES = bin/brokerd bin/brokerctl libexec/shared-device-broker/brokerc
 	share/dbus-1/interfaces/io.shareddevice.Broker1.xml share/dbus-1/services/io.shareddevice.Broker1.service \
 	lib/systemd/user/shared-device-broker.service share/dbus-1/services/com.microsoft.identity.broker1.service \
 	lib/systemd/user/dbus-com.microsoft.identity.broker1.service \
-	lib/systemd/user/shared-device-broker.service.d/microsoft-broker1.conf
+	lib/systemd/user/shared-device-broker.service.d/microsoft-broker1.conf \
+	share/doc/shared-device-broker/broker.conf.example
 RELEASE_BIN   = $(shell $(SWIFT) build -c release --show-bin-path 2>/dev/null)
 INSTALL_BIN  ?= $(RELEASE_BIN)
 # The GTK tutorial window (examples/TutorialWindow) and its tests: a headless X server, the
@@ -42,12 +48,21 @@ RELEASE_FLAGS ?= --static-swift-stdlib --disable-local-rpath \
 	-Xswiftc -Xfrontend -Xswiftc -disable-concrete-type-metadata-mangled-name-accessors
 BUILD_FLAGS   = $(if $(filter release,$(CONFIG)),$(RELEASE_FLAGS))
 
-.PHONY: all deps build demo test contract release release-flags deb deb-test man completions install uninstall version check-version gui-deps gui test-gui demo-gui check-contract lint format install clean bench bench-smoke
+.PHONY: all deps demo-deps build demo test contract release release-flags deb deb-test man completions install uninstall version check-version gui-deps gui test-gui demo-gui check-contract lint format install clean bench bench-smoke
 
 all: build
 
-## deps: install the system libraries the project builds on, when missing.
-deps:
+## demo-deps: what building and the demo need (DEMO_PACKAGES), when missing.
+demo-deps:
+	@if ! pkg-config --exists dbus-1 libcurl 2>/dev/null || ! command -v dbus-daemon >/dev/null \
+		|| ! command -v python3 >/dev/null; then \
+		echo "Installing $(DEMO_PACKAGES) ..."; \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(DEMO_PACKAGES); \
+	fi
+
+## deps: everything the test suite needs besides (APT_PACKAGES), when missing.
+deps: demo-deps
 	@if ! pkg-config --exists dbus-1 libcurl 2>/dev/null || ! command -v dbus-daemon >/dev/null \
 		|| ! command -v gnome-keyring-daemon >/dev/null || ! command -v curl >/dev/null || ! command -v scdoc >/dev/null \
 		|| ! command -v mutter >/dev/null || ! command -v Xvfb >/dev/null \
@@ -105,11 +120,12 @@ demo-gui: build gui
 	BIN_DIR="$(BIN_DIR)" WINDOW_BIN="$(WINDOW_BIN)" bash $(WINDOW_DIR)/demo.sh
 
 ## build: compile brokerd, brokerctl, idp-sim and the examples.
-build: deps version
+build: demo-deps version
 	$(SWIFT) build -c $(CONFIG) $(BUILD_FLAGS)
 
 ## demo: a private bus, idp-sim, brokerd in shared mode and three app processes (Mail, Calendar, Notes):
 ## Mail signs alice in, Calendar signs out, and every app shows each change as its signal arrives.
+## It needs only what building does (demo-deps), not the test suite's desktop pieces.
 demo: build
 	BIN_DIR="$(BIN_DIR)" bash examples/demo.sh
 
@@ -120,7 +136,7 @@ demo: build
 # own, since the rest's 78 suites in parallel keep two cores' run queue at 9, and a bound
 # with room for that would no longer tell a caller answered at once from one queued behind.
 LATENCY_SUITES = ProviderFaultTests|IdleSignOutTests|ProviderSignOutTests
-test: build check-contract check-version lint
+test: deps build check-contract check-version lint
 	$(SWIFT) build -c $(CONFIG) $(BUILD_FLAGS) --build-tests
 	$(SWIFT) test -c $(CONFIG) $(BUILD_FLAGS) --skip-build --skip '$(LATENCY_SUITES)'
 	$(SWIFT) test -c $(CONFIG) $(BUILD_FLAGS) --skip-build --filter '$(LATENCY_SUITES)'
@@ -208,6 +224,9 @@ install: install-data
 	install -m 0644 .build/man/brokerctl.1 $(DESTDIR)$(PREFIX)/share/man/man1/
 	install -m 0644 .build/man/broker.conf.5 $(DESTDIR)$(PREFIX)/share/man/man5/
 	install -m 0644 .build/man/brokerd.8 $(DESTDIR)$(PREFIX)/share/man/man8/
+	# A sample administrator's file, to copy to /etc/shared-device-broker/broker.conf (the .deb installs it there).
+	install -d $(DESTDIR)$(PREFIX)/share/doc/shared-device-broker
+	install -m 0644 packaging/debian/broker.conf $(DESTDIR)$(PREFIX)/share/doc/shared-device-broker/broker.conf.example
 	for program in brokerd brokerctl; do \
 		install -m 0644 .build/completions/$$program.bash $(DESTDIR)$(PREFIX)/share/bash-completion/completions/$$program; \
 		install -m 0644 .build/completions/_$$program $(DESTDIR)$(PREFIX)/share/zsh/site-functions/; \
@@ -219,6 +238,7 @@ uninstall:
 	rm -f $(addprefix $(DESTDIR)$(PREFIX)/,$(INSTALLED_FILES))
 	-rmdir $(DESTDIR)$(PREFIX)/lib/systemd/user/shared-device-broker.service.d 2>/dev/null
 	-rmdir $(DESTDIR)$(PREFIX)/libexec/shared-device-broker 2>/dev/null
+	-rmdir $(DESTDIR)$(PREFIX)/share/doc/shared-device-broker 2>/dev/null
 
 ## install-data: only the data files, without building: the interface XML, and the activation file
 ## and user unit made from their templates (dbus/*.service.in, systemd/*.service.in) with @PREFIX@

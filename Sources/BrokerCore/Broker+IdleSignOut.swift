@@ -73,7 +73,7 @@ extension Broker {
         idleQuietTimer?.cancel()
         idleQuietTimer = Task {
             do { try await Task.sleep(for: .seconds(idle.quiet)) } catch { return }
-            await self.quietPeriodAfterSignInEnded()
+            self.quietPeriodAfterSignInEnded()
         }
     }
 

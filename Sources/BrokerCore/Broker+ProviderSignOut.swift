@@ -146,7 +146,7 @@ extension Broker {
                 "the provider ended the session of the device's account: signing the device out",
                 metadata: ["event": "\(end.rawValue)", "account": "\(current.identifier)"])
             do {
-                try await self.end(
+                _ = try await self.end(
                     current, for: shiftClientId(for: current), fromBrowser: false, cause: .provider,
                     handledEvent: eventId)
                 return .signedOut
@@ -166,7 +166,7 @@ extension Broker {
         for clientId in holders {
             guard let account = state.clients[clientId]?.account else { continue }
             do {
-                try await self.end(account, for: clientId, fromBrowser: false, cause: .provider)
+                _ = try await self.end(account, for: clientId, fromBrowser: false, cause: .provider)
                 forgotten += 1
             } catch {
                 logger.error(

@@ -18,8 +18,9 @@ public enum Daemon {
         if options.busAddress == nil { options.busAddress = activationBusAddress() }
         let authority: Authority?
         do { authority = try options.authority.map(Authority.init) } catch {
-            throw DaemonError.configuration("--authority \(options.authority ?? ""): \(error)")
+            throw DaemonError.configuration("\(options.authorityOrigin) (\(options.authority ?? "")): \(error)")
         }
+        try options.configuration.checkSettingsTakeEffect()
         let store: FileStateStore
         do { store = try FileStateStore(directory: options.stateDirectory) } catch {
             throw DaemonError.state("cannot use the state directory: \(error)")
@@ -29,7 +30,7 @@ public enum Daemon {
         let opened: (store: any StateStore, state: BrokerState, locked: LockedKeyring?)
         do {
             opened = try TokenStorageSetup.open(
-                options.configuration.tokenStorage ?? .secretService, files: store,
+                options.configuration.tokenStorage ?? .secretService, origin: options.tokenStorageOrigin, files: store,
                 loaded: loaded ?? BrokerState(deviceId: Broker.newDeviceId()),
                 busAddress: options.busAddress, logger: logger)
         } catch {

@@ -55,23 +55,17 @@ public struct DaemonConfigurationFile: Decodable, Sendable {
         static let knownKeys = CodingKeys.allCases.map(\.rawValue)
 
         public init(from decoder: any Decoder) throws {
+            let values = try WrongValue.object(decoder, keyedBy: CodingKeys.self, takes: Takes.client)
             try UnknownKey.check(decoder, known: Self.knownKeys)
-            let values = try decoder.container(keyedBy: CodingKeys.self)
-            clientId = try values.decode(String.self, forKey: .clientId)
-            name = try values.decodeIfPresent(String.self, forKey: .name)
-            clientSecret = try values.decodeIfPresent(String.self, forKey: .clientSecret)
-            clientSecretFile = try values.decodeIfPresent(String.self, forKey: .clientSecretFile)
-            clientSecretMethod = try values.decodeIfPresent(String.self, forKey: .clientSecretMethod)
-            allowedExecutables = try values.decodeIfPresent([String].self, forKey: .allowedExecutables)
-            do {
-                defaultScopes = try values.decodeIfPresent([String].self, forKey: .defaultScopes)
-            } catch DecodingError.typeMismatch {
-                // Decoding's own words name Swift's types and a coding path; the administrator
-                // needs the key and the form it takes.
-                throw WrongValue(
-                    place: WrongValue.render(decoder.codingPath) + ".defaultScopes", expected: "an array of strings",
-                    example: #"["User.Read", "Mail.Read"]"#)
-            }
+            clientId = try values.required(String.self, .clientId, takes: #"a string, e.g. "mail-app""#)
+            name = try values.setting(String.self, .name, takes: Takes.string)
+            clientSecret = try values.setting(String.self, .clientSecret, takes: Takes.string)
+            clientSecretFile = try values.setting(String.self, .clientSecretFile, takes: Takes.path)
+            clientSecretMethod = try values.setting(String.self, .clientSecretMethod, takes: Takes.secretMethod)
+            allowedExecutables = try values.setting(
+                [String].self, .allowedExecutables, takes: #"an array of absolute paths, e.g. ["/usr/bin/kiosk-app"]"#)
+            defaultScopes = try values.setting(
+                [String].self, .defaultScopes, takes: #"an array of strings, e.g. ["User.Read", "Mail.Read"]"#)
         }
     }
     public var deviceMode: DeviceMode?
@@ -126,19 +120,14 @@ public struct DaemonConfigurationFile: Decodable, Sendable {
         public static let defaultPollSeconds = 30
 
         public init(from decoder: any Decoder) throws {
+            let values = try WrongValue.object(decoder, keyedBy: CodingKeys.self, takes: Takes.sharedSignals)
             try UnknownKey.check(decoder, known: Self.knownKeys)
-            let values = try decoder.container(keyedBy: CodingKeys.self)
-            transmitter = try values.decode(String.self, forKey: .transmitter)
-            clientId = try values.decode(String.self, forKey: .clientId)
-            clientSecretFile = try values.decodeIfPresent(String.self, forKey: .clientSecretFile)
-            clientSecretMethod = try values.decodeIfPresent(String.self, forKey: .clientSecretMethod)
-            scope = try values.decodeIfPresent(String.self, forKey: .scope)
-            pollSeconds = try values.decodeIfPresent(Int.self, forKey: .pollSeconds)
-            if let pollSeconds, !(1...3600).contains(pollSeconds) {
-                throw DecodingError.dataCorruptedError(
-                    forKey: .pollSeconds, in: values,
-                    debugDescription: "sharedSignals.pollSeconds must be between 1 and 3600")
-            }
+            transmitter = try values.required(String.self, .transmitter, takes: Takes.url)
+            clientId = try values.required(String.self, .clientId, takes: Takes.string)
+            clientSecretFile = try values.setting(String.self, .clientSecretFile, takes: Takes.path)
+            clientSecretMethod = try values.setting(String.self, .clientSecretMethod, takes: Takes.secretMethod)
+            scope = try values.setting(String.self, .scope, takes: Takes.string)
+            pollSeconds = try values.setting(Int.self, .pollSeconds, in: 1...3600, takes: "seconds")
         }
 
         /// What the receiver needs: the transmitter checked as an authority is, the secret read
@@ -185,45 +174,38 @@ public struct DaemonConfigurationFile: Decodable, Sendable {
     static let knownKeys = CodingKeys.allCases.map(\.rawValue)
 
     public init(from decoder: any Decoder) throws {
+        let values = try WrongValue.object(decoder, keyedBy: CodingKeys.self, takes: "an object of settings")
         try UnknownKey.check(decoder, known: Self.knownKeys)
-        let values = try decoder.container(keyedBy: CodingKeys.self)
-        deviceMode = try values.decodeIfPresent(DeviceMode.self, forKey: .deviceMode)
-        authority = try values.decodeIfPresent(String.self, forKey: .authority)
-        tenantId = try values.decodeIfPresent(String.self, forKey: .tenantId)
-        clients = try values.decodeIfPresent([Client].self, forKey: .clients)
-        tokenStorage = try values.decodeIfPresent(TokenStorage.self, forKey: .tokenStorage)
-        allowPasswordGrant = try values.decodeIfPresent(Bool.self, forKey: .allowPasswordGrant)
-        compatibility = try values.decodeIfPresent([CompatibilityProtocol].self, forKey: .compatibility)
-        browserSignOut = try values.decodeIfPresent(BrowserSignOutPolicy.self, forKey: .browserSignOut)
-        maxClients = try values.decodeIfPresent(Int.self, forKey: .maxClients)
-        signOutAfterReboot = try values.decodeIfPresent(Bool.self, forKey: .signOutAfterReboot)
-        clearOnSignOut = try values.decodeIfPresent([String].self, forKey: .clearOnSignOut)
-        signOutOnLock = try values.decodeIfPresent(Bool.self, forKey: .signOutOnLock)
-        idleSignOutSeconds = try values.decodeIfPresent(Int.self, forKey: .idleSignOutSeconds)
-        idleWarningSeconds = try values.decodeIfPresent(Int.self, forKey: .idleWarningSeconds)
-        sharedSignals = try values.decodeIfPresent(SharedSignals.self, forKey: .sharedSignals)
-        sessionCheckSeconds = try values.decodeIfPresent(Int.self, forKey: .sessionCheckSeconds)
-        clientCapabilities = try values.decodeIfPresent([String].self, forKey: .clientCapabilities)
+        deviceMode = try values.setting(DeviceMode.self, .deviceMode, takes: Takes.oneOf(DeviceMode.self))
+        authority = try values.setting(String.self, .authority, takes: Takes.url)
+        tenantId = try values.setting(String.self, .tenantId, takes: Takes.string)
+        clients = try values.setting([Client].self, .clients, takes: "an array of \(Takes.client)")
+        tokenStorage = try values.setting(TokenStorage.self, .tokenStorage, takes: Takes.oneOf(TokenStorage.self))
+        allowPasswordGrant = try values.setting(Bool.self, .allowPasswordGrant, takes: Takes.bool)
+        compatibility = try values.setting(
+            [CompatibilityProtocol].self, .compatibility,
+            takes: "an array of protocol names, each \(Takes.oneOf(CompatibilityProtocol.self)), e.g. "
+                + #"["microsoft-broker1"]"#)
+        browserSignOut = try values.setting(
+            BrowserSignOutPolicy.self, .browserSignOut, takes: Takes.oneOf(BrowserSignOutPolicy.self))
+        maxClients = try values.setting(Int.self, .maxClients, in: 1...1_000_000, takes: "clientIds")
+        signOutAfterReboot = try values.setting(Bool.self, .signOutAfterReboot, takes: Takes.bool)
+        clearOnSignOut = try values.setting(
+            [String].self, .clearOnSignOut, takes: #"an array of paths under the home directory, e.g. ["Downloads/*"]"#)
+        signOutOnLock = try values.setting(Bool.self, .signOutOnLock, takes: Takes.bool)
+        idleSignOutSeconds = try values.setting(Int.self, .idleSignOutSeconds, in: 0...86_400, takes: "seconds")
+        idleWarningSeconds = try values.setting(Int.self, .idleWarningSeconds, in: 0...86_400, takes: "seconds")
+        sharedSignals = try values.setting(SharedSignals.self, .sharedSignals, takes: Takes.sharedSignals)
+        sessionCheckSeconds = try values.setting(Int.self, .sessionCheckSeconds, in: 0...86_400, takes: "seconds")
+        let capabilities = #"an array of capability names, e.g. ["cp1"]"#
+        clientCapabilities = try values.setting([String].self, .clientCapabilities, takes: capabilities)
         for capability in clientCapabilities ?? []
         where capability.isEmpty || capability.count > 64
             || !capability.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "-" || $0 == "_") })
         {
-            throw DecodingError.dataCorruptedError(
-                forKey: .clientCapabilities, in: values,
-                debugDescription: "clientCapabilities holds \"\(capability)\"; a capability is a short name such as cp1"
-            )
-        }
-        for (key, value) in [
-            (CodingKeys.idleSignOutSeconds, idleSignOutSeconds), (.idleWarningSeconds, idleWarningSeconds),
-            (.sessionCheckSeconds, sessionCheckSeconds),
-        ]
-        where value.map({ !(0...86_400).contains($0) }) == true {
-            throw DecodingError.dataCorruptedError(
-                forKey: key, in: values, debugDescription: "\(key.rawValue) must be between 0 and 86400 seconds")
-        }
-        if let maxClients, !(1...1_000_000).contains(maxClients) {
-            throw DecodingError.dataCorruptedError(
-                forKey: .maxClients, in: values, debugDescription: "maxClients must be between 1 and 1000000")
+            throw WrongValue(
+                place: "clientCapabilities", found: "holds \"\(capability)\"",
+                takes: "short names such as cp1 (letters, digits, - and _)")
         }
     }
 
@@ -280,6 +262,16 @@ public struct DaemonConfigurationFile: Decodable, Sendable {
     public static func loadAdministratorFile(fallback: String? = nil) throws(DaemonError) -> (
         file: DaemonConfigurationFile, path: String
     )? {
+        // A path given is one the administrator means: a mistyped one must not quietly leave the
+        // device without the administrator's settings, as a missing --config file does not.
+        if let fallback {
+            var status = stat()
+            if stat(fallback, &status) != 0, errno == ENOENT || errno == ENOTDIR {
+                throw DaemonError.configuration(
+                    "--admin-config \(fallback): no such file; give the path of an existing file (owned by root, "
+                        + "chmod 644), or leave the flag out to read \(administratorPath) alone")
+            }
+        }
         for path in [administratorPath] + (fallback.map { [$0] } ?? []) {
             if let file = try readChecked(path, by: .administrator) {
                 return (try parse(file.bytes, path: path, permissions: file.permissions), path)
@@ -381,7 +373,7 @@ public struct DaemonConfigurationFile: Decodable, Sendable {
         } catch let unknown as UnknownKey {
             throw DaemonError.configuration("the configuration file \(path) \(unknown)")
         } catch let wrong as WrongValue {
-            throw DaemonError.configuration("the configuration file \(path) \(wrong)")
+            throw DaemonError.configuration("the configuration file \(path): \(wrong)")
         } catch {
             throw DaemonError.configuration("the configuration file \(path) is not valid: \(error)")
         }
@@ -449,6 +441,28 @@ public struct DaemonConfigurationFile: Decodable, Sendable {
                 _ = try client.secretMethod()
             } catch {
                 throw refuse("\(place) (clientId \(client.clientId)) \(error.why)")
+            }
+        }
+    }
+
+    /// What no single file shows, checked on the settings in force (the administrator's over the
+    /// user's): a setting that could not take effect stops the start rather than be believed in.
+    public func checkSettingsTakeEffect() throws(DaemonError) {
+        if let warning = idleWarningSeconds, warning > 0 {
+            let signOut = idleSignOutSeconds ?? 0
+            if signOut == 0 {
+                let state = idleSignOutSeconds == nil ? "not set" : "0"
+                throw DaemonError.configuration(
+                    "idleWarningSeconds is \(warning) but idleSignOutSeconds is \(state), "
+                        + "so there is no sign-out after inactivity to warn of: set idleSignOutSeconds to more than "
+                        + "\(warning) (say \(max(300, warning * 5))), or remove idleWarningSeconds")
+            }
+            if warning >= signOut {
+                throw DaemonError.configuration(
+                    "idleWarningSeconds is \(warning), not less than idleSignOutSeconds (\(signOut)): the warning "
+                        + "is the last idleWarningSeconds of idleSignOutSeconds, so it would begin before the person "
+                        + "was inactive at all: make idleWarningSeconds less than idleSignOutSeconds, or 0 for no "
+                        + "warning")
             }
         }
     }
@@ -524,17 +538,146 @@ extension DaemonConfigurationFile.Client {
 }
 
 /// A key of the configuration the broker does not know, with where it stands.
-/// A value of a type the key does not take, named with where it stands and the form it takes.
+/// A value a key does not take, named with where it stands, what it holds and what it takes:
+/// `deviceMode is "kiosk"; it takes "shared" or "default"`. Decoding's own words name Swift's
+/// types and a coding path; an administrator needs the key and the values it takes.
 struct WrongValue: Error, CustomStringConvertible {
     var place: String
-    var expected: String
-    var example: String
+    /// `is "kiosk"`, `has no clientId`.
+    var found: String
+    /// `it takes "shared" or "default"`.
+    var advice: String
 
-    var description: String { "has \(place) that is not \(expected): give it as, say, \(example)" }
+    var description: String { "\(place) \(found); \(advice)" }
 
-    /// `clients[0]` for a decoder's path.
+    init(place: String, found: String, takes: String) {
+        self.init(place: place, found: found, advice: "it takes \(takes)")
+    }
+
+    init(place: String, found: String, advice: String) {
+        self.place = place
+        self.found = found
+        self.advice = advice
+    }
+
+    /// `clients[0].name` for a decoder's path.
     static func render(_ path: [any CodingKey]) -> String {
         String(path.map { $0.intValue.map { "[\($0)]" } ?? ".\($0.stringValue)" }.joined().dropFirst())
+    }
+
+    /// The object `decoder` stands at, or a ``WrongValue`` when it holds something else.
+    static func object<Key: CodingKey>(_ decoder: any Decoder, keyedBy: Key.Type, takes: String) throws
+        -> KeyedDecodingContainer<Key>
+    {
+        do { return try decoder.container(keyedBy: Key.self) } catch is DecodingError {
+            let path = decoder.codingPath
+            throw WrongValue(
+                place: path.isEmpty ? "the file" : render(path),
+                found: "is \((try? FoundValue(from: decoder))?.description ?? "not an object")",
+                takes: path.isEmpty ? "a JSON object of settings, e.g. {\"deviceMode\": \"shared\"}" : takes)
+        }
+    }
+}
+
+/// What a key takes, in the words broker.conf(5) uses.
+enum Takes {
+    static let string = "a string"
+    static let bool = "true or false, written without quotes"
+    static let url = #"a URL, e.g. "https://login.example/TENANT/v2.0""#
+    static let path = #"an absolute path, e.g. "/etc/shared-device-broker/app.secret""#
+    static let secretMethod = #""client_secret_basic" or "client_secret_post""#
+    static let client = #"objects, one per app, e.g. {"clientId": "mail-app", "name": "Mail"}"#
+    static let sharedSignals =
+        #"an object, e.g. {"transmitter": "https://login.example/TENANT/v2.0", "clientId": "broker", "#
+        + #""clientSecretFile": "/etc/shared-device-broker/ssf.secret"}"#
+
+    /// `"shared" or "default"`: every value of `type`, quoted.
+    static func oneOf<T: CaseIterable & RawRepresentable>(_ type: T.Type) -> String where T.RawValue == String {
+        let names = T.allCases.map { "\"\($0.rawValue)\"" }
+        guard let last = names.last else { return "nothing" }
+        return names.count == 1 ? last : names.dropLast().joined(separator: ", ") + " or " + last
+    }
+}
+
+/// Any JSON value, shown as it was written (shortened), for a message about a value a key does
+/// not take.
+struct FoundValue: Decodable, CustomStringConvertible {
+    var description: String
+
+    init(from decoder: any Decoder) throws {
+        if let single = try? decoder.singleValueContainer() {
+            if single.decodeNil() {
+                description = "null"
+                return
+            }
+            if let value = try? single.decode(Bool.self) {
+                description = "\(value)"
+                return
+            }
+            if let value = try? single.decode(Int.self) {
+                description = "\(value)"
+                return
+            }
+            if let value = try? single.decode(Double.self) {
+                description = "\(value)"
+                return
+            }
+            if let value = try? single.decode(String.self) {
+                description = Self.shortened("\"\(value)\"")
+                return
+            }
+        }
+        if var elements = try? decoder.unkeyedContainer() {
+            var shown: [String] = []
+            while !elements.isAtEnd, shown.count < 8 {
+                guard let element = try? elements.decode(FoundValue.self) else { break }
+                shown.append(element.description)
+            }
+            description = Self.shortened("[" + shown.joined(separator: ", ") + (elements.isAtEnd ? "]" : ", ...]"))
+            return
+        }
+        description = "an object"
+    }
+
+    private static func shortened(_ text: String) -> String {
+        text.count <= 80 ? text : String(text.prefix(77)) + "..."
+    }
+}
+
+extension KeyedDecodingContainer {
+    /// The value of `key`, nil when absent; one of another type is a ``WrongValue`` that says
+    /// what the file holds there and what the key `takes`.
+    func setting<T: Decodable>(_ type: T.Type, _ key: Key, takes: String) throws -> T? {
+        do {
+            return try decodeIfPresent(type, forKey: key)
+        } catch  where !(error is WrongValue) && !(error is UnknownKey) {
+            // A nested object's own keys throw their own ``WrongValue``; what reaches here is
+            // about the value of `key` itself, or an element of it (JSONDecoder throws errors of
+            // its own besides DecodingError: a fraction where a whole number goes, say).
+            let found = (try? decode(FoundValue.self, forKey: key))?.description ?? "of another type"
+            throw WrongValue(place: WrongValue.render(codingPath + [key]), found: "is \(found)", takes: takes)
+        }
+    }
+
+    /// The same, for a key that must be there.
+    func required<T: Decodable>(_ type: T.Type, _ key: Key, takes: String) throws -> T {
+        guard let value = try setting(type, key, takes: takes) else {
+            throw WrongValue(
+                place: codingPath.isEmpty ? "the file" : WrongValue.render(codingPath),
+                found: "has no \(key.stringValue)", advice: "add it: \(key.stringValue) takes \(takes)")
+        }
+        return value
+    }
+
+    /// A whole number within `range`, of `unit`.
+    func setting(_ type: Int.Type, _ key: Key, in range: ClosedRange<Int>, takes unit: String) throws -> Int? {
+        let takes =
+            "a whole number of \(unit) from \(range.lowerBound) to \(range.upperBound), written without quotes"
+        guard let value = try setting(Int.self, key, takes: takes) else { return nil }
+        guard range.contains(value) else {
+            throw WrongValue(place: WrongValue.render(codingPath + [key]), found: "is \(value)", takes: takes)
+        }
+        return value
     }
 }
 

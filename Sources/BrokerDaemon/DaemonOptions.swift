@@ -1,4 +1,5 @@
 import BrokerCore
+import BrokerPersistence
 import Glibc
 
 /// What `brokerd` was asked to do, after its command line and configuration are read.
@@ -14,6 +15,10 @@ public struct DaemonOptions: Sendable {
     /// How long calls in flight may take to finish once brokerd is asked to stop (SIGTERM,
     /// SIGINT); those still running then are cancelled and answered with `Cancelled`.
     public var stopGracePeriod: Duration = .seconds(10)
+    /// Where the token storage was set, for advice that names that setting.
+    public var tokenStorageOrigin: TokenStorageOrigin = .builtIn
+    /// Where the authority was set (`--authority`, or `authority in FILE`), for its errors.
+    public var authorityOrigin = "--authority"
 
     public init(
         deviceMode: DeviceMode, authority: String?, stateDirectory: String,

@@ -23,10 +23,9 @@ final class SecretService: Sendable {
     static let itemInterface = "org.freedesktop.Secret.Item"
     static let promptInterface = "org.freedesktop.Secret.Prompt"
 
-    /// What to tell a person who cannot, or will not, make the Secret Service usable.
-    static let alternatives =
-        "or start brokerd with --token-storage memory (tokens are lost when it stops) "
-        + "or --token-storage plaintext-file (tokens in the state file, readable by anything running as you)"
+    /// What to tell a person who cannot, or will not, make the Secret Service usable: the
+    /// setting where the storage was chosen.
+    let alternatives: String
 
     let connection: DBusConnection
     let timeout: Duration
@@ -34,8 +33,9 @@ final class SecretService: Sendable {
     /// (the service may have restarted: its sessions and paths are then gone).
     private let cache = Locked<(session: String?, collection: String?)>((nil, nil))
 
-    init(connection: DBusConnection, timeout: Duration = .seconds(10)) {
+    init(connection: DBusConnection, timeout: Duration = .seconds(10), origin: TokenStorageOrigin = .builtIn) {
         self.connection = connection
+        self.alternatives = origin.alternatives
         self.timeout = timeout
     }
 
@@ -141,7 +141,7 @@ final class SecretService: Sendable {
                     dismiss(prompt)
                     throw .failed(
                         "the Secret Service wants to ask before deleting the tokens' item \(item); "
-                            + "brokerd shows no prompts. Delete it with your keyring app, \(Self.alternatives)")
+                            + "brokerd shows no prompts. Delete it with your keyring app, \(alternatives)")
                 }
             }
         }
@@ -218,7 +218,7 @@ final class SecretService: Sendable {
                     + "needs a prompt for its password that brokerd does not show. Create one and make it the default: "
                     + "in Passwords and Keys (Seahorse), File > New > Password Keyring, then right-click it > Set as "
                     + "Default (or log in once to a desktop session, which makes the login keyring); brokerd uses it "
-                    + "at once, \(Self.alternatives)")
+                    + "at once, \(alternatives)")
         }
         return collection
     }
@@ -243,7 +243,7 @@ final class SecretService: Sendable {
             label.map { $0.isEmpty ? "the default keyring" : "the \($0.lowercased()) keyring" } ?? "the default keyring"
         return .locked(
             "\(name) is locked; unlock it (log in to the desktop session, or unlock it in your keyring app) "
-                + Self.alternatives)
+                + alternatives)
     }
 
     /// Dismisses a prompt we will not show (best effort, no reply awaited beyond the timeout).

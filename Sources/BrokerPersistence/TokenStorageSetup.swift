@@ -21,7 +21,8 @@ package enum TokenStorageSetup {
     /// of a version 1 file) is rewritten at once without them, after the refresh tokens are in the
     /// vault (`secretService`) or in memory (`memory`).
     package static func open(
-        _ storage: TokenStorage, files: FileStateStore, loaded: BrokerState, busAddress: String?,
+        _ storage: TokenStorage, origin: TokenStorageOrigin = .builtIn, files: FileStateStore, loaded: BrokerState,
+        busAddress: String?,
         logger: Logger
     ) throws(StorageSetupError) -> (store: any StateStore, state: BrokerState, locked: LockedKeyring?) {
         let fileHeldTokens = TokenProtectingStore.hasTokens(loaded) || (files.loadReport?.droppedAccessTokens ?? 0) > 0
@@ -52,16 +53,17 @@ package enum TokenStorageSetup {
         case .plaintextFile:
             logger.warning(
                 Logger.Message(
-                    stringLiteral: "tokens are stored in plaintext in the state file (--token-storage plaintext-file): "
+                    stringLiteral:
+                        "tokens are stored in plaintext in the state file (\(origin.naming(.plaintextFile))): "
                         + "any program running as this user can read them; use the Secret Service "
-                        + "(--token-storage secret-service) where there is one"),
+                        + "(secret-service) where there is one"),
                 metadata: ["file": "\(files.path)"])
             return (files, loaded, nil)
         case .memory:
             logger.warning(
                 Logger.Message(
                     stringLiteral:
-                        "tokens are kept in memory only (--token-storage memory): they are lost when brokerd "
+                        "tokens are kept in memory only (\(origin.naming(.memory))): they are lost when brokerd "
                         + "stops, and every app must then sign in interactively again"))
             let store = TokenProtectingStore(file: files, vault: nil, inVault: nil, logger: logger)
             try removeTokensFromFile(store, fileHeldTokens: fileHeldTokens, state: loaded, to: "memory", logger: logger)
@@ -75,15 +77,14 @@ package enum TokenStorageSetup {
             } catch {
                 throw StorageSetupError.bus("cannot connect to the session bus to reach the Secret Service: \(error)")
             }
-            let service = SecretService(connection: connection)
+            let service = SecretService(connection: connection, origin: origin)
             let available: Bool
             do { available = try service.isAvailable() } catch { throw StorageSetupError.bus("\(error)") }
             guard available else {
                 throw StorageSetupError.configuration(
                     "no Secret Service (\(SecretService.busName)) is running on the session bus or can be started by "
-                        + "it, so refresh tokens have nowhere safe to go (--token-storage secret-service, the "
-                        + "default). "
-                        + "Start one (gnome-keyring-daemon, KeePassXC, KWallet), \(SecretService.alternatives)")
+                        + "it, so refresh tokens have nowhere safe to go (\(origin.naming(.secretService))). "
+                        + "Start one (gnome-keyring-daemon, KeePassXC, KWallet), \(origin.alternatives)")
             }
             let vault = SecretServiceVault(service: service)
             let tokens: StoredTokens?

@@ -41,7 +41,7 @@ struct Brokerd: AsyncParsableCommand {
     @Option(
         help: ArgumentHelp(
             "An administrator's configuration to use when \(DaemonConfigurationFile.administratorPath) does not exist "
-                + "(it must belong to root).",
+                + "(it must exist and belong to root): a way to try one without writing to /etc.",
             discussion:
                 "The administrator's file wins over --config and over the flags: its device mode is the device's."))
     var adminConfig: String?
@@ -53,8 +53,9 @@ struct Brokerd: AsyncParsableCommand {
         help: ArgumentHelp(
             "Where tokens are kept between runs: secret-service (the default), plaintext-file or memory.",
             discussion: """
-                secret-service: the desktop's Secret Service (org.freedesktop.secrets); without one on the bus brokerd \
-                refuses to start. plaintext-file: in state.json (0600), readable by any program running as you. memory: \
+                secret-service: the desktop's Secret Service (org.freedesktop.secrets); without one on the bus, running \
+                or one the bus can start, brokerd refuses to start; with its default keyring locked or missing it \
+                starts, and token calls get StorageLocked until the keyring opens. plaintext-file: in state.json (0600), readable by any program running as you. memory: \
                 never written; after a restart apps must sign in again. The last two log a warning at start.
                 """))
     var tokenStorage: TokenStorage?
@@ -132,6 +133,17 @@ struct Brokerd: AsyncParsableCommand {
                     metadata: ["administrator": "\(fixed.rawValue)", "asked": "\(asked.rawValue)"])
             }
             file.tokenStorage = administrator?.tokenStorage ?? tokenStorage ?? file.tokenStorage
+            // Advice about a setting names where it was set: a flag the administrator's file overrides is no fix.
+            let tokenStorageOrigin: TokenStorageOrigin =
+                if let path = administratorFile?.path, administrator?.tokenStorage != nil {
+                    .file(path)
+                } else if tokenStorage != nil {
+                    .flag
+                } else if let config, user.tokenStorage != nil {
+                    .file(config)
+                } else {
+                    .builtIn
+                }
             file.allowPasswordGrant =
                 administrator?.allowPasswordGrant ?? (allowPasswordGrant || file.allowPasswordGrant == true)
             file.compatibility =
@@ -142,10 +154,20 @@ struct Brokerd: AsyncParsableCommand {
             // Without one the broker still starts: a fresh install activated by an app must answer
             // it (device mode, and an error that names the file to edit), not exit with a status.
             let authority = administrator?.authority ?? authority ?? file.authority
-            let options = DaemonOptions(
+            let authorityOrigin =
+                if let path = administratorFile?.path, administrator?.authority != nil {
+                    "authority in \(path)"
+                } else if self.authority != nil {
+                    "--authority"
+                } else {
+                    "authority in \(config ?? "the configuration file")"
+                }
+            var options = DaemonOptions(
                 deviceMode: administrator?.deviceMode ?? deviceMode ?? file.deviceMode ?? .shared, authority: authority,
                 stateDirectory: stateDir ?? DaemonOptions.defaultStateDirectory(), configuration: file,
                 busAddress: address, interactiveTimeout: .seconds(max(1, interactiveTimeout)))
+            options.tokenStorageOrigin = tokenStorageOrigin
+            options.authorityOrigin = authorityOrigin
             let status = try await Daemon.run(options, logger: logger)
             throw ExitCode(status)
         } catch let error as DaemonError {

@@ -74,7 +74,7 @@ import Testing
         let h = Harness()
         h.provider.endSession = .success(.done)
         _ = try await h.signIn(client: "mail")
-        await h.broker.providerEnded(
+        _ = await h.broker.providerEnded(
             .sessionRevoked, for: EventSubject(emails: ["alice@contoso.example"]), at: h.clock.now() + 1)
         #expect(h.changes.changes.last?.cause == .provider)
         #expect(h.provider.endSessionCalls == 1)

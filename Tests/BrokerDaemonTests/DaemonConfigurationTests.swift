@@ -269,11 +269,11 @@ struct DaemonConfigurationTests {
         arguments: [
             (
                 #"{"clients": [{"clientId": "mail", "defaultScopes": "User.Read Mail.Read"}]}"#,
-                #"has clients[0].defaultScopes that is not an array of strings: give it as, say, ["User.Read", "#
+                #"clients[0].defaultScopes is "User.Read Mail.Read"; it takes an array of strings, e.g. ["User.Read", "#
             ),
             (
                 #"{"clients": [{"clientId": "a"}, {"clientId": "mail", "defaultScopes": ["User.Read", 7]}]}"#,
-                "has clients[1].defaultScopes that is not an array of strings"
+                #"clients[1].defaultScopes is ["User.Read", 7]; it takes an array of strings"#
             ),
             (
                 #"{"clients": [{"clientId": "mail", "defaultScopes": ["User.Read Mail.Read"]}]}"#,
@@ -295,5 +295,149 @@ struct DaemonConfigurationTests {
             #"{"clients": [{"clientId": "mail", "defaultScopes": ["User.Read", "Mail.Read"]}, {"clientId": "notes"}]}"#,
             mode: 0o644)
         #expect(try DaemonConfigurationFile.load(path: path).defaultScopes() == ["mail": ["User.Read", "Mail.Read"]])
+    }
+
+    @Test(
+        "a value of the wrong type names the file, the key, what it holds and the values the key takes",
+        arguments: [
+            (#"{"deviceMode": "kiosk"}"#, #"deviceMode is "kiosk"; it takes "shared" or "default""#),
+            (#"{"authority": 7}"#, #"authority is 7; it takes a URL"#),
+            (#"{"tenantId": true}"#, "tenantId is true; it takes a string"),
+            (#"{"clients": {"clientId": "a"}}"#, "clients is an object; it takes an array of objects, one per app"),
+            (#"{"clients": ["mail-app"]}"#, #"clients[0] is "mail-app"; it takes objects, one per app"#),
+            (#"{"clients": [{"name": "Mail"}]}"#, "clients[0] has no clientId; add it: clientId takes a string"),
+            (#"{"clients": [{"clientId": 7}]}"#, "clients[0].clientId is 7; it takes a string"),
+            (
+                #"{"clients": [{"clientId": "a", "name": ["Mail"]}]}"#,
+                #"clients[0].name is ["Mail"]; it takes a string"#
+            ),
+            (
+                #"{"clients": [{"clientId": "a", "clientSecret": 1}]}"#,
+                "clients[0].clientSecret is 1; it takes a string"
+            ),
+            (
+                #"{"clients": [{"clientId": "a", "clientSecretFile": false}]}"#,
+                "clients[0].clientSecretFile is false; it takes an absolute path"
+            ),
+            (
+                #"{"clients": [{"clientId": "a", "clientSecretMethod": 2}]}"#,
+                #"clients[0].clientSecretMethod is 2; it takes "client_secret_basic" or "client_secret_post""#
+            ),
+            (
+                #"{"clients": [{"clientId": "a", "allowedExecutables": "/usr/bin/a"}]}"#,
+                #"clients[0].allowedExecutables is "/usr/bin/a"; it takes an array of absolute paths"#
+            ),
+            (
+                #"{"tokenStorage": "keyring"}"#,
+                #"tokenStorage is "keyring"; it takes "secret-service", "plaintext-file" or "memory""#
+            ),
+            (#"{"allowPasswordGrant": "yes"}"#, #"allowPasswordGrant is "yes"; it takes true or false"#),
+            (
+                #"{"compatibility": "microsoft-broker1"}"#,
+                #"compatibility is "microsoft-broker1"; it takes an array of protocol names, each "microsoft-broker1""#
+            ),
+            (
+                #"{"browserSignOut": "sometimes"}"#,
+                #"browserSignOut is "sometimes"; it takes "always", "when-asked" or "never""#
+            ),
+            (#"{"maxClients": 0}"#, "maxClients is 0; it takes a whole number of clientIds from 1 to 1000000"),
+            (#"{"maxClients": 1.5}"#, "maxClients is 1.5; it takes a whole number"),
+            (#"{"signOutAfterReboot": 1}"#, "signOutAfterReboot is 1; it takes true or false"),
+            (#"{"clearOnSignOut": "Downloads"}"#, #"clearOnSignOut is "Downloads"; it takes an array of paths"#),
+            (
+                #"{"signOutOnLock": "false"}"#,
+                #"signOutOnLock is "false"; it takes true or false, written without quotes"#
+            ),
+            (
+                #"{"idleSignOutSeconds": "300"}"#,
+                #"idleSignOutSeconds is "300"; it takes a whole number of seconds from 0 to 86400, written without quotes"#
+            ),
+            (#"{"idleWarningSeconds": -1}"#, "idleWarningSeconds is -1; it takes a whole number of seconds from 0"),
+            (#"{"sessionCheckSeconds": 86401}"#, "sessionCheckSeconds is 86401; it takes a whole number of seconds"),
+            (
+                #"{"sharedSignals": "https://ssf.example"}"#,
+                #"sharedSignals is "https://ssf.example"; it takes an object"#
+            ),
+            (
+                #"{"sharedSignals": {"transmitter": 7, "clientId": "b"}}"#,
+                "sharedSignals.transmitter is 7; it takes a URL"
+            ),
+            (
+                #"{"sharedSignals": {"transmitter": "https://ssf.example"}}"#,
+                "sharedSignals has no clientId; add it: clientId takes a string"
+            ),
+            (
+                #"{"sharedSignals": {"transmitter": "https://ssf.example", "clientId": "b", "pollSeconds": 0}}"#,
+                "sharedSignals.pollSeconds is 0; it takes a whole number of seconds from 1 to 3600"
+            ),
+            (
+                #"{"sharedSignals": {"transmitter": "https://ssf.example", "clientId": "b", "scope": ["a"]}}"#,
+                #"sharedSignals.scope is ["a"]; it takes a string"#
+            ),
+            (#"{"clientCapabilities": "cp1"}"#, #"clientCapabilities is "cp1"; it takes an array of capability names"#),
+            (
+                #"{"clientCapabilities": ["cp 1"]}"#,
+                #"clientCapabilities holds "cp 1"; it takes short names such as cp1"#
+            ),
+            (
+                #"["deviceMode", "shared"]"#,
+                #"the file is ["deviceMode", "shared"]; it takes a JSON object of settings"#
+            ),
+        ] as [(String, String)])
+    func wrongTypes(_ text: String, _ why: String) throws {
+        try Self.expectRefused(text, saying: why)
+    }
+
+    /// Every key of the file and of a client's entry is among the cases above: a key added later
+    /// gets its message checked too.
+    @Test func everyKeyHasAWrongTypeCase() throws {
+        let file = try String(contentsOfFile: #filePath, encoding: .utf8)
+        for key in DaemonConfigurationFile.knownKeys + DaemonConfigurationFile.Client.knownKeys
+            + DaemonConfigurationFile.SharedSignals.knownKeys
+        {
+            #expect(file.contains("\(key) is ") || file.contains(".\(key) is "), "no wrong-type case for \(key)")
+        }
+    }
+
+    @Test(
+        "an inactivity warning that could not take effect stops the start, naming both keys and the fix",
+        arguments: [
+            (DaemonConfigurationFile(idleWarningSeconds: 60), "idleSignOutSeconds is not set"),
+            (DaemonConfigurationFile(idleSignOutSeconds: 0, idleWarningSeconds: 60), "idleSignOutSeconds is 0"),
+            (
+                DaemonConfigurationFile(idleSignOutSeconds: 30, idleWarningSeconds: 60),
+                "idleWarningSeconds is 60, not less than idleSignOutSeconds (30)"
+            ),
+            (
+                DaemonConfigurationFile(idleSignOutSeconds: 60, idleWarningSeconds: 60),
+                "not less than idleSignOutSeconds"
+            ),
+        ])
+    func idleWarningWithoutEffect(_ configuration: DaemonConfigurationFile, _ why: String) throws {
+        #expect {
+            try configuration.checkSettingsTakeEffect()
+        } throws: { error in
+            "\(error)".contains(why) && "\(error)".contains("idleWarningSeconds")
+        }
+    }
+
+    @Test func idleWarningsThatTakeEffect() throws {
+        try DaemonConfigurationFile(idleSignOutSeconds: 300, idleWarningSeconds: 60).checkSettingsTakeEffect()
+        try DaemonConfigurationFile(idleSignOutSeconds: 300).checkSettingsTakeEffect()
+        try DaemonConfigurationFile(idleWarningSeconds: 0).checkSettingsTakeEffect()
+        // The administrator's sign-out with the user's warning: checked together.
+        try DaemonConfigurationFile(idleWarningSeconds: 30).overridden(
+            by: DaemonConfigurationFile(idleSignOutSeconds: 120)
+        ).checkSettingsTakeEffect()
+    }
+
+    @Test func aMissingAdministratorFileGivenByPathIsAnError() throws {
+        let files = try Files()
+        let missing = files.path + "/brokre.conf"
+        #expect {
+            _ = try DaemonConfigurationFile.loadAdministratorFile(fallback: missing)
+        } throws: { error in
+            "\(error)".contains("--admin-config \(missing): no such file")
+        }
     }
 }

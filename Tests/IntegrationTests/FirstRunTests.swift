@@ -197,6 +197,63 @@ struct FirstRunTests {
         #expect(line.contains("the administrator's file, then the command line, then the user's file"), "\(line)")
     }
 
+    /// A setting brokerd cannot use is named where it was set: an administrator told of a flag they
+    /// never typed looks for it in the wrong place. Each is refused before brokerd goes near a bus.
+    @Test(
+        "a setting brokerd refuses is named where it was set: the administrator's file, the user's, or a path given",
+        arguments: [
+            (
+                #"{"authority": "http://login.example/tenant/v2.0"}"#, nil, [String](),
+                "authority in ADMIN (http://login.example/tenant/v2.0): http://login.example/tenant/v2.0 uses plain "
+                    + "HTTP"
+            ),
+            (
+                nil, #"{"authority": "http://login.example/tenant/v2.0"}"#, [],
+                "authority in USER (http://login.example/tenant/v2.0): "
+            ),
+            (nil, nil, ["--authority", "http://login.example/t"], "--authority (http://login.example/t): "),
+            (
+                nil, #"{"idleWarningSeconds": 60}"#, [],
+                "idleWarningSeconds is 60 but idleSignOutSeconds is not set, so there is no sign-out after inactivity"
+            ),
+            (
+                #"{"idleSignOutSeconds": 30}"#, #"{"idleWarningSeconds": 60}"#, [],
+                "idleWarningSeconds is 60, not less than idleSignOutSeconds (30)"
+            ),
+            (nil, nil, ["--admin-config", "MISSING"], "--admin-config MISSING: no such file"),
+            (#"{"deviceMode": "kiosk"}"#, nil, [], #"ADMIN: deviceMode is "kiosk"; it takes "shared" or "default""#),
+        ] as [(String?, String?, [String], String)])
+    func refusedWhereSet(_ administrator: String?, _ user: String?, _ flags: [String], _ says: String) async throws {
+        let directory = try TemporaryDirectory()
+        let admin = directory.path + "/admin.conf"
+        let userFile = directory.path + "/user.conf"
+        let missing = directory.path + "/brokre.conf"
+        var arguments = [
+            // A bus that is not there: a start that went on would fail there, saying something else.
+            "--address", "unix:path=\(directory.path)/no-bus", "--state-dir", directory.path + "/state",
+            "--token-storage", "memory",
+        ]
+        if let administrator {
+            _ = try directory.write("admin.conf", administrator)
+            arguments += ["--admin-config", admin]
+        }
+        if let user {
+            _ = try directory.write("user.conf", user)
+            arguments += ["--config", userFile]
+        }
+        arguments += flags.map { $0 == "MISSING" ? missing : $0 }
+        let command = arguments
+        let result = try await offThePool {
+            try CommandProcess("brokerd", executable: Binaries.path("brokerd"), arguments: command)
+                .waitForExit(timeout: .seconds(20))
+        }
+        let expected = says.replacingOccurrences(of: "ADMIN", with: admin).replacingOccurrences(
+            of: "USER", with: userFile
+        ).replacingOccurrences(of: "MISSING", with: missing)
+        #expect(result.status == 1, "\(result.stderr)")
+        #expect(result.stderr.contains(expected), "\(result.stderr)")
+    }
+
     /// `brokerctl device-info` on a private bus that starts `exec` for the broker's name, both with
     /// `XDG_STATE_HOME` at `stateHome`.
     static func deviceInfo(activating exec: String, in directory: TemporaryDirectory, stateHome: String) async throws

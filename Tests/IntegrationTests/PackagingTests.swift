@@ -23,6 +23,7 @@ struct PackagingTests {
             "/usr/share/man/man5/broker.conf.5", "/usr/share/bash-completion/completions/brokerctl",
             "/usr/share/zsh/site-functions/_brokerd", "/usr/share/fish/vendor_completions.d/brokerctl.fish",
             "/usr/lib/systemd/user/shared-device-broker.service",
+            "/usr/share/doc/shared-device-broker/broker.conf.example",
         ] {
             #expect(installed.contains(expected), "\(expected) not installed: \(installed)")
         }
@@ -31,6 +32,11 @@ struct PackagingTests {
         #expect(completion.contains("sign-in") && completion.contains("--client-id"))
         let page = try String(contentsOfFile: stage + "/usr/share/man/man5/broker.conf.5", encoding: .utf8)
         #expect(page.contains(".TH \"broker.conf\" \"5\""), "\(page.prefix(200))")
+
+        // The sample is one brokerd reads as it is.
+        let sample = try String(
+            contentsOfFile: stage + "/usr/share/doc/shared-device-broker/broker.conf.example", encoding: .utf8)
+        #expect(sample.contains("\"deviceMode\""), "\(sample)")
 
         let uninstall = try await offThePool { try runMake(["uninstall"] + common) }
         #expect(uninstall.status == 0, "\(uninstall.stderr)")

@@ -244,10 +244,16 @@ final class HeadlessNotificationServer: @unchecked Sendable {
     private let display: ChildProcess
     private let server: ChildProcess
 
-    init(bus: PrivateBus) async throws {
-        for program in [Self.executable, "/usr/bin/Xvfb"] where !FileManager.default.isExecutableFile(atPath: program) {
+    /// Cancels the test when a program is missing; outside the initializer for the reason
+    /// `HeadlessMutter.requireMutter` gives.
+    static func requirePrograms() throws {
+        for program in [executable, "/usr/bin/Xvfb"] where !FileManager.default.isExecutableFile(atPath: program) {
             try Test.cancel("\(program) is not installed (make deps installs notification-daemon and xvfb)")
         }
+    }
+
+    init(bus: PrivateBus) async throws {
+        try Self.requirePrograms()
         // Xvfb picks a free display and writes its number on the descriptor -displayfd names.
         display = try ChildProcess(
             "Xvfb", executable: "/usr/bin/Xvfb",

@@ -171,6 +171,26 @@ struct TokenStorageTests {
         #expect(!FileManager.default.fileExists(atPath: stateDirectory + "/state.json"))
     }
 
+    /// The administrator's file sets the storage and wins over the flag, so the advice names the
+    /// file's key: passing the flag it would otherwise suggest changes nothing.
+    @Test("secret-service set by the administrator's file: the refusal says to change tokenStorage in that file")
+    func refusalNamesTheAdministratorsFile() throws {
+        let directory = try TemporaryDirectory()
+        let bus = try PrivateBus(configFile: try directory.write("bus.conf", TestKeyring.busWithoutActivation))
+        let admin = try directory.write("admin.conf", #"{"tokenStorage": "secret-service"}"#)
+        let brokerd = try ChildProcess(
+            "brokerd", executable: Binaries.path("brokerd"),
+            arguments: [
+                "--address", bus.address, "--state-dir", directory.path + "/state", "--admin-config", admin,
+                "--token-storage", "memory",
+            ])
+        #expect(try brokerd.waitForExit(timeout: .seconds(20)) == 1)
+        let stderr = brokerd.stderrText
+        #expect(stderr.contains("(tokenStorage \"secret-service\" in \(admin))"), "\(stderr)")
+        #expect(stderr.contains("or change tokenStorage in \(admin) to \"memory\""), "\(stderr)")
+        #expect(!stderr.contains("start brokerd with --token-storage"), "\(stderr)")
+    }
+
     @Test(
         "memory: a warning at start, no token in state.json; after a restart still signed in, and silent tokens need interaction"
     )

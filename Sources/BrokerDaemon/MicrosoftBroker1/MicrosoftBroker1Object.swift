@@ -84,8 +84,8 @@ final class MicrosoftBroker1Object: DBusObject, MicrosoftBroker1Handler {
                 prompt = nil
             }
             let flowId = "microsoft-broker1-\(UUID().uuidString.lowercased())"
-            self.interactiveFlows.withLock { $0[caller, default: []].insert(flowId) }
-            defer { self.interactiveFlows.withLock { $0[caller]?.remove(flowId) } }
+            self.interactiveFlows.withLock { _ = $0[caller, default: []].insert(flowId) }
+            defer { self.interactiveFlows.withLock { _ = $0[caller]?.remove(flowId) } }
             let hint = request.username.flatMap { $0.isEmpty ? nil : $0 } ?? request.account?.username
             let tokens = try await self.core { () async throws(BrokerFailure) in
                 try await self.broker.acquireTokenInteractive(
