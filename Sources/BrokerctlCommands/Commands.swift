@@ -155,7 +155,16 @@ struct SignIn: AsyncCommand {
                 }
                 result = try await app.signIn(username: username, password: password, scopes: scopes)
             } else if let username {
-                result = try await signInWithCode(app.signIn(username: username, scopes: scopes))
+                do {
+                    result = try await signInWithCode(app.signIn(username: username, scopes: scopes))
+                } catch BrokerError.interactionRequired(let message) {
+                    // The emailed code is the default, so the person may not know the other ways in.
+                    Output.brokerError(.interactionRequired(message))
+                    Output.note(
+                        "To sign in another way: --password-stdin (a password), --device-code (on another device), "
+                            + "or --interactive (in the browser).")
+                    throw ExitCode(1)
+                }
             } else {
                 throw ValidationError("give --username")
             }
@@ -196,8 +205,8 @@ struct SignIn: AsyncCommand {
     private func signInWithCode(_ state: SignInCodeRequiredState) async throws -> TokenResult {
         if !codeStdin || !common.json {
             Output.note(
-                "A \(state.codeLength)-digit code was sent by \(Output.shown(state.channel)) to "
-                    + "\(Output.shown(state.sentTo)).")
+                "\(Self.article(state.codeLength)) \(state.codeLength)-digit code was sent by "
+                    + "\(Output.shown(state.channel)) to \(Output.shown(state.sentTo)).")
         }
         while true {
             if !codeStdin { Output.prompt("Code (or \"resend\"): ") }
@@ -215,7 +224,7 @@ struct SignIn: AsyncCommand {
             // A wrong code leaves the flow open: ask again. Anything else ends it.
             switch await Self.submit(code, to: state) {
             case .success(let result): return result
-            case .failure(.invalidCode(let message)): Output.error("InvalidCode: \(message)")
+            case .failure(let error) where error.code == .invalidCode: Output.brokerError(error)
             case .failure(let error): throw error
             }
         }
@@ -223,6 +232,14 @@ struct SignIn: AsyncCommand {
 }
 
 extension SignIn {
+    /// "an 8-digit code", "an 11-digit code", "an 18-digit code", "a 6-digit code": as the number is said.
+    static func article(_ number: Int) -> String {
+        var leading = number
+        while leading >= 1000 { leading /= 1000 }
+        let spokenWithAVowel = [8, 11, 18].contains(leading) || (80...89).contains(leading) || leading >= 800
+        return spokenWithAVowel && leading < 900 ? "An" : "A"
+    }
+
     static func submit(_ code: String, to state: SignInCodeRequiredState) async -> Result<TokenResult, BrokerError> {
         do { return .success(try await state.submitCode(code)) } catch { return .failure(error) }
     }
