@@ -356,7 +356,10 @@ struct Watch: AsyncCommand {
         abstract:
             "Print each change of the device's account, and each warning of a sign-out nobody asked for (after "
             + "inactivity), as it happens, until interrupted.",
-        discussion: "Prints \"watching\" (text) once subscribed; with --json, one JSON object per line.")
+        discussion:
+            "Prints \"watching\" (text) once subscribed; with --json, one JSON object per line. When the broker "
+            + "leaves the bus (it stopped, or is restarting) watch says so and goes on watching: its return shows "
+            + "as a broker-restarted change with the account then.")
     @OptionGroup var common: CommonOptions
 
     func runAsync() async throws {
@@ -364,9 +367,23 @@ struct Watch: AsyncCommand {
             let app = try common.application(clientId: "brokerctl")
             let changes = try await app.subscribeToAccountChanges()
             let warnings = try await app.signOutWarnings()
+            let presence = try await app.brokerPresence()
             if !common.json { print("watching for account changes (Ctrl-C to stop)") }
             Output.flush()
             let json = common.json
+            // The broker leaving (a stop, a crash, a restart; a sign-in in progress ends with it):
+            // said at once, and watching goes on; its return shows as a broker-restarted change.
+            let presenceTold = Task {
+                for await event in presence where event == .left {
+                    if json {
+                        Output.jsonLine(BrokerEventLine(event: "broker-left"))
+                    } else {
+                        print("the broker left the bus (stopped or restarting); watching for its return")
+                    }
+                    Output.flush()
+                }
+            }
+            defer { presenceTold.cancel() }
             // The warnings of a sign-out nobody asked for, between the changes: one line each.
             let warned = Task {
                 for await warning in warnings {

@@ -56,6 +56,20 @@ struct SignInFlowTests {
         #expect(try ctl.waitForExit(timeout: .seconds(20)) == 0, "\(ctl.allOutput)")
     }
 
+    @Test("brokerctl watch says the broker left during a pending sign-in, goes on, and shows its return")
+    func watchSeesTheBrokerLeave() async throws {
+        let env = try BrokerEnvironment()
+        let watch = try env.watch()
+        defer { watch.signal(SIGTERM) }
+        let ctl = try env.startBrokerctl(["sign-in", "--client-id", "mail-app", "--username", carol])
+        defer { ctl.kill() }
+        try ctl.waitForLine(stderr: true) { $0.contains("code was sent") }
+        _ = try env.brokerd.stop()
+        try watch.waitForLine(timeout: .seconds(10)) { $0.hasPrefix("the broker left the bus") }
+        try env.restartBroker()
+        try watch.waitForLine(timeout: .seconds(10)) { $0.hasPrefix("broker-restarted: current none") }
+    }
+
     @Test("an expired code gives CodeExpired and signs nobody in")
     func expiredCode() async throws {
         let env = try BrokerEnvironment(idpArguments: ["--code-lifetime", "1"])
