@@ -62,21 +62,25 @@ struct CurrentAccount: ParsableCommand {
 struct SignIn: AsyncCommand {
     static let configuration = CommandConfiguration(
         commandName: "sign-in",
-        abstract: "Sign a user in for an app: with an emailed code, a password, or in the browser.",
+        abstract:
+            "Sign a user in for an app: with an emailed code, a password, in the browser, or on another device.",
         discussion: """
             With --username alone, the provider emails a one-time code and brokerctl asks for it \
             (type "resend" for a new code). Scripts give codes on standard input with --code-stdin, \
             one per line; a wrong code reads the next line.
               brokerctl sign-in --client-id mail-app --username bob@contoso.example
             The password is read from standard input, never from the command line:
-              echo "$PASSWORD" | brokerctl sign-in --client-id mail-app --username alice@contoso.example --password-stdin
-            --interactive opens the provider's sign-in page in the system browser (desktop portal, else $BROWSER or xdg-open):
+              echo "$PASSWORD" | brokerctl sign-in --client-id mail-app \\
+                  --username alice@contoso.example --password-stdin
+            --interactive opens the provider's sign-in page in the system browser (desktop \
+            portal, else $BROWSER or xdg-open):
               brokerctl sign-in --client-id mail-app --interactive --prompt login
             --device-code, for a device without a browser: brokerctl prints an address and a code (and a \
             QR code when qrencode is installed); sign in there on any device, and brokerctl waits:
               brokerctl sign-in --client-id mail-app --device-code
             In shared mode, signing in as someone else while an account is signed in fails with AccountAlreadySignedIn.
-            """)
+            """,
+        aliases: ["signin"])
     @OptionGroup var client: ClientOptions
     @Option(help: "The user's sign-in name (with --interactive, a hint the sign-in page fills in).") var username:
         String?
@@ -116,7 +120,9 @@ struct SignIn: AsyncCommand {
         }
         if prompt != .selectAccount { throw ValidationError("--prompt goes with --interactive") }
         guard username != nil else {
-            throw ValidationError("give --username (or --interactive to sign in in the browser)")
+            throw ValidationError(
+                "give --username (an emailed code, or a password with --password-stdin), --interactive (in the "
+                    + "browser) or --device-code (on another device)")
         }
         if passwordStdin && codeStdin {
             throw ValidationError("give either --password-stdin or --code-stdin, not both")
@@ -329,7 +335,8 @@ struct Accounts: ParsableCommand {
 
 struct SignOut: AsyncCommand {
     static let configuration = CommandConfiguration(
-        commandName: "sign-out", abstract: "Sign out. In shared mode this signs the whole device out.")
+        commandName: "sign-out", abstract: "Sign out. In shared mode this signs the whole device out.",
+        aliases: ["signout"])
     @OptionGroup var client: ClientOptions
     @Flag(name: .customLong("from-browser"), help: "Also end the identity provider's browser session.")
     var fromBrowser = false
