@@ -121,7 +121,12 @@ public enum IdentityError: Error, Sendable, Equatable, CustomStringConvertible {
             }
             switch error {
             case "unauthorized_client":
-                return BrokerFailure(.unknownClient, Self.unknownClientText(text))
+                // A registered app the provider does not let use this grant (a public client
+                // asking for client credentials): its registration is what to check.
+                return BrokerFailure(
+                    .unknownClient,
+                    "the provider does not let this clientId make this request (\(text)); check the app's "
+                        + "registration at the identity provider")
             case "user_not_found":
                 return BrokerFailure(.userNotFound, text)
             case "invalid_scope" where kind == .refresh:
