@@ -10,7 +10,7 @@ BIN_DIR       = $(shell $(SWIFT) build -c $(CONFIG) --show-bin-path 2>/dev/null)
 DEMO_PACKAGES = libdbus-1-dev libcurl4-openssl-dev pkg-config dbus python3
 # What the test suite needs besides: the Secret Service, a window manager's idle monitor under
 # Xvfb, a notification server, the Python D-Bus clients and the manual pages' tool.
-APT_PACKAGES  = $(DEMO_PACKAGES) python3-dbus python3-gi gnome-keyring curl scdoc \
+APT_PACKAGES  = $(DEMO_PACKAGES) python3-dbus python3-gi gjs gnome-keyring curl scdoc \
 	mutter libgl1-mesa-dri notification-daemon xvfb
 # What `make install` puts under PREFIX (and `make uninstall` removes), relative to PREFIX.
 INSTALLED_FILES = bin/brokerd bin/brokerctl libexec/shared-device-broker/brokerctl-commands share/man/man1/brokerctl.1 share/man/man5/broker.conf.5 \

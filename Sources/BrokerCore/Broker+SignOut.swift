@@ -159,15 +159,33 @@ extension Broker {
                     outcome.note("the provider offers no end_session_endpoint; its browser session stays")
                 }
             } catch {
-                outcome.note(
-                    "the provider's browser session may still be open: its end-session page could not be opened "
-                        + "(\(Self.describe(error)))")
+                // The person reads what it means for them; how the desktop failed (a portal, xdg-open,
+                // its exit status) is brokerd's log's, for whoever maintains the device.
+                logger.notice(
+                    "sign-out: the provider's end-session page could not be opened",
+                    metadata: ["clientId": "\(clientId)", "error": "\(Self.describe(error))"])
+                outcome.note(browserSessionLeftOpen(error))
             }
         } else if fromBrowser {
             outcome.note("the administrator's browserSignOut is never: the provider's browser session stays")
         }
         for note in outcome.notes { logger.notice("sign-out: \(note)", metadata: ["clientId": "\(clientId)"]) }
         return outcome
+    }
+
+    /// The note of a browser session the sign-out could not end: why, in the person's terms, and
+    /// what they can do. A failure of the provider's own says what it said; a desktop that could
+    /// not open a page is only that.
+    private nonisolated func browserSessionLeftOpen(_ error: any Error) -> String {
+        let why =
+            (error as? BrokerFailure)?.code == .browserUnavailable
+            ? "no browser could open the provider's sign-out page on this device"
+            : "the provider's sign-out page could not be reached (\(Self.describe(error)))"
+        let next =
+            configuration.deviceMode == .shared
+            ? "; the next person signing in here is asked for their own credentials all the same" : ""
+        return "the provider's browser session may still be open, as \(why): close any browser window signed in "
+            + "to the provider, or it ends when the provider's session expires\(next)"
     }
 
     /// Does the clean-up a sign-out owes (the administrator's `clearOnSignOut`), or waits for the

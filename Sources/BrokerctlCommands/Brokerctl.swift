@@ -19,11 +19,17 @@ struct Brokerctl: ParsableCommand {
 
             A first session:
               brokerctl device-info
-              echo "$PASSWORD" | brokerctl sign-in --client-id mail-app --username alice@contoso.example --password-stdin
+              echo "$PASSWORD" | brokerctl sign-in --client-id mail-app \\
+                  --username alice@contoso.example --password-stdin
               brokerctl current-account --client-id calendar-app
               brokerctl token --client-id mail-app --scope User.Read
               brokerctl me --client-id mail-app
               brokerctl sign-out --client-id calendar-app
+
+            Signing in: with an emailed code (--username), a password (--password-stdin), \
+            in the browser (--interactive), or on another device, for a kiosk without a \
+            keyboard or browser (--device-code):
+              brokerctl sign-in --client-id mail-app --device-code
             """,
         version: BrokerRelease.version,
         subcommands: [

@@ -62,21 +62,25 @@ struct CurrentAccount: ParsableCommand {
 struct SignIn: AsyncCommand {
     static let configuration = CommandConfiguration(
         commandName: "sign-in",
-        abstract: "Sign a user in for an app: with an emailed code, a password, or in the browser.",
+        abstract:
+            "Sign a user in for an app: with an emailed code, a password, in the browser, or on another device.",
         discussion: """
             With --username alone, the provider emails a one-time code and brokerctl asks for it \
             (type "resend" for a new code). Scripts give codes on standard input with --code-stdin, \
             one per line; a wrong code reads the next line.
               brokerctl sign-in --client-id mail-app --username bob@contoso.example
             The password is read from standard input, never from the command line:
-              echo "$PASSWORD" | brokerctl sign-in --client-id mail-app --username alice@contoso.example --password-stdin
-            --interactive opens the provider's sign-in page in the system browser (desktop portal, else $BROWSER or xdg-open):
+              echo "$PASSWORD" | brokerctl sign-in --client-id mail-app \\
+                  --username alice@contoso.example --password-stdin
+            --interactive opens the provider's sign-in page in the system browser (desktop \
+            portal, else $BROWSER or xdg-open):
               brokerctl sign-in --client-id mail-app --interactive --prompt login
             --device-code, for a device without a browser: brokerctl prints an address and a code (and a \
             QR code when qrencode is installed); sign in there on any device, and brokerctl waits:
               brokerctl sign-in --client-id mail-app --device-code
             In shared mode, signing in as someone else while an account is signed in fails with AccountAlreadySignedIn.
-            """)
+            """,
+        aliases: ["signin"])
     @OptionGroup var client: ClientOptions
     @Option(help: "The user's sign-in name (with --interactive, a hint the sign-in page fills in).") var username:
         String?
@@ -116,7 +120,9 @@ struct SignIn: AsyncCommand {
         }
         if prompt != .selectAccount { throw ValidationError("--prompt goes with --interactive") }
         guard username != nil else {
-            throw ValidationError("give --username (or --interactive to sign in in the browser)")
+            throw ValidationError(
+                "give --username (an emailed code, or a password with --password-stdin), --interactive (in the "
+                    + "browser) or --device-code (on another device)")
         }
         if passwordStdin && codeStdin {
             throw ValidationError("give either --password-stdin or --code-stdin, not both")
@@ -155,7 +161,16 @@ struct SignIn: AsyncCommand {
                 }
                 result = try await app.signIn(username: username, password: password, scopes: scopes)
             } else if let username {
-                result = try await signInWithCode(app.signIn(username: username, scopes: scopes))
+                do {
+                    result = try await signInWithCode(app.signIn(username: username, scopes: scopes))
+                } catch BrokerError.interactionRequired(let message) {
+                    // The emailed code is the default, so the person may not know the other ways in.
+                    Output.brokerError(.interactionRequired(message))
+                    Output.note(
+                        "To sign in another way: --password-stdin (a password), --device-code (on another device), "
+                            + "or --interactive (in the browser).")
+                    throw ExitCode(1)
+                }
             } else {
                 throw ValidationError("give --username")
             }
@@ -196,8 +211,8 @@ struct SignIn: AsyncCommand {
     private func signInWithCode(_ state: SignInCodeRequiredState) async throws -> TokenResult {
         if !codeStdin || !common.json {
             Output.note(
-                "A \(state.codeLength)-digit code was sent by \(Output.shown(state.channel)) to "
-                    + "\(Output.shown(state.sentTo)).")
+                "\(Self.article(state.codeLength)) \(state.codeLength)-digit code was sent by "
+                    + "\(Output.shown(state.channel)) to \(Output.shown(state.sentTo)).")
         }
         while true {
             if !codeStdin { Output.prompt("Code (or \"resend\"): ") }
@@ -215,7 +230,7 @@ struct SignIn: AsyncCommand {
             // A wrong code leaves the flow open: ask again. Anything else ends it.
             switch await Self.submit(code, to: state) {
             case .success(let result): return result
-            case .failure(.invalidCode(let message)): Output.error("InvalidCode: \(message)")
+            case .failure(let error) where error.code == .invalidCode: Output.brokerError(error)
             case .failure(let error): throw error
             }
         }
@@ -223,6 +238,14 @@ struct SignIn: AsyncCommand {
 }
 
 extension SignIn {
+    /// "an 8-digit code", "an 11-digit code", "an 18-digit code", "a 6-digit code": as the number is said.
+    static func article(_ number: Int) -> String {
+        var leading = number
+        while leading >= 1000 { leading /= 1000 }
+        let spokenWithAVowel = [8, 11, 18].contains(leading) || (80...89).contains(leading) || leading >= 800
+        return spokenWithAVowel && leading < 900 ? "An" : "A"
+    }
+
     static func submit(_ code: String, to state: SignInCodeRequiredState) async -> Result<TokenResult, BrokerError> {
         do { return .success(try await state.submitCode(code)) } catch { return .failure(error) }
     }
@@ -312,7 +335,8 @@ struct Accounts: ParsableCommand {
 
 struct SignOut: AsyncCommand {
     static let configuration = CommandConfiguration(
-        commandName: "sign-out", abstract: "Sign out. In shared mode this signs the whole device out.")
+        commandName: "sign-out", abstract: "Sign out. In shared mode this signs the whole device out.",
+        aliases: ["signout"])
     @OptionGroup var client: ClientOptions
     @Flag(name: .customLong("from-browser"), help: "Also end the identity provider's browser session.")
     var fromBrowser = false
@@ -339,7 +363,10 @@ struct Watch: AsyncCommand {
         abstract:
             "Print each change of the device's account, and each warning of a sign-out nobody asked for (after "
             + "inactivity), as it happens, until interrupted.",
-        discussion: "Prints \"watching\" (text) once subscribed; with --json, one JSON object per line.")
+        discussion:
+            "Prints \"watching\" (text) once subscribed; with --json, one JSON object per line. When the broker "
+            + "leaves the bus (it stopped, or is restarting) watch says so and goes on watching: its return shows "
+            + "as a broker-restarted change with the account then.")
     @OptionGroup var common: CommonOptions
 
     func runAsync() async throws {
@@ -347,9 +374,23 @@ struct Watch: AsyncCommand {
             let app = try common.application(clientId: "brokerctl")
             let changes = try await app.subscribeToAccountChanges()
             let warnings = try await app.signOutWarnings()
+            let presence = try await app.brokerPresence()
             if !common.json { print("watching for account changes (Ctrl-C to stop)") }
             Output.flush()
             let json = common.json
+            // The broker leaving (a stop, a crash, a restart; a sign-in in progress ends with it):
+            // said at once, and watching goes on; its return shows as a broker-restarted change.
+            let presenceTold = Task {
+                for await event in presence where event == .left {
+                    if json {
+                        Output.jsonLine(BrokerEventLine(event: "broker-left"))
+                    } else {
+                        print("the broker left the bus (stopped or restarting); watching for its return")
+                    }
+                    Output.flush()
+                }
+            }
+            defer { presenceTold.cancel() }
             // The warnings of a sign-out nobody asked for, between the changes: one line each.
             let warned = Task {
                 for await warning in warnings {

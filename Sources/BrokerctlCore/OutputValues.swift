@@ -57,6 +57,12 @@ public struct WarningLine: Encodable {
     }
 }
 
+/// `watch --json`: the broker left the bus (`broker-left`).
+public struct BrokerEventLine: Encodable {
+    var event: String
+    public init(event: String) { self.event = event }
+}
+
 /// `watch --json`: a change of the device's account.
 public struct WatchLine: Encodable {
     var reason: String

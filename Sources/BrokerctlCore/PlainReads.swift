@@ -16,7 +16,12 @@ public enum PlainReads {
             var rows = [
                 ("Device mode", info.deviceMode.rawValue), ("Broker version", info.brokerVersion),
                 ("Device id", info.deviceId), ("Tenant", info.tenantId.isEmpty ? "(not set)" : info.tenantId),
-                ("Authority", info.authority), ("Single sign-on", describe(info.singleSignOn)),
+                ("Authority", info.authority),
+                (
+                    "Single sign-on",
+                    describe(
+                        info.singleSignOn, discoveryError: info.extraDeviceInformation[DeviceFact.discoveryError])
+                ),
             ]
             rows += info.extraDeviceInformation.sorted { $0.key < $1.key }.map { ($0.key, $0.value) }
             Output.fields(rows)
@@ -45,9 +50,15 @@ public enum PlainReads {
         }
     }
 
-    /// The single sign-on the device offers, in words.
-    public static func describe(_ singleSignOn: [SingleSignOnMechanism]?) -> String {
-        guard let singleSignOn else { return "unknown (the broker has not reached the identity provider yet)" }
+    /// The single sign-on the device offers, in words. Not known until the provider's discovery
+    /// document is read: `discoveryError` is why that failed, when it did.
+    public static func describe(_ singleSignOn: [SingleSignOnMechanism]?, discoveryError: String? = nil) -> String {
+        guard let singleSignOn else {
+            if let discoveryError, !discoveryError.isEmpty {
+                return "unknown (the identity provider's discovery failed: \(discoveryError))"
+            }
+            return "unknown (the broker has not reached the identity provider yet)"
+        }
         guard !singleSignOn.isEmpty else { return "none (each app signs in for itself)" }
         return Output.list(singleSignOn.map(\.rawValue))
     }

@@ -47,12 +47,31 @@ public enum HTTPError: Error, Sendable, Equatable, CustomStringConvertible {
         case .responseTooLarge(let limit):
             return "The HTTP response exceeded the limit of \(limit) bytes and was aborted"
         case .tls(let detail):
-            return "TLS failure: \(detail). Check the server certificate and the system trust store"
+            return "TLS failure: \(detail). \(Self.tlsAdvice(detail))"
         case .transport(let code, let message):
             return "HTTP transfer failed (libcurl error \(code)): \(message)"
         case .cancelled:
             return "The HTTP request was cancelled"
         }
+    }
+}
+
+extension HTTPError {
+    /// What to check after a TLS failure, from libcurl's reason: a certificate that did not
+    /// verify is the trust store's matter, but a server that answered plain HTTP (an https URL
+    /// on an http port) is the URL's, and advice about certificates would send the person astray.
+    static func tlsAdvice(_ detail: String) -> String {
+        let reason = detail.lowercased()
+        let plainHTTP = ["wrong version number", "packet length too long", "unexpected tls packet", "http request"]
+        if plainHTTP.contains(where: reason.contains) {
+            return "The server answered in plain HTTP, not TLS: use an http:// URL for it, or the port where it "
+                + "serves HTTPS"
+        }
+        if ["certificate", "verif", "issuer", "self-signed", "self signed", "pinned"].contains(where: reason.contains) {
+            return "Check the server certificate and the system trust store"
+        }
+        return "The TLS handshake failed: check that the server serves HTTPS on this port, with a TLS version and "
+            + "ciphers the system's TLS library accepts"
     }
 }
 

@@ -104,6 +104,12 @@ public enum IdentityError: Error, Sendable, Equatable, CustomStringConvertible {
             if status >= 500 || status == 429 {
                 return BrokerFailure([429, 502, 503, 504].contains(status) ? .serverUnavailable : .serverError, text)
             }
+            // An app the provider does not know (Entra's AADSTS700016 comes with invalid_client
+            // or, from native authentication, unauthorized_client) is the same on every path: no
+            // other mechanism and no person signing in can make the provider know it.
+            if error == "invalid_client" || codes.contains(700016) {
+                return BrokerFailure(.unknownClient, Self.unknownClientText(text))
+            }
             if kind.isSingleSignOn {
                 // Whatever the provider refuses here (a dead grant, a client it may not serve,
                 // a grant type it stopped taking), the way on is another mechanism or a person.
@@ -114,8 +120,13 @@ public enum IdentityError: Error, Sendable, Equatable, CustomStringConvertible {
                         && !Self.asksForThePerson(codes: codes, suberror: suberror))
             }
             switch error {
-            case "invalid_client", "unauthorized_client":
-                return BrokerFailure(.unknownClient, "the provider does not know this clientId: \(text)")
+            case "unauthorized_client":
+                // A registered app the provider does not let use this grant (a public client
+                // asking for client credentials): its registration is what to check.
+                return BrokerFailure(
+                    .unknownClient,
+                    "the provider does not let this clientId make this request (\(text)); check the app's "
+                        + "registration at the identity provider")
             case "user_not_found":
                 return BrokerFailure(.userNotFound, text)
             case "invalid_scope" where kind == .refresh:
@@ -153,6 +164,12 @@ public enum IdentityError: Error, Sendable, Equatable, CustomStringConvertible {
 }
 
 extension IdentityError {
+    /// What an app the provider refuses to know is told: the provider's words, and what to do.
+    static func unknownClientText(_ text: String) -> String {
+        "the provider does not know this clientId (\(text)); the app's clientId must be registered at the "
+            + "identity provider"
+    }
+
     /// Entra answers a refresh that needs the person (multi-factor authentication, a
     /// conditional-access policy, consent) with `invalid_grant` too, told apart by its suberror or
     /// AADSTS code: the grant is not gone, the person must act.

@@ -59,7 +59,7 @@ extension OIDCProvider {
                 ])
         else { throw Self.notOffered }
         guard step["challenge_type"]?.string == "password", let next = step["continuation_token"]?.string else {
-            throw Self.unexpectedChallenge(step, wanted: "a password")
+            throw Self.unexpectedChallenge(step, wanted: .password)
         }
         return try await grant(
             .signIn(.password), clientId: clientId, scopes: scopes,
@@ -81,7 +81,7 @@ extension OIDCProvider {
                     ("client_id", clientId), ("challenge_type", challenge.rawValue), ("username", username),
                 ])
         else { return nil }
-        if answer["challenge_type"]?.string == "redirect" { throw Self.redirect }
+        if answer["challenge_type"]?.string == "redirect" { throw Self.redirect(username, for: challenge) }
         guard let continuation = answer["continuation_token"]?.string else {
             throw BrokerFailure(.serverError, "the provider's initiate answer has no continuation_token")
         }
@@ -100,7 +100,7 @@ extension OIDCProvider {
                 ])
         else { throw Self.notOffered }
         guard step["challenge_type"]?.string == "oob", let next = step["continuation_token"]?.string else {
-            throw Self.unexpectedChallenge(step, wanted: "a one-time code")
+            throw Self.unexpectedChallenge(step, wanted: .code)
         }
         let length = step["code_length"]?.int64 ?? 0
         // Shown to the person as the provider words them, after the outside-text rule.
@@ -135,14 +135,31 @@ extension OIDCProvider {
         .notSupported,
         "the provider offers no native authentication (no {authority}/oauth2/v2.0/initiate); use interactive sign-in")
 
-    static let redirect = BrokerFailure(
-        .interactionRequired,
-        "the provider wants this sign-in to happen in the browser; use interactive sign-in")
+    /// The provider's `redirect` to a flow the broker asked for: Entra gives no other reason, and
+    /// answers so when the user has no such method (no email one-time passcode, no password), so
+    /// the person is told that, and the other ways in, rather than only "the browser".
+    static func redirect(_ username: String?, for challenge: NativeChallenge) -> BrokerFailure {
+        let user = username.map { OutsideText.escaped($0) } ?? "this user"
+        switch challenge {
+        case .code:
+            return BrokerFailure(
+                .interactionRequired,
+                "the provider cannot send \(user) a one-time code by email (it wants the browser instead, as it does "
+                    + "for a user without an email-code method); sign in with a password, a device code or in the "
+                    + "browser")
+        case .password:
+            return BrokerFailure(
+                .interactionRequired,
+                "the provider cannot sign \(user) in with a password (it wants the browser instead, as it does for a "
+                    + "user without a password); sign in with an emailed code, a device code or in the browser")
+        }
+    }
 
-    static func unexpectedChallenge(_ step: JSONValue, wanted: String) -> BrokerFailure {
-        if step["challenge_type"]?.string == "redirect" { return redirect }
+    static func unexpectedChallenge(_ step: JSONValue, wanted: NativeChallenge) -> BrokerFailure {
+        if step["challenge_type"]?.string == "redirect" { return redirect(nil, for: wanted) }
         return BrokerFailure(
             .notSupported,
-            "the provider asked for \(step["challenge_type"]?.string ?? "nothing") where the broker offered \(wanted)")
+            "the provider asked for \(step["challenge_type"]?.string ?? "nothing") where the broker offered "
+                + (wanted == .code ? "a one-time code" : "a password"))
     }
 }

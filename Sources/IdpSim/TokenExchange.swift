@@ -171,12 +171,13 @@ struct TokenExchange: Sendable {
             authTime: Date(), isExchange: true)
     }
 
-    /// The administrator's switch per application (`singleSignOn: false` in the users file).
+    /// The administrator's switch per application (`singleSignOn: false` in the users file). No
+    /// AADSTS700016 here: that code says the application is not registered at all, and this one is.
     func permitSingleSignOn(_ client: ClientRegistration) throws {
         guard client.singleSignOn else {
             throw OAuthError(
                 status: .badRequest, error: "unauthorized_client",
-                description: "The application '\(client.clientId)' may not use single sign-on.", codes: [700016])
+                description: "The application '\(client.clientId)' may not use single sign-on.")
         }
     }
 }

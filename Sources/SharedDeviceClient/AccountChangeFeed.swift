@@ -105,7 +105,9 @@ struct AccountChangeFeed: Sendable {
         previous lastKnown: inout Account??,
         continuation: AsyncThrowingStream<AccountChange, any Error>.Continuation
     ) async {
-        guard let current = try? await currentAccountProperty() else { return }
+        // Not `try?`: it flattens the optional, and nobody signed in would read as a failure.
+        let current: Account?
+        do { current = try await currentAccountProperty() } catch { return }
         continuation.yield(AccountChange(current: current, previous: lastKnown ?? nil, reason: .brokerRestarted))
         lastKnown = .some(current)
     }

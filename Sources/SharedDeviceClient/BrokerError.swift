@@ -38,9 +38,15 @@ extension BrokerError: CustomStringConvertible {
         }
     }
 
-    /// The D-Bus error name this stands for (broker errors keep theirs).
+    /// How the message of a `brokerUnavailable` begins when no bus could be reached at all.
+    static let cannotConnectPrefix = "could not connect to"
+
+    /// The D-Bus error name this stands for (broker errors keep theirs). No bus is libdbus's
+    /// `NoServer`, not `ServiceUnknown`: that is a bus that answered without the broker on it.
     public var errorName: String {
         switch self {
+        case .brokerUnavailable(let message) where message.hasPrefix(Self.cannotConnectPrefix):
+            return "org.freedesktop.DBus.Error.NoServer"
         case .brokerUnavailable: return "org.freedesktop.DBus.Error.ServiceUnknown"
         case .timedOut: return "org.freedesktop.DBus.Error.NoReply"
         case .dbus(let name, _): return name

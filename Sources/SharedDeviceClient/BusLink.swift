@@ -5,7 +5,7 @@ import Logging
 
 /// The application object's one connection to the bus, opened again on the next use after the
 /// bus dropped it. Every call to the broker goes through ``call(_:_:timeout:)`` or, on a connection
-/// of its own, ``askOnce(_:address:timeout:)``; ``brokerError(_:)`` and ``cannotConnect(_:)`` are
+/// of its own, ``askOnce(_:address:timeout:)``; ``brokerError(_:)`` and ``cannotConnect(_:address:)`` are
 /// the one place where D-Bus errors become ``BrokerError``s.
 final class BusLink: Sendable {
     private enum State {
@@ -44,7 +44,7 @@ final class BusLink: Sendable {
                 try address.map { try DBusConnection(address: $0, logger: logger) }
                 ?? DBusConnection.sessionBus(logger: logger)
         } catch {
-            throw Self.cannotConnect(error)
+            throw Self.cannotConnect(error, address: address)
         }
         // Another task may have reconnected meanwhile: keep one connection, close the other.
         let (kept, spare): (DBusConnection?, DBusConnection?) = state.withLock { state in
@@ -93,7 +93,7 @@ final class BusLink: Sendable {
         do {
             connection = try DBusBlockingConnection(address: address ?? DBusConnection.sessionBusAddress())
         } catch {
-            throw cannotConnect(error)
+            throw cannotConnect(error, address: address)
         }
         let reply: [DBusValue]
         do {
@@ -139,8 +139,14 @@ final class BusLink: Sendable {
         }
     }
 
-    /// A failure to open a connection: no bus at that address (or none set).
-    static func cannotConnect(_ error: any Error) -> BrokerError {
-        .brokerUnavailable("cannot connect to the bus: \((error as? DBusError)?.message ?? "\(error)")")
+    /// A failure to open a connection: no bus at that address (or none set). Still
+    /// `brokerUnavailable` (worth a retry later), but named and worded as the bus's failure, not
+    /// as a broker missing from a bus that answered (``BrokerError/errorName``).
+    static func cannotConnect(_ error: any Error, address: String?) -> BrokerError {
+        let reason = (error as? DBusError)?.message ?? "\(error)"
+        let bus =
+            address.map { "the bus at \($0)" }
+            ?? (try? DBusConnection.sessionBusAddress()).map { "the session bus at \($0)" } ?? "the session bus"
+        return .brokerUnavailable("\(BrokerError.cannotConnectPrefix) \(bus): \(reason)")
     }
 }

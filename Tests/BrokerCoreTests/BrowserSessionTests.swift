@@ -103,11 +103,14 @@ import Testing
 
     @Test func anEndSessionPageThatCannotBeOpenedLeavesTheSignOutStanding() async throws {
         let h = Harness()
-        h.provider.endSession = .failure(BrokerFailure(.browserUnavailable, "no browser could be opened"))
+        h.provider.endSession = .failure(
+            BrokerFailure(.browserUnavailable, "no browser could be opened: xdg-open failed (exit status 3)"))
         _ = try await h.signIn(client: "mail")
         let outcome = try await h.broker.signOut(clientId: "mail", accountId: "")
         #expect(!outcome.browserSessionEnded)
         #expect(outcome.notes.contains { $0.contains("browser session may still be open") }, "\(outcome.notes)")
+        #expect(outcome.notes.contains { $0.contains("close any browser window") }, "\(outcome.notes)")
+        #expect(!outcome.notes.contains { $0.contains("xdg-open") }, "\(outcome.notes)")
         #expect(h.broker.deviceAccount == nil)
         #expect(h.changes.changes.last?.current == nil)
     }

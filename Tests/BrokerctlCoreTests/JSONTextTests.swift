@@ -89,6 +89,7 @@ struct JSONTextTests {
                     notCleanedUp: [])))
         try Self.expectSame(WarningLine(.pending(reason: .idle, deadline: 1_795_710_590_000_000)))
         try Self.expectSame(WarningLine(.cancelled(reason: .lock)))
+        try Self.expectSame(BrokerEventLine(event: "broker-left"))
         try Self.expectSame(WatchLine(reason: "signed-in", current: Self.alice, previous: nil, cause: nil))
         try Self.expectSame(WatchLine(reason: "signed-out", current: nil, previous: Self.alice, cause: "provider"))
         try Self.expectSame(SignInOptions(flows: [.password, .emailCode], singleSignOn: [.nativeSSO]))

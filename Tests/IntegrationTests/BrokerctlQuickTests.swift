@@ -45,6 +45,33 @@ struct BrokerctlQuickTests {
         }
     }
 
+    @Test("help: every example copies whole at 80 columns, --device-code is offered, signin and signout work")
+    func helpForNewcomers() async throws {
+        let env = try await offThePool { try BrokerEnvironment() }
+        for command in [["--help"], ["sign-in", "--help"]] {
+            let help = try env.brokerctl(command)
+            #expect(help.status == 0, "\(help.stderr)")
+            let lines = help.stdout.split(separator: "\n", omittingEmptySubsequences: false)
+            // The long example continues with a backslash and an indented line; wrapped by the
+            // help's 80 columns instead, it left the rest of the command at the start of a line.
+            #expect(
+                help.stdout.contains(
+                    "  echo \"$PASSWORD\" | brokerctl sign-in --client-id mail-app \\\n"
+                        + "      --username alice@contoso.example --password-stdin\n"), "\(help.stdout)")
+            for (index, line) in lines.enumerated() where line.hasSuffix("\\") {
+                #expect(index + 1 < lines.count && lines[index + 1].hasPrefix("      "), "\(command): \(line)")
+            }
+            #expect(!lines.contains { $0.hasPrefix("alice@") }, "\(help.stdout)")
+            #expect(help.stdout.contains("--device-code"), "\(command)")
+        }
+        let noUsername = try env.brokerctl(["sign-in", "--client-id", "mail-app"])
+        #expect(noUsername.status != 0 && noUsername.stderr.contains("--device-code"), "\(noUsername.stderr)")
+        let signin = try env.brokerctl(["signin", "--client-id", "mail-app", "--username", "two words"])
+        #expect(signin.stderr.contains("io.shareddevice.Broker1.Error.InvalidUsername"), "\(signin.stderr)")
+        let signout = try env.brokerctl(["signout", "--client-id", "mail-app"])
+        #expect(signout.stderr.contains("io.shareddevice.Broker1.Error.NoAccount"), "\(signout.stderr)")
+    }
+
     @Test("brokerctl alone answers the plain reads; for anything else it names the program it misses")
     func withoutTheCommands() async throws {
         let env = try await offThePool { try BrokerEnvironment() }

@@ -104,12 +104,16 @@ struct ClientLibraryTests {
             #expect(error.errorName == "org.freedesktop.DBus.Error.ServiceUnknown")
         }
 
-        // No bus at all.
-        #expect(throws: BrokerError.self) {
-            try PublicClientApplication(
-                clientId: "mail-app",
-                configuration: BrokerClientConfiguration(
-                    busAddress: "unix:path=\(env.directory.path)/no-such-bus"))
+        // No bus at all: said as such, with the address and the reason, and not as ServiceUnknown.
+        let noBus = "unix:path=\(env.directory.path)/no-such-bus"
+        do {
+            _ = try PublicClientApplication(
+                clientId: "mail-app", configuration: BrokerClientConfiguration(busAddress: noBus))
+            Issue.record("expected brokerUnavailable")
+        } catch {
+            #expect(error.isBrokerUnavailable, "\(error)")
+            #expect(error.errorName == "org.freedesktop.DBus.Error.NoServer", "\(error)")
+            #expect(error.message.hasPrefix("could not connect to the bus at \(noBus): "), "\(error)")
         }
     }
 
@@ -156,7 +160,9 @@ struct ClientLibraryTests {
                     busAddress: "unix:path=\(env.directory.path)/no-such-bus")
             ).deviceInformation()
         } throws: { error in
-            (error as? BrokerError)?.message.hasPrefix("cannot connect to the bus: ") == true
+            let error = error as? BrokerError
+            return error?.message.hasPrefix("could not connect to the bus at unix:path=") == true
+                && error?.errorName == "org.freedesktop.DBus.Error.NoServer" && error?.isBrokerUnavailable == true
         }
     }
 

@@ -3,7 +3,7 @@ import TestSupport
 import Testing
 
 /// The examples, run as a person (or `make demo`) runs them.
-@Suite("Examples: the multi-app demo, the ported tutorial app, the Python client", .serialized)
+@Suite("Examples: the multi-app demo, the ported tutorial app, the Python and GJS clients", .serialized)
 struct ExamplesTests {
     /// The repository's `examples/` directory.
     static let examples = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
@@ -168,5 +168,37 @@ struct ExamplesTests {
         #expect(try client.waitForExit(timeout: .seconds(10)) == 0)
         #expect(
             client.stdoutLines.contains("AccountChanged: signed-in current=\(TestUsers.alice.username) previous=none"))
+    }
+
+    /// Debian's `gjs` (in the Makefile's packages); without it the test is skipped, saying so.
+    static var gjsAvailable: Bool { access("/usr/bin/gjs", X_OK) == 0 }
+
+    @Test(
+        "the GJS client (Gio.DBusProxy) reads the broker, hears AccountChanged, and shows a broker error",
+        .enabled(if: ExamplesTests.gjsAvailable, "needs /usr/bin/gjs: sudo apt-get install gjs (make deps does)"))
+    func gjsClient() throws {
+        let env = try BrokerEnvironment()
+        let script = Self.examples + "/gjs/broker_client.js"
+        let client = try ChildProcess(
+            "broker_client.js", executable: "/usr/bin/gjs",
+            arguments: ["-m", script, "--address", env.bus.address, "--client-id", "mail-app", "--timeout", "20"])
+        try client.waitForLine(timeout: .seconds(15)) { $0 == "waiting for AccountChanged" }
+        #expect(client.stdoutLines.contains("device mode: shared"), "\(client.allOutput)")
+        #expect(client.stdoutLines.contains("current account: none"), "\(client.allOutput)")
+        #expect(try env.signIn(TestUsers.alice, client: "notes-app").status == 0)
+        try client.waitForLine(timeout: .seconds(10)) { $0.hasPrefix("AccountChanged:") }
+        #expect(try client.waitForExit(timeout: .seconds(10)) == 0, "\(client.allOutput)")
+        #expect(
+            client.stdoutLines.contains("AccountChanged: signed-in current=\(TestUsers.alice.username) previous=none"),
+            "\(client.allOutput)")
+
+        // A broker error reaches the app with its D-Bus name.
+        let refused = try ChildProcess(
+            "broker_client.js", executable: "/usr/bin/gjs",
+            arguments: ["-m", script, "--address", env.bus.address, "--client-id", ""])
+        #expect(try refused.waitForExit(timeout: .seconds(15)) == 1)
+        #expect(
+            refused.stdoutLines.contains { $0.hasPrefix("error: io.shareddevice.Broker1.Error.InvalidArgument: ") },
+            "\(refused.allOutput)")
     }
 }

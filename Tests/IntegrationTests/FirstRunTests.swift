@@ -164,6 +164,11 @@ struct FirstRunTests {
         let discoveryError = facts?[DeviceFact.discoveryError] as? String
         #expect(
             discoveryError?.contains("answered HTTP 404: is the authority the provider's issuer?") == true, "\(info)")
+        // In text, single sign-on is unknown because discovery failed, not because nothing was tried.
+        let text = try await offThePool { try env.brokerctl(["device-info"]) }
+        let line = text.stdout.split(separator: "\n").first { $0.hasPrefix("Single sign-on") } ?? ""
+        #expect(line.contains("discovery failed") && line.contains("404"), "\(text.stdout)")
+        #expect(!text.stdout.contains("has not reached"), "\(text.stdout)")
 
         // Each call names the mistake, never a provider to wait for nor a flow it lacks.
         let options = try await offThePool { try env.brokerctl(["sign-in-options", "--client-id", "mail-app"]) }

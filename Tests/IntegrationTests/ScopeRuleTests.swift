@@ -12,6 +12,17 @@ struct ScopeRuleTests {
     static let advice =
         "sign in again with them: AcquireTokenInteractive (or SignInWithPassword/StartSignIn) with scopes"
 
+    @Test("AcquireTokenSilent takes empty scopes, as docs/dbus-api.md says: the reserved scopes alone")
+    func emptyScopes() async throws {
+        let env = try BrokerEnvironment()
+        #expect(try env.signIn(alice, client: "mail-app").status == 0)
+        for app in ["mail-app", "calendar-app"] {
+            let token = try env.gdbusCall(.acquireTokenSilent, [app, "[]", "", "{}"])
+            #expect(token.status == 0, "\(app): \(token.stderr)")
+            #expect(token.stdout.contains("'scopes': <['offline_access', 'openid', 'profile']>"), "\(token.stdout)")
+        }
+    }
+
     @Test(
         "each mechanism: wider scopes without a browser, for an app given single sign-on and the one that signed in",
         arguments: SingleSignOnTests.providers.map(\.mechanism))

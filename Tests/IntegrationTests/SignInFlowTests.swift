@@ -22,7 +22,7 @@ struct SignInFlowTests {
         let first = try #require(try await env.latestCode(for: carol))
 
         try ctl.type(ClientLibraryTests.wrongCode(than: first))
-        try ctl.waitForLine(stderr: true) { $0.contains("InvalidCode") }
+        try ctl.waitForLine(stderr: true) { $0.contains("brokerctl: io.shareddevice.Broker1.Error.InvalidCode: ") }
         try ctl.type("resend")
         try ctl.waitForLine(stderr: true) { $0.contains("A new code was sent") }
         let second = try #require(try await env.latestCode(for: carol))
@@ -34,6 +34,40 @@ struct SignInFlowTests {
         let result = try CommandResult(status: 0, stdout: ctl.stdoutText, stderr: "").json()
         #expect((result["account"] as? [String: Any])?["username"] as? String == carol)
         #expect(try env.brokerctl(["current-account", "--client-id", "notes-app"]).stdout.contains(carol))
+    }
+
+    @Test("a user without email codes is told so, and the other ways in; the demo users file has one with them")
+    func userWithoutEmailCodes() async throws {
+        let users = try String(contentsOfFile: ExamplesTests.examples + "/demo-users.json", encoding: .utf8)
+        let env = try BrokerEnvironment(tenant: "contoso-demo", usersFile: users)
+        let alice = try env.brokerctl(
+            ["sign-in", "--client-id", "mail-app", "--username", self.alice.username, "--code-stdin"], stdin: "")
+        #expect(alice.status == 1)
+        #expect(alice.stderr.contains("io.shareddevice.Broker1.Error.InteractionRequired"), "\(alice.stderr)")
+        #expect(alice.stderr.contains("cannot send \(self.alice.username) a one-time code by email"), "\(alice.stderr)")
+        for way in ["--password-stdin", "--device-code", "--interactive"] {
+            #expect(alice.stderr.contains(way), "\(alice.stderr)")
+        }
+        #expect(try await env.outbox().isEmpty)
+
+        let ctl = try env.startBrokerctl(["sign-in", "--client-id", "mail-app", "--username", carol])
+        try ctl.waitForLine(stderr: true) { $0.contains("An 8-digit code was sent by email to") }
+        try ctl.type(try #require(try await env.latestCode(for: carol)))
+        #expect(try ctl.waitForExit(timeout: .seconds(20)) == 0, "\(ctl.allOutput)")
+    }
+
+    @Test("brokerctl watch says the broker left during a pending sign-in, goes on, and shows its return")
+    func watchSeesTheBrokerLeave() async throws {
+        let env = try BrokerEnvironment()
+        let watch = try env.watch()
+        defer { watch.signal(SIGTERM) }
+        let ctl = try env.startBrokerctl(["sign-in", "--client-id", "mail-app", "--username", carol])
+        defer { ctl.kill() }
+        try ctl.waitForLine(stderr: true) { $0.contains("code was sent") }
+        _ = try env.brokerd.stop()
+        try watch.waitForLine(timeout: .seconds(10)) { $0.hasPrefix("the broker left the bus") }
+        try env.restartBroker()
+        try watch.waitForLine(timeout: .seconds(10)) { $0.hasPrefix("broker-restarted: current none") }
     }
 
     @Test("an expired code gives CodeExpired and signs nobody in")

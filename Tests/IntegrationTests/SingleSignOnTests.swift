@@ -66,6 +66,26 @@ struct SingleSignOnTests {
         #expect(try env.stateFile()["singleSignOn"] == nil)
     }
 
+    @Test(
+        "an app the provider does not know is UnknownClient through each mechanism, as at a password sign-in",
+        arguments: providers.map(\.mechanism))
+    func unknownApp(mechanism: String) async throws {
+        let idpArguments = try #require(Self.providers.first { $0.mechanism == mechanism }).idpArguments
+        let env = try BrokerEnvironment(idpArguments: idpArguments)
+        let signIn = try env.signIn(alice, client: "mail-app")
+        #expect(signIn.status == 0, "\(signIn.stderr)")
+        let token = try env.brokerctl(["token", "--client-id", "unknown-app", "--scope", "User.Read"])
+        #expect(token.status == 1)
+        #expect(token.stderr.contains("io.shareddevice.Broker1.Error.UnknownClient"), "\(token.stderr)")
+        #expect(!token.stderr.contains("InteractionRequired") && !token.stderr.contains("interactively"))
+        #expect(token.stderr.contains("registered"), "\(token.stderr)")
+        let password = try env.signIn(alice, client: "unknown-app")
+        #expect(password.stderr.contains("io.shareddevice.Broker1.Error.UnknownClient"), "\(password.stderr)")
+        // The device's sign-in is untouched.
+        let mail = try env.brokerctl(["token", "--client-id", "mail-app", "--scope", "User.Read"])
+        #expect(mail.status == 0, "\(mail.stderr)")
+    }
+
     @Test("every sign-in flow starts single sign-on: the email code and the browser, as the password does")
     func everySignInFlow() async throws {
         let env = try BrokerEnvironment(idpArguments: ["--without", "family-tokens"])
