@@ -127,11 +127,11 @@ struct ScopeRuleTests {
             ),
             (
                 #"{"clients": [{"clientId": "mail-app", "defaultScopes": "User.Read"}]}"#,
-                "has clients[0].defaultScopes that is not an array of strings"
+                #"clients[0].defaultScopes is "User.Read"; it takes an array of strings"#
             ),
             (
                 #"{"clients": [{"clientId": "mail-app", "defaultScopes": [true]}]}"#,
-                "has clients[0].defaultScopes that is not an array of strings"
+                "clients[0].defaultScopes is [true]; it takes an array of strings"
             ),
         ] as [(String, String)])
     func refusedAtStart(_ text: String, _ why: String) throws {
