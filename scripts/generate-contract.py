@@ -233,8 +233,10 @@ def interface_file(iface):
     lines.append("        ],")
     lines.append("        properties: [")
     for prop in iface.element.findall("property"):
-        lines.append("            .init(name: %s, signature: %s, access: .%s),"
-                     % (quoted(prop.get("name")), quoted(prop.get("type")), prop.get("access")))
+        emits = emits_changed_signal(prop)
+        lines.append("            .init(name: %s, signature: %s, access: .%s%s),"
+                     % (quoted(prop.get("name")), quoted(prop.get("type")), prop.get("access"),
+                        ", emitsChangedSignal: .%s" % emits if emits else ""))
     lines.append("        ],")
     lines.append("        annotations: [%s]" % ", ".join(annotations(iface.element)))
     lines += ["    )", "}", ""]
@@ -469,6 +471,17 @@ def member_names(iface, element, suffix, plural):
     return lines
 
 
+def emits_changed_signal(prop):
+    """The property's org.freedesktop.DBus.Property.EmitsChangedSignal annotation, if any."""
+    for note in prop.findall("annotation"):
+        if note.get("name") == "org.freedesktop.DBus.Property.EmitsChangedSignal":
+            value = note.get("value")
+            if value not in ("true", "invalidates", "const", "false"):
+                raise SystemExit("%s: EmitsChangedSignal of %s is %r" % ("contract", prop.get("name"), value))
+            return value
+    return None
+
+
 def properties_table(iface):
     """The properties' values, typed, as Get and GetAll serve them, and one typed PropertiesChanged
     emitter per property; nothing for an interface without properties."""
@@ -496,9 +509,10 @@ def properties_table(iface):
               for _, field, _, encode in fields]
     lines += ["        ]", "    }", "}", "",
               "/// `PropertiesChanged` of each property of `%s`, alone, its value typed as the contract" % iface.name,
-              "/// declares it, from the object at `path`.",
+              "/// declares it, from the object at `path`; none for a property the contract marks const.",
               "extension AnnouncementChannel {"]
-    for number, (name, field, swift_type, encode) in enumerate(fields):
+    changing = [field for field, prop in zip(fields, props) if emits_changed_signal(prop) not in ("const", "false")]
+    for number, (name, field, swift_type, encode) in enumerate(changing):
         if number:
             lines.append("")
         lines += [

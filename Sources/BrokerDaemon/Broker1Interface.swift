@@ -30,9 +30,9 @@ extension DBusInterfaceDescription {
             .init(name: "AccountChanged", arguments: [.init("current", "a{sv}"), .init("previous", "a{sv}"), .init("reason", "s")]),
         ],
         properties: [
-            .init(name: "DeviceMode", signature: "s", access: .read),
+            .init(name: "DeviceMode", signature: "s", access: .read, emitsChangedSignal: .const),
             .init(name: "CurrentAccount", signature: "a{sv}", access: .read),
-            .init(name: "BrokerVersion", signature: "s", access: .read),
+            .init(name: "BrokerVersion", signature: "s", access: .read, emitsChangedSignal: .const),
             .init(name: "SignOutDeadline", signature: "t", access: .read),
         ],
         annotations: [.init("io.shareddevice.Contract.SwiftName", "Broker1"), .init("io.shareddevice.Contract.Errors", "AccessDenied LimitsExceeded Cancelled")]
@@ -225,24 +225,12 @@ struct Broker1Properties: Sendable, Equatable {
 }
 
 /// `PropertiesChanged` of each property of `io.shareddevice.Broker1`, alone, its value typed as the contract
-/// declares it, from the object at `path`.
+/// declares it, from the object at `path`; none for a property the contract marks const.
 extension AnnouncementChannel {
-    func emitDeviceModeChanged(_ value: String, path: String) throws {
-        try emitPropertiesChanged(
-            path: path, interface: "io.shareddevice.Broker1",
-            changed: [Broker1Property.deviceMode.rawValue: .string(value)], invalidated: [])
-    }
-
     func emitCurrentAccountChanged(_ value: DBusValue, path: String) throws {
         try emitPropertiesChanged(
             path: path, interface: "io.shareddevice.Broker1",
             changed: [Broker1Property.currentAccount.rawValue: value], invalidated: [])
-    }
-
-    func emitBrokerVersionChanged(_ value: String, path: String) throws {
-        try emitPropertiesChanged(
-            path: path, interface: "io.shareddevice.Broker1",
-            changed: [Broker1Property.brokerVersion.rawValue: .string(value)], invalidated: [])
     }
 
     func emitSignOutDeadlineChanged(_ value: UInt64, path: String) throws {
