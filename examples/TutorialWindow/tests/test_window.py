@@ -493,9 +493,11 @@ def scenario(run):
     run.check(True, "with the broker stopped, Mail shows the retry state")
     run.snap("6-broker-stopped", [mail, calendar])
     run.start_broker()
-    mail.click("Retry")
+    # The client library hears the broker come back (its name's new owner), so the window leaves
+    # the retry state by itself; Retry is for a broker that does not come back on its own.
     mail.wait_for_account("Nobody is signed in")
-    run.check(True, "Retry after the broker is back shows the sign-in page again")
+    run.check(not any(n.name == "Retry" for n in mail.nodes("push button")),
+              "when the broker is back, Mail shows the sign-in page again by itself, without Retry")
     calendar.wait_for_account("Nobody is signed in")
 
     browser_sign_in_and_out(run, mail, calendar)
