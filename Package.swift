@@ -163,7 +163,7 @@ let package = Package(
         .testTarget(
             name: "IdentityTests",
             dependencies: [
-                "Identity", "HTTP", "BrokerCore", "Locking", logging,
+                "Identity", "HTTP", "BrokerCore", "Locking", "TestSupport", logging,
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "CryptoExtras", package: "swift-crypto"),
             ]),

@@ -1,4 +1,5 @@
 import Foundation
+import TestSupport
 import Testing
 
 @testable import Identity
@@ -9,32 +10,7 @@ import Testing
 struct LoopbackListenerTests {
     /// `GET target` on 127.0.0.1:`port`: the answer's head, or "" when the connection is refused or
     /// closed unanswered.
-    private static func get(_ port: UInt16, _ target: String) -> String {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        defer { close(fd) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = in_addr_t(0x7F00_0001).bigEndian
-        address.sin_port = port.bigEndian
-        let connected = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
-            }
-        }
-        guard connected == 0 else { return "" }
-        var timeout = timeval(tv_sec: 10, tv_usec: 0)
-        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-        let request = Array("GET \(target) HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".utf8)
-        _ = request.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
-        var answer: [UInt8] = []
-        var buffer = [UInt8](repeating: 0, count: 1024)
-        while true {
-            let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
-            if n <= 0 { break }
-            answer += buffer[0..<n]
-        }
-        return String(decoding: answer, as: UTF8.self).components(separatedBy: "\r\n\r\n").first ?? ""
-    }
+    private static func get(_ port: UInt16, _ target: String) -> String { LoopbackHTTP.head(port, target) }
 
     @Test("a start address redirects once; a listener of start addresses alone then ends")
     func startAddressIsServedOnce() async throws {

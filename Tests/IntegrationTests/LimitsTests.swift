@@ -10,6 +10,19 @@ import Testing
 /// every other app still signs in, gets tokens and signs out.
 @Suite("Limits on what one caller may hold")
 struct LimitsTests {
+    /// Another app (brokerctl), beside a flood: a device-code sign-in, a token, a sign-out, a
+    /// password sign-in, each served.
+    static func anotherAppIsServed(_ env: BrokerEnvironment) async throws {
+        let (ctl, uri, code) = try await offThePool { try DeviceCodeTests.start(env) }
+        #expect(try await DeviceCodeTests.decide(uri, code: code, action: "approve") == 200)
+        #expect(try await offThePool { try ctl.waitForExit(timeout: .seconds(20)) } == 0, "\(ctl.allOutput)")
+        let token = try await offThePool { try env.brokerctl(["token", "--client-id", "notes-app"]) }
+        #expect(token.status == 0, "\(token.stderr)")
+        let signOut = try await offThePool { try env.brokerctl(["sign-out", "--client-id", "notes-app"]) }
+        #expect(signOut.status == 0, "\(signOut.stderr)")
+        #expect(try await offThePool { try env.signIn(TestUsers.bob, client: "calendar-app") }.status == 0)
+    }
+
     @Test("one connection with 300 calls in flight: 256 are served, 44 get LimitsExceeded, and the broker goes on")
     func callsInFlightPerConnection() async throws {
         let env = try BrokerEnvironment()
@@ -106,14 +119,7 @@ struct LimitsTests {
         #expect(refused == 17 * 16 - started)
 
         // Another app: a device-code sign-in, a token, a sign-out, a password sign-in.
-        let (ctl, uri, code) = try await offThePool { try DeviceCodeTests.start(env) }
-        #expect(try await DeviceCodeTests.decide(uri, code: code, action: "approve") == 200)
-        #expect(try await offThePool { try ctl.waitForExit(timeout: .seconds(20)) } == 0, "\(ctl.allOutput)")
-        let token = try await offThePool { try env.brokerctl(["token", "--client-id", "notes-app"]) }
-        #expect(token.status == 0, "\(token.stderr)")
-        let signOut = try await offThePool { try env.brokerctl(["sign-out", "--client-id", "notes-app"]) }
-        #expect(signOut.status == 0, "\(signOut.stderr)")
-        #expect(try await offThePool { try env.signIn(TestUsers.bob, client: "calendar-app") }.status == 0)
+        try await Self.anotherAppIsServed(env)
         print(
             "17 processes of one program asked for 272 sign-ins in \(flooded): \(started) started, \(refused) "
                 + "refused; another app then signed in, got a token and signed out")
@@ -195,15 +201,7 @@ struct LimitsTests {
             destination: BrokerNames.busName, path: BrokerNames.objectPath, interface: BrokerNames.interface,
             member: Broker1Method.getAccounts.rawValue, arguments: [.string("mail-app")], timeout: .seconds(20))
 
-        // Another app (brokerctl): a device-code sign-in, a token, a sign-out, a password sign-in.
-        let (ctl, uri, code) = try await offThePool { try DeviceCodeTests.start(env) }
-        #expect(try await DeviceCodeTests.decide(uri, code: code, action: "approve") == 200)
-        #expect(try await offThePool { try ctl.waitForExit(timeout: .seconds(20)) } == 0, "\(ctl.allOutput)")
-        let token = try await offThePool { try env.brokerctl(["token", "--client-id", "notes-app"]) }
-        #expect(token.status == 0, "\(token.stderr)")
-        let signOut = try await offThePool { try env.brokerctl(["sign-out", "--client-id", "notes-app"]) }
-        #expect(signOut.status == 0, "\(signOut.stderr)")
-        #expect(try await offThePool { try env.signIn(TestUsers.bob, client: "calendar-app") }.status == 0)
+        try await Self.anotherAppIsServed(env)
         print(
             "one process sent 4096 waiting calls over 16 connections in \(flooded): \(4096 - refused) admitted, "
                 + "\(refused) refused; another app then signed in, got a token and signed out")

@@ -13,40 +13,13 @@ struct RedirectListenerTests {
 
     /// Connects to 127.0.0.1:`port`; the descriptor, or a failure.
     private static func connect(_ port: UInt16) throws -> Int32 {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard fd >= 0 else { throw ProcessFailure("socket: \(errno)") }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = in_addr_t(0x7F00_0001).bigEndian
-        address.sin_port = port.bigEndian
-        let connected = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
-            }
-        }
-        guard connected == 0 else {
-            close(fd)
-            throw ProcessFailure("connect to port \(port): \(errno)")
-        }
+        guard let fd = LoopbackHTTP.connect(port) else { throw ProcessFailure("connect to port \(port): \(errno)") }
         return fd
     }
 
     /// Sends `GET target` and returns the status line of the answer.
     private static func get(_ port: UInt16, _ target: String) throws -> String {
-        let fd = try connect(port)
-        defer { close(fd) }
-        var timeout = timeval(tv_sec: 10, tv_usec: 0)
-        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-        let request = Array("GET \(target) HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\n\r\n".utf8)
-        _ = request.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
-        var answer: [UInt8] = []
-        var buffer = [UInt8](repeating: 0, count: 1024)
-        while true {
-            let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
-            if n <= 0 { break }
-            answer += buffer[0..<n]
-        }
-        return String(decoding: answer, as: UTF8.self).split(separator: "\r\n").first.map(String.init) ?? ""
+        LoopbackHTTP.head(port, target).split(separator: "\r\n").first.map(String.init) ?? ""
     }
 
     /// The HTTP status user 65534 gets for `url` (curl through setpriv), "000" for none.
