@@ -170,6 +170,10 @@ final class FakeLogind: DBusObject, @unchecked Sendable {
         ]
     }
 
+    /// Answered on the connection's thread: brokerd waits 5 s for logind, and a test process
+    /// busy with other suites must not make it wait longer.
+    func answerImmediately(_ call: DBusMethodCall) -> DBusAnswer? { .values([.objectPath(sessionPath)]) }
+
     func handleMethodCall(_ call: DBusMethodCall) async throws -> [DBusValue] { [.objectPath(sessionPath)] }
 
     func propertyValues(interface: String) -> [String: DBusValue] { [:] }

@@ -16,14 +16,20 @@ enum LogindSession {
         guard let bus = try? DBusConnection.systemBus(logger: logger) else { return nil }
         let manager = (path: "/org/freedesktop/login1", interface: "org.freedesktop.login1.Manager")
         let reply: [DBusValue]?
-        if let id = getenv("XDG_SESSION_ID").map({ String(cString: $0) }), !id.isEmpty {
-            reply = try? await bus.call(
-                destination: busName, path: manager.path, interface: manager.interface,
-                member: "GetSession", arguments: [.string(id)], timeout: .seconds(5))
-        } else {
-            reply = try? await bus.call(
-                destination: busName, path: manager.path, interface: manager.interface,
-                member: "GetSessionByPID", arguments: [.uint32(UInt32(getpid()))], timeout: .seconds(5))
+        do {
+            if let id = getenv("XDG_SESSION_ID").map({ String(cString: $0) }), !id.isEmpty {
+                reply = try await bus.call(
+                    destination: busName, path: manager.path, interface: manager.interface,
+                    member: "GetSession", arguments: [.string(id)], timeout: .seconds(5))
+            } else {
+                reply = try await bus.call(
+                    destination: busName, path: manager.path, interface: manager.interface,
+                    member: "GetSessionByPID", arguments: [.uint32(UInt32(getpid()))], timeout: .seconds(5))
+            }
+        } catch {
+            // Said at debug: outside a login session (a container, a service) this is expected.
+            logger.debug("logind names no session for brokerd", metadata: ["error": "\(error)"])
+            reply = nil
         }
         guard let path = reply?.first?.objectPath else {
             bus.close()
