@@ -83,42 +83,6 @@ public enum SingleSignOnMechanism: String, Sendable, CaseIterable, Codable, Comp
     }
 }
 
-/// Keys of the account dictionary (`a{sv}`).
-public enum AccountKey {
-    public static let username = "username"
-    public static let identifier = "identifier"
-    public static let tenantId = "tenantId"
-    public static let environment = "environment"
-    public static let name = "name"
-    /// `s`, in `AccountChanged`'s `previous` on a sign-out only: why (``SignOutCause``).
-    public static let signOutCause = "signOutCause"
-}
-
-/// Keys of the token result dictionary (`a{sv}`).
-public enum TokenResultKey {
-    public static let accessToken = "accessToken"
-    public static let expiresOn = "expiresOn"
-    public static let idToken = "idToken"
-    public static let scopes = "scopes"
-    public static let account = "account"
-    public static let authority = "authority"
-    public static let correlationId = "correlationId"
-    public static let authorizationHeader = "authorizationHeader"
-}
-
-/// Keys of `GetDeviceInformation`'s dictionary.
-public enum DeviceInformationKey {
-    public static let deviceMode = "deviceMode"
-    public static let brokerVersion = "brokerVersion"
-    public static let deviceId = "deviceId"
-    public static let tenantId = "tenantId"
-    public static let authority = "authority"
-    public static let extraDeviceInformation = "extraDeviceInformation"
-    /// `as`: the single sign-on mechanisms the provider offers (``SingleSignOnMechanism``), empty
-    /// when it offers none; absent while the provider has not been reached.
-    public static let singleSignOn = "singleSignOn"
-}
-
 /// The sign-in flows, as `GetSignInOptions`'s `flows` and `StartSignIn`'s `method` option spell
 /// them. This is where a flow is registered: each property below is a switch without a default,
 /// so a flow added here must say how it is started and whether it starts single sign-on, and the
@@ -166,53 +130,6 @@ public enum SignInFlow: String, Sendable, CaseIterable, Codable {
     public static let startedBySignInMethod: [Self] = allCases.filter { $0.startedBy == .startSignIn }
 }
 
-/// Keys of `GetSignInOptions`' dictionary.
-public enum SignInOptionsKey {
-    /// `as`: the sign-in flows the provider offers (``SignInFlow``), in the contract's order.
-    public static let flows = "flows"
-    /// `as`: the single sign-on mechanisms it offers (``SingleSignOnMechanism``), as far as known.
-    public static let singleSignOn = "singleSignOn"
-}
-
-/// Keys of the code challenge (`a{sv}`) `StartSignIn` and `ResendCode` return.
-public enum ChallengeKey {
-    /// `s`, device code: where the person signs in.
-    public static let verificationUri = "verificationUri"
-    /// `s`, device code, when the provider gives it: the same with the code filled in (for a QR code).
-    public static let verificationUriComplete = "verificationUriComplete"
-    /// `s`, device code: the code the person enters there.
-    public static let userCode = "userCode"
-    /// `x`, device code: seconds until the code expires.
-    public static let expiresIn = "expiresIn"
-    /// `x`, device code: seconds between the broker's polls.
-    public static let interval = "interval"
-    /// `s`: where the code went, e.g. `email`.
-    public static let channel = "channel"
-    /// `s`: the masked address, e.g. `a***@c***.example`.
-    public static let sentTo = "sentTo"
-    /// `u`: how many characters the code has.
-    public static let codeLength = "codeLength"
-}
-
-/// Keys of `SignOut`'s result (`a{sv}`).
-public enum SignOutResultKey {
-    /// `b`: every refresh token of the signed-out account was revoked at the provider.
-    public static let tokensRevoked = "tokensRevoked"
-    /// `b`: the provider's browser session was ended (its end_session_endpoint was opened).
-    public static let browserSessionEnded = "browserSessionEnded"
-    /// `as`: what the broker could not do at the provider, in words; empty when it did everything.
-    public static let notes = "notes"
-    /// `s`: why the device was signed out (``SignOutCause``; `app` for `SignOut`).
-    public static let cause = "cause"
-    /// `as`: what the administrator's `clearOnSignOut` removed, and what it could not (each path
-    /// with the reason): the first ones of each, at most 20; the counts say how many in all.
-    public static let cleanedUp = "cleanedUp"
-    public static let notCleanedUp = "notCleanedUp"
-    /// `u`: how many paths the clean-up removed, and how many it could not.
-    public static let cleanedUpCount = "cleanedUpCount"
-    public static let notCleanedUpCount = "notCleanedUpCount"
-}
-
 /// Keys of the options dictionaries (`a{sv}`) methods accept.
 public enum OptionKey {
     /// `s`, AcquireTokenInteractive: `select_account`, `login`, `consent` or `none`.
@@ -246,14 +163,6 @@ public enum SignInStage: String, Sendable, CaseIterable {
     case codeReceived = "code-received"
     /// The broker is getting the tokens from the provider.
     case exchanging
-}
-
-/// Keys of the `SignInProgress` signal's `details`.
-public enum SignInProgressKey {
-    /// `s`, `browser-opened`: the sign-in page's address.
-    public static let url = "url"
-    /// `s`, `browser-unavailable`: what was tried, and why it failed.
-    public static let reason = "reason"
 }
 
 /// The names of Microsoft's Linux identity broker protocol, which brokerd also serves when asked

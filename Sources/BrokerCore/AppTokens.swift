@@ -27,4 +27,12 @@ public struct AppTokens: Sendable, Equatable {
 
     /// `Bearer <token>`, ready for an `Authorization` header.
     public var authorizationHeader: String { "Bearer \(accessToken)" }
+
+    /// As the app gets them: the contract's `TokenResult`.
+    public var result: TokenResult {
+        TokenResult(
+            accessToken: accessToken, expiresOn: UnixTime(seconds: expiresOn), idToken: idToken,
+            scopes: scopes.values, account: account, authority: authority, correlationId: correlationId,
+            authorizationHeader: authorizationHeader)
+    }
 }

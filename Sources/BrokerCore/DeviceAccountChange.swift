@@ -13,6 +13,11 @@ public struct DeviceAccountChange: Sendable, Equatable {
         self.reason = reason
         self.cause = cause
     }
+
+    /// `previous` as the signal carries it: the account that left, and why.
+    public var departed: DepartedAccount? {
+        previous.map { DepartedAccount(account: $0, signOutCause: cause) }
+    }
 }
 
 /// The warning of a sign-out the person did not ask for (`SignOutPending`, `SignOutCancelled`,
@@ -34,5 +39,5 @@ public struct SignInProgressReport: Sendable, Equatable {
     public var owner: String
     public var flowId: String
     public var stage: SignInStage
-    public var details: [String: String]
+    public var details: SignInProgressDetails
 }

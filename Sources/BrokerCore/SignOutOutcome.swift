@@ -1,23 +1,17 @@
-/// What a sign-out managed to do at the provider. The sign-out itself (state and signal)
-/// has happened whatever this says.
-public struct SignOutOutcome: Sendable, Equatable {
-    /// Why the device was signed out.
-    public var cause: SignOutCause = .app
-    /// Every refresh token was revoked (true too when there was none to revoke).
-    public var tokensRevoked = true
-    /// The provider's browser session was ended (only asked for with `signoutFromBrowser`).
-    public var browserSessionEnded = false
-    /// What could not be done, in words a person can act on.
-    public private(set) var notes: [String] = []
-    /// What the clean-up after the sign-out removed, and what it could not (the first paths
-    /// of each, at most ``CleanUpReport/exampleLimit``; the counts say how many in all).
-    public var cleanedUp: [String] = []
-    public var notCleanedUp: [String] = []
-    public var cleanedUpCount = 0
-    public var notCleanedUpCount = 0
+/// What a sign-out managed to do at the provider and on the device: the contract's
+/// `SignOutResult`, which apps read as it is. The sign-out itself (state and signal) has happened
+/// whatever it says.
+public typealias SignOutOutcome = SignOutResult
 
-    public init() {}
+extension SignOutResult {
+    /// Nothing done yet: no token left unrevoked, no browser session ended, nothing cleaned up.
+    public init() {
+        self.init(
+            tokensRevoked: true, browserSessionEnded: false, notes: [], cause: .app, cleanedUp: [], notCleanedUp: [],
+            cleanedUpCount: 0, notCleanedUpCount: 0)
+    }
 
+    /// Adds what could not be done, once.
     mutating func note(_ text: String) {
         if !notes.contains(text) { notes.append(text) }
     }

@@ -9,29 +9,29 @@ extension DBusInterfaceDescription {
     static let broker1 = DBusInterfaceDescription(
         name: "io.shareddevice.Broker1",
         methods: [
-            .init(name: "GetDeviceInformation", inArguments: [], outArguments: [.init("information", "a{sv}")], annotations: [.init("io.shareddevice.Contract.AnswersFromState", "true")]),
-            .init(name: "GetSignInOptions", inArguments: [.init("clientId", "s", annotations: [.init("io.shareddevice.Contract.ClientId", "true")])], outArguments: [.init("options", "a{sv}")], annotations: [.init("io.shareddevice.Contract.Errors", "InvalidArgument UnknownClient NotConfigured ServerUnavailable ServerError")]),
-            .init(name: "GetCurrentAccount", inArguments: [.init("clientId", "s", annotations: [.init("io.shareddevice.Contract.ClientId", "true")])], outArguments: [.init("current", "a{sv}"), .init("previous", "a{sv}")], annotations: [.init("io.shareddevice.Contract.AnswersFromState", "true"), .init("io.shareddevice.Contract.Errors", "InvalidArgument UnknownClient StorageFailed")]),
-            .init(name: "SignInWithPassword", inArguments: [.init("clientId", "s", annotations: [.init("io.shareddevice.Contract.ClientId", "true")]), .init("username", "s"), .init("password", "s"), .init("scopes", "as")], outArguments: [.init("result", "a{sv}")], annotations: [.init("io.shareddevice.Contract.Errors", "InvalidArgument UnknownClient InvalidUsername NotConfigured StorageLocked AccountAlreadySignedIn UserNotFound InvalidPassword InteractionRequired NotSupported ServerUnavailable ServerError StorageFailed")]),
-            .init(name: "StartSignIn", inArguments: [.init("clientId", "s", annotations: [.init("io.shareddevice.Contract.ClientId", "true")]), .init("username", "s"), .init("scopes", "as"), .init("options", "a{sv}", annotations: [.init("io.shareddevice.Contract.Options", "method:s")])], outArguments: [.init("flowId", "s"), .init("challenge", "a{sv}")], annotations: [.init("io.shareddevice.Contract.Errors", "InvalidArgument UnknownClient InvalidUsername NotConfigured StorageLocked AccountAlreadySignedIn UserNotFound InteractionRequired NotSupported ServerUnavailable ServerError")]),
-            .init(name: "SubmitCode", inArguments: [.init("flowId", "s"), .init("code", "s")], outArguments: [.init("result", "a{sv}")], annotations: [.init("io.shareddevice.Contract.Errors", "InvalidArgument FlowNotFound InvalidCode CodeExpired StorageLocked AccountAlreadySignedIn InteractionRequired ServerUnavailable ServerError StorageFailed")]),
-            .init(name: "FinishSignIn", inArguments: [.init("flowId", "s")], outArguments: [.init("result", "a{sv}")], annotations: [.init("io.shareddevice.Contract.WaitsForPerson", "true"), .init("io.shareddevice.Contract.Errors", "InvalidArgument FlowNotFound CodeExpired UnknownClient StorageLocked AccountAlreadySignedIn ServerUnavailable ServerError StorageFailed")]),
-            .init(name: "ResendCode", inArguments: [.init("flowId", "s")], outArguments: [.init("challenge", "a{sv}")], annotations: [.init("io.shareddevice.Contract.Errors", "InvalidArgument FlowNotFound ServerUnavailable ServerError")]),
+            .init(name: "GetDeviceInformation", inArguments: [], outArguments: [.init("information", "a{sv}", annotations: [.init("io.shareddevice.Contract.Dictionary", "DeviceInformation")])], annotations: [.init("io.shareddevice.Contract.AnswersFromState", "true")]),
+            .init(name: "GetSignInOptions", inArguments: [.init("clientId", "s", annotations: [.init("io.shareddevice.Contract.ClientId", "true")])], outArguments: [.init("options", "a{sv}", annotations: [.init("io.shareddevice.Contract.Dictionary", "SignInOptions")])], annotations: [.init("io.shareddevice.Contract.Errors", "InvalidArgument UnknownClient NotConfigured ServerUnavailable ServerError")]),
+            .init(name: "GetCurrentAccount", inArguments: [.init("clientId", "s", annotations: [.init("io.shareddevice.Contract.ClientId", "true")])], outArguments: [.init("current", "a{sv}", annotations: [.init("io.shareddevice.Contract.Dictionary", "Account")]), .init("previous", "a{sv}", annotations: [.init("io.shareddevice.Contract.Dictionary", "Account")])], annotations: [.init("io.shareddevice.Contract.AnswersFromState", "true"), .init("io.shareddevice.Contract.Errors", "InvalidArgument UnknownClient StorageFailed")]),
+            .init(name: "SignInWithPassword", inArguments: [.init("clientId", "s", annotations: [.init("io.shareddevice.Contract.ClientId", "true")]), .init("username", "s"), .init("password", "s"), .init("scopes", "as")], outArguments: [.init("result", "a{sv}", annotations: [.init("io.shareddevice.Contract.Dictionary", "TokenResult")])], annotations: [.init("io.shareddevice.Contract.Errors", "InvalidArgument UnknownClient InvalidUsername NotConfigured StorageLocked AccountAlreadySignedIn UserNotFound InvalidPassword InteractionRequired NotSupported ServerUnavailable ServerError StorageFailed")]),
+            .init(name: "StartSignIn", inArguments: [.init("clientId", "s", annotations: [.init("io.shareddevice.Contract.ClientId", "true")]), .init("username", "s"), .init("scopes", "as"), .init("options", "a{sv}", annotations: [.init("io.shareddevice.Contract.Options", "method:s")])], outArguments: [.init("flowId", "s"), .init("challenge", "a{sv}", annotations: [.init("io.shareddevice.Contract.Dictionary", "SignInChallenge")])], annotations: [.init("io.shareddevice.Contract.Errors", "InvalidArgument UnknownClient InvalidUsername NotConfigured StorageLocked AccountAlreadySignedIn UserNotFound InteractionRequired NotSupported ServerUnavailable ServerError")]),
+            .init(name: "SubmitCode", inArguments: [.init("flowId", "s"), .init("code", "s")], outArguments: [.init("result", "a{sv}", annotations: [.init("io.shareddevice.Contract.Dictionary", "TokenResult")])], annotations: [.init("io.shareddevice.Contract.Errors", "InvalidArgument FlowNotFound InvalidCode CodeExpired StorageLocked AccountAlreadySignedIn InteractionRequired ServerUnavailable ServerError StorageFailed")]),
+            .init(name: "FinishSignIn", inArguments: [.init("flowId", "s")], outArguments: [.init("result", "a{sv}", annotations: [.init("io.shareddevice.Contract.Dictionary", "TokenResult")])], annotations: [.init("io.shareddevice.Contract.WaitsForPerson", "true"), .init("io.shareddevice.Contract.Errors", "InvalidArgument FlowNotFound CodeExpired UnknownClient StorageLocked AccountAlreadySignedIn ServerUnavailable ServerError StorageFailed")]),
+            .init(name: "ResendCode", inArguments: [.init("flowId", "s")], outArguments: [.init("challenge", "a{sv}", annotations: [.init("io.shareddevice.Contract.Dictionary", "CodeChallenge")])], annotations: [.init("io.shareddevice.Contract.Errors", "InvalidArgument FlowNotFound ServerUnavailable ServerError")]),
             .init(name: "CancelSignIn", inArguments: [.init("flowId", "s")], outArguments: [], annotations: [.init("io.shareddevice.Contract.Errors", "InvalidArgument FlowNotFound")]),
-            .init(name: "AcquireTokenInteractive", inArguments: [.init("clientId", "s", annotations: [.init("io.shareddevice.Contract.ClientId", "true")]), .init("scopes", "as"), .init("options", "a{sv}", annotations: [.init("io.shareddevice.Contract.Options", "prompt:s loginHint:s flowId:s claims:s")])], outArguments: [.init("result", "a{sv}")], annotations: [.init("io.shareddevice.Contract.WaitsForPerson", "true"), .init("io.shareddevice.Contract.Errors", "InvalidArgument UnknownClient InvalidUsername NotConfigured StorageLocked AccountAlreadySignedIn InteractionRequired NotSupported BrowserUnavailable ServerUnavailable ServerError StorageFailed")]),
-            .init(name: "AcquireTokenSilent", inArguments: [.init("clientId", "s", annotations: [.init("io.shareddevice.Contract.ClientId", "true")]), .init("scopes", "as"), .init("accountId", "s"), .init("options", "a{sv}", annotations: [.init("io.shareddevice.Contract.Options", "forceRefresh:b claims:s")])], outArguments: [.init("result", "a{sv}")], annotations: [.init("io.shareddevice.Contract.AnswersFromState", "true"), .init("io.shareddevice.Contract.Errors", "InvalidArgument UnknownClient NotConfigured StorageLocked NoAccount InteractionRequired ServerUnavailable ServerError StorageFailed")]),
-            .init(name: "GetAccounts", inArguments: [.init("clientId", "s", annotations: [.init("io.shareddevice.Contract.ClientId", "true")])], outArguments: [.init("accounts", "aa{sv}")], annotations: [.init("io.shareddevice.Contract.AnswersFromState", "true"), .init("io.shareddevice.Contract.Errors", "InvalidArgument UnknownClient")]),
-            .init(name: "SignOut", inArguments: [.init("clientId", "s", annotations: [.init("io.shareddevice.Contract.ClientId", "true")]), .init("accountId", "s"), .init("options", "a{sv}", annotations: [.init("io.shareddevice.Contract.Options", "signoutFromBrowser:b")])], outArguments: [.init("result", "a{sv}")], annotations: [.init("io.shareddevice.Contract.Errors", "InvalidArgument UnknownClient NoAccount StorageFailed")]),
+            .init(name: "AcquireTokenInteractive", inArguments: [.init("clientId", "s", annotations: [.init("io.shareddevice.Contract.ClientId", "true")]), .init("scopes", "as"), .init("options", "a{sv}", annotations: [.init("io.shareddevice.Contract.Options", "prompt:s loginHint:s flowId:s claims:s")])], outArguments: [.init("result", "a{sv}", annotations: [.init("io.shareddevice.Contract.Dictionary", "TokenResult")])], annotations: [.init("io.shareddevice.Contract.WaitsForPerson", "true"), .init("io.shareddevice.Contract.Errors", "InvalidArgument UnknownClient InvalidUsername NotConfigured StorageLocked AccountAlreadySignedIn InteractionRequired NotSupported BrowserUnavailable ServerUnavailable ServerError StorageFailed")]),
+            .init(name: "AcquireTokenSilent", inArguments: [.init("clientId", "s", annotations: [.init("io.shareddevice.Contract.ClientId", "true")]), .init("scopes", "as"), .init("accountId", "s"), .init("options", "a{sv}", annotations: [.init("io.shareddevice.Contract.Options", "forceRefresh:b claims:s")])], outArguments: [.init("result", "a{sv}", annotations: [.init("io.shareddevice.Contract.Dictionary", "TokenResult")])], annotations: [.init("io.shareddevice.Contract.AnswersFromState", "true"), .init("io.shareddevice.Contract.Errors", "InvalidArgument UnknownClient NotConfigured StorageLocked NoAccount InteractionRequired ServerUnavailable ServerError StorageFailed")]),
+            .init(name: "GetAccounts", inArguments: [.init("clientId", "s", annotations: [.init("io.shareddevice.Contract.ClientId", "true")])], outArguments: [.init("accounts", "aa{sv}", annotations: [.init("io.shareddevice.Contract.Dictionary", "Account")])], annotations: [.init("io.shareddevice.Contract.AnswersFromState", "true"), .init("io.shareddevice.Contract.Errors", "InvalidArgument UnknownClient")]),
+            .init(name: "SignOut", inArguments: [.init("clientId", "s", annotations: [.init("io.shareddevice.Contract.ClientId", "true")]), .init("accountId", "s"), .init("options", "a{sv}", annotations: [.init("io.shareddevice.Contract.Options", "signoutFromBrowser:b")])], outArguments: [.init("result", "a{sv}", annotations: [.init("io.shareddevice.Contract.Dictionary", "SignOutResult")])], annotations: [.init("io.shareddevice.Contract.Errors", "InvalidArgument UnknownClient NoAccount StorageFailed")]),
         ],
         signals: [
-            .init(name: "SignInProgress", arguments: [.init("flowId", "s"), .init("stage", "s"), .init("details", "a{sv}")]),
+            .init(name: "SignInProgress", arguments: [.init("flowId", "s"), .init("stage", "s"), .init("details", "a{sv}", annotations: [.init("io.shareddevice.Contract.Dictionary", "SignInProgressDetails")])]),
             .init(name: "SignOutPending", arguments: [.init("reason", "s"), .init("deadline", "t")]),
             .init(name: "SignOutCancelled", arguments: [.init("reason", "s")]),
-            .init(name: "AccountChanged", arguments: [.init("current", "a{sv}"), .init("previous", "a{sv}"), .init("reason", "s")]),
+            .init(name: "AccountChanged", arguments: [.init("current", "a{sv}", annotations: [.init("io.shareddevice.Contract.Dictionary", "Account")]), .init("previous", "a{sv}", annotations: [.init("io.shareddevice.Contract.Dictionary", "DepartedAccount")]), .init("reason", "s")]),
         ],
         properties: [
             .init(name: "DeviceMode", signature: "s", access: .read, emitsChangedSignal: .const),
-            .init(name: "CurrentAccount", signature: "a{sv}", access: .read),
+            .init(name: "CurrentAccount", signature: "a{sv}", access: .read, annotations: [.init("io.shareddevice.Contract.Dictionary", "Account")]),
             .init(name: "BrokerVersion", signature: "s", access: .read, emitsChangedSignal: .const),
             .init(name: "SignOutDeadline", signature: "t", access: .read),
         ],
@@ -44,60 +44,60 @@ extension DBusInterfaceDescription {
 enum Broker1Reply {
     /// `GetDeviceInformation`'s reply.
     struct GetDeviceInformation: Sendable, Equatable {
-        var information: DBusValue
+        var information: DeviceInformation
         /// Its arguments, in the contract's order.
-        var arguments: [DBusValue] { [information] }
+        var arguments: [DBusValue] { [information.busValue] }
     }
 
     /// `GetSignInOptions`'s reply.
     struct GetSignInOptions: Sendable, Equatable {
-        var options: DBusValue
+        var options: SignInOptions
         /// Its arguments, in the contract's order.
-        var arguments: [DBusValue] { [options] }
+        var arguments: [DBusValue] { [options.busValue] }
     }
 
     /// `GetCurrentAccount`'s reply.
     struct GetCurrentAccount: Sendable, Equatable {
-        var current: DBusValue
-        var previous: DBusValue
+        var current: Account?
+        var previous: Account?
         /// Its arguments, in the contract's order.
-        var arguments: [DBusValue] { [current, previous] }
+        var arguments: [DBusValue] { [(current?.busValue ?? .vardict([:])), (previous?.busValue ?? .vardict([:]))] }
     }
 
     /// `SignInWithPassword`'s reply.
     struct SignInWithPassword: Sendable, Equatable {
-        var result: DBusValue
+        var result: TokenResult
         /// Its arguments, in the contract's order.
-        var arguments: [DBusValue] { [result] }
+        var arguments: [DBusValue] { [result.busValue] }
     }
 
     /// `StartSignIn`'s reply.
     struct StartSignIn: Sendable, Equatable {
         var flowId: String
-        var challenge: DBusValue
+        var challenge: SignInChallenge
         /// Its arguments, in the contract's order.
-        var arguments: [DBusValue] { [.string(flowId), challenge] }
+        var arguments: [DBusValue] { [.string(flowId), challenge.busValue] }
     }
 
     /// `SubmitCode`'s reply.
     struct SubmitCode: Sendable, Equatable {
-        var result: DBusValue
+        var result: TokenResult
         /// Its arguments, in the contract's order.
-        var arguments: [DBusValue] { [result] }
+        var arguments: [DBusValue] { [result.busValue] }
     }
 
     /// `FinishSignIn`'s reply.
     struct FinishSignIn: Sendable, Equatable {
-        var result: DBusValue
+        var result: TokenResult
         /// Its arguments, in the contract's order.
-        var arguments: [DBusValue] { [result] }
+        var arguments: [DBusValue] { [result.busValue] }
     }
 
     /// `ResendCode`'s reply.
     struct ResendCode: Sendable, Equatable {
-        var challenge: DBusValue
+        var challenge: CodeChallenge
         /// Its arguments, in the contract's order.
-        var arguments: [DBusValue] { [challenge] }
+        var arguments: [DBusValue] { [challenge.busValue] }
     }
 
     /// `CancelSignIn`'s reply.
@@ -109,30 +109,30 @@ enum Broker1Reply {
 
     /// `AcquireTokenInteractive`'s reply.
     struct AcquireTokenInteractive: Sendable, Equatable {
-        var result: DBusValue
+        var result: TokenResult
         /// Its arguments, in the contract's order.
-        var arguments: [DBusValue] { [result] }
+        var arguments: [DBusValue] { [result.busValue] }
     }
 
     /// `AcquireTokenSilent`'s reply.
     struct AcquireTokenSilent: Sendable, Equatable {
-        var result: DBusValue
+        var result: TokenResult
         /// Its arguments, in the contract's order.
-        var arguments: [DBusValue] { [result] }
+        var arguments: [DBusValue] { [result.busValue] }
     }
 
     /// `GetAccounts`'s reply.
     struct GetAccounts: Sendable, Equatable {
-        var accounts: DBusValue
+        var accounts: [Account]
         /// Its arguments, in the contract's order.
-        var arguments: [DBusValue] { [accounts] }
+        var arguments: [DBusValue] { [.array(elementSignature: "a{sv}", accounts.map(\.busValue))] }
     }
 
     /// `SignOut`'s reply.
     struct SignOut: Sendable, Equatable {
-        var result: DBusValue
+        var result: SignOutResult
         /// Its arguments, in the contract's order.
-        var arguments: [DBusValue] { [result] }
+        var arguments: [DBusValue] { [result.busValue] }
     }
 }
 
@@ -209,7 +209,7 @@ extension Broker1StateAnswers {
 /// as the DBusValue that holds it).
 struct Broker1Properties: Sendable, Equatable {
     var deviceMode: String
-    var currentAccount: DBusValue
+    var currentAccount: Account?
     var brokerVersion: String
     var signOutDeadline: UInt64
 
@@ -217,7 +217,7 @@ struct Broker1Properties: Sendable, Equatable {
     var byName: [String: DBusValue] {
         [
             Broker1Property.deviceMode.rawValue: .string(deviceMode),
-            Broker1Property.currentAccount.rawValue: currentAccount,
+            Broker1Property.currentAccount.rawValue: (currentAccount?.busValue ?? .vardict([:])),
             Broker1Property.brokerVersion.rawValue: .string(brokerVersion),
             Broker1Property.signOutDeadline.rawValue: .uint64(signOutDeadline),
         ]
@@ -227,10 +227,10 @@ struct Broker1Properties: Sendable, Equatable {
 /// `PropertiesChanged` of each property of `io.shareddevice.Broker1`, alone, its value typed as the contract
 /// declares it, from the object at `path`; none for a property the contract marks const.
 extension AnnouncementChannel {
-    func emitCurrentAccountChanged(_ value: DBusValue, path: String) throws {
+    func emitCurrentAccountChanged(_ value: Account?, path: String) throws {
         try emitPropertiesChanged(
             path: path, interface: "io.shareddevice.Broker1",
-            changed: [Broker1Property.currentAccount.rawValue: value], invalidated: [])
+            changed: [Broker1Property.currentAccount.rawValue: (value?.busValue ?? .vardict([:]))], invalidated: [])
     }
 
     func emitSignOutDeadlineChanged(_ value: UInt64, path: String) throws {
@@ -243,10 +243,10 @@ extension AnnouncementChannel {
 /// Each signal of `io.shareddevice.Broker1`, its arguments typed as the contract declares them, from the
 /// object at `path`, to every app or to `destination` alone.
 extension AnnouncementChannel {
-    func emitSignInProgress(flowId: String, stage: String, details: DBusValue, path: String, destination: String? = nil) throws {
+    func emitSignInProgress(flowId: String, stage: String, details: SignInProgressDetails, path: String, destination: String? = nil) throws {
         try emitSignal(
             path: path, interface: "io.shareddevice.Broker1", member: Broker1Signal.signInProgress.rawValue,
-            arguments: [.string(flowId), .string(stage), details], destination: destination)
+            arguments: [.string(flowId), .string(stage), details.busValue], destination: destination)
     }
 
     func emitSignOutPending(reason: String, deadline: UInt64, path: String, destination: String? = nil) throws {
@@ -261,9 +261,9 @@ extension AnnouncementChannel {
             arguments: [.string(reason)], destination: destination)
     }
 
-    func emitAccountChanged(current: DBusValue, previous: DBusValue, reason: String, path: String, destination: String? = nil) throws {
+    func emitAccountChanged(current: Account?, previous: DepartedAccount?, reason: String, path: String, destination: String? = nil) throws {
         try emitSignal(
             path: path, interface: "io.shareddevice.Broker1", member: Broker1Signal.accountChanged.rawValue,
-            arguments: [current, previous, .string(reason)], destination: destination)
+            arguments: [(current?.busValue ?? .vardict([:])), (previous?.busValue ?? .vardict([:])), .string(reason)], destination: destination)
     }
 }

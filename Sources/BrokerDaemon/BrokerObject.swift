@@ -106,15 +106,14 @@ final class BrokerObject: DBusObject, Broker1Handler, Broker1StateAnswers {
     // MARK: Broker1StateAnswers: the reads answered from the core's published state
 
     func getDeviceInformationFromState() throws(BrokerFailure) -> Broker1Reply.GetDeviceInformation? {
-        .init(information: BusMarshalling.deviceInformation(broker.deviceInformation()))
+        .init(information: broker.deviceInformation())
     }
 
     func getCurrentAccountFromState(clientId: String) throws(BrokerFailure) -> Broker1Reply.GetCurrentAccount? {
         guard let seen = try broker.currentAccountIfSeen(clientId: clientId) else { return nil }
         if let kept = seenReply.withLock({ $0 }), kept.account == seen.current { return kept.reply }
-        let account = BusMarshalling.account(seen.current)
-        let reply = Broker1Reply.GetCurrentAccount(current: account, previous: account)
-        // BusMarshalling's strings are always valid for D-Bus: this fails only when libdbus is out
+        let reply = Broker1Reply.GetCurrentAccount(current: seen.current, previous: seen.current)
+        // The encoded strings are always valid for D-Bus: this fails only when libdbus is out
         // of memory, and the answer is then built again per call.
         guard let prepared = try? DBusPreparedReply(reply.arguments) else { return reply }
         seenReply.withLock { $0 = (seen.current, reply, prepared) }
@@ -128,29 +127,29 @@ final class BrokerObject: DBusObject, Broker1Handler, Broker1StateAnswers {
         guard try !BusMarshalling.boolOption(options, OptionKey.forceRefresh), options[OptionKey.claims] == nil,
             let result = try broker.cachedTokenIfFresh(clientId: clientId, scopes: scopes, accountId: accountId)
         else { return nil }
-        return .init(result: BusMarshalling.tokenResult(result))
+        return .init(result: result.result)
     }
 
     func getAccountsFromState(clientId: String) throws(BrokerFailure) -> Broker1Reply.GetAccounts? {
-        .init(accounts: BusMarshalling.accounts(try broker.accounts(clientId: clientId)))
+        .init(accounts: try broker.accounts(clientId: clientId))
     }
 
     // MARK: Broker1Handler: each method of the contract, to its call of the core
 
     func getDeviceInformation(caller: String) async throws(BrokerFailure) -> Broker1Reply.GetDeviceInformation {
-        .init(information: BusMarshalling.deviceInformation(broker.deviceInformation()))
+        .init(information: broker.deviceInformation())
     }
 
     func getSignInOptions(clientId: String, caller: String) async throws(BrokerFailure) -> Broker1Reply.GetSignInOptions
     {
-        .init(options: BusMarshalling.signInOptions(try await broker.signInOptions(clientId: clientId)))
+        .init(options: try await broker.signInOptions(clientId: clientId))
     }
 
     func getCurrentAccount(clientId: String, caller: String) async throws(BrokerFailure)
         -> Broker1Reply.GetCurrentAccount
     {
         let seen = try await broker.currentAccount(clientId: clientId, caller: caller)
-        return .init(current: BusMarshalling.account(seen.current), previous: BusMarshalling.account(seen.previous))
+        return .init(current: seen.current, previous: seen.previous)
     }
 
     func signInWithPassword(
@@ -159,7 +158,7 @@ final class BrokerObject: DBusObject, Broker1Handler, Broker1StateAnswers {
     ) async throws(BrokerFailure) -> Broker1Reply.SignInWithPassword {
         let result = try await broker.signInWithPassword(
             clientId: clientId, username: username, password: password, scopes: scopes)
-        return .init(result: BusMarshalling.tokenResult(result))
+        return .init(result: result.result)
     }
 
     func startSignIn(
@@ -176,10 +175,10 @@ final class BrokerObject: DBusObject, Broker1Handler, Broker1StateAnswers {
         case .emailCode:
             let started = try await broker.startSignIn(
                 clientId: clientId, username: username, scopes: scopes, owner: caller)
-            return .init(flowId: started.flowId, challenge: BusMarshalling.challenge(started.challenge))
+            return .init(flowId: started.flowId, challenge: .codeChallenge(started.challenge))
         case .deviceCode:
             let started = try await broker.startDeviceSignIn(clientId: clientId, scopes: scopes, owner: caller)
-            return .init(flowId: started.flowId, challenge: BusMarshalling.deviceChallenge(started.challenge))
+            return .init(flowId: started.flowId, challenge: .deviceCodeChallenge(started.challenge))
         case .password, .browser:
             throw BrokerFailure(.invalidArgument, "\(flow.rawValue) is started by \(flow.startedBy.rawValue)")
         }
@@ -187,16 +186,15 @@ final class BrokerObject: DBusObject, Broker1Handler, Broker1StateAnswers {
 
     func submitCode(flowId: String, code: String, caller: String) async throws(BrokerFailure) -> Broker1Reply.SubmitCode
     {
-        .init(
-            result: BusMarshalling.tokenResult(try await broker.submitCode(flowId: flowId, code: code, owner: caller)))
+        .init(result: try await broker.submitCode(flowId: flowId, code: code, owner: caller).result)
     }
 
     func finishSignIn(flowId: String, caller: String) async throws(BrokerFailure) -> Broker1Reply.FinishSignIn {
-        .init(result: BusMarshalling.tokenResult(try await broker.finishSignIn(flowId: flowId, owner: caller)))
+        .init(result: try await broker.finishSignIn(flowId: flowId, owner: caller).result)
     }
 
     func resendCode(flowId: String, caller: String) async throws(BrokerFailure) -> Broker1Reply.ResendCode {
-        .init(challenge: BusMarshalling.challenge(try await broker.resendCode(flowId: flowId, owner: caller)))
+        .init(challenge: try await broker.resendCode(flowId: flowId, owner: caller))
     }
 
     func cancelSignIn(flowId: String, caller: String) async throws(BrokerFailure) -> Broker1Reply.CancelSignIn {
@@ -213,7 +211,7 @@ final class BrokerObject: DBusObject, Broker1Handler, Broker1StateAnswers {
             loginHint: try BusMarshalling.stringOption(options, OptionKey.loginHint),
             flowId: try BusMarshalling.stringOption(options, OptionKey.flowId) ?? "", owner: caller,
             claims: try Self.claimsOption(options))
-        return .init(result: BusMarshalling.tokenResult(result))
+        return .init(result: result.result)
     }
 
     func acquireTokenSilent(
@@ -224,7 +222,7 @@ final class BrokerObject: DBusObject, Broker1Handler, Broker1StateAnswers {
             clientId: clientId, scopes: scopes, accountId: accountId,
             forceRefresh: try BusMarshalling.boolOption(options, OptionKey.forceRefresh),
             claims: try Self.claimsOption(options))
-        return .init(result: BusMarshalling.tokenResult(result))
+        return .init(result: result.result)
     }
 
     /// The `claims` option, refused here when it is no claims request: before anything is asked.
@@ -235,7 +233,7 @@ final class BrokerObject: DBusObject, Broker1Handler, Broker1StateAnswers {
     }
 
     func getAccounts(clientId: String, caller: String) async throws(BrokerFailure) -> Broker1Reply.GetAccounts {
-        .init(accounts: BusMarshalling.accounts(try broker.accounts(clientId: clientId)))
+        .init(accounts: try broker.accounts(clientId: clientId))
     }
 
     func signOut(
@@ -245,6 +243,6 @@ final class BrokerObject: DBusObject, Broker1Handler, Broker1StateAnswers {
         let outcome = try await broker.signOut(
             clientId: clientId, accountId: accountId,
             fromBrowser: try BusMarshalling.boolOption(options, OptionKey.signoutFromBrowser))
-        return .init(result: BusMarshalling.signOutOutcome(outcome))
+        return .init(result: outcome)
     }
 }

@@ -25,8 +25,7 @@ final class BrokerService: Sendable {
         let properties = PropertyCache(
             Broker1Properties(
                 deviceMode: configuration.deviceMode.rawValue,
-                currentAccount: BusMarshalling.account(
-                    configuration.deviceMode == .shared ? initialState.current : nil),
+                currentAccount: configuration.deviceMode == .shared ? initialState.current : nil,
                 brokerVersion: configuration.brokerVersion, signOutDeadline: 0))
         self.properties = properties
         let shiftEvents = ShiftEvents()
@@ -60,10 +59,9 @@ final class BrokerService: Sendable {
     {
         { progress in
             do {
-                let signal = BusMarshalling.signInProgress(progress)
                 try channel.emitSignInProgress(
-                    flowId: signal.flowId, stage: signal.stage, details: signal.details, path: BrokerNames.objectPath,
-                    destination: progress.owner)
+                    flowId: OutsideText.cleaned(progress.flowId), stage: progress.stage.rawValue,
+                    details: progress.details, path: BrokerNames.objectPath, destination: progress.owner)
             } catch {
                 logger.debug("could not send SignInProgress", metadata: ["error": "\(error)"])
             }
@@ -106,19 +104,17 @@ final class BrokerService: Sendable {
         logger: Logger
     ) -> @Sendable (DeviceAccountChange) -> Void {
         { change in
-            let current = BusMarshalling.account(change.current)
-            properties.update { $0.currentAccount = current }
+            properties.update { $0.currentAccount = change.current }
             // Each signal on its own: one that fails must not take the other with it.
             do {
-                let signal = BusMarshalling.accountChanged(change)
                 try channel.emitAccountChanged(
-                    current: signal.current, previous: signal.previous, reason: signal.reason,
+                    current: change.current, previous: change.departed, reason: change.reason.rawValue,
                     path: BrokerNames.objectPath)
             } catch {
                 notEmitted(Broker1Signal.accountChanged.rawValue, error, logger)
             }
             do {
-                try channel.emitCurrentAccountChanged(current, path: BrokerNames.objectPath)
+                try channel.emitCurrentAccountChanged(change.current, path: BrokerNames.objectPath)
             } catch {
                 notEmitted("PropertiesChanged", error, logger)
             }

@@ -334,19 +334,15 @@ public enum Daemon {
     > {
         let changes: AsyncStream<DBusSignal>
         do {
-            changes = try await connection.signals(
-                matching: DBusMatchRule(
-                    sender: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
-                    interface: "org.freedesktop.DBus", member: "NameOwnerChanged"))
+            changes = try await connection.signals(matching: DBusNameOwnerChange.rule())
         } catch {
             throw DaemonError.bus("cannot watch the bus for callers leaving: \(error)")
         }
         return Task {
             for await change in changes {
-                guard change.arguments.count == 3, let name = change.arguments[0].string, name.hasPrefix(":"),
-                    change.arguments[2].string == ""
+                guard let change = DBusNameOwnerChange(change), change.name.hasPrefix(":"), change.newOwner == nil
                 else { continue }
-                await service.callerLeft(name)
+                await service.callerLeft(change.name)
             }
         }
     }

@@ -325,10 +325,7 @@ final class ConnectionLoop: @unchecked Sendable {
 
     /// The driver's NameOwnerChanged for `name` alone.
     private static func ownerChanges(of name: String) -> String {
-        DBusMatchRule(
-            sender: DBusMatchRule.busDriver, path: "/org/freedesktop/DBus", interface: DBusMatchRule.busDriver,
-            member: "NameOwnerChanged", arg0: name
-        ).ruleString
+        DBusNameOwnerChange.rule(for: name).ruleString
     }
 
     /// Starts following `name`'s owner, or counts one more subscription naming it. The match rule
@@ -387,12 +384,8 @@ final class ConnectionLoop: @unchecked Sendable {
     /// Applies the driver's NameOwnerChanged to a followed name; anyone else's is ignored here
     /// (the sender is the bus's to set, so `org.freedesktop.DBus` cannot be claimed).
     private func noteOwnerChange(_ signal: DBusSignal) {
-        guard signal.sender == DBusMatchRule.busDriver, signal.member == "NameOwnerChanged",
-            signal.interface == DBusMatchRule.busDriver, signal.arguments.count == 3,
-            case .string(let name) = signal.arguments[0], followed[name] != nil,
-            case .string(let newOwner) = signal.arguments[2]
-        else { return }
-        followed[name]?.owner = newOwner.isEmpty ? nil : newOwner
+        guard let change = DBusNameOwnerChange(signal), followed[change.name] != nil else { return }
+        followed[change.name]?.owner = change.newOwner
     }
 
     /// Fails calls past their deadline; returns the poll timeout in ms (-1: none).

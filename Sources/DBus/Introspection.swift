@@ -109,14 +109,18 @@ public struct DBusInterfaceDescription: Sendable, Equatable {
         public var access: Access
         /// Optional EmitsChangedSignal annotation.
         public var emitsChangedSignal: EmitsChangedSignal?
+        /// Its other annotations, after EmitsChangedSignal.
+        public var annotations: [Annotation]
         /// Creates a property.
         public init(
-            name: String, signature: String, access: Access = .read, emitsChangedSignal: EmitsChangedSignal? = nil
+            name: String, signature: String, access: Access = .read, emitsChangedSignal: EmitsChangedSignal? = nil,
+            annotations: [Annotation] = []
         ) {
             self.name = name
             self.signature = signature
             self.access = access
             self.emitsChangedSignal = emitsChangedSignal
+            self.annotations = annotations
         }
     }
 
@@ -183,14 +187,18 @@ public struct DBusInterfaceDescription: Sendable, Equatable {
             let head =
                 "  <property name=\"\(xmlEscape(p.name))\" type=\"\(xmlEscape(p.signature))\" "
                 + "access=\"\(p.access.rawValue)\""
+            var notes = p.annotations
             if let emits = p.emitsChangedSignal {
-                out += head + ">\n"
-                out +=
-                    "    <annotation name=\"org.freedesktop.DBus.Property.EmitsChangedSignal\" "
-                    + "value=\"\(emits.rawValue)\"/>\n"
-                out += "  </property>\n"
-            } else {
+                notes.insert(Annotation("org.freedesktop.DBus.Property.EmitsChangedSignal", emits.rawValue), at: 0)
+            }
+            if notes.isEmpty {
                 out += head + "/>\n"
+            } else {
+                out += head + ">\n"
+                for note in notes {
+                    out += "    <annotation name=\"\(xmlEscape(note.name))\" value=\"\(xmlEscape(note.value))\"/>\n"
+                }
+                out += "  </property>\n"
             }
         }
         out += "</interface>\n"

@@ -82,23 +82,23 @@ extension OIDCProvider {
                     opening = outcome
                     switch outcome {
                     case .opened:
-                        request.progress(.browserOpened, [SignInProgressKey.url: url])
+                        request.progress(.browserOpened, SignInProgressDetails(url: url, reason: nil))
                     case .unavailable(let why):
                         // Without a browser the page can still be opened by hand (the app is told its
                         // address), so the flow waits as usual; only its deadline's error says what went wrong.
                         logger.warning(
                             "no browser could be opened for an interactive sign-in", metadata: ["why": "\(why)"])
                         request.progress(
-                            .browserUnavailable, [SignInProgressKey.url: url, SignInProgressKey.reason: why])
+                            .browserUnavailable, SignInProgressDetails(url: url, reason: why))
                     case .failed(let why):
                         return .failure(why.brokerFailure(during: .signIn(.browser), host: host))
                     }
-                    request.progress(.waiting, [:])
+                    request.progress(.waiting, SignInProgressDetails(url: nil, reason: nil))
                 case .redirect(.success(let parameters)):
                     // The browser came back before the desktop said it opened the page: it evidently did.
                     if opening == nil {
-                        request.progress(.browserOpened, [SignInProgressKey.url: url])
-                        request.progress(.waiting, [:])
+                        request.progress(.browserOpened, SignInProgressDetails(url: url, reason: nil))
+                        request.progress(.waiting, SignInProgressDetails(url: nil, reason: nil))
                     }
                     return .success(parameters)
                 case .redirect(.failure(let error)):
@@ -133,8 +133,8 @@ extension OIDCProvider {
         guard let code = parameters["code"], !code.isEmpty else {
             throw BrokerFailure(.serverError, "the provider's redirect carries neither a code nor an error")
         }
-        request.progress(.codeReceived, [:])
-        request.progress(.exchanging, [:])
+        request.progress(.codeReceived, SignInProgressDetails(url: nil, reason: nil))
+        request.progress(.exchanging, SignInProgressDetails(url: nil, reason: nil))
         return try await requester.withBudget { () async throws(BrokerFailure) -> ProviderTokens in
             try await grant(
                 .signIn(.browser), clientId: clientId, scopes: scopes, nonce: nonce, recency: recency,

@@ -32,14 +32,8 @@ struct AccountChangeFeed: Sendable {
     func subscribe() async throws(BrokerError) -> Subscription {
         let connection = try link.connection()
         do {
-            let changes = try await connection.signals(
-                matching: DBusMatchRule(
-                    sender: BrokerNames.busName, path: BrokerNames.objectPath,
-                    interface: BrokerNames.interface, member: Broker1Signal.accountChanged.rawValue))
-            let owners = try await connection.signals(
-                matching: DBusMatchRule(
-                    sender: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
-                    member: "NameOwnerChanged", arg0: BrokerNames.busName))
+            let changes = try await connection.signals(matching: Broker1Signals.AccountChanged.rule())
+            let owners = try await connection.signals(matching: DBusNameOwnerChange.rule(for: BrokerNames.busName))
             return Subscription(changes: changes, owners: owners)
         } catch {
             throw BusLink.brokerError(error)
@@ -84,7 +78,8 @@ struct AccountChangeFeed: Sendable {
             for await event in merged(current) {
                 switch event {
                 case .signal(let signal):
-                    guard let change = try? ReplyDecoding.accountChange(signal.arguments) else { continue }
+                    guard let heard = try? Broker1Signals.AccountChanged(signal) else { continue }
+                    let change = AccountChange(heard)
                     lastKnown = .some(change.current)
                     continuation.yield(change)
                 case .brokerAppeared:
@@ -114,14 +109,7 @@ struct AccountChangeFeed: Sendable {
 
     /// The broker's `CurrentAccount` property.
     func currentAccountProperty() async throws(BrokerError) -> Account? {
-        let reply = try await link.call(
-            destination: BrokerNames.busName, path: BrokerNames.objectPath,
-            interface: "org.freedesktop.DBus.Properties",
-            member: "Get",
-            arguments: [.string(BrokerNames.interface), .string(Broker1Property.currentAccount.rawValue)],
-            timeout: queryTimeout
-        )
-        return try ReplyDecoding.account(reply.first)
+        try await link.currentAccountProperty(timeout: queryTimeout)
     }
 
     /// Both signal streams as one, ending with `connectionLost` when either finishes.
@@ -134,8 +122,8 @@ struct AccountChangeFeed: Sendable {
         }
         let owners = Task {
             for await signal in subscription.owners {
-                // NameOwnerChanged(name, oldOwner, newOwner): a non-empty new owner is a (new) broker.
-                if signal.arguments.count == 3, let newOwner = signal.arguments[2].string, !newOwner.isEmpty {
+                // A new owner is a (new) broker.
+                if DBusNameOwnerChange(signal)?.newOwner != nil {
                     continuation.yield(.brokerAppeared)
                 }
             }
@@ -147,5 +135,16 @@ struct AccountChangeFeed: Sendable {
             owners.cancel()
         }
         return events
+    }
+}
+
+extension AccountChange {
+    /// The change an `AccountChanged` signal announces. A reason a newer broker names and this
+    /// library does not know reads as what the current account says.
+    init(_ heard: Broker1Signals.AccountChanged) {
+        self.init(
+            current: heard.current, previous: heard.previous?.account,
+            reason: Reason(rawValue: heard.reason) ?? (heard.current == nil ? .signedOut : .signedIn),
+            cause: heard.previous?.signOutCause)
     }
 }

@@ -85,6 +85,381 @@ struct Broker1Call: Sendable {
     }
 }
 
+/// The replies of `io.shareddevice.Broker1`'s methods as the library reads them: each a method's `out`
+/// arguments, typed as the contract declares them; a reply of another shape throws.
+enum Broker1Reply {
+    /// `GetDeviceInformation`'s reply.
+    struct GetDeviceInformation: Sendable {
+        var information: DeviceInformation
+
+        init(_ reply: [DBusValue]) throws(BrokerError) {
+            guard reply.count == 1 else { throw .malformedReply("GetDeviceInformation did not return 1 values") }
+            let information = try DeviceInformation(bus: reply[0])
+            self.information = information
+        }
+    }
+
+    /// `GetSignInOptions`'s reply.
+    struct GetSignInOptions: Sendable {
+        var options: SignInOptions
+
+        init(_ reply: [DBusValue]) throws(BrokerError) {
+            guard reply.count == 1 else { throw .malformedReply("GetSignInOptions did not return 1 values") }
+            let options = try SignInOptions(bus: reply[0])
+            self.options = options
+        }
+    }
+
+    /// `GetCurrentAccount`'s reply.
+    struct GetCurrentAccount: Sendable {
+        var current: Account?
+        var previous: Account?
+
+        init(_ reply: [DBusValue]) throws(BrokerError) {
+            guard reply.count == 2 else { throw .malformedReply("GetCurrentAccount did not return 2 values") }
+            let current = try Account.orNobody(reply[0])
+            let previous = try Account.orNobody(reply[1])
+            self.current = current
+            self.previous = previous
+        }
+    }
+
+    /// `SignInWithPassword`'s reply.
+    struct SignInWithPassword: Sendable {
+        var result: TokenResult
+
+        init(_ reply: [DBusValue]) throws(BrokerError) {
+            guard reply.count == 1 else { throw .malformedReply("SignInWithPassword did not return 1 values") }
+            let result = try TokenResult(bus: reply[0])
+            self.result = result
+        }
+    }
+
+    /// `StartSignIn`'s reply.
+    struct StartSignIn: Sendable {
+        var flowId: String
+        var challenge: SignInChallenge
+
+        init(_ reply: [DBusValue]) throws(BrokerError) {
+            guard reply.count == 2 else { throw .malformedReply("StartSignIn did not return 2 values") }
+            guard let flowId = reply[0].string else { throw .malformedReply("StartSignIn's flowId is not s") }
+            let challenge = try SignInChallenge(bus: reply[1])
+            self.flowId = flowId
+            self.challenge = challenge
+        }
+    }
+
+    /// `SubmitCode`'s reply.
+    struct SubmitCode: Sendable {
+        var result: TokenResult
+
+        init(_ reply: [DBusValue]) throws(BrokerError) {
+            guard reply.count == 1 else { throw .malformedReply("SubmitCode did not return 1 values") }
+            let result = try TokenResult(bus: reply[0])
+            self.result = result
+        }
+    }
+
+    /// `FinishSignIn`'s reply.
+    struct FinishSignIn: Sendable {
+        var result: TokenResult
+
+        init(_ reply: [DBusValue]) throws(BrokerError) {
+            guard reply.count == 1 else { throw .malformedReply("FinishSignIn did not return 1 values") }
+            let result = try TokenResult(bus: reply[0])
+            self.result = result
+        }
+    }
+
+    /// `ResendCode`'s reply.
+    struct ResendCode: Sendable {
+        var challenge: CodeChallenge
+
+        init(_ reply: [DBusValue]) throws(BrokerError) {
+            guard reply.count == 1 else { throw .malformedReply("ResendCode did not return 1 values") }
+            let challenge = try CodeChallenge(bus: reply[0])
+            self.challenge = challenge
+        }
+    }
+
+    /// `CancelSignIn`'s reply.
+    struct CancelSignIn: Sendable {
+
+        init(_ reply: [DBusValue]) throws(BrokerError) {
+            guard reply.count == 0 else { throw .malformedReply("CancelSignIn did not return 0 values") }
+        }
+    }
+
+    /// `AcquireTokenInteractive`'s reply.
+    struct AcquireTokenInteractive: Sendable {
+        var result: TokenResult
+
+        init(_ reply: [DBusValue]) throws(BrokerError) {
+            guard reply.count == 1 else { throw .malformedReply("AcquireTokenInteractive did not return 1 values") }
+            let result = try TokenResult(bus: reply[0])
+            self.result = result
+        }
+    }
+
+    /// `AcquireTokenSilent`'s reply.
+    struct AcquireTokenSilent: Sendable {
+        var result: TokenResult
+
+        init(_ reply: [DBusValue]) throws(BrokerError) {
+            guard reply.count == 1 else { throw .malformedReply("AcquireTokenSilent did not return 1 values") }
+            let result = try TokenResult(bus: reply[0])
+            self.result = result
+        }
+    }
+
+    /// `GetAccounts`'s reply.
+    struct GetAccounts: Sendable {
+        var accounts: [Account]
+
+        init(_ reply: [DBusValue]) throws(BrokerError) {
+            guard reply.count == 1 else { throw .malformedReply("GetAccounts did not return 1 values") }
+            let accounts = try Account.list(reply[0])
+            self.accounts = accounts
+        }
+    }
+
+    /// `SignOut`'s reply.
+    struct SignOut: Sendable {
+        var result: SignOutResult
+
+        init(_ reply: [DBusValue]) throws(BrokerError) {
+            guard reply.count == 1 else { throw .malformedReply("SignOut did not return 1 values") }
+            let result = try SignOutResult(bus: reply[0])
+            self.result = result
+        }
+    }
+}
+
+/// `io.shareddevice.Broker1`'s methods, called over the library's connection, each reply typed.
+extension BusLink {
+    func getDeviceInformation(timeout: Duration) async throws(BrokerError) -> Broker1Reply.GetDeviceInformation {
+        try Broker1Reply.GetDeviceInformation(try await call(Broker1Call.getDeviceInformation(), timeout: timeout))
+    }
+
+    func getSignInOptions(clientId: String, timeout: Duration) async throws(BrokerError) -> Broker1Reply.GetSignInOptions {
+        try Broker1Reply.GetSignInOptions(try await call(Broker1Call.getSignInOptions(clientId: clientId), timeout: timeout))
+    }
+
+    func getCurrentAccount(clientId: String, timeout: Duration) async throws(BrokerError) -> Broker1Reply.GetCurrentAccount {
+        try Broker1Reply.GetCurrentAccount(try await call(Broker1Call.getCurrentAccount(clientId: clientId), timeout: timeout))
+    }
+
+    func signInWithPassword(clientId: String, username: String, password: String, scopes: [String], timeout: Duration) async throws(BrokerError) -> Broker1Reply.SignInWithPassword {
+        try Broker1Reply.SignInWithPassword(try await call(Broker1Call.signInWithPassword(clientId: clientId, username: username, password: password, scopes: scopes), timeout: timeout))
+    }
+
+    func startSignIn(clientId: String, username: String, scopes: [String], options: [Broker1Call.StartSignInOption: DBusValue], timeout: Duration) async throws(BrokerError) -> Broker1Reply.StartSignIn {
+        try Broker1Reply.StartSignIn(try await call(Broker1Call.startSignIn(clientId: clientId, username: username, scopes: scopes, options: options), timeout: timeout))
+    }
+
+    func submitCode(flowId: String, code: String, timeout: Duration) async throws(BrokerError) -> Broker1Reply.SubmitCode {
+        try Broker1Reply.SubmitCode(try await call(Broker1Call.submitCode(flowId: flowId, code: code), timeout: timeout))
+    }
+
+    func finishSignIn(flowId: String, timeout: Duration) async throws(BrokerError) -> Broker1Reply.FinishSignIn {
+        try Broker1Reply.FinishSignIn(try await call(Broker1Call.finishSignIn(flowId: flowId), timeout: timeout))
+    }
+
+    func resendCode(flowId: String, timeout: Duration) async throws(BrokerError) -> Broker1Reply.ResendCode {
+        try Broker1Reply.ResendCode(try await call(Broker1Call.resendCode(flowId: flowId), timeout: timeout))
+    }
+
+    func cancelSignIn(flowId: String, timeout: Duration) async throws(BrokerError) -> Broker1Reply.CancelSignIn {
+        try Broker1Reply.CancelSignIn(try await call(Broker1Call.cancelSignIn(flowId: flowId), timeout: timeout))
+    }
+
+    func acquireTokenInteractive(clientId: String, scopes: [String], options: [Broker1Call.AcquireTokenInteractiveOption: DBusValue], timeout: Duration) async throws(BrokerError) -> Broker1Reply.AcquireTokenInteractive {
+        try Broker1Reply.AcquireTokenInteractive(try await call(Broker1Call.acquireTokenInteractive(clientId: clientId, scopes: scopes, options: options), timeout: timeout))
+    }
+
+    func acquireTokenSilent(clientId: String, scopes: [String], accountId: String, options: [Broker1Call.AcquireTokenSilentOption: DBusValue], timeout: Duration) async throws(BrokerError) -> Broker1Reply.AcquireTokenSilent {
+        try Broker1Reply.AcquireTokenSilent(try await call(Broker1Call.acquireTokenSilent(clientId: clientId, scopes: scopes, accountId: accountId, options: options), timeout: timeout))
+    }
+
+    func getAccounts(clientId: String, timeout: Duration) async throws(BrokerError) -> Broker1Reply.GetAccounts {
+        try Broker1Reply.GetAccounts(try await call(Broker1Call.getAccounts(clientId: clientId), timeout: timeout))
+    }
+
+    func signOut(clientId: String, accountId: String, options: [Broker1Call.SignOutOption: DBusValue], timeout: Duration) async throws(BrokerError) -> Broker1Reply.SignOut {
+        try Broker1Reply.SignOut(try await call(Broker1Call.signOut(clientId: clientId, accountId: accountId, options: options), timeout: timeout))
+    }
+}
+
+/// The signals of `io.shareddevice.Broker1` as the library hears them, each argument typed as the contract
+/// declares it.
+enum Broker1Signals {
+    /// `SignInProgress`.
+    struct SignInProgress: Sendable {
+        var flowId: String
+        var stage: String
+        var details: SignInProgressDetails
+
+        /// The signal read as the contract declares it; throws for another signal or shape.
+        init(_ signal: DBusSignal) throws(BrokerError) {
+            guard signal.interface == "io.shareddevice.Broker1", signal.member == Broker1Signal.signInProgress.rawValue,
+                signal.arguments.count == 3
+            else { throw .malformedReply("not a SignInProgress of 3 arguments") }
+            guard let flowId = signal.arguments[0].string else { throw .malformedReply("SignInProgress's flowId is not s") }
+            guard let stage = signal.arguments[1].string else { throw .malformedReply("SignInProgress's stage is not s") }
+            let details = try SignInProgressDetails(bus: signal.arguments[2])
+            self.flowId = flowId
+            self.stage = stage
+            self.details = details
+        }
+
+        /// The rule that subscribes to it from the broker, its first argument `arg0` when given.
+        static func rule(arg0: String? = nil) -> DBusMatchRule {
+            DBusMatchRule(
+                sender: BrokerNames.busName, path: BrokerNames.objectPath, interface: "io.shareddevice.Broker1",
+                member: Broker1Signal.signInProgress.rawValue, arg0: arg0)
+        }
+    }
+
+    /// `SignOutPending`.
+    struct SignOutPending: Sendable {
+        var reason: String
+        var deadline: UInt64
+
+        /// The signal read as the contract declares it; throws for another signal or shape.
+        init(_ signal: DBusSignal) throws(BrokerError) {
+            guard signal.interface == "io.shareddevice.Broker1", signal.member == Broker1Signal.signOutPending.rawValue,
+                signal.arguments.count == 2
+            else { throw .malformedReply("not a SignOutPending of 2 arguments") }
+            guard let reason = signal.arguments[0].string else { throw .malformedReply("SignOutPending's reason is not s") }
+            guard let deadline = signal.arguments[1].uint64 else { throw .malformedReply("SignOutPending's deadline is not t") }
+            self.reason = reason
+            self.deadline = deadline
+        }
+
+        /// The rule that subscribes to it from the broker, its first argument `arg0` when given.
+        static func rule(arg0: String? = nil) -> DBusMatchRule {
+            DBusMatchRule(
+                sender: BrokerNames.busName, path: BrokerNames.objectPath, interface: "io.shareddevice.Broker1",
+                member: Broker1Signal.signOutPending.rawValue, arg0: arg0)
+        }
+    }
+
+    /// `SignOutCancelled`.
+    struct SignOutCancelled: Sendable {
+        var reason: String
+
+        /// The signal read as the contract declares it; throws for another signal or shape.
+        init(_ signal: DBusSignal) throws(BrokerError) {
+            guard signal.interface == "io.shareddevice.Broker1", signal.member == Broker1Signal.signOutCancelled.rawValue,
+                signal.arguments.count == 1
+            else { throw .malformedReply("not a SignOutCancelled of 1 arguments") }
+            guard let reason = signal.arguments[0].string else { throw .malformedReply("SignOutCancelled's reason is not s") }
+            self.reason = reason
+        }
+
+        /// The rule that subscribes to it from the broker, its first argument `arg0` when given.
+        static func rule(arg0: String? = nil) -> DBusMatchRule {
+            DBusMatchRule(
+                sender: BrokerNames.busName, path: BrokerNames.objectPath, interface: "io.shareddevice.Broker1",
+                member: Broker1Signal.signOutCancelled.rawValue, arg0: arg0)
+        }
+    }
+
+    /// `AccountChanged`.
+    struct AccountChanged: Sendable {
+        var current: Account?
+        var previous: DepartedAccount?
+        var reason: String
+
+        /// The signal read as the contract declares it; throws for another signal or shape.
+        init(_ signal: DBusSignal) throws(BrokerError) {
+            guard signal.interface == "io.shareddevice.Broker1", signal.member == Broker1Signal.accountChanged.rawValue,
+                signal.arguments.count == 3
+            else { throw .malformedReply("not a AccountChanged of 3 arguments") }
+            let current = try Account.orNobody(signal.arguments[0])
+            let previous = try DepartedAccount.orNobody(signal.arguments[1])
+            guard let reason = signal.arguments[2].string else { throw .malformedReply("AccountChanged's reason is not s") }
+            self.current = current
+            self.previous = previous
+            self.reason = reason
+        }
+
+        /// The rule that subscribes to it from the broker, its first argument `arg0` when given.
+        static func rule(arg0: String? = nil) -> DBusMatchRule {
+            DBusMatchRule(
+                sender: BrokerNames.busName, path: BrokerNames.objectPath, interface: "io.shareddevice.Broker1",
+                member: Broker1Signal.accountChanged.rawValue, arg0: arg0)
+        }
+    }
+}
+
+extension DBusConnection {
+    /// The broker's `signal` from the moment this returns (the bus has the match rule), each read
+    /// as the contract declares it (one of another shape is dropped); it ends with the connection.
+    func signals<Signal: Sendable>(
+        _ rule: DBusMatchRule, as read: @escaping @Sendable (DBusSignal) throws(BrokerError) -> Signal
+    ) async throws(BrokerError) -> AsyncStream<Signal> {
+        let raw: AsyncStream<DBusSignal>
+        do { raw = try await signals(matching: rule) } catch { throw BusLink.brokerError(error) }
+        let (typed, continuation) = AsyncStream<Signal>.makeStream(bufferingPolicy: .unbounded)
+        let reader = Task {
+            for await signal in raw {
+                if let value = try? read(signal) { continuation.yield(value) }
+            }
+            continuation.finish()
+        }
+        continuation.onTermination = { _ in reader.cancel() }
+        return typed
+    }
+}
+
+/// `io.shareddevice.Broker1`'s properties, read over the library's connection, each typed.
+extension BusLink {
+    /// The broker's `DeviceMode`.
+    func deviceModeProperty(timeout: Duration) async throws(BrokerError) -> String {
+        let reply = try await call(
+            destination: BrokerNames.busName, path: BrokerNames.objectPath,
+            interface: "org.freedesktop.DBus.Properties", member: "Get",
+            arguments: [.string("io.shareddevice.Broker1"), .string(Broker1Property.deviceMode.rawValue)], timeout: timeout)
+        guard let value = reply.first?.variantValue else { throw .malformedReply("Get DeviceMode returned nothing") }
+        guard let read = value.string else { throw .malformedReply("the property DeviceMode is not s") }
+        return read
+    }
+
+    /// The broker's `CurrentAccount`.
+    func currentAccountProperty(timeout: Duration) async throws(BrokerError) -> Account? {
+        let reply = try await call(
+            destination: BrokerNames.busName, path: BrokerNames.objectPath,
+            interface: "org.freedesktop.DBus.Properties", member: "Get",
+            arguments: [.string("io.shareddevice.Broker1"), .string(Broker1Property.currentAccount.rawValue)], timeout: timeout)
+        guard let value = reply.first?.variantValue else { throw .malformedReply("Get CurrentAccount returned nothing") }
+        let read = try Account.orNobody(value)
+        return read
+    }
+
+    /// The broker's `BrokerVersion`.
+    func brokerVersionProperty(timeout: Duration) async throws(BrokerError) -> String {
+        let reply = try await call(
+            destination: BrokerNames.busName, path: BrokerNames.objectPath,
+            interface: "org.freedesktop.DBus.Properties", member: "Get",
+            arguments: [.string("io.shareddevice.Broker1"), .string(Broker1Property.brokerVersion.rawValue)], timeout: timeout)
+        guard let value = reply.first?.variantValue else { throw .malformedReply("Get BrokerVersion returned nothing") }
+        guard let read = value.string else { throw .malformedReply("the property BrokerVersion is not s") }
+        return read
+    }
+
+    /// The broker's `SignOutDeadline`.
+    func signOutDeadlineProperty(timeout: Duration) async throws(BrokerError) -> UInt64 {
+        let reply = try await call(
+            destination: BrokerNames.busName, path: BrokerNames.objectPath,
+            interface: "org.freedesktop.DBus.Properties", member: "Get",
+            arguments: [.string("io.shareddevice.Broker1"), .string(Broker1Property.signOutDeadline.rawValue)], timeout: timeout)
+        guard let value = reply.first?.variantValue else { throw .malformedReply("Get SignOutDeadline returned nothing") }
+        guard let read = value.uint64 else { throw .malformedReply("the property SignOutDeadline is not t") }
+        return read
+    }
+}
+
 extension Dictionary where Key: RawRepresentable, Key.RawValue == String {
     /// The options keyed by their names, as they go on the bus.
     fileprivate var byName: [String: Value] {

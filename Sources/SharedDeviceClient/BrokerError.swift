@@ -75,3 +75,13 @@ extension BrokerError: CustomStringConvertible {
     /// `Name: message`.
     public var description: String { "\(errorName): \(message)" }
 }
+
+extension BrokerError {
+    /// A reply or signal that is not what the contract says (a broker of another version, or not
+    /// the broker): `what` names the part.
+    static func malformedReply(_ what: String) -> BrokerError {
+        .dbus(
+            name: "org.freedesktop.DBus.Error.InvalidSignature",
+            message: "the broker's reply is not what the contract says: \(what)")
+    }
+}

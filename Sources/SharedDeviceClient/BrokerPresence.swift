@@ -20,19 +20,15 @@ extension PublicClientApplication {
         let connection = try link.connection()
         let owners: AsyncStream<DBusSignal>
         do {
-            owners = try await connection.signals(
-                matching: DBusMatchRule(
-                    sender: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
-                    member: "NameOwnerChanged", arg0: BrokerNames.busName))
+            owners = try await connection.signals(matching: DBusNameOwnerChange.rule(for: BrokerNames.busName))
         } catch {
             throw BusLink.brokerError(error)
         }
         let (stream, continuation) = AsyncStream<BrokerPresence>.makeStream(bufferingPolicy: .unbounded)
         let reader = Task {
             for await signal in owners {
-                // NameOwnerChanged(name, oldOwner, newOwner): an empty new owner is the broker gone.
-                guard signal.arguments.count == 3, let newOwner = signal.arguments[2].string else { continue }
-                continuation.yield(newOwner.isEmpty ? .left : .returned)
+                guard let change = DBusNameOwnerChange(signal) else { continue }
+                continuation.yield(change.newOwner == nil ? .left : .returned)
             }
             continuation.finish()
         }

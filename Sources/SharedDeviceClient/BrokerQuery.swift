@@ -3,7 +3,8 @@ import DBus
 
 /// A read-only question to the broker: the method, its arguments and how its reply reads.
 /// ``PublicClientApplication`` asks these over its connection and ``OneShotQueries`` on a
-/// connection of its own, so each question is marshalled in this one place.
+/// connection of its own, so each question is marshalled in this one place; the replies are
+/// read by the generated `Broker1Reply`.
 struct BrokerQuery<Answer> {
     let call: Broker1Call
     let decode: ([DBusValue]) throws(BrokerError) -> Answer
@@ -13,7 +14,7 @@ extension BrokerQuery<DeviceInformation> {
     /// `GetDeviceInformation()`: the device is not an app's, so no clientId is sent.
     static var deviceInformation: Self {
         Self(call: .getDeviceInformation()) { reply throws(BrokerError) in
-            try ReplyDecoding.deviceInformation(reply.first)
+            try Broker1Reply.GetDeviceInformation(reply).information
         }
     }
 }
@@ -22,7 +23,7 @@ extension BrokerQuery<SignInOptions> {
     /// `GetSignInOptions(clientId)`.
     static func signInOptions(clientId: String) -> Self {
         Self(call: .getSignInOptions(clientId: clientId)) { reply throws(BrokerError) in
-            try ReplyDecoding.signInOptions(reply.first)
+            try Broker1Reply.GetSignInOptions(reply).options
         }
     }
 }
@@ -31,10 +32,8 @@ extension BrokerQuery<(current: Account?, previous: Account?)> {
     /// `GetCurrentAccount(clientId)`: (current, previous).
     static func currentAccount(clientId: String) -> Self {
         Self(call: .getCurrentAccount(clientId: clientId)) { reply throws(BrokerError) in
-            guard reply.count == 2 else {
-                throw ReplyDecoding.malformed("\(Broker1Method.getCurrentAccount.rawValue) did not return two accounts")
-            }
-            return (try ReplyDecoding.account(reply[0]), try ReplyDecoding.account(reply[1]))
+            let accounts = try Broker1Reply.GetCurrentAccount(reply)
+            return (accounts.current, accounts.previous)
         }
     }
 }
@@ -43,7 +42,7 @@ extension BrokerQuery<[Account]> {
     /// `GetAccounts(clientId)`.
     static func accounts(clientId: String) -> Self {
         Self(call: .getAccounts(clientId: clientId)) { reply throws(BrokerError) in
-            try ReplyDecoding.accounts(reply.first)
+            try Broker1Reply.GetAccounts(reply).accounts
         }
     }
 }

@@ -25,7 +25,7 @@ public final class DeviceCodeSignIn: Sendable {
     private let configuration: BrokerClientConfiguration
 
     init(
-        flowId: String, challenge: ReplyDecoding.DeviceCodeChallenge, link: BusLink,
+        flowId: String, challenge: DeviceCodeChallenge, link: BusLink,
         configuration: BrokerClientConfiguration
     ) {
         self.flowId = flowId
@@ -42,12 +42,11 @@ public final class DeviceCodeSignIn: Sendable {
     /// ``BrokerError/accessDenied(_:)`` when they denied it, ``BrokerError/cancelled(_:)`` after
     /// ``cancel()``.
     public func result() async throws(BrokerError) -> TokenResult {
-        try ReplyDecoding.tokenResult(
-            try await link.call(.finishSignIn(flowId: flowId), timeout: configuration.interactiveTimeout).first)
+        try await link.finishSignIn(flowId: flowId, timeout: configuration.interactiveTimeout).result
     }
 
     /// Ends the sign-in in the broker.
     public func cancel() async throws(BrokerError) {
-        _ = try await link.call(.cancelSignIn(flowId: flowId), timeout: configuration.queryTimeout)
+        _ = try await link.cancelSignIn(flowId: flowId, timeout: configuration.queryTimeout)
     }
 }

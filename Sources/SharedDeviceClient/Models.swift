@@ -1,9 +1,5 @@
 import BrokerAPI
 
-#if canImport(Glibc)
-import Glibc
-#endif
-
 /// A signed-in person: the contract's own value (see `BrokerAPI`). Carries no secret.
 public typealias Account = BrokerAPI.Account
 
@@ -21,15 +17,25 @@ public typealias SignOutCause = BrokerAPI.SignOutCause
 /// A way to sign in: the contract's own values (`password`, `email-code`, `browser`).
 public typealias SignInFlow = BrokerAPI.SignInFlow
 
-/// What an app's sign-in screen can offer with the device's provider.
-public struct SignInOptions: Sendable, Equatable, Codable {
-    /// The flows that work: ``PublicClientApplication/signIn(username:password:scopes:)`` for
-    /// `password`, ``PublicClientApplication/signIn(username:scopes:)`` for `email-code`,
-    /// ``PublicClientApplication/acquireToken(_:)`` for `browser`.
-    public var flows: [SignInFlow]
-    /// How other apps then get tokens of their own, as far as the broker knows.
-    public var singleSignOn: [SingleSignOnMechanism]
-}
+/// What an app's sign-in screen can offer with the device's provider: `flows` that work
+/// (``PublicClientApplication/signIn(username:password:scopes:)`` for `password`,
+/// ``PublicClientApplication/signIn(username:scopes:)`` for `email-code`,
+/// ``PublicClientApplication/acquireToken(_:)`` for `browser`), and how other apps then get
+/// tokens of their own (`singleSignOn`).
+public typealias SignInOptions = BrokerAPI.SignInOptions
+
+/// Where a one-time code was sent (``SignInCodeRequiredState``).
+public typealias CodeChallenge = BrokerAPI.CodeChallenge
+
+/// What a sign-out could do at the identity provider and on the device. The account is signed
+/// out whatever it says.
+public typealias SignOutResult = BrokerAPI.SignOutResult
+
+/// A successful sign-in or token request.
+public typealias TokenResult = BrokerAPI.TokenResult
+
+/// A point in time as seconds since 1970 (UTC).
+public typealias UnixTime = BrokerAPI.UnixTime
 
 /// Where an interactive sign-in stands: the contract's own values (`browser-opened`,
 /// `browser-unavailable`, `waiting`, `code-received`, `exchanging`).
@@ -46,102 +52,6 @@ public struct SignInProgress: Sendable, Equatable {
 
 /// What the broker tells about the device.
 public typealias DeviceInformation = BrokerAPI.DeviceInformation
-
-/// Where a one-time code was sent (``SignInCodeRequiredState``).
-public struct CodeChallenge: Sendable, Equatable, Codable {
-    /// How the code travels, e.g. `email`.
-    public var channel: String
-    /// The masked address it went to, e.g. `a***@c***.example`.
-    public var sentTo: String
-    /// How many characters the code has.
-    public var codeLength: Int
-    /// Creates a challenge value (apps normally get them from the broker).
-    public init(channel: String, sentTo: String, codeLength: Int) {
-        self.channel = channel
-        self.sentTo = sentTo
-        self.codeLength = codeLength
-    }
-}
-
-/// What a sign-out could do at the identity provider. The account is signed out whatever it says.
-public struct SignOutResult: Sendable, Equatable, Codable {
-    /// Every refresh token of the account was revoked at the provider.
-    public var tokensRevoked: Bool
-    /// The provider's browser session was ended (asked for with `signoutFromBrowser`).
-    public var browserSessionEnded: Bool
-    /// What the broker could not do at the provider, in words; empty when it did everything.
-    public var notes: [String]
-    /// Why the device was signed out (`app` for a `SignOut`).
-    public var cause: SignOutCause
-    /// What the administrator's `clearOnSignOut` removed, and what it could not (each path with
-    /// the reason): the first ones of each, at most 20.
-    public var cleanedUp: [String]
-    public var notCleanedUp: [String]
-    /// How many paths the clean-up removed, and how many it could not, in all.
-    public var cleanedUpCount: Int
-    public var notCleanedUpCount: Int
-
-    public init(
-        tokensRevoked: Bool, browserSessionEnded: Bool, notes: [String], cause: SignOutCause = .app,
-        cleanedUp: [String] = [], notCleanedUp: [String] = [], cleanedUpCount: Int? = nil,
-        notCleanedUpCount: Int? = nil
-    ) {
-        self.cleanedUpCount = cleanedUpCount ?? cleanedUp.count
-        self.notCleanedUpCount = notCleanedUpCount ?? notCleanedUp.count
-        self.tokensRevoked = tokensRevoked
-        self.browserSessionEnded = browserSessionEnded
-        self.notes = notes
-        self.cause = cause
-        self.cleanedUp = cleanedUp
-        self.notCleanedUp = notCleanedUp
-    }
-}
-
-/// A successful sign-in or token request.
-public struct TokenResult: Sendable, Equatable, Codable {
-    /// The access token: opaque; send it to the resource in ``authorizationHeader``.
-    public var accessToken: String
-    /// When the access token expires.
-    public var expiresOn: UnixTime
-    /// The ID token, when the provider sent one.
-    public var idToken: String?
-    /// The scopes the token was asked for (normalized).
-    public var scopes: [String]
-    /// Who the token is for.
-    public var account: Account
-    /// The provider that issued it.
-    public var authority: String
-    /// Names the request in the broker's log.
-    public var correlationId: String
-    /// `Bearer <token>`, ready for an `Authorization` header.
-    public var authorizationHeader: String
-}
-
-/// A point in time as seconds since 1970 (UTC); the library avoids Foundation's `Date` to keep
-/// apps' start-up lean.
-public struct UnixTime: Sendable, Hashable, Comparable, Codable, CustomStringConvertible {
-    /// Seconds since 1970-01-01T00:00:00Z.
-    public var seconds: Int64
-    /// Wraps a number of seconds since 1970.
-    public init(seconds: Int64) { self.seconds = seconds }
-    /// The current time.
-    public static var now: UnixTime {
-        var spec = timespec()
-        clock_gettime(CLOCK_REALTIME, &spec)
-        return UnixTime(seconds: Int64(spec.tv_sec))
-    }
-    /// Earlier than.
-    public static func < (lhs: UnixTime, rhs: UnixTime) -> Bool { lhs.seconds < rhs.seconds }
-    /// The number of seconds, as text.
-    public var description: String { String(seconds) }
-    /// Decodes a plain number of seconds.
-    public init(from decoder: any Decoder) throws { seconds = try decoder.singleValueContainer().decode(Int64.self) }
-    /// Encodes a plain number of seconds.
-    public func encode(to encoder: any Encoder) throws {
-        var container = encoder.singleValueContainer()
-        try container.encode(seconds)
-    }
-}
 
 /// One change of the device's account.
 public struct AccountChange: Sendable, Equatable {
@@ -171,5 +81,20 @@ public struct AccountChange: Sendable, Equatable {
         self.previous = previous
         self.reason = reason
         self.cause = cause
+    }
+}
+
+extension SignOutResult {
+    /// Creates a result value (apps normally get them from the broker); the counts default to the
+    /// paths given.
+    public init(
+        tokensRevoked: Bool, browserSessionEnded: Bool, notes: [String], cause: SignOutCause = .app,
+        cleanedUp: [String] = [], notCleanedUp: [String] = [], cleanedUpCount: Int? = nil,
+        notCleanedUpCount: Int? = nil
+    ) {
+        self.init(
+            tokensRevoked: tokensRevoked, browserSessionEnded: browserSessionEnded, notes: notes, cause: cause,
+            cleanedUp: cleanedUp, notCleanedUp: notCleanedUp, cleanedUpCount: cleanedUpCount ?? cleanedUp.count,
+            notCleanedUpCount: notCleanedUpCount ?? notCleanedUp.count)
     }
 }

@@ -62,38 +62,36 @@ public final class PublicClientApplication: Sendable {
     /// an unknown user ``BrokerError/userNotFound(_:)``, someone else on a shared device
     /// ``BrokerError/accountAlreadySignedIn(_:)``.
     public func signIn(username: String, password: String, scopes: [String]) async throws(BrokerError) -> TokenResult {
-        try ReplyDecoding.tokenResult(
-            try await link.call(
-                .signInWithPassword(clientId: clientId, username: username, password: password, scopes: scopes),
-                timeout: configuration.tokenTimeout
-            ).first)
+        try await link.signInWithPassword(
+            clientId: clientId, username: username, password: password, scopes: scopes,
+            timeout: configuration.tokenTimeout
+        ).result
     }
 
     /// Starts an email one-time-code sign-in (MSAL native authentication's `signIn(username:)`):
     /// the provider sends a code, and the returned state takes it.
     public func signIn(username: String, scopes: [String]) async throws(BrokerError) -> SignInCodeRequiredState {
-        let reply = try await link.call(
-            .startSignIn(clientId: clientId, username: username, scopes: scopes, options: [:]),
-            timeout: configuration.tokenTimeout)
-        let (flowId, challenge) = try ReplyDecoding.startedSignIn(reply)
+        let started = try await link.startSignIn(
+            clientId: clientId, username: username, scopes: scopes, options: [:], timeout: configuration.tokenTimeout)
+        guard case .codeChallenge(let challenge) = started.challenge else {
+            throw .malformedReply("StartSignIn for email-code returned another flow's challenge")
+        }
         return SignInCodeRequiredState(
-            flowId: flowId, challenge: try ReplyDecoding.challenge(challenge), link: link,
-            configuration: configuration)
+            flowId: started.flowId, challenge: challenge, link: link, configuration: configuration)
     }
 
     /// Starts a device-code sign-in (RFC 8628), for a device without a browser or a person who
     /// would rather use their phone: show the returned verification URI and user code, then wait
     /// with ``DeviceCodeSignIn/result()``.
     public func signInWithDeviceCode(scopes: [String]) async throws(BrokerError) -> DeviceCodeSignIn {
-        let reply = try await link.call(
-            .startSignIn(
-                clientId: clientId, username: "", scopes: scopes,
-                options: [.method: .string(SignInFlow.deviceCode.rawValue)]),
-            timeout: configuration.tokenTimeout)
-        let (flowId, challenge) = try ReplyDecoding.startedSignIn(reply)
+        let started = try await link.startSignIn(
+            clientId: clientId, username: "", scopes: scopes,
+            options: [.method: .string(SignInFlow.deviceCode.rawValue)], timeout: configuration.tokenTimeout)
+        guard case .deviceCodeChallenge(let challenge) = started.challenge else {
+            throw .malformedReply("StartSignIn for device-code returned another flow's challenge")
+        }
         return DeviceCodeSignIn(
-            flowId: flowId, challenge: try ReplyDecoding.deviceCodeChallenge(challenge), link: link,
-            configuration: configuration)
+            flowId: started.flowId, challenge: challenge, link: link, configuration: configuration)
     }
 
     /// Signs in in the system browser (MSAL: `acquireToken(with: MSALInteractiveTokenParameters)`).
@@ -108,17 +106,16 @@ public final class PublicClientApplication: Sendable {
         let listener = try await progressListener(flowId: flowId, parameters.progress)
         defer { listener?.cancel() }
         do {
-            return try ReplyDecoding.tokenResult(
-                try await link.call(
-                    .acquireTokenInteractive(clientId: clientId, scopes: parameters.scopes, options: options),
-                    timeout: configuration.interactiveTimeout
-                ).first)
+            return try await link.acquireTokenInteractive(
+                clientId: clientId, scopes: parameters.scopes, options: options,
+                timeout: configuration.interactiveTimeout
+            ).result
         } catch {
             if Task.isCancelled {
                 // This task is cancelled, so tell the broker from one that is not.
                 let link = self.link
                 let timeout = configuration.queryTimeout
-                await Task { _ = try? await link.call(.cancelSignIn(flowId: flowId), timeout: timeout) }.value
+                await Task { _ = try? await link.cancelSignIn(flowId: flowId, timeout: timeout) }.value
             }
             throw error
         }
@@ -130,19 +127,13 @@ public final class PublicClientApplication: Sendable {
         async throws(BrokerError) -> Task<Void, Never>?
     {
         guard let progress else { return nil }
-        let signals: AsyncStream<DBusSignal>
-        do {
-            signals = try await link.connection().signals(
-                matching: DBusMatchRule(
-                    sender: BrokerNames.busName, path: BrokerNames.objectPath, interface: BrokerNames.interface,
-                    member: Broker1Signal.signInProgress.rawValue, arg0: flowId))
-        } catch {
-            throw BusLink.brokerError(error)
-        }
+        let signals = try await link.connection().signals(
+            Broker1Signals.SignInProgress.rule(arg0: flowId), as: Broker1Signals.SignInProgress.init)
         return Task {
             for await signal in signals {
-                guard let stage = ReplyDecoding.signInProgress(signal.arguments) else { continue }
-                progress(stage)
+                // A stage a newer broker names and this library does not know is left out.
+                guard let stage = SignInStage(rawValue: signal.stage) else { continue }
+                progress(SignInProgress(stage: stage, url: signal.details.url, reason: signal.details.reason))
             }
         }
     }
@@ -153,16 +144,12 @@ public final class PublicClientApplication: Sendable {
     /// refresh token. Throws ``BrokerError/interactionRequired(_:)`` when neither works: then
     /// call ``acquireToken(_:)`` (or sign in again).
     public func acquireTokenSilent(_ parameters: SilentTokenParameters) async throws(BrokerError) -> TokenResult {
-        try ReplyDecoding.tokenResult(
-            try await link.call(
-                .acquireTokenSilent(
-                    clientId: clientId, scopes: parameters.scopes, accountId: parameters.account?.identifier ?? "",
-                    options: parameters.claims.map {
-                        [.forceRefresh: .bool(parameters.forceRefresh), .claims: .string($0)]
-                    }
-                        ?? [.forceRefresh: .bool(parameters.forceRefresh)]),
-                timeout: configuration.tokenTimeout
-            ).first)
+        try await link.acquireTokenSilent(
+            clientId: clientId, scopes: parameters.scopes, accountId: parameters.account?.identifier ?? "",
+            options: parameters.claims.map { [.forceRefresh: .bool(parameters.forceRefresh), .claims: .string($0)] }
+                ?? [.forceRefresh: .bool(parameters.forceRefresh)],
+            timeout: configuration.tokenTimeout
+        ).result
     }
 
     /// Signs out (MSAL: `signout(with:signoutParameters:)`). In shared mode this signs the whole
@@ -173,13 +160,10 @@ public final class PublicClientApplication: Sendable {
     public func signOut(account: Account?, parameters: SignoutParameters = SignoutParameters())
         async throws(BrokerError) -> SignOutResult
     {
-        ReplyDecoding.signOutResult(
-            try await link.call(
-                .signOut(
-                    clientId: clientId, accountId: account?.identifier ?? "",
-                    options: [.signoutFromBrowser: .bool(parameters.signoutFromBrowser)]),
-                timeout: configuration.tokenTimeout
-            ).first)
+        try await link.signOut(
+            clientId: clientId, accountId: account?.identifier ?? "",
+            options: [.signoutFromBrowser: .bool(parameters.signoutFromBrowser)], timeout: configuration.tokenTimeout
+        ).result
     }
 
     // MARK: Changes

@@ -40,21 +40,17 @@ public final class SignInCodeRequiredState: Sendable {
     /// the state stays usable: ask again. An expired one throws ``BrokerError/codeExpired(_:)``:
     /// call ``resendCode()``.
     public func submitCode(_ code: String) async throws(BrokerError) -> TokenResult {
-        try ReplyDecoding.tokenResult(
-            try await link.call(
-                .submitCode(flowId: flowId, code: code), timeout: configuration.tokenTimeout
-            ).first)
+        try await link.submitCode(flowId: flowId, code: code, timeout: configuration.tokenTimeout).result
     }
 
     /// Asks the provider to send a new code; ``challenge`` then describes it.
     public func resendCode() async throws(BrokerError) {
-        let reply = try await link.call(.resendCode(flowId: flowId), timeout: configuration.tokenTimeout)
-        let challenge = try ReplyDecoding.challenge(reply.first)
+        let challenge = try await link.resendCode(flowId: flowId, timeout: configuration.tokenTimeout).challenge
         latest.withLock { $0 = challenge }
     }
 
     /// Ends the flow in the broker. Best effort: a flow that already ended is not an error.
     public func cancel() async {
-        _ = try? await link.call(.cancelSignIn(flowId: flowId), timeout: configuration.queryTimeout)
+        _ = try? await link.cancelSignIn(flowId: flowId, timeout: configuration.queryTimeout)
     }
 }

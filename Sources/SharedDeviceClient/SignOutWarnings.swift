@@ -19,35 +19,20 @@ extension PublicClientApplication {
     /// ``accountChanges``, which then reports the sign-out itself.
     public func signOutWarnings() async throws(BrokerError) -> AsyncStream<SignOutWarning> {
         let connection = try link.connection()
-        let rule = { (member: String) in
-            DBusMatchRule(
-                sender: BrokerNames.busName, path: BrokerNames.objectPath, interface: BrokerNames.interface,
-                member: member)
-        }
-        let pending: AsyncStream<DBusSignal>
-        let cancelled: AsyncStream<DBusSignal>
-        do {
-            pending = try await connection.signals(matching: rule(Broker1Signal.signOutPending.rawValue))
-            cancelled = try await connection.signals(matching: rule(Broker1Signal.signOutCancelled.rawValue))
-        } catch {
-            throw BusLink.brokerError(error)
-        }
-        let now = try? await connection.call(
-            destination: BrokerNames.busName, path: BrokerNames.objectPath,
-            interface: "org.freedesktop.DBus.Properties", member: "Get",
-            arguments: [.string(BrokerNames.interface), .string(Broker1Property.signOutDeadline.rawValue)],
-            timeout: configuration.queryTimeout)
+        let pending = try await connection.signals(
+            Broker1Signals.SignOutPending.rule(), as: Broker1Signals.SignOutPending.init)
+        let cancelled = try await connection.signals(
+            Broker1Signals.SignOutCancelled.rule(), as: Broker1Signals.SignOutCancelled.init)
+        let now = try? await link.signOutDeadlineProperty(timeout: configuration.queryTimeout)
         let (stream, continuation) = AsyncStream<SignOutWarning>.makeStream(bufferingPolicy: .unbounded)
-        if let deadline = now?.first?.uint64, deadline > 0 {
+        if let deadline = now, deadline > 0 {
             continuation.yield(.pending(reason: .idle, deadline: deadline))
         }
         let readers = [
             Task {
                 for await signal in pending {
-                    if let reason = signal.arguments.first?.string.flatMap(SignOutCause.init(rawValue:)),
-                        let deadline = signal.arguments.dropFirst().first?.uint64
-                    {
-                        continuation.yield(.pending(reason: reason, deadline: deadline))
+                    if let reason = SignOutCause(rawValue: signal.reason) {
+                        continuation.yield(.pending(reason: reason, deadline: signal.deadline))
                     }
                 }
                 // The connection went away: the consumer must hear that no warning will come.
@@ -55,7 +40,7 @@ extension PublicClientApplication {
             },
             Task {
                 for await signal in cancelled {
-                    if let reason = signal.arguments.first?.string.flatMap(SignOutCause.init(rawValue:)) {
+                    if let reason = SignOutCause(rawValue: signal.reason) {
                         continuation.yield(.cancelled(reason: reason))
                     }
                 }

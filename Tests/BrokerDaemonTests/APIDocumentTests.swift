@@ -144,8 +144,8 @@ struct APIDocumentTests {
         }
         // The one key AccountChanged adds to an account.
         let change = DeviceAccountChange(current: nil, previous: Self.account, reason: .signedOut, cause: .idle)
-        let previous = BusMarshalling.accountChanged(change).previous.vardict ?? [:]
-        let added = Set(previous.keys).subtracting((BusMarshalling.account(Self.account).vardict ?? [:]).keys)
+        let previous = change.departed?.busValue.vardict ?? [:]
+        let added = Set(previous.keys).subtracting((Self.account.busValue.vardict ?? [:]).keys)
         #expect(added == [AccountKey.signOutCause])
         let accountChanged = documented.first { $0.name == BrokerNames.accountChangedSignal }?.lines ?? []
         #expect(accountChanged.joined(separator: " ").contains("`\(AccountKey.signOutCause)` (s)"))
@@ -171,27 +171,22 @@ struct APIDocumentTests {
         let information = DeviceInformation(
             deviceMode: .shared, brokerVersion: "1", deviceId: "d", tenantId: "t", authority: "https://a",
             extraDeviceInformation: [:], singleSignOn: [.nativeSSO])
-        let challenges = Set(
-            (BusMarshalling.challenge(.init(channel: "email", sentTo: "a***", codeLength: 8)).vardict ?? [:]).map {
-                "\($0.key):\($0.value.signature)"
-            }
-        ).union(
-            (BusMarshalling.deviceChallenge(
-                .init(
-                    verificationUri: "https://v", verificationUriComplete: "https://v?c", userCode: "U",
-                    expiresIn: 900, interval: 5)
-            ).vardict ?? [:]).map { "\($0.key):\($0.value.signature)" })
+        let code: SignInChallenge = .codeChallenge(CodeChallenge(channel: "email", sentTo: "a***", codeLength: 8))
+        let device: SignInChallenge = .deviceCodeChallenge(
+            DeviceCodeChallenge(
+                channel: "device-code", verificationUri: "https://v", verificationUriComplete: "https://v?c",
+                userCode: "U", expiresIn: 900, interval: 5))
+        let keys = { (value: DBusValue) in (value.vardict ?? [:]).map { "\($0.key):\($0.value.signature)" } }
+        let challenges = Set(keys(code.busValue)).union(keys(device.busValue))
+        let options = SignInOptions(flows: [.browser], singleSignOn: [.nativeSSO])
         return [
-            ("Account", BusMarshalling.account(account)),
-            ("Token result", BusMarshalling.tokenResult(tokens)),
-            ("Device information", BusMarshalling.deviceInformation(information)),
-            (
-                "Sign-in options",
-                BusMarshalling.signInOptions(.init(flows: [.browser], singleSignOn: [.nativeSSO]))
-            ),
+            ("Account", account.busValue),
+            ("Token result", tokens.result.busValue),
+            ("Device information", information.busValue),
+            ("Sign-in options", options.busValue),
             // Both kinds of challenge in one table; the keys are compared as a set below.
             ("Challenge", .strings(challenges.sorted())),
-            ("Sign-out result", BusMarshalling.signOutOutcome(SignOutOutcome())),
+            ("Sign-out result", SignOutOutcome().busValue),
         ]
     }
 

@@ -69,10 +69,10 @@ struct BrokerServiceTests {
     @Test func thePropertiesStartFromTheStateAndTheMode() {
         let shared = Self.service(mode: .shared, current: Self.alice, channel: RecordingChannel())
         #expect(shared.properties.values["DeviceMode"] == .string("shared"))
-        #expect(shared.properties.values["CurrentAccount"] == BusMarshalling.account(Self.alice))
+        #expect(shared.properties.values["CurrentAccount"] == Self.alice.busValue)
         // In default mode there is no device account, whoever an app signed in.
         let personal = Self.service(mode: .default, current: Self.alice, channel: RecordingChannel())
-        #expect(personal.properties.values["CurrentAccount"] == BusMarshalling.account(nil))
+        #expect(personal.properties.values["CurrentAccount"] == DBusValue.vardict([:]))
     }
 
     @Test func aSignOutSetsThePropertyThenSignalsBeforeItReturns() async throws {
@@ -82,11 +82,11 @@ struct BrokerServiceTests {
 
         let emitted = channel.emitted.withLock { $0 }
         #expect(emitted.map(\.member) == [BrokerNames.accountChangedSignal, "PropertiesChanged"])
-        let nobody = BusMarshalling.account(nil)
+        let nobody = DBusValue.vardict([:])
         let arguments = emitted.first?.arguments ?? []
         #expect(arguments.first == nobody && arguments.last == .string("signed-out"))
         // previous: the account, and why it was signed out.
-        var previous = BusMarshalling.account(Self.alice).vardict ?? [:]
+        var previous = Self.alice.busValue.vardict ?? [:]
         previous[AccountKey.signOutCause] = .string(SignOutCause.app.rawValue)
         #expect(arguments.dropFirst().first?.vardict == previous)
         #expect(emitted.last?.arguments == [.vardict(["CurrentAccount": nobody])])

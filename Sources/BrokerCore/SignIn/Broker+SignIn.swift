@@ -72,15 +72,6 @@ extension Broker {
             correlationId: correlationId)
     }
 
-    /// What the sign-in screen of an app can offer (`GetSignInOptions`); apps read the client
-    /// library's `SignInOptions`, decoded from the same dictionary.
-    public struct SignInOptions: Sendable, Equatable {
-        /// The flows the provider offers, in ``SignInFlow``'s order.
-        public var flows: [SignInFlow]
-        /// How other apps then get tokens of their own, as far as known.
-        public var singleSignOn: [SingleSignOnMechanism]
-    }
-
     /// What a sign-in of `clientId` asks the provider for: the call's scopes and the app's default
     /// ones (``BrokerConfiguration/defaultScopes``). The grant a sign-in makes bounds what later
     /// silent calls can refresh, so the app's usual scopes are asked for whatever the call named.

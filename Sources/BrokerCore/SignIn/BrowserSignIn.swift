@@ -35,11 +35,11 @@ public struct InteractiveRequest: Sendable {
     /// How long a person has to finish in the browser.
     public var timeout: Duration
     /// Told each stage the sign-in reaches, with its details (the page's `url`).
-    public var progress: @Sendable (SignInStage, [String: String]) -> Void
+    public var progress: @Sendable (SignInStage, SignInProgressDetails) -> Void
 
     public init(
         prompt: Prompt? = nil, loginHint: String? = nil, maxAge: Int64? = nil, claims: String? = nil,
-        timeout: Duration, progress: @escaping @Sendable (SignInStage, [String: String]) -> Void = { _, _ in }
+        timeout: Duration, progress: @escaping @Sendable (SignInStage, SignInProgressDetails) -> Void = { _, _ in }
     ) {
         self.claims = claims
         self.prompt = prompt

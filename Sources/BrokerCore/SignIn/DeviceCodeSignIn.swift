@@ -65,23 +65,12 @@ struct PendingDeviceCodeSignIn: PendingSignIn {
 }
 
 extension Broker {
-    /// What a device-code sign-in shows the person: where to go and which code to enter.
-    public struct DeviceSignInChallenge: Sendable, Equatable {
-        public var verificationUri: String
-        public var verificationUriComplete: String?
-        public var userCode: String
-        /// Seconds until the code expires.
-        public var expiresIn: Int64
-        /// Seconds between the broker's polls, as the provider asked.
-        public var interval: Int64
-    }
-
     /// Starts a device-code sign-in (RFC 8628): returns what the person is shown; the broker then
     /// polls the provider at the interval it asks (slower after `slow_down`) until the person has
     /// signed in elsewhere, and the sign-in ends like the others (`AccountChanged`, the tokens,
     /// which ``finishSignIn(flowId:owner:)`` hands to the app).
     public func startDeviceSignIn(clientId: String, scopes requested: [String], owner: String)
-        async throws(BrokerFailure) -> (flowId: String, challenge: DeviceSignInChallenge)
+        async throws(BrokerFailure) -> (flowId: String, challenge: DeviceCodeChallenge)
     {
         try checkClient(clientId)
         try InputRules.scopes(requested)
@@ -112,8 +101,9 @@ extension Broker {
             metadata: ["clientId": "\(clientId)", "flowId": "\(flowId)", "correlationId": "\(correlationId)"])
         return (
             flowId,
-            DeviceSignInChallenge(
-                verificationUri: grant.verificationUri, verificationUriComplete: grant.verificationUriComplete,
+            DeviceCodeChallenge(
+                channel: SignInFlow.deviceCode.rawValue, verificationUri: grant.verificationUri,
+                verificationUriComplete: grant.verificationUriComplete,
                 userCode: grant.userCode, expiresIn: grant.expiresIn, interval: max(1, grant.interval))
         )
     }

@@ -25,8 +25,8 @@ extension EmailCodeSignInProvider where Self: SignInRefusingProvider {
 }
 
 /// A one-time code the provider sent (native authentication's `oob` challenge), as the core keeps
-/// it: with the provider's continuation token, a secret. Apps get the client library's
-/// `CodeChallenge`, which has no such field (the names differ so that the two are never confused).
+/// it: with the provider's continuation token, a secret. Apps get the contract's `CodeChallenge`,
+/// which has no such field (the names differ so that the two are never confused).
 public struct ProviderCodeChallenge: Sendable, Equatable {
     /// The provider's handle on the flow: a secret, never logged or returned to apps.
     public var continuationToken: String
@@ -42,6 +42,9 @@ public struct ProviderCodeChallenge: Sendable, Equatable {
         self.sentTo = sentTo
         self.codeLength = codeLength
     }
+
+    /// What the person is shown: the contract's `CodeChallenge`, without the secret.
+    var shown: CodeChallenge { CodeChallenge(channel: channel, sentTo: sentTo, codeLength: Int(codeLength)) }
 }
 
 /// A code flow waiting for its code.
@@ -63,18 +66,11 @@ struct PendingCodeSignIn: PendingSignIn {
 }
 
 extension Broker {
-    /// What the app shows while the user fetches the code.
-    public struct SignInChallenge: Sendable, Equatable {
-        public var channel: String
-        public var sentTo: String
-        public var codeLength: UInt32
-    }
-
     /// Asks the provider to send a one-time code; returns the flow's id and where the code went.
     public func startSignIn(
         clientId: String, username: String, scopes requested: [String],
         owner: String
-    ) async throws(BrokerFailure) -> (flowId: String, challenge: SignInChallenge) {
+    ) async throws(BrokerFailure) -> (flowId: String, challenge: CodeChallenge) {
         try checkClient(clientId)
         try InputRules.username(username)
         try InputRules.scopes(requested)
@@ -99,10 +95,7 @@ extension Broker {
                 "clientId": "\(clientId)", "flowId": "\(flowId)",
                 "correlationId": "\(correlationId)",
             ])
-        return (
-            flowId,
-            SignInChallenge(channel: challenge.channel, sentTo: challenge.sentTo, codeLength: challenge.codeLength)
-        )
+        return (flowId, challenge.shown)
     }
 
     /// Redeems the code. A wrong code leaves the flow usable (`.invalidCode`); an expired one
@@ -135,7 +128,7 @@ extension Broker {
     }
 
     /// Sends a new code for the flow.
-    public func resendCode(flowId: String, owner: String) async throws(BrokerFailure) -> SignInChallenge {
+    public func resendCode(flowId: String, owner: String) async throws(BrokerFailure) -> CodeChallenge {
         try InputRules.flowId(flowId)
         let flow = try flows.flow(flowId, owner: owner, as: PendingCodeSignIn.self)
         let challenge = try await callProvider(Self.newCorrelationId()) {
@@ -144,6 +137,6 @@ extension Broker {
         flows.update(flowId, owner: owner) { (flow: inout PendingCodeSignIn) in
             flow.continuationToken = challenge.continuationToken
         }
-        return SignInChallenge(channel: challenge.channel, sentTo: challenge.sentTo, codeLength: challenge.codeLength)
+        return challenge.shown
     }
 }
