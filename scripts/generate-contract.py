@@ -11,8 +11,9 @@ For an interface whose `io.shareddevice.Contract.SwiftName` annotation is N:
   `io.shareddevice.Contract.AnswersFromState` annotation, `NStateAnswers`, one requirement per such
   method returning its reply from the broker's published state or nil (the call then goes to its
   handler), with the dispatch that reads their arguments; where the interface has properties,
-  `NProperties`, their values typed, and by name as Get and GetAll serve them, and one typed
-  `PropertiesChanged` emitter per property (`emit<Property>Changed`);
+  `NProperties`, their values typed, and by name as Get and GetAll serve them, `NProperties.Changing`,
+  those that announce their changes, and one `PropertiesChanged` emitter that lists every property
+  a change changed, typed (`emitPropertiesChanged(_:of:path:)`);
 - Sources/BrokerAPI/NMethod.swift: the methods' names, which argument is the app a call acts for
   (the `io.shareddevice.Contract.ClientId` annotation) and which wait for a person
   (`io.shareddevice.Contract.WaitsForPerson`) or may be answered from state
@@ -539,8 +540,8 @@ def emits_changed_signal(prop):
 
 
 def properties_table(iface):
-    """The properties' values, typed, as Get and GetAll serve them, and one typed PropertiesChanged
-    emitter per property; nothing for an interface without properties."""
+    """The properties' values, typed, as Get and GetAll serve them, and one PropertiesChanged emitter
+    for any set of the properties that announce their changes; nothing for an interface without properties."""
     props = iface.element.findall("property")
     if not props:
         return []
@@ -564,22 +565,55 @@ def properties_table(iface):
     ]
     lines += ["            %sProperty.%s.rawValue: %s," % (iface.swift, field, encode % field)
               for _, field, _, encode in fields]
-    lines += ["        ]", "    }", "}", "",
-              "/// `PropertiesChanged` of each property of `%s`, alone, its value typed as the contract" % iface.name,
-              "/// declares it, from the object at `path`; none for a property the contract marks const.",
-              "extension AnnouncementChannel {"]
-    changing = [field for field, prop in zip(fields, props) if emits_changed_signal(prop) not in ("const", "false")]
-    for number, (name, field, swift_type, encode) in enumerate(changing):
-        if number:
-            lines.append("")
-        lines += [
-            "    func emit%sChanged(_ value: %s, path: String) throws {" % (name[:1].upper() + name[1:], swift_type),
-            "        try emitPropertiesChanged(",
-            "            path: path, interface: %s," % quoted(iface.name),
-            "            changed: [%sProperty.%s.rawValue: %s], invalidated: [])" % (iface.swift, field, encode % "value"),
-            "    }",
-        ]
-    lines.append("}")
+    lines += ["        ]", "    }", "}"]
+    changing = [(field, emits_changed_signal(prop) or "true", encode) for (_, field, _, encode), prop in zip(fields, props)
+                if emits_changed_signal(prop) not in ("const", "false")]
+    if not changing:
+        return lines
+    lines += [
+        "",
+        "extension %sProperties {" % iface.swift,
+        "    /// The properties that announce their changes: every one the contract does not mark const",
+        "    /// (or false). A change names those it changed, and they go out in one `PropertiesChanged`.",
+        "    enum Changing: Hashable, Sendable, CaseIterable {",
+    ]
+    lines += ["        case %s" % field for field, _, _ in changing]
+    lines += [
+        "    }",
+        "}",
+        "",
+        "/// One `PropertiesChanged` of `%s` from the object at `path`, listing every property in" % iface.name,
+        "/// `changed`, with its value in `values`, typed as the contract declares it (its name alone, in",
+        "/// `invalidated`, for a property the contract marks invalidates); nothing when `changed` is empty.",
+        "extension AnnouncementChannel {",
+        "    func emitPropertiesChanged(",
+        "        _ changed: Set<%sProperties.Changing>, of values: %sProperties, path: String" % (iface.swift, iface.swift),
+        "    ) throws {",
+        "        guard !changed.isEmpty else { return }",
+        "        var changedValues: [String: DBusValue] = [:]",
+    ]
+    invalidating = any(emits == "invalidates" for _, emits, _ in changing)
+    if invalidating:
+        lines.append("        var invalidated: [String] = []")
+    lines += [
+        "        for property in changed {",
+        "            switch property {",
+    ]
+    for field, emits, encode in changing:
+        name = "%sProperty.%s.rawValue" % (iface.swift, field)
+        if emits == "invalidates":
+            lines.append("            case .%s: invalidated.append(%s)" % (field, name))
+        else:
+            lines.append("            case .%s: changedValues[%s] = %s" % (field, name, encode % ("values." + field)))
+    lines += [
+        "            }",
+        "        }",
+        "        try emitPropertiesChanged(",
+        "            path: path, interface: %s, changed: changedValues, invalidated: %s)"
+        % (quoted(iface.name), "invalidated" if invalidating else "[]"),
+        "    }",
+        "}",
+    ]
     return lines
 
 

@@ -27,7 +27,7 @@ extension Broker {
             logger.warning("could not keep the sign-out deadline", metadata: ["error": "\(error)"])
         }
         logger.notice("signing out after inactivity unless the person is active", metadata: ["in": "\(idle.warning) s"])
-        onShiftWarning(.pending(cause: .idle, deadline: deadline))
+        announce(.shiftWarning(.pending(cause: .idle, deadline: deadline)))
         armIdleDeadline(deadline)
     }
 
@@ -45,7 +45,7 @@ extension Broker {
             logger.warning("could not forget the sign-out deadline", metadata: ["error": "\(error)"])
         }
         logger.notice("the person is active: no sign-out after inactivity")
-        onShiftWarning(.cancelled(cause: .idle))
+        announce(.shiftWarning(.cancelled(cause: .idle)))
     }
 
     /// At start: a deadline a previous run wrote is kept (re-armed, announced) or, when passed,
@@ -61,7 +61,7 @@ extension Broker {
         if clock.now() >= deadline {
             return Task { try? await self.endShift(cause: .idle) }
         }
-        onShiftWarning(.pending(cause: .idle, deadline: deadline))
+        announce(.shiftWarning(.pending(cause: .idle, deadline: deadline)))
         armIdleDeadline(deadline)
         return nil
     }

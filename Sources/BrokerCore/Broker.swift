@@ -25,11 +25,9 @@ public actor Broker {
     let callers: any CallerDirectory
     /// What is cleared after every sign-out of the device.
     let cleaner: any DeviceCleaner
-    private let onAccountChange: @Sendable (DeviceAccountChange) -> Void
-    /// Told each stage an interactive sign-in reaches, for its caller.
-    let onSignInProgress: @Sendable (SignInProgressReport) -> Void
-    /// Told when a warning of a sign-out after inactivity starts, is cancelled or ends.
-    let onShiftWarning: @Sendable (ShiftWarning) -> Void
+    /// Told of each change's events (``BrokerEvent``), together and in the order apps are to hear
+    /// them, so that what one change does to the properties goes out as one change.
+    let announcer: @Sendable ([BrokerEvent]) -> Void
 
     /// The state as of the last change; written only by ``commit(_:announcing:)``.
     private let published: Locked<BrokerState>
@@ -75,26 +73,22 @@ public actor Broker {
 
     /// - Parameters:
     ///   - initialState: what the store held at start, or nil for a new device.
-    ///   - onAccountChange: called once per change of the device's account, after the change
-    ///     is written and before the call that made it returns.
+    ///   - announce: called with the events of each change, in order: for a change of the state,
+    ///     after it is written and before the call that made it returns.
     public init(
         configuration: BrokerConfiguration, provider: any IdentityProvider, store: any StateStore,
         clock: any WallClock, initialState: BrokerState, logger: Logger,
         callers: any CallerDirectory = EveryCallerConnected(), cleaner: any DeviceCleaner = NothingToClean(),
-        onAccountChange: @escaping @Sendable (DeviceAccountChange) -> Void,
-        onSignInProgress: @escaping @Sendable (SignInProgressReport) -> Void = { _ in },
-        onShiftWarning: @escaping @Sendable (ShiftWarning) -> Void = { _ in }
+        announce: @escaping @Sendable ([BrokerEvent]) -> Void
     ) {
-        self.onShiftWarning = onShiftWarning
         self.callers = callers
         self.cleaner = cleaner
-        self.onSignInProgress = onSignInProgress
         self.configuration = configuration
         self.provider = provider
         self.store = store
         self.clock = clock
         self.logger = logger
-        self.onAccountChange = onAccountChange
+        self.announcer = announce
         self.published = Locked(initialState)
     }
 
@@ -226,8 +220,9 @@ public actor Broker {
     }
 
     /// Writes `proposed` and adopts it; announces the end of a sign-out warning (`endingWarning`)
-    /// and then `change` (the device's account changed), in that order, so that an app that hears
-    /// the account change reads no deadline any more; then makes the write durable. The caller
+    /// and then `change` (the device's account changed), in that order and together, so that an
+    /// app that hears the account change reads no deadline any more and hears of both properties
+    /// in one `PropertiesChanged`; then makes the write durable. The caller
     /// replies after that. On a failed write nothing changes and nothing is announced.
     ///
     /// The announcement goes out before the sync because apps act on it at once (the next
@@ -249,8 +244,9 @@ public actor Broker {
         }
         published.withLock { $0 = next }
         bystanders = nextBystanders
-        if endingWarning { onShiftWarning(.over) }
-        if let change { onAccountChange(change) }
+        var events: [BrokerEvent] = endingWarning ? [.shiftWarning(.over)] : []
+        if let change { events.append(.accountChanged(change)) }
+        if !events.isEmpty { announcer(events) }
         do {
             try store.sync()
         } catch {
@@ -261,6 +257,9 @@ public actor Broker {
                 "could not finish writing the broker state (the change stands)", metadata: ["error": "\(error)"])
         }
     }
+
+    /// Announces `event` alone, for what is no change of the state or is announced apart from it.
+    func announce(_ event: BrokerEvent) { announcer([event]) }
 
     func callProvider<T: Sendable>(
         _ correlationId: String,

@@ -224,19 +224,32 @@ struct Broker1Properties: Sendable, Equatable {
     }
 }
 
-/// `PropertiesChanged` of each property of `io.shareddevice.Broker1`, alone, its value typed as the contract
-/// declares it, from the object at `path`; none for a property the contract marks const.
-extension AnnouncementChannel {
-    func emitCurrentAccountChanged(_ value: Account?, path: String) throws {
-        try emitPropertiesChanged(
-            path: path, interface: "io.shareddevice.Broker1",
-            changed: [Broker1Property.currentAccount.rawValue: (value?.busValue ?? .vardict([:]))], invalidated: [])
+extension Broker1Properties {
+    /// The properties that announce their changes: every one the contract does not mark const
+    /// (or false). A change names those it changed, and they go out in one `PropertiesChanged`.
+    enum Changing: Hashable, Sendable, CaseIterable {
+        case currentAccount
+        case signOutDeadline
     }
+}
 
-    func emitSignOutDeadlineChanged(_ value: UInt64, path: String) throws {
+/// One `PropertiesChanged` of `io.shareddevice.Broker1` from the object at `path`, listing every property in
+/// `changed`, with its value in `values`, typed as the contract declares it (its name alone, in
+/// `invalidated`, for a property the contract marks invalidates); nothing when `changed` is empty.
+extension AnnouncementChannel {
+    func emitPropertiesChanged(
+        _ changed: Set<Broker1Properties.Changing>, of values: Broker1Properties, path: String
+    ) throws {
+        guard !changed.isEmpty else { return }
+        var changedValues: [String: DBusValue] = [:]
+        for property in changed {
+            switch property {
+            case .currentAccount: changedValues[Broker1Property.currentAccount.rawValue] = (values.currentAccount?.busValue ?? .vardict([:]))
+            case .signOutDeadline: changedValues[Broker1Property.signOutDeadline.rawValue] = .uint64(values.signOutDeadline)
+            }
+        }
         try emitPropertiesChanged(
-            path: path, interface: "io.shareddevice.Broker1",
-            changed: [Broker1Property.signOutDeadline.rawValue: .uint64(value)], invalidated: [])
+            path: path, interface: "io.shareddevice.Broker1", changed: changedValues, invalidated: [])
     }
 }
 

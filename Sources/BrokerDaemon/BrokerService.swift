@@ -30,19 +30,11 @@ final class BrokerService: Sendable {
         self.properties = properties
         let shiftEvents = ShiftEvents()
         self.shiftEvents = shiftEvents
-        let announce = Self.announcing(on: channel, properties: properties, logger: logger)
-        let warn = Self.warning(on: channel, properties: properties, logger: logger)
         self.broker = Broker(
             configuration: configuration, provider: provider, store: store, clock: clock,
             initialState: initialState, logger: logger, callers: callers, cleaner: cleaner,
-            onAccountChange: { change in
-                announce(change)
-                shiftEvents.publish(.signedIn(change.current != nil))
-            },
-            onSignInProgress: Self.reporting(on: channel, logger: logger),
-            onShiftWarning: { warning in
-                warn(warning)
-                shiftEvents.publish(.warning(warning))
+            announce: { events in
+                Self.announce(events, on: channel, properties: properties, shiftEvents: shiftEvents, logger: logger)
             })
         self.callers = callers
     }
@@ -53,81 +45,76 @@ final class BrokerService: Sendable {
         await broker.callerLeft(name)
     }
 
-    /// `SignInProgress` to the caller that started the sign-in, and to nobody else.
-    private static func reporting(on channel: any AnnouncementChannel, logger: Logger)
-        -> @Sendable (SignInProgressReport) -> Void
-    {
-        { progress in
-            do {
-                try channel.emitSignInProgress(
-                    flowId: OutsideText.cleaned(progress.flowId), stage: progress.stage.rawValue,
-                    details: progress.details, path: BrokerNames.objectPath, destination: progress.owner)
-            } catch {
-                logger.debug("could not send SignInProgress", metadata: ["error": "\(error)"])
+    /// What the core calls with the events of each change, in order; for a change of the state,
+    /// after it is written and before the call that made it replies. Each event in its place, in
+    /// one switch (a new kind of event does not compile until it has one): the property it changes
+    /// first (whoever reads it on hearing the signal reads the new value), then its signal:
+    /// `AccountChanged`, `SignOutPending` or `SignOutCancelled` to every app, `SignInProgress` to
+    /// the caller that started the sign-in and nobody else; then the shift adapters hear it
+    /// (``ShiftEvents``). After the last, one `PropertiesChanged` lists every property the change
+    /// changed: a sign-out during a warning ends the deadline and the account in one.
+    private static func announce(
+        _ events: [BrokerEvent], on channel: any AnnouncementChannel, properties: PropertyCache,
+        shiftEvents: ShiftEvents, logger: Logger
+    ) {
+        let path = BrokerNames.objectPath
+        var changed: Set<Broker1Properties.Changing> = []
+        for event in events {
+            switch event {
+            case .accountChanged(let change):
+                properties.update { $0.currentAccount = change.current }
+                changed.insert(.currentAccount)
+                // Each signal on its own: one that fails must not take the others with it.
+                do {
+                    try channel.emitAccountChanged(
+                        current: change.current, previous: change.departed, reason: change.reason.rawValue, path: path)
+                } catch {
+                    notEmitted(Broker1Signal.accountChanged.rawValue, error, logger)
+                }
+                shiftEvents.publish(.signedIn(change.current != nil))
+            case .shiftWarning(let warning):
+                let deadline: UInt64 =
+                    switch warning {
+                    case .pending(_, let at): UInt64(clamping: at) &* 1_000_000
+                    case .cancelled, .over: 0
+                    }
+                properties.update { $0.signOutDeadline = deadline }
+                changed.insert(.signOutDeadline)
+                do {
+                    switch warning {
+                    case .pending(let cause, _):
+                        try channel.emitSignOutPending(reason: cause.rawValue, deadline: deadline, path: path)
+                    case .cancelled(let cause): try channel.emitSignOutCancelled(reason: cause.rawValue, path: path)
+                    case .over: break
+                    }
+                } catch {
+                    logger.critical("could not announce the sign-out warning", metadata: ["error": "\(error)"])
+                }
+                shiftEvents.publish(.warning(warning))
+            case .signInProgress(let progress):
+                do {
+                    try channel.emitSignInProgress(
+                        flowId: OutsideText.cleaned(progress.flowId), stage: progress.stage.rawValue,
+                        details: progress.details, path: path, destination: progress.owner)
+                } catch {
+                    logger.debug("could not send SignInProgress", metadata: ["error": "\(error)"])
+                }
             }
         }
-    }
-
-    /// A warning of a sign-out the person did not ask for: `SignOutDeadline` set first (whoever
-    /// reads it on hearing the signal reads the new value), then `SignOutPending` or
-    /// `SignOutCancelled` to every app, then `PropertiesChanged`.
-    private static func warning(on channel: any AnnouncementChannel, properties: PropertyCache, logger: Logger)
-        -> @Sendable (ShiftWarning) -> Void
-    {
-        { warning in
-            let deadline: UInt64 =
-                switch warning {
-                case .pending(_, let at): UInt64(clamping: at) &* 1_000_000
-                case .cancelled, .over: 0
-                }
-            properties.update { $0.signOutDeadline = deadline }
-            let path = BrokerNames.objectPath
-            do {
-                switch warning {
-                case .pending(let cause, _):
-                    try channel.emitSignOutPending(reason: cause.rawValue, deadline: deadline, path: path)
-                case .cancelled(let cause): try channel.emitSignOutCancelled(reason: cause.rawValue, path: path)
-                case .over: break
-                }
-                try channel.emitSignOutDeadlineChanged(deadline, path: path)
-            } catch {
-                logger.critical("could not announce the sign-out warning", metadata: ["error": "\(error)"])
-            }
-        }
-    }
-
-    /// What the core calls once per change of the device's account, after the change is written
-    /// and before the call that made it replies: the `CurrentAccount` property, then
-    /// `AccountChanged` and `PropertiesChanged` on the bus.
-    private static func announcing(
-        on channel: any AnnouncementChannel, properties: PropertyCache,
-        logger: Logger
-    ) -> @Sendable (DeviceAccountChange) -> Void {
-        { change in
-            properties.update { $0.currentAccount = change.current }
-            // Each signal on its own: one that fails must not take the other with it.
-            do {
-                try channel.emitAccountChanged(
-                    current: change.current, previous: change.departed, reason: change.reason.rawValue,
-                    path: BrokerNames.objectPath)
-            } catch {
-                notEmitted(Broker1Signal.accountChanged.rawValue, error, logger)
-            }
-            do {
-                try channel.emitCurrentAccountChanged(change.current, path: BrokerNames.objectPath)
-            } catch {
-                notEmitted("PropertiesChanged", error, logger)
-            }
+        do {
+            try channel.emitPropertiesChanged(changed, of: properties.typed, path: path)
+        } catch {
+            notEmitted("PropertiesChanged", error, logger)
         }
     }
 
     /// A change apps were not told of. A lost bus is the one way it can happen; a signal libdbus
-    /// refused to build (`InvalidArgs`: BusMarshalling let a string through that D-Bus cannot
+    /// refused to build (`InvalidArgs`: an encoder let a string through that D-Bus cannot
     /// carry) is a bug, which stops a debug build, so that a test finds it, rather than leave
     /// every app on a sign-out it never heard of.
     private static func notEmitted(_ signal: String, _ error: any Error, _ logger: Logger) {
         logger.critical(
-            "could not emit \(signal); apps were not told of the change of account", metadata: ["error": "\(error)"])
+            "could not emit \(signal); apps were not told of the change", metadata: ["error": "\(error)"])
         assert((error as? DBusError)?.name != DBusError.invalidArgs("").name, "\(signal) could not be built: \(error)")
     }
 }
@@ -150,6 +137,7 @@ final class PropertyCache: Sendable {
     private let storage: Locked<(typed: Broker1Properties, byName: [String: DBusValue])>
     init(_ initial: Broker1Properties) { storage = Locked((initial, initial.byName)) }
     var values: [String: DBusValue] { storage.withLock { $0.byName } }
+    var typed: Broker1Properties { storage.withLock { $0.typed } }
     func update(_ change: (inout Broker1Properties) -> Void) {
         storage.withLock { stored in
             change(&stored.typed)

@@ -251,12 +251,20 @@ final class WarningRecorder: @unchecked Sendable {
     func record(_ warning: ShiftWarning) { lock.withLock { $0.append(warning) } }
 }
 
+/// Every announcement, as the core hands it over: one change's events together.
+final class AnnouncementRecorder: @unchecked Sendable {
+    private let lock = Locked<[[BrokerEvent]]>([])
+    var announcements: [[BrokerEvent]] { lock.withLock { $0 } }
+    func record(_ events: [BrokerEvent]) { lock.withLock { $0.append(events) } }
+}
+
 struct Harness {
     let clock: TestClock
     let provider: ScriptedProvider
     let store = MemoryStore()
     let changes = ChangeRecorder()
     let warnings = WarningRecorder()
+    let announcements = AnnouncementRecorder()
     let broker: Broker
 
     init(
@@ -271,6 +279,7 @@ struct Harness {
         let changes = self.changes
         let store = self.store
         let warnings = self.warnings
+        let announcements = self.announcements
         broker = Broker(
             configuration: BrokerConfiguration(
                 deviceMode: mode, brokerVersion: "test", tenantId: "tenant",
@@ -279,10 +288,18 @@ struct Harness {
             provider: provider, store: store, clock: clock,
             initialState: state ?? BrokerState(deviceId: "device-1"),
             logger: Logger(label: "test"), callers: callers, cleaner: cleaner,
-            onAccountChange: {
-                store.note("announce")
-                changes.record($0)
-            }, onShiftWarning: { warnings.record($0) })
+            announce: { events in
+                announcements.record(events)
+                for event in events {
+                    switch event {
+                    case .accountChanged(let change):
+                        store.note("announce")
+                        changes.record(change)
+                    case .shiftWarning(let warning): warnings.record(warning)
+                    case .signInProgress: break
+                    }
+                }
+            })
     }
 
     func signIn(_ user: String = "alice@contoso.example", client: String = "mail", scopes: [String] = ["User.Read"])

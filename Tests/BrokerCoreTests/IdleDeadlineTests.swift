@@ -27,6 +27,17 @@ struct IdleDeadlineTests {
         #expect(try await h.broker.currentAccount(clientId: "mail").current == Self.alice)
     }
 
+    /// A sign-out during the warning ends it in the same change: one announcement, the warning's
+    /// end first, so that brokerd tells apps of both properties at once.
+    @Test func aSignOutDuringTheWarningEndsItInOneAnnouncement() async throws {
+        let h = Harness(idleSignOut: Self.idle)
+        _ = try await h.signIn()
+        await h.broker.personInactive()
+        _ = try await h.broker.signOut(clientId: "mail", accountId: "")
+        let signedOut = DeviceAccountChange(current: nil, previous: Self.alice, reason: .signedOut, cause: .app)
+        #expect(h.announcements.announcements.last == [.shiftWarning(.over), .accountChanged(signedOut)])
+    }
+
     @Test func nobodySignedInHearsNoWarning() async {
         let h = Harness(idleSignOut: Self.idle)
         await h.broker.personInactive()

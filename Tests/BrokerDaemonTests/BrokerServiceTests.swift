@@ -119,6 +119,23 @@ struct BrokerServiceTests {
         #expect(emitted.map(\.deadlineAtEmission) == [.uint64(deadline), .uint64(deadline), .uint64(0), .uint64(0)])
     }
 
+    /// A sign-out during the warning changes the account and ends the deadline in one change: both
+    /// properties set before `AccountChanged`, then one `PropertiesChanged` that lists both.
+    @Test func aSignOutDuringAWarningSendsOnePropertiesChangedListingBoth() async throws {
+        let channel = RecordingChannel()
+        let service = Self.service(
+            mode: .shared, current: Self.alice, channel: channel, idleSignOut: IdleSignOut(after: 300, warning: 60))
+        await service.broker.personInactive()
+        channel.emitted.withLock { $0.removeAll() }
+        _ = try await service.broker.signOut(clientId: "mail", accountId: "")
+
+        let emitted = channel.emitted.withLock { $0 }
+        #expect(emitted.map(\.member) == [BrokerNames.accountChangedSignal, "PropertiesChanged"])
+        let nobody = DBusValue.vardict([:])
+        #expect(emitted.last?.arguments == [.vardict(["CurrentAccount": nobody, "SignOutDeadline": .uint64(0)])])
+        #expect(emitted.allSatisfy { $0.propertyAtEmission == nobody && $0.deadlineAtEmission == .uint64(0) })
+    }
+
     /// The last line of defence: an account that reached the service with a string D-Bus cannot
     /// carry (the boundaries replace them as they enter; this one slipped past) is announced all
     /// the same, replaced, in messages libdbus builds, so that no app misses the change.

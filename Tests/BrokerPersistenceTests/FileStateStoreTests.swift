@@ -234,7 +234,7 @@ struct FileStateStoreTests {
         let broker = Broker(
             configuration: BrokerConfiguration(deviceMode: .shared, brokerVersion: "test"),
             provider: UnreachableProvider(), store: store, clock: FixedClock(), initialState: initial,
-            logger: Logger(label: "test"), onAccountChange: { _ in announced.add(1, ordering: .relaxed) })
+            logger: Logger(label: "test"), announce: { _ in announced.add(1, ordering: .relaxed) })
         let before = directory.bytes()
 
         failing.store(true, ordering: .relaxed)

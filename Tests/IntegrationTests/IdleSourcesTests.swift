@@ -92,6 +92,57 @@ struct IdleSourcesTests {
         #expect(signedIn, "still signed in")
     }
 
+    /// A sign-out during the warning changes the account and ends the deadline in one change:
+    /// apps hear one `PropertiesChanged` listing both, after `AccountChanged`, not one for each.
+    /// The next sign-in's `PropertiesChanged` marks the end: brokerd sends in order, so what came
+    /// of the sign-out came before it.
+    @Test("a sign-out during the warning: one PropertiesChanged lists the account and the deadline")
+    func signOutDuringTheWarningIsOnePropertiesChanged() async throws {
+        let env = try await offThePool { try Self.environment() }
+        let saver = try await StandInScreenSaver(bus: env.bus)
+        defer { withExtendedLifetime(saver) {} }
+        try await Self.restart(env)
+        let app = try await offThePool { try DBusConnection(address: env.bus.address) }
+        defer { app.close() }
+        // Every signal of the broker's object, PropertiesChanged included, in the order sent.
+        let signals = try await app.signals(
+            matching: DBusMatchRule(sender: BrokerNames.busName, path: BrokerNames.objectPath))
+        saver.touch()
+        #expect(try await offThePool { try env.signIn(TestUsers.alice, client: "mail-app") }.status == 0)
+        let pending = try await Self.next([BrokerNames.signOutPendingSignal], on: signals)
+        let deadline = pending.arguments.dropFirst().first?.uint64 ?? 0
+        let announced = try await Self.next(["PropertiesChanged"], on: signals)
+        #expect(announced.arguments.dropFirst().first?.vardict == ["SignOutDeadline": .uint64(deadline)])
+
+        let signedOut = try await offThePool { try env.brokerctl(["sign-out", "--client-id", "mail-app"]) }
+        #expect(signedOut.status == 0, "\(signedOut.stderr)")
+        saver.touch()
+        #expect(try await offThePool { try env.signIn(TestUsers.alice, client: "mail-app") }.status == 0)
+
+        let collected = await within(.seconds(15)) {
+            var heard: [DBusSignal] = []
+            for await signal in signals {
+                heard.append(signal)
+                let changed = signal.arguments.dropFirst().first?.vardict
+                if signal.member == "PropertiesChanged", changed?["CurrentAccount"]?.vardict?.isEmpty == false {
+                    return heard
+                }
+            }
+            return nil
+        }
+        let heard = try #require(collected, "no PropertiesChanged of the next sign-in within 15 s")
+        #expect(
+            heard.map(\.member) == ["AccountChanged", "PropertiesChanged", "AccountChanged", "PropertiesChanged"],
+            "\(heard.map { "\($0.member) \($0.arguments)" })")
+        #expect(heard.first?.arguments.last?.string == "signed-out")
+        let signOutChange = heard.dropFirst().first?.arguments
+        #expect(signOutChange?.first?.string == BrokerNames.interface)
+        #expect(
+            signOutChange?.dropFirst().first?.vardict == [
+                "CurrentAccount": .vardict([:]), "SignOutDeadline": .uint64(0),
+            ])
+    }
+
     @Test("logind's IdleHint: the quiet time counts from IdleSinceHint, the hint's end cancels")
     func logindIdleHint() async throws {
         let system = try await offThePool { try PrivateBus() }

@@ -159,7 +159,7 @@ private func startBroker(on state: BrokerState, mode: DeviceMode) {
     let broker = Broker(
         configuration: BrokerConfiguration(deviceMode: mode, brokerVersion: "fuzz"),
         provider: OfflineProvider(), store: MemoryStore(), clock: FixedClock(),
-        initialState: state, logger: quietLogger, onAccountChange: { _ in })
+        initialState: state, logger: quietLogger, announce: { _ in })
     // "sso-app" holds nothing: its silent call goes through single sign-on on whatever grant the state has.
     let clients = Array(state.clients.keys.sorted().prefix(4)) + ["mail-app", "sso-app"]
     runBlocking {

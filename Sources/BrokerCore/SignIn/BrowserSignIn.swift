@@ -93,7 +93,7 @@ extension Broker {
         // account to sign in, so the provider is given it and shows no account picker.
         let holder = account(for: clientId)
         let hint = loginHint.flatMap { $0.isEmpty ? nil : $0 } ?? holder?.username
-        let report = onSignInProgress
+        let announce = announcer
         // Shared mode: the person at the device must prove who they are now. The browser may still
         // hold the provider's session of the last person (a sign-out need not have ended it), and
         // a provider that is only asked to sign someone in would sign that person in again.
@@ -101,7 +101,8 @@ extension Broker {
             prompt: shared ? .login : (holder != nil && prompt == .selectAccount ? nil : prompt), loginHint: hint,
             maxAge: shared ? 0 : nil, claims: claims, timeout: configuration.interactiveTimeout,
             progress: { stage, details in
-                report(SignInProgressReport(owner: owner, flowId: id, stage: stage, details: details))
+                let report = SignInProgressReport(owner: owner, flowId: id, stage: stage, details: details)
+                announce([.signInProgress(report)])
             })
         try flows.checkFree(id, owner: owner)
         let task = Task {
