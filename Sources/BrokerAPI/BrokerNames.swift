@@ -1,4 +1,7 @@
-/// The fixed names of the broker's D-Bus contract (see `dbus/io.shareddevice.Broker1.xml`).
+/// The fixed names of the broker's D-Bus contract (see `dbus/io.shareddevice.Broker1.xml`): where
+/// it is found. Its methods', signals' and properties' names are generated from the XML
+/// (`Broker1Method`, `Broker1Signal`, `Broker1Property`), its dictionaries' keys from the
+/// dictionaries file (`AccountKey`, ...).
 ///
 /// Plain strings only: this module is shared by `brokerd` and the client library and
 /// knows nothing of D-Bus itself.
@@ -11,15 +14,6 @@ public enum BrokerNames {
     public static let interface = "io.shareddevice.Broker1"
     /// Every broker error reply is named `errorPrefix + BrokerErrorCode.rawValue`.
     public static let errorPrefix = "io.shareddevice.Broker1.Error."
-    // The signals' and properties' names are the contract's (`Broker1Signal`, `Broker1Property`,
-    // generated); these keep the names apps and tests already spell.
-    /// The signal sent once per change of the device's account.
-    public static let accountChangedSignal = Broker1Signal.accountChanged.rawValue
-    /// The signal sent to the caller of an interactive sign-in, once per stage it reaches.
-    public static let signInProgressSignal = Broker1Signal.signInProgress.rawValue
-    public static let signOutPendingSignal = Broker1Signal.signOutPending.rawValue
-    public static let signOutCancelledSignal = Broker1Signal.signOutCancelled.rawValue
-    public static let signOutDeadlineProperty = Broker1Property.signOutDeadline.rawValue
 }
 
 /// The annotations of the contract XML that say what its types do not (the XML's header lists

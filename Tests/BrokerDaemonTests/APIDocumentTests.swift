@@ -147,7 +147,7 @@ struct APIDocumentTests {
         let previous = change.departed?.busValue.vardict ?? [:]
         let added = Set(previous.keys).subtracting((Self.account.busValue.vardict ?? [:]).keys)
         #expect(added == [AccountKey.signOutCause])
-        let accountChanged = documented.first { $0.name == BrokerNames.accountChangedSignal }?.lines ?? []
+        let accountChanged = documented.first { $0.name == Broker1Signal.accountChanged.rawValue }?.lines ?? []
         #expect(accountChanged.joined(separator: " ").contains("`\(AccountKey.signOutCause)` (s)"))
     }
 

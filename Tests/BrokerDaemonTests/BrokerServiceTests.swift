@@ -81,7 +81,7 @@ struct BrokerServiceTests {
         _ = try await service.broker.signOut(clientId: "mail", accountId: "")
 
         let emitted = channel.emitted.withLock { $0 }
-        #expect(emitted.map(\.member) == [BrokerNames.accountChangedSignal, "PropertiesChanged"])
+        #expect(emitted.map(\.member) == [Broker1Signal.accountChanged.rawValue, "PropertiesChanged"])
         let nobody = DBusValue.vardict([:])
         let arguments = emitted.first?.arguments ?? []
         #expect(arguments.first == nobody && arguments.last == .string("signed-out"))
@@ -109,7 +109,7 @@ struct BrokerServiceTests {
         let emitted = channel.emitted.withLock { $0 }
         #expect(
             emitted.map(\.member) == [
-                BrokerNames.signOutPendingSignal, "PropertiesChanged", BrokerNames.signOutCancelledSignal,
+                Broker1Signal.signOutPending.rawValue, "PropertiesChanged", Broker1Signal.signOutCancelled.rawValue,
                 "PropertiesChanged",
             ])
         #expect(emitted.first?.arguments == [.string("idle"), .uint64(deadline)])
@@ -130,7 +130,7 @@ struct BrokerServiceTests {
         _ = try await service.broker.signOut(clientId: "mail", accountId: "")
 
         let emitted = channel.emitted.withLock { $0 }
-        #expect(emitted.map(\.member) == [BrokerNames.accountChangedSignal, "PropertiesChanged"])
+        #expect(emitted.map(\.member) == [Broker1Signal.accountChanged.rawValue, "PropertiesChanged"])
         let nobody = DBusValue.vardict([:])
         #expect(emitted.last?.arguments == [.vardict(["CurrentAccount": nobody, "SignOutDeadline": .uint64(0)])])
         #expect(emitted.allSatisfy { $0.propertyAtEmission == nobody && $0.deadlineAtEmission == .uint64(0) })
@@ -148,7 +148,7 @@ struct BrokerServiceTests {
         _ = try await service.broker.signOut(clientId: "mail", accountId: "")
 
         let emitted = channel.emitted.withLock { $0 }
-        #expect(emitted.map(\.member) == [BrokerNames.accountChangedSignal, "PropertiesChanged"])
+        #expect(emitted.map(\.member) == [Broker1Signal.accountChanged.rawValue, "PropertiesChanged"])
         for emission in emitted { _ = try DBusPreparedReply(emission.arguments) }
         let previous = emitted.first?.arguments[1].vardict
         #expect(previous?["name"]?.string == "Mallory\u{FFFD}\u{FFFD}[31m\u{FFFD}\u{202E}")

@@ -112,7 +112,7 @@ struct IdleSignOutTests {
         try await connection.call(
             destination: BrokerNames.busName, path: BrokerNames.objectPath,
             interface: "org.freedesktop.DBus.Properties", member: "Get",
-            arguments: [.string(BrokerNames.interface), .string(BrokerNames.signOutDeadlineProperty)]
+            arguments: [.string(BrokerNames.interface), .string(Broker1Property.signOutDeadline.rawValue)]
         ).first?.uint64
     }
 
@@ -150,7 +150,7 @@ struct IdleSignOutTests {
         // Inactive: every app is warned, with the deadline, which the property shows.
         var deadlines: [UInt64] = []
         for (_, signals) in apps {
-            let pending = try await Self.next([BrokerNames.signOutPendingSignal], on: signals)
+            let pending = try await Self.next([Broker1Signal.signOutPending.rawValue], on: signals)
             #expect(pending.arguments.first?.string == "idle")
             deadlines.append(pending.arguments.dropFirst().first?.uint64 ?? 0)
         }
@@ -162,9 +162,11 @@ struct IdleSignOutTests {
         // The person touches the keyboard: cancelled, still signed in.
         try await mutter.type()
         for (_, signals) in apps {
-            let cancelled = try await Self.next([BrokerNames.signOutCancelledSignal, "AccountChanged"], on: signals)
+            let cancelled = try await Self.next(
+                [Broker1Signal.signOutCancelled.rawValue, "AccountChanged"], on: signals)
             #expect(
-                cancelled.member == BrokerNames.signOutCancelledSignal && cancelled.arguments.first?.string == "idle")
+                cancelled.member == Broker1Signal.signOutCancelled.rawValue
+                    && cancelled.arguments.first?.string == "idle")
         }
         #expect(try await Self.deadlineProperty(apps[0].0) == 0)
         let heard = await Self.first(2, of: warnings)
@@ -177,7 +179,7 @@ struct IdleSignOutTests {
         // Inactive again, to the deadline: every app hears the sign-out, with its cause, each in a
         // task of its own so that when each heard it is known.
         let heardAt = try await Self.eachApp(apps) { signals in
-            let pending = try await Self.next([BrokerNames.signOutPendingSignal], on: signals)
+            let pending = try await Self.next([Broker1Signal.signOutPending.rawValue], on: signals)
             let signedOut = try await Self.next(["AccountChanged"], on: signals)
             let at = Self.microsecondsNow()
             #expect(signedOut.arguments.last?.string == "signed-out")
@@ -257,7 +259,7 @@ struct IdleSignOutTests {
         let (app, signals) = try await Self.listen(env)
         defer { app.close() }
         #expect(try await offThePool { try env.signIn(TestUsers.alice, client: "mail-app") }.status == 0)
-        _ = try await Self.next([BrokerNames.signOutPendingSignal], on: signals)
+        _ = try await Self.next([Broker1Signal.signOutPending.rawValue], on: signals)
         let forger = try await ForgingApp(bus: env.bus)
         let newest =
             try await forger.connection.call(
@@ -269,7 +271,7 @@ struct IdleSignOutTests {
                 path: "/org/gnome/Mutter/IdleMonitor/Core", interface: IdleWatchNames.monitor, member: "WatchFired",
                 arguments: [.uint32(id)])
         }
-        let next = try await Self.next([BrokerNames.signOutCancelledSignal, "AccountChanged"], on: signals)
+        let next = try await Self.next([Broker1Signal.signOutCancelled.rawValue, "AccountChanged"], on: signals)
         #expect(next.member == "AccountChanged" && next.arguments.last?.string == "signed-out", "\(next.member)")
         #expect(next.arguments.dropFirst().first?.vardict?[AccountKey.signOutCause]?.string == "idle")
     }
@@ -283,7 +285,7 @@ struct IdleSignOutTests {
         let (app, signals) = try await Self.listen(env)
         defer { app.close() }
         #expect(try await offThePool { try env.signIn(TestUsers.alice, client: "mail-app") }.status == 0)
-        let pending = try await Self.next([BrokerNames.signOutPendingSignal], on: signals)
+        let pending = try await Self.next([Broker1Signal.signOutPending.rawValue], on: signals)
         let deadline = pending.arguments.dropFirst().first?.uint64 ?? 0
         #expect(try env.stateFile()["signOutDeadline"] as? Int == Int(deadline / 1_000_000))
         env.brokerd.process.signal(SIGKILL)

@@ -79,12 +79,12 @@ struct IdleSourcesTests {
         #expect(askedAtStart >= 1 && saver.askedBeforeTouch == askedAtStart, "\(askedAtStart), \(saver.asked)")
 
         // Nobody touches the device: the idle time grows past the quiet 2 s, the warning starts.
-        let pending = try await Self.next([BrokerNames.signOutPendingSignal], on: signals)
+        let pending = try await Self.next([Broker1Signal.signOutPending.rawValue], on: signals)
         #expect(pending.arguments.first?.string == "idle")
         // The person is active again: the next answer (within a second) is small, the warning ends.
         saver.touch()
-        let cancelled = try await Self.next([BrokerNames.signOutCancelledSignal, "AccountChanged"], on: signals)
-        #expect(cancelled.member == BrokerNames.signOutCancelledSignal)
+        let cancelled = try await Self.next([Broker1Signal.signOutCancelled.rawValue, "AccountChanged"], on: signals)
+        #expect(cancelled.member == Broker1Signal.signOutCancelled.rawValue)
         let signedIn = try await offThePool {
             let reply = try env.brokerctl(["current-account", "--client-id", "mail-app", "--json"])
             return try reply.json()["current"] is [String: Any]
@@ -109,7 +109,7 @@ struct IdleSourcesTests {
             matching: DBusMatchRule(sender: BrokerNames.busName, path: BrokerNames.objectPath))
         saver.touch()
         #expect(try await offThePool { try env.signIn(TestUsers.alice, client: "mail-app") }.status == 0)
-        let pending = try await Self.next([BrokerNames.signOutPendingSignal], on: signals)
+        let pending = try await Self.next([Broker1Signal.signOutPending.rawValue], on: signals)
         let deadline = pending.arguments.dropFirst().first?.uint64 ?? 0
         let announced = try await Self.next(["PropertiesChanged"], on: signals)
         #expect(announced.arguments.dropFirst().first?.vardict == ["SignOutDeadline": .uint64(deadline)])
@@ -161,14 +161,14 @@ struct IdleSourcesTests {
         // The desktop's own idle delay passed a second ago: the warning starts 2 s after that.
         let since = Self.realtimeMicroseconds() - 1_000_000
         try session.setIdle(true, since: since)
-        let pending = try await Self.next([BrokerNames.signOutPendingSignal], on: signals)
+        let pending = try await Self.next([Broker1Signal.signOutPending.rawValue], on: signals)
         let deadline = pending.arguments.dropFirst().first?.uint64 ?? 0
         // Due at since + 2 s + 10 s (the core keeps whole seconds), never counted from the signal.
         #expect(deadline >= since + 11_000_000 && deadline <= since + 14_000_000, "\(deadline) since \(since)")
 
         try session.setIdle(false, since: 0)
-        let cancelled = try await Self.next([BrokerNames.signOutCancelledSignal, "AccountChanged"], on: signals)
-        #expect(cancelled.member == BrokerNames.signOutCancelledSignal)
+        let cancelled = try await Self.next([Broker1Signal.signOutCancelled.rawValue, "AccountChanged"], on: signals)
+        #expect(cancelled.member == Broker1Signal.signOutCancelled.rawValue)
     }
 
     @Test("no idle source at all: said at start and in the device information")

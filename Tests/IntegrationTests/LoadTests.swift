@@ -28,7 +28,7 @@ struct LoadTests {
         var listeners: [Task<Void, Never>] = []
         let rule = DBusMatchRule(
             sender: BrokerNames.busName, path: BrokerNames.objectPath,
-            interface: BrokerNames.interface, member: BrokerNames.accountChangedSignal)
+            interface: BrokerNames.interface, member: Broker1Signal.accountChanged.rawValue)
         for index in 0..<Self.subscribers {
             let connection = try DBusConnection(address: env.bus.address)
             let stream = try await connection.signals(matching: rule, bufferLimit: 4096)

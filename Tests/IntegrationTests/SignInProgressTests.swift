@@ -43,8 +43,8 @@ struct SignInProgressTests {
         var heard: [String] = []
         for await signal in overheard {
             heard.append(signal.member)
-            if signal.member == BrokerNames.accountChangedSignal { break }
+            if signal.member == Broker1Signal.accountChanged.rawValue { break }
         }
-        #expect(heard == [BrokerNames.accountChangedSignal], "\(heard)")
+        #expect(heard == [Broker1Signal.accountChanged.rawValue], "\(heard)")
     }
 }

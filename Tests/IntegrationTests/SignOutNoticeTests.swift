@@ -24,10 +24,10 @@ struct SignOutNoticeTests {
         saver.touch()
         #expect(try await offThePool { try env.signIn(TestUsers.alice, client: "mail-app") }.status == 0)
         // Two warnings: the person comes back during the first, then leaves again.
-        _ = try await IdleSourcesTests.next([BrokerNames.signOutPendingSignal], on: signals)
+        _ = try await IdleSourcesTests.next([Broker1Signal.signOutPending.rawValue], on: signals)
         saver.touch()
-        _ = try await IdleSourcesTests.next([BrokerNames.signOutCancelledSignal], on: signals)
-        _ = try await IdleSourcesTests.next([BrokerNames.signOutPendingSignal], on: signals)
+        _ = try await IdleSourcesTests.next([Broker1Signal.signOutCancelled.rawValue], on: signals)
+        _ = try await IdleSourcesTests.next([Broker1Signal.signOutPending.rawValue], on: signals)
         // Said at the first warning; the second only at debug level (the tests' brokerd logs it).
         let text = "no notification server answered"
         let said = try await offThePool {
@@ -56,7 +56,7 @@ struct SignOutNoticeTests {
         saver.touch()
         #expect(try await offThePool { try env.signIn(TestUsers.alice, client: "mail-app") }.status == 0)
 
-        _ = try await IdleSourcesTests.next([BrokerNames.signOutPendingSignal], on: signals)
+        _ = try await IdleSourcesTests.next([Broker1Signal.signOutPending.rawValue], on: signals)
         // The real server answered Notify with the notice's id, which brokerd logs.
         let told = try await offThePool {
             try env.brokerd.process.waitForLine(timeout: .seconds(10), stderr: true) {
@@ -66,7 +66,7 @@ struct SignOutNoticeTests {
         let id = told.split(separator: "notification=").last.flatMap { UInt32($0.prefix { $0.isNumber }) }
         #expect(id != nil, "\(told)")
         saver.touch()
-        _ = try await IdleSourcesTests.next([BrokerNames.signOutCancelledSignal], on: signals)
+        _ = try await IdleSourcesTests.next([Broker1Signal.signOutCancelled.rawValue], on: signals)
         // Withdrawn: the server says it closed the notice because it was asked to (reason 3).
         let gone = await within(.seconds(10)) { await closed.first { $0.arguments.first?.uint32 == id } }
         #expect(gone?.arguments.dropFirst().first?.uint32 == 3, "\(String(describing: gone))")
@@ -98,7 +98,7 @@ struct SignOutNoticeTests {
         try await forgeStay(1...8)
         saver.touch()
         #expect(try await offThePool { try env.signIn(TestUsers.alice, client: "mail-app") }.status == 0)
-        _ = try await IdleSourcesTests.next([BrokerNames.signOutPendingSignal], on: signals)
+        _ = try await IdleSourcesTests.next([Broker1Signal.signOutPending.rawValue], on: signals)
         _ = try await offThePool {
             try env.brokerd.process.waitForLine(timeout: .seconds(10), stderr: true) {
                 $0.contains("told the person of the sign-out")
@@ -106,7 +106,7 @@ struct SignOutNoticeTests {
         }
         try await forgeStay(1...8)
         let next = try await IdleSourcesTests.next(
-            [BrokerNames.signOutCancelledSignal, "AccountChanged"], on: signals, timeout: .seconds(20))
+            [Broker1Signal.signOutCancelled.rawValue, "AccountChanged"], on: signals, timeout: .seconds(20))
         #expect(next.member == "AccountChanged" && next.arguments.last?.string == "signed-out", "\(next.member)")
         #expect(!env.brokerd.process.stderrLines.contains { $0.contains("the person chose to stay signed in") })
     }
@@ -128,7 +128,7 @@ struct SignOutNoticeTests {
         saver.touch()
         #expect(try await offThePool { try env.signIn(TestUsers.alice, client: "mail-app") }.status == 0)
 
-        _ = try await IdleSourcesTests.next([BrokerNames.signOutPendingSignal], on: signals)
+        _ = try await IdleSourcesTests.next([Broker1Signal.signOutPending.rawValue], on: signals)
         let events = notifications.events
         func asked() async -> StandInNotifications.Event? {
             await within(.seconds(10)) { await events.first { _ in true } }
@@ -143,8 +143,8 @@ struct SignOutNoticeTests {
         // The person chooses to stay; the device stays idle, so the warning comes again after it.
         try notifications.invoke(id, action: "stay-signed-in")
         let cancelled = try await IdleSourcesTests.next(
-            [BrokerNames.signOutCancelledSignal, "AccountChanged"], on: signals)
-        #expect(cancelled.member == BrokerNames.signOutCancelledSignal)
+            [Broker1Signal.signOutCancelled.rawValue, "AccountChanged"], on: signals)
+        #expect(cancelled.member == Broker1Signal.signOutCancelled.rawValue)
         guard case .closed(let withdrawn)? = await asked() else {
             Issue.record("not withdrawn")
             return
@@ -152,7 +152,7 @@ struct SignOutNoticeTests {
         #expect(withdrawn == id)
 
         // The warning again, and this time the sign-out: the notice goes with it.
-        _ = try await IdleSourcesTests.next([BrokerNames.signOutPendingSignal], on: signals)
+        _ = try await IdleSourcesTests.next([Broker1Signal.signOutPending.rawValue], on: signals)
         guard case .shown(let again, _, _, _)? = await asked() else {
             Issue.record("not shown again")
             return
