@@ -171,17 +171,9 @@ final class BrokerObject: DBusObject, Broker1Handler, Broker1StateAnswers {
             throw BrokerFailure(
                 .invalidArgument, "option method must be \(methods.map(\.rawValue).joined(separator: " or "))")
         }
-        switch flow {
-        case .emailCode:
-            let started = try await broker.startSignIn(
-                clientId: clientId, username: username, scopes: scopes, owner: caller)
-            return .init(flowId: started.flowId, challenge: .codeChallenge(started.challenge))
-        case .deviceCode:
-            let started = try await broker.startDeviceSignIn(clientId: clientId, scopes: scopes, owner: caller)
-            return .init(flowId: started.flowId, challenge: .deviceCodeChallenge(started.challenge))
-        case .password, .browser:
-            throw BrokerFailure(.invalidArgument, "\(flow.rawValue) is started by \(flow.startedBy.rawValue)")
-        }
+        let started = try await broker.startSignIn(
+            flow, clientId: clientId, username: username, scopes: scopes, owner: caller)
+        return .init(flowId: started.flowId, challenge: started.challenge)
     }
 
     func submitCode(flowId: String, code: String, caller: String) async throws(BrokerFailure) -> Broker1Reply.SubmitCode

@@ -7,7 +7,7 @@ import Testing
 struct DeviceSignInTests {
     @Test func pollsUntilSignedInThenAnnouncesAndHandsOverTheTokens() async throws {
         let h = Harness()
-        let started = try await h.broker.startDeviceSignIn(clientId: "mail", scopes: ["User.Read"], owner: ":1.1")
+        let started = try await h.broker.startDeviceCodeSignIn(clientId: "mail", scopes: ["User.Read"], owner: ":1.1")
         #expect(started.challenge.userCode == "BCDFGHJK")
         // Another caller cannot wait for it.
         let foreign = await failureCode { _ = try await h.broker.finishSignIn(flowId: started.flowId, owner: ":1.2") }
@@ -23,7 +23,7 @@ struct DeviceSignInTests {
     @Test func aCancelledFlowEndsItsWaitWithCancelled() async throws {
         let h = Harness()
         h.provider.deviceUser = nil
-        let started = try await h.broker.startDeviceSignIn(clientId: "mail", scopes: [], owner: ":1.1")
+        let started = try await h.broker.startDeviceCodeSignIn(clientId: "mail", scopes: [], owner: ":1.1")
         async let waited = failureCode { _ = try await h.broker.finishSignIn(flowId: started.flowId, owner: ":1.1") }
         try await h.broker.cancelSignIn(flowId: started.flowId, owner: ":1.1")
         // Cancelled while waiting, or gone before the wait began.

@@ -10,7 +10,7 @@ struct FlowOwnershipTests {
         let h = Harness(callers: ScriptedCallers(departed: [":1.9"]))
         h.provider.deviceUser = nil
         let code = await failureCode {
-            _ = try await h.broker.startDeviceSignIn(clientId: "mail", scopes: [], owner: ":1.9")
+            _ = try await h.broker.startDeviceCodeSignIn(clientId: "mail", scopes: [], owner: ":1.9")
         }
         #expect(code == .cancelled)
         // It holds no place: the process's whole bound is still there for its live connections.
@@ -18,7 +18,7 @@ struct FlowOwnershipTests {
         for index in 0..<SignInFlows.maxPerProcess {
             let owner = ":1.\(index / SignInFlows.maxPerOwner)"
             started.append(
-                (owner, try await h.broker.startDeviceSignIn(clientId: "mail", scopes: [], owner: owner).flowId))
+                (owner, try await h.broker.startDeviceCodeSignIn(clientId: "mail", scopes: [], owner: owner).flowId))
         }
         for (owner, _) in started { await h.broker.callerLeft(owner) }
     }
@@ -30,15 +30,15 @@ struct FlowOwnershipTests {
         for index in 0..<SignInFlows.maxPerProcess {
             let owner = ":1.\(index / SignInFlows.maxPerOwner)"
             owners.insert(owner)
-            _ = try await h.broker.startDeviceSignIn(clientId: "mail", scopes: [], owner: owner)
+            _ = try await h.broker.startDeviceCodeSignIn(clientId: "mail", scopes: [], owner: owner)
         }
         let refused = await failure {
-            _ = try await h.broker.startDeviceSignIn(clientId: "mail", scopes: [], owner: ":1.99")
+            _ = try await h.broker.startDeviceCodeSignIn(clientId: "mail", scopes: [], owner: ":1.99")
         }
         #expect(refused?.code == .limitsExceeded)
         #expect(refused?.message.contains("this process") == true, "\(String(describing: refused))")
         for owner in owners { await h.broker.callerLeft(owner) }
-        _ = try await h.broker.startDeviceSignIn(clientId: "mail", scopes: [], owner: ":1.99")
+        _ = try await h.broker.startDeviceCodeSignIn(clientId: "mail", scopes: [], owner: ":1.99")
         await h.broker.callerLeft(":1.99")
     }
 
@@ -61,7 +61,7 @@ struct FlowOwnershipTests {
         for owner in owners {
             for _ in 0..<SignInFlows.maxPerOwner {
                 do {
-                    _ = try await h.broker.startDeviceSignIn(clientId: "mail", scopes: [], owner: owner)
+                    _ = try await h.broker.startDeviceCodeSignIn(clientId: "mail", scopes: [], owner: owner)
                     started += 1
                 } catch {
                     refused.append(error)
@@ -72,7 +72,7 @@ struct FlowOwnershipTests {
         #expect(refused.count == 80 - SignInFlows.maxPerProgram)
         #expect(refused.allSatisfy { $0.code == .limitsExceeded && $0.message.contains("this program") })
         // Another app is not refused for what the first holds.
-        _ = try await h.broker.startDeviceSignIn(clientId: "mail", scopes: [], owner: ":2.1")
+        _ = try await h.broker.startDeviceCodeSignIn(clientId: "mail", scopes: [], owner: ":2.1")
         for owner in owners { await h.broker.callerLeft(owner) }
         await h.broker.callerLeft(":2.1")
     }
@@ -80,7 +80,7 @@ struct FlowOwnershipTests {
     @Test func flowIdsAreEachCallersOwn() async throws {
         let h = Harness()
         h.provider.deviceUser = nil
-        let started = try await h.broker.startDeviceSignIn(clientId: "mail", scopes: [], owner: ":1.1")
+        let started = try await h.broker.startDeviceCodeSignIn(clientId: "mail", scopes: [], owner: ":1.1")
         // Another caller naming the id finds nothing, and cannot cancel it.
         #expect(
             await failureCode { try await h.broker.cancelSignIn(flowId: started.flowId, owner: ":1.2") }

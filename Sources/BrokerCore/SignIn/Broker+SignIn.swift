@@ -3,6 +3,24 @@
 /// ``Broker/adoptSignIn``, the one path that makes a sign-in the device's (or the app's, in
 /// default mode).
 extension Broker {
+    /// Starts a sign-in of the flows `StartSignIn` starts (``SignInFlow/startedBySignInMethod``)
+    /// and returns what the person is asked for: the one entry the adapters call, so that a flow
+    /// added to ``SignInFlow`` is named here by the compiler.
+    public func startSignIn(
+        _ flow: SignInFlow, clientId: String, username: String, scopes: [String], owner: String
+    ) async throws(BrokerFailure) -> (flowId: String, challenge: SignInChallenge) {
+        switch flow {
+        case .emailCode:
+            let started = try await startEmailCodeSignIn(
+                clientId: clientId, username: username, scopes: scopes, owner: owner)
+            return (started.flowId, .codeChallenge(started.challenge))
+        case .deviceCode:
+            let started = try await startDeviceCodeSignIn(clientId: clientId, scopes: scopes, owner: owner)
+            return (started.flowId, .deviceCodeChallenge(started.challenge))
+        case .password, .browser:
+            throw BrokerFailure(.invalidArgument, "\(flow.rawValue) is started by \(flow.startedBy.rawValue)")
+        }
+    }
 
     /// Stores what a successful sign-in returned, makes its account current, and announces it.
     /// A device secret the sign-in replaced (the same user signed in again) is revoked after.

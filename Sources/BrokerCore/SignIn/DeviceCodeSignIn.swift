@@ -69,7 +69,7 @@ extension Broker {
     /// polls the provider at the interval it asks (slower after `slow_down`) until the person has
     /// signed in elsewhere, and the sign-in ends like the others (`AccountChanged`, the tokens,
     /// which ``finishSignIn(flowId:owner:)`` hands to the app).
-    public func startDeviceSignIn(clientId: String, scopes requested: [String], owner: String)
+    public func startDeviceCodeSignIn(clientId: String, scopes requested: [String], owner: String)
         async throws(BrokerFailure) -> (flowId: String, challenge: DeviceCodeChallenge)
     {
         try checkClient(clientId)

@@ -48,7 +48,7 @@ public struct ProviderCodeChallenge: Sendable, Equatable {
 }
 
 /// A code flow waiting for its code.
-struct PendingCodeSignIn: PendingSignIn {
+struct PendingEmailCodeSignIn: PendingSignIn {
     static let flow = SignInFlow.emailCode
     /// A code flow nobody finishes is forgotten after this long (the provider's code has expired by then).
     static let lifetime: Int64 = 30 * 60
@@ -67,7 +67,7 @@ struct PendingCodeSignIn: PendingSignIn {
 
 extension Broker {
     /// Asks the provider to send a one-time code; returns the flow's id and where the code went.
-    public func startSignIn(
+    public func startEmailCodeSignIn(
         clientId: String, username: String, scopes requested: [String],
         owner: String
     ) async throws(BrokerFailure) -> (flowId: String, challenge: CodeChallenge) {
@@ -85,7 +85,7 @@ extension Broker {
         try admitFlow(owner: owner)
         let flowId = Self.newCorrelationId()
         try flows.add(
-            PendingCodeSignIn(
+            PendingEmailCodeSignIn(
                 clientId: clientId, username: username, scopes: signInScopes(requested, clientId: clientId),
                 continuationToken: challenge.continuationToken, startedAt: clock.now()), id: flowId, owner: owner)
         try await endIfCallerLeft(owner)
@@ -103,7 +103,7 @@ extension Broker {
     public func submitCode(flowId: String, code: String, owner: String) async throws(BrokerFailure) -> AppTokens {
         try InputRules.flowId(flowId)
         try InputRules.code(code)
-        let flow = try flows.flow(flowId, owner: owner, as: PendingCodeSignIn.self)
+        let flow = try flows.flow(flowId, owner: owner, as: PendingEmailCodeSignIn.self)
         try checkTokenStorage()
         let startGeneration = generation
         let correlationId = Self.newCorrelationId()
@@ -130,11 +130,11 @@ extension Broker {
     /// Sends a new code for the flow.
     public func resendCode(flowId: String, owner: String) async throws(BrokerFailure) -> CodeChallenge {
         try InputRules.flowId(flowId)
-        let flow = try flows.flow(flowId, owner: owner, as: PendingCodeSignIn.self)
+        let flow = try flows.flow(flowId, owner: owner, as: PendingEmailCodeSignIn.self)
         let challenge = try await callProvider(Self.newCorrelationId()) {
             try await self.provider.resendCode(clientId: flow.clientId, continuationToken: flow.continuationToken)
         }
-        flows.update(flowId, owner: owner) { (flow: inout PendingCodeSignIn) in
+        flows.update(flowId, owner: owner) { (flow: inout PendingEmailCodeSignIn) in
             flow.continuationToken = challenge.continuationToken
         }
         return challenge.shown
