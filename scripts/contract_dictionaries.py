@@ -65,6 +65,20 @@ class Key:
             fail(source, "%s: say what an app reads when it is absent (required, optional or default)" % where)
 
     @property
+    def constant_default(self):
+        """The init's default for the key, so that a key added with one changes no place that
+        builds the value: nil for an optional key, the value an app reads when it is absent where
+        that is a constant; None for a key every value must be given."""
+        if self.required:
+            return None
+        if self.optional or self.kind == "emptyIsNone":
+            return "nil"
+        value = self.default if self.default is not None else ZERO.get(self.swift)
+        if value is None or "\\(" in value or (value[:1].isalpha() and value not in ("true", "false", "nil")):
+            return None
+        return value
+
+    @property
     def stored(self):
         """The stored property's type."""
         return self.swift + "?" if self.optional else self.swift
@@ -237,8 +251,11 @@ def values_file(path, dictionaries):
                   "public struct %s: %s {" % (dictionary.name, ", ".join(["Sendable"] + dictionary.conforms))]
         for name, swift, doc in fields:
             lines += ["    /// %s" % doc, "    public var %s: %s" % (name, swift)]
+        defaults = {k.name: k.constant_default for k in dictionary.own}
         lines += ["",
-                  "    public init(%s) {" % ", ".join("%s: %s" % (name, swift) for name, swift, _ in fields)]
+                  "    public init(%s) {" % ", ".join(
+                      "%s: %s%s" % (name, swift, " = %s" % defaults[name] if defaults.get(name) else "")
+                      for name, swift, _ in fields)]
         lines += ["        self.%s = %s" % (name, name) for name, _, _ in fields]
         lines += ["    }", "}", ""]
     return "\n".join(lines).rstrip("\n") + "\n"

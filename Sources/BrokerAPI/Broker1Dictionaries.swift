@@ -132,7 +132,7 @@ public struct Account: Sendable, Hashable, Codable {
     /// The display name.
     public var name: String
 
-    public init(username: String, identifier: String, tenantId: String, environment: String, name: String) {
+    public init(username: String, identifier: String, tenantId: String = "", environment: String = "", name: String = "") {
         self.username = username
         self.identifier = identifier
         self.tenantId = tenantId
@@ -148,7 +148,7 @@ public struct DepartedAccount: Sendable, Hashable {
     /// On a sign-out only: why (app, idle, lock, reboot, provider).
     public var signOutCause: SignOutCause?
 
-    public init(account: Account, signOutCause: SignOutCause?) {
+    public init(account: Account, signOutCause: SignOutCause? = nil) {
         self.account = account
         self.signOutCause = signOutCause
     }
@@ -173,7 +173,7 @@ public struct TokenResult: Sendable, Equatable, Codable {
     /// `Bearer token`, ready for an `Authorization` header.
     public var authorizationHeader: String
 
-    public init(accessToken: String, expiresOn: UnixTime, idToken: String?, scopes: [String], account: Account, authority: String, correlationId: String, authorizationHeader: String) {
+    public init(accessToken: String, expiresOn: UnixTime, idToken: String? = nil, scopes: [String] = [], account: Account, authority: String = "", correlationId: String = "", authorizationHeader: String) {
         self.accessToken = accessToken
         self.expiresOn = expiresOn
         self.idToken = idToken
@@ -202,7 +202,7 @@ public struct DeviceInformation: Sendable, Equatable, Codable {
     /// How the provider lets one app's sign-in give other apps tokens of their own, in the order the broker uses them; empty when it offers none, absent (nil) while the broker has not reached it.
     public var singleSignOn: [SingleSignOnMechanism]?
 
-    public init(deviceMode: DeviceMode, brokerVersion: String, deviceId: String, tenantId: String, authority: String, extraDeviceInformation: [String: String], singleSignOn: [SingleSignOnMechanism]?) {
+    public init(deviceMode: DeviceMode, brokerVersion: String = "", deviceId: String = "", tenantId: String = "", authority: String = "", extraDeviceInformation: [String: String] = [:], singleSignOn: [SingleSignOnMechanism]? = nil) {
         self.deviceMode = deviceMode
         self.brokerVersion = brokerVersion
         self.deviceId = deviceId
@@ -220,7 +220,7 @@ public struct SignInOptions: Sendable, Equatable, Codable {
     /// How other apps then get tokens of their own, as far as the broker knows.
     public var singleSignOn: [SingleSignOnMechanism]
 
-    public init(flows: [SignInFlow], singleSignOn: [SingleSignOnMechanism]) {
+    public init(flows: [SignInFlow], singleSignOn: [SingleSignOnMechanism] = []) {
         self.flows = flows
         self.singleSignOn = singleSignOn
     }
@@ -235,7 +235,7 @@ public struct CodeChallenge: Sendable, Equatable, Codable {
     /// How many characters the code has.
     public var codeLength: Int
 
-    public init(channel: String, sentTo: String, codeLength: Int) {
+    public init(channel: String = "email", sentTo: String, codeLength: Int = 0) {
         self.channel = channel
         self.sentTo = sentTo
         self.codeLength = codeLength
@@ -257,7 +257,7 @@ public struct DeviceCodeChallenge: Sendable, Equatable, Codable {
     /// Seconds between the broker's polls of the provider, as it asked.
     public var interval: Int64
 
-    public init(channel: String, verificationUri: String, verificationUriComplete: String?, userCode: String, expiresIn: Int64, interval: Int64) {
+    public init(channel: String = "device-code", verificationUri: String, verificationUriComplete: String? = nil, userCode: String, expiresIn: Int64 = 0, interval: Int64 = 0) {
         self.channel = channel
         self.verificationUri = verificationUri
         self.verificationUriComplete = verificationUriComplete
@@ -286,7 +286,7 @@ public struct SignOutResult: Sendable, Equatable, Codable {
     /// How many it could not remove, in all.
     public var notCleanedUpCount: Int
 
-    public init(tokensRevoked: Bool, browserSessionEnded: Bool, notes: [String], cause: SignOutCause, cleanedUp: [String], notCleanedUp: [String], cleanedUpCount: Int, notCleanedUpCount: Int) {
+    public init(tokensRevoked: Bool = true, browserSessionEnded: Bool = false, notes: [String] = [], cause: SignOutCause = .app, cleanedUp: [String] = [], notCleanedUp: [String] = [], cleanedUpCount: Int, notCleanedUpCount: Int) {
         self.tokensRevoked = tokensRevoked
         self.browserSessionEnded = browserSessionEnded
         self.notes = notes
@@ -305,7 +305,7 @@ public struct SignInProgressDetails: Sendable, Equatable, Codable {
     /// With `browser-unavailable`: what was tried, and why it failed.
     public var reason: String?
 
-    public init(url: String?, reason: String?) {
+    public init(url: String? = nil, reason: String? = nil) {
         self.url = url
         self.reason = reason
     }
