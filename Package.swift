@@ -64,8 +64,6 @@ let package = Package(
         // brokerd's executor for Swift concurrency (TaskPool), and the Linux timer it sleeps on.
         .target(name: "CTaskPool"),
         .target(name: "TaskPool", dependencies: ["CTaskPool", "Locking"]),
-        // brokerd's release of what a burst of work left in its memory.
-        .target(name: "CProcessMemory"),
         .target(name: "CFileWalk"),
         .target(name: "TextRules"),
         .target(name: "DBus", dependencies: ["CDBus", "Locking", "TextRules", logging], exclude: ["README.md"]),
@@ -84,8 +82,7 @@ let package = Package(
         .target(
             name: "BrokerDaemon",
             dependencies: [
-                "DBus", "BrokerAPI", "BrokerCore", "BrokerPersistence", "Identity", "HTTP", "CProcessMemory",
-                "CFileWalk",
+                "DBus", "BrokerAPI", "BrokerCore", "BrokerPersistence", "Identity", "HTTP", "CFileWalk",
                 "Locking",
                 logging,
             ]),
