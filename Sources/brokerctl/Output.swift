@@ -1,5 +1,5 @@
 import BrokerAPI
-import Foundation
+import FoundationEssentials
 import Glibc
 import SharedDeviceClient
 import TextRules
