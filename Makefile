@@ -13,7 +13,7 @@ DEMO_PACKAGES = libdbus-1-dev libcurl4-openssl-dev pkg-config dbus python3
 APT_PACKAGES  = $(DEMO_PACKAGES) python3-dbus python3-gi gjs gnome-keyring curl scdoc \
 	mutter libgl1-mesa-dri notification-daemon xvfb
 # What `make install` puts under PREFIX (and `make uninstall` removes), relative to PREFIX.
-INSTALLED_FILES = bin/brokerd bin/brokerctl libexec/shared-device-broker/brokerctl-commands share/man/man1/brokerctl.1 share/man/man5/broker.conf.5 \
+INSTALLED_FILES = bin/brokerd bin/brokerctl share/man/man1/brokerctl.1 share/man/man5/broker.conf.5 \
 	share/man/man8/brokerd.8 share/bash-completion/completions/brokerd share/bash-completion/completions/brokerctl \
 	share/zsh/site-functions/_brokerd share/zsh/site-functions/_brokerctl \
 	share/fish/vendor_completions.d/brokerd.fish share/fish/vendor_completions.d/brokerctl.fish \
@@ -176,7 +176,6 @@ release-flags:
 release: deps version
 	$(SWIFT) build -c release $(RELEASE_FLAGS) --product brokerd
 	$(SWIFT) build -c release $(RELEASE_FLAGS) --product brokerctl
-	$(SWIFT) build -c release $(RELEASE_FLAGS) --product brokerctl-commands
 	$(MAKE) man completions INSTALL_BIN="$(RELEASE_BIN)"
 
 ## deb: shared-device-broker_VERSION_ARCH.deb in .build/deb/, from `make release` (packaging/build-deb.sh).
@@ -207,20 +206,17 @@ completions:
 		|| exit 1; \
 	done
 
-## install: what `make release` built (INSTALL_BIN, the release binaries by default; brokerctl-commands, which
-## brokerctl execs for all but its plain reads, in PREFIX/libexec/shared-device-broker/), its manual pages
+## install: what `make release` built (INSTALL_BIN, the release binaries by default), its manual pages
 ## and completions, the interface XML, the D-Bus activation file and the systemd user unit, under
 ## PREFIX (default /usr/local); DESTDIR stages them elsewhere (packaging). It never builds.
 install: install-data
-	@test -x "$(INSTALL_BIN)/brokerd" && test -x "$(INSTALL_BIN)/brokerctl" && test -x "$(INSTALL_BIN)/brokerctl-commands" \
+	@test -x "$(INSTALL_BIN)/brokerd" && test -x "$(INSTALL_BIN)/brokerctl" \
 		&& test -f .build/man/brokerd.8 && test -f .build/completions/brokerctl.bash \
 		|| { echo "make install: nothing built in $(INSTALL_BIN); run \`make release\` first (as yourself, not root)" >&2; exit 1; }
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man5 \
 		$(DESTDIR)$(PREFIX)/share/man/man8 $(DESTDIR)$(PREFIX)/share/bash-completion/completions \
 		$(DESTDIR)$(PREFIX)/share/zsh/site-functions $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d
 	install -m 0755 "$(INSTALL_BIN)/brokerd" "$(INSTALL_BIN)/brokerctl" $(DESTDIR)$(PREFIX)/bin/
-	install -d $(DESTDIR)$(PREFIX)/libexec/shared-device-broker
-	install -m 0755 "$(INSTALL_BIN)/brokerctl-commands" $(DESTDIR)$(PREFIX)/libexec/shared-device-broker/
 	install -m 0644 .build/man/brokerctl.1 $(DESTDIR)$(PREFIX)/share/man/man1/
 	install -m 0644 .build/man/broker.conf.5 $(DESTDIR)$(PREFIX)/share/man/man5/
 	install -m 0644 .build/man/brokerd.8 $(DESTDIR)$(PREFIX)/share/man/man8/
@@ -237,7 +233,6 @@ install: install-data
 uninstall:
 	rm -f $(addprefix $(DESTDIR)$(PREFIX)/,$(INSTALLED_FILES))
 	-rmdir $(DESTDIR)$(PREFIX)/lib/systemd/user/shared-device-broker.service.d 2>/dev/null
-	-rmdir $(DESTDIR)$(PREFIX)/libexec/shared-device-broker 2>/dev/null
 	-rmdir $(DESTDIR)$(PREFIX)/share/doc/shared-device-broker 2>/dev/null
 
 ## install-data: only the data files, without building: the interface XML, and the activation file

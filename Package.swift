@@ -18,8 +18,7 @@ import Foundation
 //   BrokerPersistence       the state file, its journal, the Secret Service: what is kept between runs
 //   BrokerDaemon, brokerd   the core adapted to the bus
 //   SharedDeviceClient      the library apps use; brokerctl is built on it
-//   BrokerctlCore, brokerctl, BrokerctlCommands
-//                           brokerctl: its plain reads (no Foundation, no ArgumentParser), the rest
+//   brokerctl               the command line (ArgumentParser), one program
 //   GraphProfile            the tutorial's "Call Graph" (GET /v1.0/me with a token)
 //   IdpSim, idp-sim         a local OpenID Connect provider, never linked into brokerd
 let logging: Target.Dependency = .product(name: "Logging", package: "swift-log")
@@ -34,7 +33,6 @@ let package = Package(
     products: [
         .executable(name: "brokerd", targets: ["brokerd"]),
         .executable(name: "brokerctl", targets: ["brokerctl"]),
-        .executable(name: "brokerctl-commands", targets: ["BrokerctlCommands"]),
         .executable(name: "idp-sim", targets: ["IdpSim"]),
         .library(name: "SharedDeviceClient", targets: ["SharedDeviceClient"]),
         // For the GTK tutorial window (examples/TutorialWindow, a package of its own).
@@ -64,8 +62,6 @@ let package = Package(
         // brokerd's executor for Swift concurrency (TaskPool), and the Linux timer it sleeps on.
         .target(name: "CTaskPool"),
         .target(name: "TaskPool", dependencies: ["CTaskPool", "Locking"]),
-        // brokerd's release of what a burst of work left in its memory.
-        .target(name: "CProcessMemory"),
         .target(name: "CFileWalk"),
         .target(name: "TextRules"),
         .target(name: "DBus", dependencies: ["CDBus", "Locking", "TextRules", logging], exclude: ["README.md"]),
@@ -84,8 +80,7 @@ let package = Package(
         .target(
             name: "BrokerDaemon",
             dependencies: [
-                "DBus", "BrokerAPI", "BrokerCore", "BrokerPersistence", "Identity", "HTTP", "CProcessMemory",
-                "CFileWalk",
+                "DBus", "BrokerAPI", "BrokerCore", "BrokerPersistence", "Identity", "HTTP", "CFileWalk",
                 "Locking",
                 logging,
             ]),
@@ -103,16 +98,9 @@ let package = Package(
                 "DBus", "BrokerAPI", "Locking", logging,
             ]),
         .target(name: "GraphProfile", dependencies: ["HTTP"]),
-        // brokerctl answers the plain reads itself and execs brokerctl-commands for the rest: its
-        // start pays for neither Foundation nor ArgumentParser (BrokerctlCore links neither).
-        .target(name: "BrokerctlCore", dependencies: ["SharedDeviceClient", "BrokerAPI", "TextRules"]),
-        .executableTarget(name: "brokerctl", dependencies: ["BrokerctlCore"], linkerSettings: leanRelease),
         .executableTarget(
-            name: "BrokerctlCommands",
-            dependencies: [
-                "BrokerctlCore", "SharedDeviceClient", "GraphProfile", "BrokerAPI",
-                argumentParser,
-            ],
+            name: "brokerctl",
+            dependencies: ["SharedDeviceClient", "GraphProfile", "BrokerAPI", "TextRules", argumentParser],
             linkerSettings: leanRelease),
         .executableTarget(
             name: "IdpSim",
@@ -147,9 +135,6 @@ let package = Package(
                 "BrokerCore", "BrokerAPI", "Locking", logging,
             ]),
         .testTarget(name: "SharedDeviceClientTests", dependencies: ["SharedDeviceClient", "DBus", "BrokerAPI"]),
-        .testTarget(
-            name: "BrokerctlCoreTests",
-            dependencies: ["BrokerctlCore", "SharedDeviceClient", "BrokerAPI", "GraphProfile"]),
         .testTarget(
             name: "BrokerDaemonTests",
             dependencies: [

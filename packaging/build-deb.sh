@@ -18,9 +18,7 @@ trap 'rm -rf "$STAGE"' EXIT
 ROOT=$STAGE/root
 
 make --no-print-directory install DESTDIR="$ROOT" PREFIX=/usr INSTALL_BIN="$BIN" >/dev/null
-COMMANDS=$ROOT/usr/libexec/shared-device-broker/brokerctl-commands
-strip --strip-unneeded --remove-section=.comment --remove-section=.note "$ROOT/usr/bin/brokerd" "$ROOT/usr/bin/brokerctl" \
-    "$COMMANDS"
+strip --strip-unneeded --remove-section=.comment --remove-section=.note "$ROOT/usr/bin/brokerd" "$ROOT/usr/bin/brokerctl"
 gzip -9n "$ROOT"/usr/share/man/man*/*
 
 DOC=$ROOT/usr/share/doc/$PACKAGE

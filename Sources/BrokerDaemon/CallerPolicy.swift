@@ -87,25 +87,9 @@ final class CallerPolicy: Sendable {
         self.ownUserId = ownUserId
         self.allowedExecutables = allowedExecutables.mapValues { Set($0.map(Self.resolved)) }
         self.logger = logger
-        for (clientId, programs) in self.allowedExecutables.sorted(by: { $0.key < $1.key }) {
-            if let warning = Self.halfOfBrokerctl(programs) {
-                logger.warning("\(warning)", metadata: ["clientId": "\(clientId)"])
-            }
-        }
         self.presence = presence
         self.probe = probe
         self.lookup = lookup
-    }
-
-    /// brokerctl is two programs: a clientId bound to `brokerctl` alone serves its plain reads and
-    /// refuses its other commands, which run as `brokerctl-commands`. Said at start, with the fix.
-    static func halfOfBrokerctl(_ programs: Set<String>) -> String? {
-        let names = Set(programs.map { $0.split(separator: "/").last.map(String.init) ?? $0 })
-        guard names.contains("brokerctl"), !names.contains("brokerctl-commands") else { return nil }
-        return "a clientId is bound to brokerctl but not to brokerctl-commands, which runs every brokerctl "
-            + "command but device-info, current-account and accounts (PREFIX/libexec/shared-device-broker/"
-            + "brokerctl-commands): add it to allowedExecutables, or brokerctl's sign-in, token and sign-out "
-            + "are refused AccessDenied"
     }
 
     /// A policy that asks `connection`'s bus daemon.

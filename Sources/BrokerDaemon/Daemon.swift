@@ -71,7 +71,6 @@ public enum Daemon {
             home: getenv("HOME").map { String(cString: $0) } ?? "", keeping: [store.directory], logger: logger)
         let provider: any IdentityProvider
         var oidc: OIDCProvider?
-        MemoryRelease.installAfterHTTPBursts(logger: logger)
         if let authority {
             provider = OIDCProvider(
                 authority: authority, http: HTTPClient(idleRelease: Self.httpIdleRelease()), clock: clock,

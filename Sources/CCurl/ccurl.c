@@ -38,7 +38,6 @@ static struct {
 static pthread_mutex_t guard = PTHREAD_MUTEX_INITIALIZER;
 static void *library;
 static unsigned holders;
-static void (*after_unload)(void);
 static char failure[512];
 
 /* Opens and initialises libcurl; NULL on success, else why not. Under guard. */
@@ -105,15 +104,7 @@ void ccurl_unload(void) {
         api.global_cleanup();
         dlclose(library);
         library = NULL;
-        /* Under the guard: no ccurl_load (and so no dlopen of libcurl) runs meanwhile. */
-        if (after_unload != NULL) after_unload();
     }
-    pthread_mutex_unlock(&guard);
-}
-
-void ccurl_after_unload(void (*body)(void)) {
-    pthread_mutex_lock(&guard);
-    after_unload = body;
     pthread_mutex_unlock(&guard);
 }
 

@@ -2,6 +2,8 @@
 #include "task_pool.h"
 
 #include <sched.h>
+#include <stddef.h>
+#include <sys/prctl.h>
 #include <stdint.h>
 #include <sys/timerfd.h>
 #include <time.h>
@@ -34,3 +36,12 @@ int ctp_available_processors(void) {
     long online = sysconf(_SC_NPROCESSORS_ONLN);
     return online > 0 ? (int)online : 1;
 }
+
+static _Thread_local int marked;
+
+void ctp_mark_thread(const char *name) {
+    marked = 1;
+    if (name != NULL) prctl(PR_SET_NAME, name, 0, 0, 0);
+}
+
+int ctp_thread_is_marked(void) { return marked; }

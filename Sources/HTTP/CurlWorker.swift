@@ -88,9 +88,8 @@ final class CurlWorker: Sendable {
         state.multi = multi
         state.threads += 1
         let failure = startDetachedThread { [self] in
-            let released = CurlLoop(worker: self)?.run() ?? false
+            _ = CurlLoop(worker: self)?.run()
             ccurl_unload()
-            if released { HTTPClient.afterIdleRelease()?() }
             let waiters = self.state.withLock { state -> [CheckedContinuation<Void, Never>] in
                 state.threads -= 1
                 guard state.threads == 0 else { return [] }

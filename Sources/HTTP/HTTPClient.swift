@@ -1,5 +1,4 @@
 import CCurl
-import Locking
 
 /// An HTTP/1.1 and HTTP/2 client over libcurl.
 ///
@@ -27,7 +26,8 @@ public final class HTTPClient: Sendable {
     /// Creates a client with its own worker thread, stopped when the client is released.
     /// Control characters in `userAgent` are removed. After `idleRelease` without a transfer the
     /// worker lets libcurl go (its connections, the thread, and the libraries only libcurl
-    /// needed: several MiB a daemon then need not keep); the next request loads it again.
+    /// needed, with their writable data: about 0.4 MiB of a daemon's private memory, see
+    /// BENCHMARKS.md); the next request loads it again.
     public init(userAgent: String = "shared-device-broker", idleRelease: Duration = HTTPClient.defaultIdleRelease) {
         let clean = String(userAgent.unicodeScalars.filter { $0.value >= 0x20 && $0.value != 0x7F }.map(Character.init))
         self.userAgent = clean
@@ -37,24 +37,6 @@ public final class HTTPClient: Sendable {
     deinit {
         worker.shutdown()
     }
-
-    /// Called on a worker's thread each time a client has let libcurl go after being idle (see
-    /// ``init(userAgent:idleRelease:)``): the moment, for a daemon, to give back what the burst of
-    /// work left behind. Set once, at start.
-    public static func whenIdleReleased(_ body: @escaping @Sendable () -> Void) {
-        idleReleaseHandler.withLock { $0 = body }
-    }
-
-    static func afterIdleRelease() -> (@Sendable () -> Void)? { idleReleaseHandler.withLock { $0 } }
-
-    /// `body`, a C function, runs each time libcurl has been unloaded, while no request can load
-    /// it again (under the loader's lock): where a process may look at and change its own mappings
-    /// (``whenIdleReleased(_:)`` runs after, for what needs Swift, such as a log line).
-    public static func whenLibcurlUnloaded(_ body: @convention(c) () -> Void) {
-        ccurl_after_unload(body)
-    }
-
-    private static let idleReleaseHandler = Locked<(@Sendable () -> Void)?>(nil)
 
     /// Whether its worker thread runs (and holds libcurl) now.
     var workerRunning: Bool { worker.running }

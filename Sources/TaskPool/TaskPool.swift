@@ -41,6 +41,25 @@ public enum TaskPool {
     /// keeps room for a worker or two held up in a system call (an fsync on a busy disk) while the
     /// others go on. An idle worker costs a few pages of stack and no wake-up.
     public static var defaultWidth: Int { max(4, Int(ctp_available_processors())) }
+
+    /// Why tasks do not run on this pool, or nil when they do; call it from a task. Both ways
+    /// the runtime reaches an executor are checked: the task's own job runs on a thread of the
+    /// pool's (or the main thread it drains), and a `Task.sleep` becomes a delayed job of the
+    /// pool's and resumes on one of its threads. `_createExecutors` is experimental runtime SPI:
+    /// a toolchain whose runtime no longer asks the factory would run every task on libdispatch
+    /// again, silently, and its pool monitor would wake the process every second.
+    public static func checkInstalled() async -> String? {
+        let why =
+            "Swift's runtime does not run brokerd's tasks on TaskPool (the executor factory given to "
+            + "_createExecutors was not asked): an idle brokerd will wake every second. This toolchain "
+            + "needs TaskPool adapted (docs/architecture.md, \"A toolchain upgrade\")"
+        guard ctp_thread_is_marked() != 0 else { return why + "; a task ran on another thread" }
+        let before = pool.delayedJobs
+        try? await Task.sleep(for: .microseconds(1))
+        guard pool.delayedJobs > before else { return why + "; a Task.sleep did not reach its timer" }
+        guard ctp_thread_is_marked() != 0 else { return why + "; a task resumed on another thread" }
+        return nil
+    }
 }
 
 /// What the runtime asks for the default executor and the main executor.
@@ -152,11 +171,27 @@ final class WorkerPool: TaskExecutor, SchedulingExecutor, @unchecked Sendable {
     private var idle = 0
     /// The deadline the timer is armed for, if any.
     private var armed: UInt64?
+    /// How many delayed jobs were enqueued (``TaskPool/checkInstalled()``).
+    private var delayedCount: UInt64 = 0
+
+    var delayedJobs: UInt64 {
+        condition.lock()
+        defer { condition.unlock() }
+        return delayedCount
+    }
 
     func start(threads: Int) {
         guard timer >= 0 else { Self.fail("cannot create its timer (timerfd_create, errno \(errno))") }
-        for _ in 0..<threads { spawn { [self] in work() } }
-        spawn { [self] in waitForTimers() }
+        for _ in 0..<threads {
+            spawn { [self] in
+                ctp_mark_thread("taskpool")
+                work()
+            }
+        }
+        spawn { [self] in
+            ctp_mark_thread("taskpool-timer")
+            waitForTimers()
+        }
     }
 
     /// Without its threads or its timer no task would run or wake: brokerd stops at once, saying why.
@@ -195,6 +230,7 @@ final class WorkerPool: TaskExecutor, SchedulingExecutor, @unchecked Sendable {
 
     func enqueue(_ job: UnownedJob, at deadline: UInt64) {
         condition.lock()
+        delayedCount &+= 1
         timers.insert(job, at: deadline)
         if armed.map({ deadline < $0 }) ?? true {
             armed = deadline
@@ -296,6 +332,8 @@ final class MainQueue: MainExecutor, @unchecked Sendable {
     /// Runs main-actor jobs on the calling (main) thread until the main task finishes (or a
     /// stop); returns its status.
     func drainOnThisThread() -> Int32 {
+        // Main-actor jobs run here: this thread is the pool's too (not renamed: it is the process).
+        ctp_mark_thread(nil)
         condition.lock()
         while true {
             if let job = jobs.popFirst() {

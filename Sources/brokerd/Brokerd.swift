@@ -98,6 +98,13 @@ struct Brokerd: AsyncParsableCommand {
             return EscapingLogHandler(handler)
         }
         let logger = Logger(label: "brokerd")
+        // Said at every start, so that a toolchain that stops using TaskPool fails the test that
+        // reads it (ExecutorTests) rather than a kiosk's battery. Not fatal: brokerd still works.
+        if let problem = await TaskPool.checkInstalled() {
+            logger.critical("\(problem)")
+        } else {
+            logger.debug("tasks run on TaskPool's threads")
+        }
         do {
             let user =
                 try config.map { path throws(DaemonError) in try DaemonConfigurationFile.load(path: path) }

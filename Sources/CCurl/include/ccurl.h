@@ -28,10 +28,6 @@ const char *ccurl_load(void);
  * libcurl and the libraries only it needed. Every handle must be cleaned up before. */
 void ccurl_unload(void);
 
-/* `body` runs each time libcurl has been unloaded, before the next ccurl_load can load it again
- * (it holds the loader's lock): for a process that then gives back what the work left. */
-void ccurl_after_unload(void (*body)(void));
-
 /* The libcurl functions used, once loaded */
 
 CURLM *ccurl_multi_init(void);

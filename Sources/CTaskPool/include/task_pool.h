@@ -23,4 +23,11 @@ int ctp_timer_wait(int fd);
 /* The processors this process may run on (its affinity mask), at least 1. */
 int ctp_available_processors(void);
 
+/* Marks the calling thread as one of the pool's and, unless `name` is NULL, names it `name` (at
+ * most 15 bytes: what ps, top and /proc/PID/task/TID/comm show). */
+void ctp_mark_thread(const char *name);
+
+/* Whether the calling thread was marked (ctp_mark_thread). */
+int ctp_thread_is_marked(void);
+
 #endif

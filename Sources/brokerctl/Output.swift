@@ -1,4 +1,5 @@
 import BrokerAPI
+import FoundationEssentials
 import Glibc
 import SharedDeviceClient
 import TextRules
@@ -14,16 +15,20 @@ public enum Output {
     /// A value from outside, for the terminal (``OutsideText/escaped(_:)``).
     public static func shown(_ value: String) -> String { OutsideText.escaped(value) }
 
-    /// `value` as sorted, indented JSON (``JSONText``).
+    /// `value` as sorted, indented JSON.
     public static func json<T: Encodable>(_ value: T) { line(jsonText(value, pretty: true)) }
 
     /// One JSON object on one line, for streams.
     public static func jsonLine<T: Encodable>(_ value: T) { line(jsonText(value, pretty: false)) }
 
-    /// A value brokerctl cannot write as JSON is its own mistake (the tests write every one it
-    /// prints): said, and the command fails, rather than printing nothing with status 0.
+    /// Keys sorted (scripts and tests compare the text), slashes as they are (URLs stay readable).
+    /// A value brokerctl cannot write as JSON is its own mistake: said, and the command fails,
+    /// rather than printing nothing with status 0.
     private static func jsonText<T: Encodable>(_ value: T, pretty: Bool) -> String {
-        do { return try JSONText.encode(value, pretty: pretty) } catch {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting =
+            pretty ? [.sortedKeys, .prettyPrinted, .withoutEscapingSlashes] : [.sortedKeys, .withoutEscapingSlashes]
+        do { return String(decoding: try encoder.encode(value), as: UTF8.self) } catch {
             self.error("cannot write the answer as JSON: \(error)")
             exit(70)  // EX_SOFTWARE
         }

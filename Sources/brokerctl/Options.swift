@@ -1,5 +1,4 @@
 import ArgumentParser
-import BrokerctlCore
 import Dispatch
 import SharedDeviceClient
 

@@ -1,7 +1,7 @@
 import BrokerAPI
 import SharedDeviceClient
 
-// What `--json` prints besides the library's own values: kept here, beside the JSON writer's tests.
+// What `--json` prints besides the library's own values.
 
 /// `current-account --json`.
 struct CurrentAccountOutput: Encodable {

@@ -1,11 +1,7 @@
 import ArgumentParser
-import BrokerctlCore
 import Glibc
 import GraphProfile
 import SharedDeviceClient
-
-// device-info, current-account and accounts are PlainReads, which brokerctl itself runs for their
-// plain spelling (QuickCommand); here for every other one ArgumentParser reads.
 
 struct DeviceInfo: ParsableCommand {
     static let configuration = CommandConfiguration(

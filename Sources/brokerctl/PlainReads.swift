@@ -3,8 +3,6 @@ import SharedDeviceClient
 
 /// `device-info`, `current-account` and `accounts`: one question each, asked synchronously on a
 /// connection of their own (``OneShotQueries``), without a connection thread or Swift concurrency.
-/// Both programs run them: `brokerctl` itself for the plain form of the command
-/// (``QuickCommand``), `brokerctl-commands` for every other spelling ArgumentParser reads.
 ///
 /// Each returns the exit status: 0, or 1 after a broker error's name and message on standard error.
 public enum PlainReads {

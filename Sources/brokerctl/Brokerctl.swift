@@ -1,10 +1,7 @@
 import ArgumentParser
 import BrokerAPI
-import BrokerctlCore
 
-/// brokerctl's commands: the shared-device broker from the command line, built on
-/// SharedDeviceClient. The program `brokerctl-commands`, which `brokerctl` runs (exec, the same
-/// arguments) for everything but the plain reads it answers itself (``QuickCommand``).
+/// brokerctl: the shared-device broker from the command line, built on SharedDeviceClient.
 ///
 /// Synchronous at the root: queries run without Swift concurrency, and the commands that need
 /// it start it themselves (`AsyncCommand`).
