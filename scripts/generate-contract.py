@@ -812,26 +812,7 @@ def client_signals(iface):
                   "                sender: BrokerNames.busName, path: BrokerNames.objectPath, interface: %s," % quoted(iface.name),
                   "                member: %sSignal.%s.rawValue, arg0: arg0)" % (iface.swift, case_name(name)),
                   "        }", "    }"]
-    lines += ["}", "",
-              "extension DBusConnection {",
-              "    /// The broker's `signal` from the moment this returns (the bus has the match rule), each read",
-              "    /// as the contract declares it (one of another shape is dropped); it ends with the connection.",
-              "    func signals<Signal: Sendable>(",
-              "        _ rule: DBusMatchRule, as read: @escaping @Sendable (DBusSignal) throws(BrokerError) -> Signal",
-              "    ) async throws(BrokerError) -> AsyncStream<Signal> {",
-              "        let raw: AsyncStream<DBusSignal>",
-              "        do { raw = try await signals(matching: rule) } catch { throw BusLink.brokerError(error) }",
-              "        let (typed, continuation) = AsyncStream<Signal>.makeStream(bufferingPolicy: .unbounded)",
-              "        let reader = Task {",
-              "            for await signal in raw {",
-              "                if let value = try? read(signal) { continuation.yield(value) }",
-              "            }",
-              "            continuation.finish()",
-              "        }",
-              "        continuation.onTermination = { _ in reader.cancel() }",
-              "        return typed",
-              "    }",
-              "}"]
+    lines.append("}")
     return lines
 
 

@@ -150,3 +150,24 @@ final class BusLink: Sendable {
         return .brokerUnavailable("\(BrokerError.cannotConnectPrefix) \(bus): \(reason)")
     }
 }
+
+extension DBusConnection {
+    /// The signals `rule` matches, from the moment this returns (the bus has the match rule), each
+    /// read by `read` (a generated `Broker1Signals` reader: one of another shape is dropped); the
+    /// stream ends with the connection.
+    func signals<Signal: Sendable>(
+        _ rule: DBusMatchRule, as read: @escaping @Sendable (DBusSignal) throws(BrokerError) -> Signal
+    ) async throws(BrokerError) -> AsyncStream<Signal> {
+        let raw: AsyncStream<DBusSignal>
+        do { raw = try await signals(matching: rule) } catch { throw BusLink.brokerError(error) }
+        let (typed, continuation) = AsyncStream<Signal>.makeStream(bufferingPolicy: .unbounded)
+        let reader = Task {
+            for await signal in raw {
+                if let value = try? read(signal) { continuation.yield(value) }
+            }
+            continuation.finish()
+        }
+        continuation.onTermination = { _ in reader.cancel() }
+        return typed
+    }
+}
