@@ -23,11 +23,9 @@ final class BrokerObject: DBusObject, Broker1Handler, Broker1StateAnswers {
     /// The properties, cached so that Get/GetAll never wait for the broker actor.
     private let properties: PropertyCache
     private let callers: CallerPolicy
-    /// The last `GetCurrentAccount` answer for an app that has seen the current account, and the
-    /// same marshalled once.
-    private let seenReply = Locked<
-        (account: Account?, reply: Broker1Reply.GetCurrentAccount, prepared: DBusPreparedReply)?
-    >(nil)
+    /// The last `GetCurrentAccount` answer for an app that has seen the current account,
+    /// marshalled once, and the account it is of.
+    private let seenReply = Locked<(account: Account?, prepared: DBusPreparedReply)?>(nil)
 
     init(service: BrokerService, logger: Logger) {
         self.broker = service.broker
@@ -80,22 +78,31 @@ final class BrokerObject: DBusObject, Broker1Handler, Broker1StateAnswers {
         do throws(BrokerFailure) {
             try BusMarshalling.checkOptions(method, call.arguments)
             try authorized.get()
+            if method == .getCurrentAccount, let clientId = Self.clientId(of: call, method),
+                let prepared = try preparedCurrentAccount(clientId: clientId)
+            {
+                return .prepared(prepared)
+            }
             guard let arguments = try answerFromState(method, call) else { return nil }
-            return answer(method, arguments)
+            return .values(arguments)
         } catch {
             refused(call, error)
             return .error(BusMarshalling.error(error))
         }
     }
 
-    /// An answer from state as it goes on the bus: `GetCurrentAccount`'s to an app that has seen
-    /// the current account, the same for every app until the account changes, is the one
-    /// marshalled before (`DBusPreparedReply`), copied per caller rather than rebuilt.
-    private func answer(_ method: Broker1Method, _ arguments: [DBusValue]) -> DBusAnswer {
-        if method == .getCurrentAccount, let kept = seenReply.withLock({ $0 }), kept.reply.arguments == arguments {
-            return .prepared(kept.prepared)
-        }
-        return .values(arguments)
+    /// `GetCurrentAccount`'s answer to an app that has seen the current account: the same for
+    /// every app until the account changes, so the one marshalled before (`DBusPreparedReply`),
+    /// copied per caller rather than rebuilt; nil when the call must go the normal way.
+    private func preparedCurrentAccount(clientId: String) throws(BrokerFailure) -> DBusPreparedReply? {
+        guard let seen = try broker.currentAccountIfSeen(clientId: clientId) else { return nil }
+        if let kept = seenReply.withLock({ $0 }), kept.account == seen.current { return kept.prepared }
+        let reply = Broker1Reply.GetCurrentAccount(current: seen.current, previous: seen.current)
+        // The encoded strings are always valid for D-Bus: this fails only when libdbus is out of
+        // memory, and the answer is then built per call.
+        guard let prepared = try? DBusPreparedReply(reply.arguments) else { return nil }
+        seenReply.withLock { $0 = (seen.current, prepared) }
+        return prepared
     }
 
     /// The clientId a call acts for, as the contract places it (``Broker1Method/clientIdArgument``).
@@ -111,13 +118,7 @@ final class BrokerObject: DBusObject, Broker1Handler, Broker1StateAnswers {
 
     func getCurrentAccountFromState(clientId: String) throws(BrokerFailure) -> Broker1Reply.GetCurrentAccount? {
         guard let seen = try broker.currentAccountIfSeen(clientId: clientId) else { return nil }
-        if let kept = seenReply.withLock({ $0 }), kept.account == seen.current { return kept.reply }
-        let reply = Broker1Reply.GetCurrentAccount(current: seen.current, previous: seen.current)
-        // The encoded strings are always valid for D-Bus: this fails only when libdbus is out
-        // of memory, and the answer is then built again per call.
-        guard let prepared = try? DBusPreparedReply(reply.arguments) else { return reply }
-        seenReply.withLock { $0 = (seen.current, reply, prepared) }
-        return reply
+        return Broker1Reply.GetCurrentAccount(current: seen.current, previous: seen.current)
     }
 
     func acquireTokenSilentFromState(
