@@ -1,4 +1,4 @@
-import TextRules
+import JSON
 
 /// brokerctl's `--json` text: an `Encodable` value as Foundation's `JSONEncoder` writes it with
 /// `.sortedKeys` and `.withoutEscapingSlashes` (and `.prettyPrinted` when `pretty`), byte for
@@ -48,7 +48,7 @@ public enum JSONText {
 
     private static func write(_ node: Node, pretty: Bool, indent: Int, to text: inout String) {
         switch node {
-        case .string(let string): JSONString.append(string, to: &text)
+        case .string(let string): JSONWriter.append(string, to: &text)
         case .literal(let literal): text += literal
         case .array(let box):
             let items = box.value.map { $0.node ?? .object(Box([:])) }
@@ -59,7 +59,7 @@ public enum JSONText {
             // Code point order, as JSONEncoder's .sortedKeys.
             let keys = box.value.keys.sorted { $0.unicodeScalars.lexicographicallyPrecedes($1.unicodeScalars) }
             container("{", "}", keys.count, pretty: pretty, indent: indent, to: &text) { index, text in
-                JSONString.append(keys[index], to: &text)
+                JSONWriter.append(keys[index], to: &text)
                 text += pretty ? " : " : ":"
                 // A value that encoded nothing is an empty object, as JSONEncoder writes it.
                 let node = box.value[keys[index]]?.node ?? .object(Box([:]))

@@ -1,6 +1,7 @@
 import BrokerCore
 import FoundationEssentials
 import HTTP
+import JSON
 import Logging
 import TextRules
 
@@ -263,8 +264,9 @@ public actor SharedSignalsReceiver {
         if existing.status == 200 {
             // SSF 1.0 8.1.1.2: an array of the receiver's streams (some transmitters answer the one object).
             let answer: JSONValue
-            do { answer = try JSONParsing.value(existing.body, what: "the Shared Signals stream configuration") } catch
-            {
+            do {
+                answer = try JSONValue.providerValue(existing.body, what: "the Shared Signals stream configuration")
+            } catch {
                 throw SharedSignalsError.unavailable("\(error)")
             }
             let streams = answer.array ?? [answer]
@@ -407,7 +409,7 @@ public actor SharedSignalsReceiver {
     }
 
     static func object(_ bytes: [UInt8], what: String) throws(SharedSignalsError) -> JSONValue {
-        do { return try JSONParsing.object(bytes, what: what) } catch {
+        do { return try JSONValue.providerObject(bytes, what: what) } catch {
             throw SharedSignalsError.unavailable("\(what) is not JSON: \(error)")
         }
     }
@@ -429,17 +431,17 @@ struct JSONText {
         text += "{"
         for (index, (name, value)) in members.enumerated() {
             if index > 0 { text += "," }
-            text += JSONString.quoted(name) + ":"
+            text += JSONWriter.quoted(name) + ":"
             switch value {
             case .raw(let raw), .rawObject(let raw): text += raw
-            case .string(let string): text += JSONString.quoted(string)
-            case .strings(let strings): text += "[" + strings.map(JSONString.quoted).joined(separator: ",") + "]"
+            case .string(let string): text += JSONWriter.quoted(string)
+            case .strings(let strings): text += "[" + strings.map(JSONWriter.quoted).joined(separator: ",") + "]"
             case .errors(let errors):
                 text +=
                     "{"
                     + errors.map {
-                        JSONString.quoted($0.jti) + ":{\"err\":" + JSONString.quoted($0.code) + ",\"description\":"
-                            + JSONString.quoted($0.why) + "}"
+                        JSONWriter.quoted($0.jti) + ":{\"err\":" + JSONWriter.quoted($0.code) + ",\"description\":"
+                            + JSONWriter.quoted($0.why) + "}"
                     }.joined(separator: ",") + "}"
             }
         }
