@@ -28,7 +28,7 @@ func fuzzOne(_ bytes: [UInt8]) {
                 }
             }
         }
-        _ = OIDCProvider.unexpectedChallenge(value, wanted: "a one-time code").message
+        _ = OIDCProvider.unexpectedChallenge(value, wanted: .code).message
     }
     for status in [400, 401, 429, 500, 503] {
         let error = OIDCProvider.oauthError(HTTPResponse(status: status, body: bytes))
@@ -38,7 +38,11 @@ func fuzzOne(_ bytes: [UInt8]) {
                 violated("an OAuth error body gave a text with a control character: \(text.debugDescription)")
             }
         }
-        for kind in [GrantKind.password, .refresh, .code, .other] { _ = error.brokerFailure(during: kind).message }
+        let kinds: [GrantKind] =
+            SignInFlow.allCases.map(GrantKind.signIn) + [
+                .refresh, .other, .deviceSecretExchange, .tokenExchange, .familyRefresh,
+            ]
+        for kind in kinds { _ = error.brokerFailure(during: kind).message }
     }
 }
 
