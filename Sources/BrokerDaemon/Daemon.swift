@@ -117,18 +117,7 @@ struct RunningDaemon {
                 options, service: service, storage: storage, provider: provider, connection: connection,
                 clock: clock, logger: logger)
             let serving = try await serve(options, service: service, connection: connection, logger: logger)
-            logger.info(
-                "serving",
-                metadata: [
-                    "mode": "\(options.deviceMode.rawValue)", "authority": "\(authority.map { "\($0)" } ?? "none")",
-                    "state": "\(storage.files.path)",
-                ])
-            StartFailure.clear()
-            // The readiness line scripts and tests wait for.
-            Console.printLine(
-                "brokerd ready: \(BrokerNames.busName) as \(connection.uniqueName), device mode "
-                    + "\(options.deviceMode.rawValue)"
-            )
+            announceReady(options, provider: provider, storage: storage, connection: connection, logger: logger)
             let providerWork = startProviderWork(
                 options, provider: provider, sharedSignals: sharedSignals, broker: service.broker, logger: logger)
             return RunningDaemon(
@@ -316,6 +305,24 @@ struct RunningDaemon {
         }
         return Serving(
             calls: calls, microsoftCalls: microsoftCalls, departures: departures, stopRequests: stopRequests)
+    }
+
+    /// Says that brokerd serves: the log, a start failure recorded earlier cleared, and the
+    /// readiness line scripts and tests wait for.
+    static func announceReady(
+        _ options: DaemonOptions, provider: Provider, storage: Storage, connection: DBusConnection, logger: Logger
+    ) {
+        logger.info(
+            "serving",
+            metadata: [
+                "mode": "\(options.deviceMode.rawValue)",
+                "authority": "\(provider.authority.map { "\($0)" } ?? "none")", "state": "\(storage.files.path)",
+            ])
+        StartFailure.clear()
+        Console.printLine(
+            "brokerd ready: \(BrokerNames.busName) as \(connection.uniqueName), device mode "
+                + "\(options.deviceMode.rawValue)"
+        )
     }
 
     /// Starts what brokerd asks the provider on its own, once it serves (never holding up its start).
