@@ -9,8 +9,8 @@ import Foundation
 //   CDBus, CCurl            thin C shims over libdbus and libcurl
 //   Locking                 the one lock every layer uses, and the one way to start a thread
 //   TaskPool                brokerd's executor for Swift concurrency: threads that sleep until there is work
-//   TextRules               the one rule for text from outside (OutsideText), every layer applies it;
-//                           the one JSON string escaper (JSONString)
+//   TextRules               the one rule for text from outside (OutsideText), every layer applies it
+//   JSON                    the one strict JSON reader (JSONReader, StrictJSON, JSONValue) and writer
 //   DBus, HTTP              generic Swift layers over them
 //   BrokerAPI               the D-Bus contract's names and error table, plain values only
 //   BrokerCore              the broker's logic: no D-Bus, no HTTP, no files
@@ -64,6 +64,7 @@ let package = Package(
         .target(name: "TaskPool", dependencies: ["CTaskPool", "Locking"]),
         .target(name: "CFileWalk"),
         .target(name: "TextRules"),
+        .target(name: "JSON"),
         .target(name: "DBus", dependencies: ["CDBus", "Locking", "TextRules", logging], exclude: ["README.md"]),
         .target(name: "HTTP", dependencies: ["CCurl", "Locking"], exclude: ["README.md"]),
         .target(name: "BrokerAPI", dependencies: ["TextRules"]),
@@ -71,16 +72,16 @@ let package = Package(
         .target(
             name: "Identity",
             dependencies: [
-                "HTTP", "BrokerCore", "Locking", "TextRules", logging,
+                "HTTP", "BrokerCore", "JSON", "Locking", "TextRules", logging,
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "CryptoExtras", package: "swift-crypto"),
             ]),
         .target(
-            name: "BrokerPersistence", dependencies: ["DBus", "BrokerCore", "Locking", logging]),
+            name: "BrokerPersistence", dependencies: ["DBus", "BrokerCore", "JSON", "Locking", logging]),
         .target(
             name: "BrokerDaemon",
             dependencies: [
-                "DBus", "BrokerAPI", "BrokerCore", "BrokerPersistence", "Identity", "HTTP", "CFileWalk",
+                "DBus", "BrokerAPI", "BrokerCore", "BrokerPersistence", "Identity", "JSON", "HTTP", "CFileWalk",
                 "Locking",
                 logging,
             ]),
@@ -127,6 +128,7 @@ let package = Package(
         .target(name: "TestSupport", path: "Tests/TestSupport"),
         .target(name: "CoreFakes", dependencies: ["BrokerCore"], path: "Tests/CoreFakes"),
         .testTarget(name: "TextRulesTests", dependencies: ["TextRules"]),
+        .testTarget(name: "JSONTests", dependencies: ["JSON"]),
         .testTarget(name: "DBusTests", dependencies: ["DBus", "Locking", "TestSupport"]),
         .testTarget(name: "HTTPTests", dependencies: ["HTTP", "Locking"]),
         .testTarget(
@@ -148,7 +150,7 @@ let package = Package(
         .testTarget(
             name: "IdentityTests",
             dependencies: [
-                "Identity", "HTTP", "BrokerCore", "Locking", "TestSupport", logging,
+                "Identity", "HTTP", "BrokerCore", "JSON", "Locking", "TestSupport", logging,
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "CryptoExtras", package: "swift-crypto"),
             ]),

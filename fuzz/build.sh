@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer harnesses in fuzz/harness/ with swiftc -sanitize=fuzzer, without any
 # target in Package.swift: SwiftPM builds the dependencies (swift build --product brokerd),
-# then BrokerCore, Identity and BrokerDaemon are compiled again from Sources/ with coverage
-# instrumentation, and each harness is linked with them and with SwiftPM's objects for the rest.
+# then JSON, BrokerCore, Identity, BrokerPersistence and BrokerDaemon are compiled again from
+# Sources/ with coverage instrumentation, and each harness is linked with them and with SwiftPM's objects for the rest.
 #
 #   fuzz/build.sh [TARGET...]      (default: all targets)
 #
@@ -33,7 +33,7 @@ fi
 mapfile -t FLAGS < <(python3 fuzz/swiftargs.py flags "$SCRATCH" BrokerDaemon)
 # The product's objects, except the modules rebuilt here with instrumentation (and what only brokerd needs).
 mapfile -t OBJECTS < <(python3 fuzz/swiftargs.py objects "$SCRATCH" brokerd \
-    BrokerCore Identity BrokerPersistence BrokerDaemon brokerd ArgumentParser ArgumentParserToolInfo)
+    JSON BrokerCore Identity BrokerPersistence BrokerDaemon brokerd ArgumentParser ArgumentParserToolInfo)
 mapfile -t LINK < <(python3 fuzz/swiftargs.py linkflags "$SCRATCH" brokerd)
 COMMON=(-I "$OUT/mod" "${FLAGS[@]}" -O -g -parse-as-library -sanitize="$SANITIZE")
 
@@ -52,11 +52,14 @@ module() {
 }
 # Every source of a target, its subfolders included (as SwiftPM takes them).
 sources() { find "Sources/$1" -name '*.swift' | LC_ALL=C sort; }
+module JSON $(sources JSON)
 module BrokerCore $(sources BrokerCore)
 # Each depends on the one before: rebuild it whenever that one was.
-[ "$OUT/obj/BrokerCore.o" -nt "$OUT/obj/Identity.o" ] && rm -f "$OUT/obj/Identity.o"
+for dependency in BrokerCore JSON; do
+    [ "$OUT/obj/$dependency.o" -nt "$OUT/obj/Identity.o" ] && rm -f "$OUT/obj/Identity.o"
+    [ "$OUT/obj/$dependency.o" -nt "$OUT/obj/BrokerPersistence.o" ] && rm -f "$OUT/obj/BrokerPersistence.o"
+done
 module Identity $(sources Identity)
-[ "$OUT/obj/BrokerCore.o" -nt "$OUT/obj/BrokerPersistence.o" ] && rm -f "$OUT/obj/BrokerPersistence.o"
 module BrokerPersistence $(sources BrokerPersistence)
 [ "$OUT/obj/Identity.o" -nt "$OUT/obj/BrokerDaemon.o" ] && rm -f "$OUT/obj/BrokerDaemon.o"
 [ "$OUT/obj/BrokerPersistence.o" -nt "$OUT/obj/BrokerDaemon.o" ] && rm -f "$OUT/obj/BrokerDaemon.o"
@@ -66,7 +69,7 @@ for target in $TARGETS; do
     [ -f "fuzz/harness/$target.swift" ] || { echo "fuzz: no target $target (targets: $ALL_TARGETS)" >&2; exit 2; }
     echo "fuzz: linking $target"
     "$SWIFTC" -module-name "Fuzz_$target" fuzz/harness/Support.swift "fuzz/harness/$target.swift" \
-        "$OUT/obj/BrokerCore.o" "$OUT/obj/Identity.o" "$OUT/obj/BrokerPersistence.o" "$OUT/obj/BrokerDaemon.o" \
+        "$OUT/obj/JSON.o" "$OUT/obj/BrokerCore.o" "$OUT/obj/Identity.o" "$OUT/obj/BrokerPersistence.o" "$OUT/obj/BrokerDaemon.o" \
         "${OBJECTS[@]}" "${LINK[@]}" \
         "${COMMON[@]}" -o "$OUT/bin/$target"
 done

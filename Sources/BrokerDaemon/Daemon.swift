@@ -13,24 +13,136 @@ public enum Daemon {
     /// Starts the broker, serves until SIGTERM/SIGINT or until the bus goes away, and returns
     /// the process exit status.
     public static func run(_ options: DaemonOptions, logger: Logger) async throws(DaemonError) -> Int32 {
+        var daemon = try await RunningDaemon.start(options, logger: logger)
+        let reason = await daemon.serving.stopRequests.next()
+        logger.info("stopping", metadata: ["reason": "\(reason)"])
+        await daemon.stop()
+        logger.info("stopped")
+        return 0
+    }
+}
+
+/// A started brokerd: what its start set going, in the order it did, and the one `stop()` that
+/// ends it. Each part is started by a function of its own; one that fails ends what the parts
+/// before it started, and its error is the start failure brokerd reports.
+struct RunningDaemon {
+    let options: DaemonOptions
+    let logger: Logger
+    let storage: Storage
+    let connection: DBusConnection
+    let provider: Provider
+    let service: BrokerService
+    /// What watches the desktop and the keyring; nil once stopped.
+    private(set) var watches: Watches?
+    let serving: Serving
+    let providerWork: ProviderWork
+
+    /// The state file and where the tokens go, opened before anything else.
+    struct Storage {
+        let files: FileStateStore
+        let tokens: any StateStore
+        let initialState: BrokerState
+        let lockedKeyring: LockedKeyring?
+    }
+
+    /// The identity provider: OpenID Connect at the configured authority, or none yet (`oidc` nil).
+    struct Provider {
+        /// What the core calls.
+        let identity: any IdentityProvider
+        /// The same provider when an authority is configured: discovery, Shared Signals and the
+        /// stop of its HTTP client need it.
+        let oidc: OIDCProvider?
+        let authority: Authority?
+    }
+
+    /// What listens to the desktop (the screen lock, the person's inactivity and its notice) and
+    /// waits for a keyring locked at start; they run until the stop.
+    struct Watches {
+        let lockWatch: ScreenLockWatch?
+        let notice: SignOutNotice?
+        let idleWatch: (any IdleSource)?
+        let keyringWatch: Task<Void, Never>?
+    }
+
+    /// The exported interfaces, their names owned, and what stops them.
+    struct Serving {
+        let calls: CallGate
+        let microsoftCalls: CallGate?
+        let departures: Task<Void, Never>
+        let stopRequests: StopRequests
+    }
+
+    /// Provider requests brokerd makes on its own once it serves: revocations a previous run owed,
+    /// the discovery at start, the provider's word that a session ended.
+    struct ProviderWork {
+        let owed: Task<Void, Never>
+        let discovery: Task<Void, Never>?
+        let providerSignals: [Task<Void, Never>]
+    }
+
+    // MARK: Start
+
+    static func start(_ options: DaemonOptions, logger: Logger) async throws(DaemonError) -> RunningDaemon {
         var options = options
         // Started by D-Bus activation: serve the bus that started us.
-        if options.busAddress == nil { options.busAddress = activationBusAddress() }
+        if options.busAddress == nil { options.busAddress = Daemon.activationBusAddress() }
         let authority: Authority?
         do { authority = try options.authority.map(Authority.init) } catch {
             throw DaemonError.configuration("\(options.authorityOrigin) (\(options.authority ?? "")): \(error)")
         }
         try options.configuration.checkSettingsTakeEffect()
-        let store: FileStateStore
-        do { store = try FileStateStore(directory: options.stateDirectory) } catch {
+        let storage = try openStorage(options, logger: logger)
+        let connection = try connect(options, logger: logger)
+        var watches: Watches?
+        do throws(DaemonError) {
+            let clock = SystemClock()
+            let cleaner = try HomeCleaner(
+                listed: options.configuration.clearOnSignOut ?? [],
+                home: getenv("HOME").map { String(cString: $0) } ?? "", keeping: [storage.files.directory],
+                logger: logger)
+            let provider = try chooseProvider(
+                options, authority: authority, connection: connection, clock: clock, logger: logger)
+            // Read before anything is served: a transmitter or a secret file that cannot be used stops the start.
+            let sharedSignals = try options.configuration.sharedSignals?.settings(
+                deviceId: storage.initialState.deviceId)
+            if sharedSignals != nil, provider.oidc == nil {
+                throw DaemonError.configuration(
+                    "sharedSignals is set but no authority is: the broker's Shared Signals client gets its token from "
+                        + "the authority; set authority too")
+            }
+            let service = makeService(
+                options, storage: storage, provider: provider, cleaner: cleaner, connection: connection, clock: clock,
+                logger: logger)
+            watches = try await startWatches(
+                options, service: service, storage: storage, provider: provider, connection: connection,
+                clock: clock, logger: logger)
+            let serving = try await serve(options, service: service, connection: connection, logger: logger)
+            announceReady(options, provider: provider, storage: storage, connection: connection, logger: logger)
+            let providerWork = startProviderWork(
+                options, provider: provider, sharedSignals: sharedSignals, broker: service.broker, logger: logger)
+            return RunningDaemon(
+                options: options, logger: logger, storage: storage, connection: connection, provider: provider,
+                service: service, watches: watches, serving: serving, providerWork: providerWork)
+        } catch {
+            watches?.keyringWatch?.cancel()
+            watches = nil
+            connection.close()
+            throw error
+        }
+    }
+
+    /// Opens the state directory and the token storage `--token-storage` says (the Secret Service
+    /// by default, never silently elsewhere), and writes a new device's state.
+    static func openStorage(_ options: DaemonOptions, logger: Logger) throws(DaemonError) -> Storage {
+        let files: FileStateStore
+        do { files = try FileStateStore(directory: options.stateDirectory) } catch {
             throw DaemonError.state("cannot use the state directory: \(error)")
         }
-        // Tokens go where --token-storage says (the Secret Service by default), never silently elsewhere.
-        let loaded = try loadState(store, logger: logger)
+        let loaded = try Daemon.loadState(files, logger: logger)
         let opened: (store: any StateStore, state: BrokerState, locked: LockedKeyring?)
         do {
             opened = try TokenStorageSetup.open(
-                options.configuration.tokenStorage ?? .secretService, origin: options.tokenStorageOrigin, files: store,
+                options.configuration.tokenStorage ?? .secretService, origin: options.tokenStorageOrigin, files: files,
                 loaded: loaded ?? BrokerState(deviceId: Broker.newDeviceId()),
                 busAddress: options.busAddress, logger: logger)
         } catch {
@@ -40,109 +152,121 @@ public enum Daemon {
             case .bus(let why): throw DaemonError.bus(why)
             }
         }
-        let (tokenStore, initialState, lockedKeyring) = opened
         // A new device's state is written once the start can go on: its deviceId is the device's
         // from the first start, whether or not anything else is ever written.
         if loaded == nil {
             do {
-                try tokenStore.save(initialState)
-                try tokenStore.sync()
+                try opened.store.save(opened.state)
+                try opened.store.sync()
             } catch {
                 logger.warning(
                     "the new device id could not be written; it is kept with the first change",
                     metadata: ["error": "\(error)"])
             }
         }
+        return Storage(files: files, tokens: opened.store, initialState: opened.state, lockedKeyring: opened.locked)
+    }
 
-        let connection: DBusConnection
+    /// The session bus brokerd serves (or the one `--bus-address` names).
+    static func connect(_ options: DaemonOptions, logger: Logger) throws(DaemonError) -> DBusConnection {
         do {
-            connection =
-                try options.busAddress.map { try DBusConnection(address: $0, logger: logger) }
+            return try options.busAddress.map { try DBusConnection(address: $0, logger: logger) }
                 ?? DBusConnection.sessionBus(logger: logger)
         } catch {
             throw DaemonError.bus("cannot connect to the session bus: \(error)")
         }
-        defer { connection.close() }
+    }
 
-        let tenant = options.configuration.tenantId ?? ""
-        let clock = SystemClock()
-        let cleaner = try HomeCleaner(
-            listed: options.configuration.clearOnSignOut ?? [],
-            home: getenv("HOME").map { String(cString: $0) } ?? "", keeping: [store.directory], logger: logger)
-        let provider: any IdentityProvider
-        var oidc: OIDCProvider?
-        if let authority {
-            provider = OIDCProvider(
-                authority: authority, http: HTTPClient(idleRelease: Self.httpIdleRelease()), clock: clock,
-                logger: logger,
-                clientSecrets: try options.configuration.clientSecrets(), tenantId: tenant,
-                allowPasswordGrant: options.configuration.allowPasswordGrant == true,
-                clientCapabilities: options.configuration.clientCapabilities ?? [],
-                urlOpener: DesktopPortal(connection: connection, fallback: BrowserCommand(), logger: logger))
-            oidc = provider as? OIDCProvider
-        } else {
+    /// OpenID Connect at `authority`, or the stand-in that answers NotConfigured until one is set.
+    static func chooseProvider(
+        _ options: DaemonOptions, authority: Authority?, connection: DBusConnection, clock: SystemClock,
+        logger: Logger
+    ) throws(DaemonError) -> Provider {
+        guard let authority else {
             logger.warning("\(UnconfiguredProvider.remedy); until then sign-ins and tokens get NotConfigured")
-            provider = UnconfiguredProvider()
+            return Provider(identity: UnconfiguredProvider(), oidc: nil, authority: nil)
         }
-        // Read before anything is served: a transmitter or a secret file that cannot be used stops the start.
-        let sharedSignals = try options.configuration.sharedSignals?.settings(deviceId: initialState.deviceId)
-        if sharedSignals != nil, oidc == nil {
-            throw DaemonError.configuration(
-                "sharedSignals is set but no authority is: the broker's Shared Signals client gets its token from the "
-                    + "authority; set authority too")
-        }
-        let service = BrokerService(
+        let oidc = OIDCProvider(
+            authority: authority, http: HTTPClient(idleRelease: Daemon.httpIdleRelease()), clock: clock,
+            logger: logger,
+            clientSecrets: try options.configuration.clientSecrets(), tenantId: options.configuration.tenantId ?? "",
+            allowPasswordGrant: options.configuration.allowPasswordGrant == true,
+            clientCapabilities: options.configuration.clientCapabilities ?? [],
+            urlOpener: DesktopPortal(connection: connection, fallback: BrowserCommand(), logger: logger))
+        return Provider(identity: oidc, oidc: oidc, authority: authority)
+    }
+
+    /// The core and what every interface shares, from the options and the state opened.
+    static func makeService(
+        _ options: DaemonOptions, storage: Storage, provider: Provider, cleaner: HomeCleaner,
+        connection: DBusConnection, clock: SystemClock, logger: Logger
+    ) -> BrokerService {
+        let configuration = options.configuration
+        return BrokerService(
             configuration: BrokerConfiguration(
-                deviceMode: options.deviceMode, brokerVersion: version, tenantId: tenant,
-                knownClientIds: options.configuration.clients.map { Set($0.map(\.clientId)) },
-                extraDeviceInformation: deviceFacts(), interactiveTimeout: options.interactiveTimeout,
-                browserSignOut: options.configuration.browserSignOut,
-                maxClients: options.configuration.maxClients ?? BrokerConfiguration.defaultMaxClients,
-                providerNotConfigured: authority == nil ? UnconfiguredProvider.remedy : nil, bootId: bootId(),
-                signOutAfterReboot: options.configuration.signOutAfterReboot == true,
-                idleSignOut: options.configuration.idleSignOutSeconds.flatMap { seconds in
+                deviceMode: options.deviceMode, brokerVersion: Daemon.version, tenantId: configuration.tenantId ?? "",
+                knownClientIds: configuration.clients.map { Set($0.map(\.clientId)) },
+                extraDeviceInformation: Daemon.deviceFacts(), interactiveTimeout: options.interactiveTimeout,
+                browserSignOut: configuration.browserSignOut,
+                maxClients: configuration.maxClients ?? BrokerConfiguration.defaultMaxClients,
+                providerNotConfigured: provider.authority == nil ? UnconfiguredProvider.remedy : nil,
+                bootId: Daemon.bootId(),
+                signOutAfterReboot: configuration.signOutAfterReboot == true,
+                idleSignOut: configuration.idleSignOutSeconds.flatMap { seconds in
                     seconds > 0
-                        ? IdleSignOut(
-                            after: Int64(seconds), warning: Int64(options.configuration.idleWarningSeconds ?? 60))
+                        ? IdleSignOut(after: Int64(seconds), warning: Int64(configuration.idleWarningSeconds ?? 60))
                         : nil
-                }, defaultScopes: options.configuration.defaultScopes()),
-            provider: provider, store: tokenStore, clock: clock, initialState: initialState, cleaner: cleaner,
-            channel: connection,
+                }, defaultScopes: configuration.defaultScopes()),
+            provider: provider.identity, store: storage.tokens, clock: clock, initialState: storage.initialState,
+            cleaner: cleaner, channel: connection,
             callers: CallerPolicy(
-                connection: connection, allowedExecutables: options.configuration.allowedExecutables(), logger: logger),
+                connection: connection, allowedExecutables: configuration.allowedExecutables(), logger: logger),
             logger: logger)
+    }
+
+    /// What must be settled before anyone is served: a locked keyring, a sign-in of an earlier boot,
+    /// a clean-up or an inactivity deadline a killed run left; then the desktop's watches.
+    static func startWatches(
+        _ options: DaemonOptions, service: BrokerService, storage: Storage, provider: Provider,
+        connection: DBusConnection, clock: SystemClock, logger: Logger
+    ) async throws(DaemonError) -> Watches {
+        let broker = service.broker
         // Before anyone can call: token calls wait for a keyring locked at start.
-        if let lockedKeyring { service.broker.tokenStorageLocked(lockedKeyring.message) }
+        if let keyring = storage.lockedKeyring { broker.tokenStorageLocked(keyring.message) }
         // Before anyone is served: a sign-in made before the device restarted ends now.
         let rebooted: Task<SignOutOutcome, Never>?
-        do { rebooted = try await service.broker.endShiftIfRebooted() } catch {
+        do { rebooted = try await broker.endShiftIfRebooted() } catch {
             throw DaemonError.state("cannot sign out the sign-in of an earlier boot: \(error.message)")
         }
         if rebooted != nil { logger.notice("signed out: the device restarted since the sign-in (signOutAfterReboot)") }
         // A sign-out's clean-up a killed run left undone (or the reboot's own), before anyone is served.
-        await service.broker.cleanUpOwed()
-        let lockWatch = await watchScreenLock(options, connection: connection, broker: service.broker, logger: logger)
-        defer { withExtendedLifetime(lockWatch) {} }
+        await broker.cleanUpOwed()
+        let lockWatch = await Daemon.watchScreenLock(options, connection: connection, broker: broker, logger: logger)
         // Before any warning, a resumed one too: the person is told of each.
         let notice =
             options.deviceMode == .shared && options.configuration.idleSignOutSeconds ?? 0 > 0
             ? await SignOutNotice.start(session: connection, service: service, clock: clock, logger: logger) : nil
-        defer { withExtendedLifetime(notice) {} }
         // A warning a killed run left: kept, or its sign-out done now, before anyone is served.
         let lapsed: Task<SignOutOutcome?, Never>?
-        do { lapsed = try await service.broker.resumeIdleDeadline() } catch {
+        do { lapsed = try await broker.resumeIdleDeadline() } catch {
             throw DaemonError.state("cannot resume the inactivity deadline: \(error.message)")
         }
         _ = await lapsed?.value
-        let idleWatch = await watchInactivity(options, connection: connection, service: service, logger: logger)
-        defer { withExtendedLifetime(idleWatch) {} }
-        if authority == nil {
-            service.broker.setDeviceFact(DeviceFact.providerNotConfigured, to: UnconfiguredProvider.remedy)
+        let idleWatch = await Daemon.watchInactivity(options, connection: connection, service: service, logger: logger)
+        if provider.authority == nil {
+            broker.setDeviceFact(DeviceFact.providerNotConfigured, to: UnconfiguredProvider.remedy)
         }
-        let keyringWatch = lockedKeyring.map { keyring in
-            Task { await keyring.serveWhenUnlocked(service.broker, logger: logger) }
+        let keyringWatch = storage.lockedKeyring.map { keyring in
+            Task { await keyring.serveWhenUnlocked(broker, logger: logger) }
         }
-        defer { keyringWatch?.cancel() }
+        return Watches(lockWatch: lockWatch, notice: notice, idleWatch: idleWatch, keyringWatch: keyringWatch)
+    }
+
+    /// Exports the interfaces, then owns their names: brokerd's last, so that "started" (systemd's
+    /// Type=dbus, the readiness line) means every name it serves is there.
+    static func serve(
+        _ options: DaemonOptions, service: BrokerService, connection: DBusConnection, logger: Logger
+    ) async throws(DaemonError) -> Serving {
         let groups: @Sendable (String) async -> CallerGroups = { [callers = service.callers] sender in
             await callers.groups(ofCaller: sender)
         }
@@ -158,94 +282,119 @@ public enum Daemon {
                 MicrosoftBroker1Object(service: service, logger: logger),
                 neverRefusedForLoad: MicrosoftBroker1Object.neverRefusedForLoad, groups: groups) : nil
         if let microsoftCalls { connection.export(microsoftCalls, at: MicrosoftBroker1Names.objectPath) }
-        let departures = try await watchDepartures(connection, service: service)
-        defer { departures.cancel() }
-
+        let departures = try await Daemon.watchDepartures(connection, service: service)
         // Catch SIGTERM/SIGINT before anyone can know we are here.
-        let stop = StopRequests(connection)
-        // Before brokerd's own name, so that "started" (systemd's Type=dbus, the readiness line)
-        // means every name it serves is there.
+        let stopRequests = StopRequests(connection)
         if microsoftCalls != nil {
-            await serveCompatibility(MicrosoftBroker1Names.busName, on: connection, service: service, logger: logger)
+            await Daemon.serveCompatibility(
+                MicrosoftBroker1Names.busName, on: connection, service: service, logger: logger)
         }
-        let reply: DBusConnection.RequestNameReply
-        do { reply = try await connection.requestName(BrokerNames.busName) } catch {
-            throw DaemonError.bus("cannot request the name \(BrokerNames.busName): \(error)")
+        do throws(DaemonError) {
+            let reply: DBusConnection.RequestNameReply
+            do { reply = try await connection.requestName(BrokerNames.busName) } catch {
+                throw DaemonError.bus("cannot request the name \(BrokerNames.busName): \(error)")
+            }
+            guard reply == .primaryOwner else {
+                throw DaemonError.bus(
+                    "the name \(BrokerNames.busName) is already taken on this bus: is another brokerd running?")
+            }
+        } catch {
+            departures.cancel()
+            throw error
         }
-        guard reply == .primaryOwner else {
-            throw DaemonError.bus(
-                "the name \(BrokerNames.busName) is already taken on this bus: is another brokerd running?")
-        }
+        return Serving(
+            calls: calls, microsoftCalls: microsoftCalls, departures: departures, stopRequests: stopRequests)
+    }
+
+    /// Says that brokerd serves: the log, a start failure recorded earlier cleared, and the
+    /// readiness line scripts and tests wait for.
+    static func announceReady(
+        _ options: DaemonOptions, provider: Provider, storage: Storage, connection: DBusConnection, logger: Logger
+    ) {
         logger.info(
             "serving",
             metadata: [
-                "mode": "\(options.deviceMode.rawValue)", "authority": "\(authority.map { "\($0)" } ?? "none")",
-                "state": "\(store.path)",
+                "mode": "\(options.deviceMode.rawValue)",
+                "authority": "\(provider.authority.map { "\($0)" } ?? "none")", "state": "\(storage.files.path)",
             ])
         StartFailure.clear()
-        // The readiness line scripts and tests wait for.
         Console.printLine(
             "brokerd ready: \(BrokerNames.busName) as \(connection.uniqueName), device mode "
                 + "\(options.deviceMode.rawValue)"
         )
-        // Revocations a previous run owed the provider (it was killed, or the provider was down).
-        let owed = Task { await service.broker.resumePendingRevocations() }
-        defer { owed.cancel() }
-        let discovery = discoverAtStart(oidc, broker: service.broker, logger: logger)
-        defer { discovery?.cancel() }
-        let providerSignals = listenToProvider(
-            options, sharedSignals: sharedSignals, oidc: oidc, broker: service.broker, logger: logger)
-        defer { for task in providerSignals { task.cancel() } }
+    }
 
-        let reason = await stop.next()
-        logger.info("stopping", metadata: ["reason": "\(reason)"])
-        if connection.isConnected {
-            // Every caller gets an answer: new calls are refused, those in flight finish (or are
-            // cancelled and answered once the grace period is over, or at a second signal). The
-            // name goes only then, so a successor never loads the state while a change is in flight.
-            // A second SIGTERM or SIGINT hurries the stop of every interface's calls.
-            let hurried = Latch()
-            let secondSignal = Task {
-                _ = await stop.next()
-                hurried.open()
-            }
-            defer { secondSignal.cancel() }
-            let grace = options.stopGracePeriod
-            let microsoftStopped = microsoftCalls.map { gate in
-                Task {
-                    await gate.stop(
-                        grace: grace, hurry: { await hurried.wait() },
-                        endSignIns: { await service.broker.callerLeft($0) }, logger: logger)
-                }
-            }
-            await calls.stop(
-                grace: grace, hurry: { await hurried.wait() },
-                endSignIns: { await service.broker.callerLeft($0) }, logger: logger)
-            await microsoftStopped?.value
-            // A round trip after the last reply: once ReleaseName is answered, every reply is on the bus.
-            if microsoftCalls != nil { _ = try? await connection.releaseName(MicrosoftBroker1Names.busName) }
-            _ = try? await connection.releaseName(BrokerNames.busName)
-        }
+    /// Starts what brokerd asks the provider on its own, once it serves (never holding up its start).
+    static func startProviderWork(
+        _ options: DaemonOptions, provider: Provider, sharedSignals: SharedSignalsSettings?, broker: Broker,
+        logger: Logger
+    ) -> ProviderWork {
+        // Revocations a previous run owed the provider (it was killed, or the provider was down).
+        let owed = Task { await broker.resumePendingRevocations() }
+        let discovery = Daemon.discoverAtStart(provider.oidc, broker: broker, logger: logger)
+        let providerSignals = Daemon.listenToProvider(
+            options, sharedSignals: sharedSignals, oidc: provider.oidc, broker: broker, logger: logger)
+        return ProviderWork(owed: owed, discovery: discovery, providerSignals: providerSignals)
+    }
+
+    // MARK: Stop
+
+    /// Ends what the start set going, in this order: every caller answered and the names released
+    /// (while the provider can still be reached, for calls in flight); every provider request
+    /// ended; the journal folded into state.json; the watches; the bus connection.
+    mutating func stop() async {
+        await finishCalls()
         // Every provider request ends before the process does: exit tears libcurl and its TLS
         // library down, and a transfer still on the HTTP thread then crashes the process (status
         // 139 seen once, stopped right after start with the start's discovery under way). The
         // HTTP client stops first, as a request of a shared read (discovery) is not the
         // cancelled task's own; revocations not confirmed stay owed.
-        owed.cancel()
-        discovery?.cancel()
-        for task in providerSignals { task.cancel() }
-        await oidc?.stop()
-        await owed.value
-        await discovery?.value
-        for task in providerSignals { await task.value }
+        let tasks = [providerWork.owed] + (providerWork.discovery.map { [$0] } ?? []) + providerWork.providerSignals
+        for task in tasks { task.cancel() }
+        await provider.oidc?.stop()
+        for task in tasks { await task.value }
         // state.json alone then holds the state: what an older brokerd, which reads no journal, needs.
-        do { try store.compact() } catch {
+        do { try storage.files.compact() } catch {
             logger.warning("could not fold the state journal into state.json", metadata: ["error": "\(error)"])
         }
-        logger.info("stopped")
-        return 0
+        serving.departures.cancel()
+        watches?.keyringWatch?.cancel()
+        watches = nil
+        connection.close()
     }
 
+    /// Every caller gets an answer: new calls are refused, those in flight finish (or are
+    /// cancelled and answered once the grace period is over, or at a second signal). The name
+    /// goes only then, so a successor never loads the state while a change is in flight.
+    private func finishCalls() async {
+        guard connection.isConnected else { return }
+        // A second SIGTERM or SIGINT hurries the stop of every interface's calls.
+        let hurried = Latch()
+        let secondSignal = Task { [stopRequests = serving.stopRequests] in
+            _ = await stopRequests.next()
+            hurried.open()
+        }
+        defer { secondSignal.cancel() }
+        let grace = options.stopGracePeriod
+        let (service, logger) = (service, logger)
+        let microsoftStopped = serving.microsoftCalls.map { gate in
+            Task {
+                await gate.stop(
+                    grace: grace, hurry: { await hurried.wait() },
+                    endSignIns: { await service.broker.callerLeft($0) }, logger: logger)
+            }
+        }
+        await serving.calls.stop(
+            grace: grace, hurry: { await hurried.wait() }, endSignIns: { await service.broker.callerLeft($0) },
+            logger: logger)
+        await microsoftStopped?.value
+        // A round trip after the last reply: once ReleaseName is answered, every reply is on the bus.
+        if serving.microsoftCalls != nil { _ = try? await connection.releaseName(MicrosoftBroker1Names.busName) }
+        _ = try? await connection.releaseName(BrokerNames.busName)
+    }
+}
+
+extension Daemon {
     /// Reads the provider's discovery document once brokerd serves (never holding up its start),
     /// so that a wrong authority is said at once, in the log and in the device information, rather
     /// than at the first sign-in as the wrong problem; the device information shows the last
@@ -378,7 +527,7 @@ public enum Daemon {
     /// `idleSignOutSeconds` (shared mode): the person's inactivity from the first idle source the
     /// desktop offers (``IdleSources``). Said at start, and in the device information, which one,
     /// or that there is none.
-    private static func watchInactivity(
+    static func watchInactivity(
         _ options: DaemonOptions, connection: DBusConnection, service: BrokerService, logger: Logger
     ) async -> (any IdleSource)? {
         let broker = service.broker
@@ -409,7 +558,7 @@ public enum Daemon {
 
     /// `signOutOnLock` (shared mode): the screen lock ends the shift. Said at start, and in the
     /// device information, what the watch listens to, or that the desktop offers nothing.
-    private static func watchScreenLock(
+    static func watchScreenLock(
         _ options: DaemonOptions, connection: DBusConnection, broker: Broker, logger: Logger
     ) async -> ScreenLockWatch? {
         guard options.configuration.signOutOnLock == true, options.deviceMode == .shared else { return nil }
@@ -434,7 +583,7 @@ public enum Daemon {
         return watch
     }
 
-    /// How long brokerd keeps libcurl after its last request (``MemoryRelease``); in a debug
+    /// How long brokerd keeps libcurl after its last request (its idle release); in a debug
     /// build, `BROKERD_HTTP_IDLE_RELEASE_MS` instead, so that a test need not wait a minute.
     static func httpIdleRelease() -> Duration {
         #if DEBUG

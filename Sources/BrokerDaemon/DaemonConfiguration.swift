@@ -3,6 +3,7 @@ import BrokerPersistence
 import FoundationEssentials
 import Glibc
 import Identity
+import JSON
 
 /// brokerd's configuration file (`--config FILE`, JSON). Every field is optional; command-line
 /// flags win over it.

@@ -68,33 +68,45 @@ public final class FileStateStore: StateStore {
         }
     }
 
-    private struct Written {
+    /// What the files hold of the state, and what the next ``sync()`` owes the disk. It changes
+    /// only through its transitions (below the store), one per thing that happened on disk.
+    fileprivate struct Written {
+        /// What the journal on disk is to the snapshot, and so what the next save writes.
+        enum Journal {
+            /// No line can follow what the files hold (nothing read yet, an older format or a
+            /// journal cut short was read, a write, rename or flush failed, or the snapshot that
+            /// takes a secret out did): the next save, and a clean stop, write a snapshot. `open`:
+            /// the journal still open, whose lines the next sync flushes all the same.
+            case snapshotOwed(open: Int32?)
+            /// The snapshot names journal `id`, not on disk yet: its first line creates it (so that
+            /// a snapshot writes one file, and a journal exists only with lines).
+            case firstLineOwed(id: String)
+            /// The snapshot's journal, open for appending, `bytes` long: a change is a line.
+            case appending(Int32, bytes: Int)
+        }
+
+        /// What the next ``sync()`` owes the disk.
+        struct Owed {
+            /// The snapshot of the last save, still to be fsynced (with the journal and the directory).
+            var snapshotFlush: Int32?
+            /// Lines appended since the journal's last fsync.
+            var journalFlush = false
+            /// Renames (and a removal) not yet made durable by an fsync of the directory.
+            var directoryFlush = false
+            /// `state.journal` is an earlier snapshot's, to be removed once the snapshot is on disk.
+            var staleJournalRemoval = false
+            /// A line took a secret out of the state that the files still hold: a snapshot first.
+            var secretPurge = false
+        }
+
         /// The state the files hold, when known: a save of the same writes nothing, and a save of
         /// another state appends the difference.
-        var state: BrokerState?
+        private(set) var state: BrokerState?
         /// The account keys the files use.
-        var keys = StateFileFormat.AccountKeys()
-        /// The journal, open for appending, while its lines may follow the snapshot.
-        var journal: Int32?
-        /// The id of the journal the snapshot names, not written yet: its first line creates it
-        /// (so that a snapshot writes one file, and a journal exists only with lines).
-        var pendingJournal: String?
-        var journalBytes = 0
-        var snapshotBytes = 0
-        /// The snapshot of the last save, still to be fsynced (with the journal and the directory).
-        var unsyncedSnapshot: Int32?
-        /// Lines appended since the last fsync of the journal.
-        var journalUnsynced = false
-        /// Renames not yet made durable by an fsync of the directory.
-        var directoryUnsynced = false
-        /// `state.journal` is an earlier snapshot's, to be removed by the next ``sync()``.
-        var staleJournal = false
-        /// A line took a secret out of the state that the files still hold: the next ``sync()``
-        /// writes a snapshot.
-        var secretsToPurge = false
-        /// The files do not hold `state` as lines can follow (loaded from an older format or a
-        /// journal cut short, or a write or flush failed): the next save, or compact, is a snapshot.
-        var needsSnapshot = false
+        private(set) var keys = StateFileFormat.AccountKeys()
+        private(set) var journal = Journal.snapshotOwed(open: nil)
+        private(set) var snapshotBytes = 0
+        fileprivate(set) var owed = Owed()
         var report: LoadReport?
     }
 
@@ -129,8 +141,8 @@ public final class FileStateStore: StateStore {
 
     deinit {
         written.withLock {
-            if let fd = $0.unsyncedSnapshot { close(fd) }
-            if let fd = $0.journal { close(fd) }
+            if let fd = $0.owed.snapshotFlush { close(fd) }
+            if let fd = $0.journal.open { close(fd) }
         }
         close(lockDescriptor)
     }
@@ -187,8 +199,7 @@ public final class FileStateStore: StateStore {
         // A current file whose journal is its own and whole goes on taking lines; otherwise (an
         // older format, a journal cut short, one of an earlier snapshot, or none) the next save,
         // or the clean stop, writes a snapshot.
-        var appendTo: Int32?
-        var pending: String?
+        var journal = Written.Journal.snapshotOwed(open: nil)
         if loaded.version == StateFileFormat.currentVersion, let snapshot = loaded.journal {
             if journalBytes == 0 || replayed.stale {
                 // No line since the snapshot: the first one starts its journal. A journal of an
@@ -198,23 +209,17 @@ public final class FileStateStore: StateStore {
                     unlink(journalPath)
                     syncDirectory()
                 }
-                pending = snapshot
+                journal = .firstLineOwed(id: snapshot)
             } else if replayed.tornBytes == 0 {
-                let fd = open(journalPath, O_WRONLY | O_APPEND | O_CLOEXEC | O_NOFOLLOW)
-                if fd >= 0 { appendTo = fd }
+                // Not open (out of descriptors, say): the next save writes a snapshot instead.
+                let fd = system.open(journalPath, O_WRONLY | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0)
+                if fd >= 0 { journal = .appending(fd, bytes: journalBytes) }
             }
         }
         written.withLock {
-            if let earlier = $0.journal { close(earlier) }
-            $0.state = state
-            $0.keys = StateFileFormat.AccountKeys(table: loaded.accounts)
-            $0.journal = appendTo
-            $0.pendingJournal = pending
-            $0.journalBytes = appendTo == nil ? 0 : journalBytes
-            $0.snapshotBytes = bytes.count
-            $0.needsSnapshot = appendTo == nil && pending == nil
-            $0.staleJournal = false
-            $0.secretsToPurge = replayed.removedSecret
+            $0.read(
+                state, keys: StateFileFormat.AccountKeys(table: loaded.accounts), journal: journal,
+                snapshotBytes: bytes.count, secretToPurge: replayed.removedSecret)
             $0.report = report
         }
         // A line took a secret out for good (a settled revocation) and no snapshot followed it: a
@@ -239,42 +244,36 @@ public final class FileStateStore: StateStore {
     /// files.
     public func save(_ state: BrokerState, revoked: Set<String>) throws {
         try written.withLock { (written: inout Written) throws in
-            guard let old = written.state, !written.needsSnapshot else {
-                return try writeSnapshot(state, into: &written)
-            }
+            guard let old = written.state else { return try writeSnapshot(state, into: &written) }
+            if case .snapshotOwed = written.journal { return try writeSnapshot(state, into: &written) }
             var keys = written.keys
-            switch StateJournal.change(from: old, to: state, revoked: revoked, keys: &keys) {
-            case .none: return
-            case .line(let line, let removesSecret):
-                if written.journal == nil, let id = written.pendingJournal {
-                    // Starting a journal costs a rename, as a snapshot does, which also takes the
-                    // secret off the disk at once.
-                    if removesSecret { return try writeSnapshot(state, into: &written) }
-                    try startJournal(id, with: line, into: &written)
-                    written.keys = keys
-                    written.state = state
-                    return
+            guard
+                case .line(let line, let removesSecret) = StateJournal.change(
+                    from: old, to: state, revoked: revoked, keys: &keys)
+            else { return }
+            switch written.journal {
+            case .snapshotOwed:
+                try writeSnapshot(state, into: &written)
+            case .firstLineOwed(let id):
+                // Starting a journal costs a rename, as a snapshot does, which also takes the
+                // secret off the disk at once.
+                if removesSecret { return try writeSnapshot(state, into: &written) }
+                try startJournal(id, with: line, state: state, keys: keys, into: &written)
+            case .appending(let journal, let bytes):
+                guard bytes < max(Self.minimumCompactionBytes, written.snapshotBytes) else {
+                    return try writeSnapshot(state, into: &written)
                 }
-                guard let journal = written.journal,
-                    written.journalBytes < max(Self.minimumCompactionBytes, written.snapshotBytes)
-                else { return try writeSnapshot(state, into: &written) }
                 do {
                     try writeAll(line, to: journal, naming: journalPath)
                 } catch {
                     // Part of the line may be there: the journal is not appended to again, the
                     // next save writes a snapshot (and a new journal) over it.
-                    written.journal = nil
-                    close(journal)
-                    written.needsSnapshot = true
+                    written.journalFailed()
                     throw error
                 }
-                written.keys = keys
-                written.journalBytes += line.count
-                written.journalUnsynced = true
-                written.state = state
                 // The line is what apps are told of; the snapshot that takes the secret out of
                 // the files waits for the sync, which the broker runs after telling them.
-                if removesSecret { written.secretsToPurge = true }
+                written.appended(line.count, state: state, keys: keys, removingSecret: removesSecret)
             }
         }
     }
@@ -288,11 +287,11 @@ public final class FileStateStore: StateStore {
             // A snapshot that cannot be written leaves the line, which holds the change: it is
             // made durable below all the same, and the next save is a snapshot.
             var purgeFailure: String?
-            if written.secretsToPurge, let state = written.state {
+            if written.owed.secretPurge, let state = written.state {
                 do {
                     try writeSnapshot(state, into: &written)
                 } catch {
-                    written.needsSnapshot = true
+                    written.owesSnapshot()
                     purgeFailure = "\(error)"
                 }
             }
@@ -313,13 +312,13 @@ public final class FileStateStore: StateStore {
         // bytes are on the disk (a power loss must not find neither), and whatever fails (the
         // defer), so that no failure leaves it behind.
         func removeStaleJournal() {
-            guard written.staleJournal else { return }
+            guard written.owed.staleJournalRemoval else { return }
             unlink(journalPath)
-            written.staleJournal = false
+            written.owed.staleJournalRemoval = false
         }
         defer { removeStaleJournal() }
-        if let snapshot = written.unsyncedSnapshot {
-            written.unsyncedSnapshot = nil
+        if let snapshot = written.owed.snapshotFlush {
+            written.owed.snapshotFlush = nil
             let synced = system.fsync(snapshot) == 0
             let code = errno
             close(snapshot)
@@ -327,26 +326,24 @@ public final class FileStateStore: StateStore {
             guard synced else {
                 // A failed fsync is not retried (Linux may report success the second time
                 // without the data): the next save writes everything again.
-                written.needsSnapshot = true
+                written.owesSnapshot()
                 throw StoreError.io("cannot fsync \(path)", code)
             }
         }
-        if written.journalUnsynced, let journal = written.journal {
+        if written.owed.journalFlush, let journal = written.journal.open {
             guard system.fsync(journal) == 0 else {
                 let code = errno
-                written.journal = nil
-                close(journal)
-                written.needsSnapshot = true
+                written.journalFailed()
                 throw StoreError.io("cannot fsync \(journalPath)", code)
             }
-            written.journalUnsynced = false
+            written.owed.journalFlush = false
         }
-        if written.directoryUnsynced {
+        if written.owed.directoryFlush {
             let dirFD = system.open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0)
             guard dirFD >= 0 else { throw StoreError.io("cannot open \(directory) to fsync it", errno) }
             defer { close(dirFD) }
             guard system.fsync(dirFD) == 0 else { throw StoreError.io("cannot fsync \(directory)", errno) }
-            written.directoryUnsynced = false
+            written.owed.directoryFlush = false
         }
     }
 
@@ -354,7 +351,8 @@ public final class FileStateStore: StateStore {
     /// so that `state.json` alone holds the state.
     public func compact() throws {
         try written.withLock { (written: inout Written) throws in
-            guard let state = written.state, written.needsSnapshot || written.journal != nil else { return }
+            guard let state = written.state else { return }
+            if case .firstLineOwed = written.journal { return }
             try writeSnapshot(state, into: &written)
         }
         try sync()
@@ -373,46 +371,27 @@ public final class FileStateStore: StateStore {
             unlink(snapshot.path)
             throw StoreError.io("cannot rename \(snapshot.path) to \(path)", code)
         }
-        written.state = state
-        written.keys = keys
-        written.snapshotBytes = bytes.count
-        if let earlier = written.unsyncedSnapshot { close(earlier) }
-        written.unsyncedSnapshot = snapshot.fd
-        written.directoryUnsynced = true
-        if let old = written.journal { close(old) }
-        written.journal = nil
-        // The earlier journal is ignored from now on, but may hold what the snapshot dropped (a
-        // signed-out refresh token): the sync removes it, after the snapshot's flush. Not here:
-        // an unlink costs as much as the rename, and a save is written before apps hear of it. A
-        // crash in between leaves a journal that the next start finds stale and removes before
-        // anything else.
-        written.staleJournal = true
-        written.secretsToPurge = false
-        written.journalBytes = 0
-        written.journalUnsynced = false
-        written.pendingJournal = id
-        written.needsSnapshot = false
+        written.snapshotWritten(state, keys: keys, bytes: bytes.count, unsynced: snapshot.fd, naming: id)
     }
 
     /// The journal `id` the snapshot names, with its first line: a temporary file renamed over
     /// the journal of an earlier snapshot (ignored since that snapshot was replaced), so that the
     /// journal on disk is never one that names this snapshot but lacks a line it was given.
-    private func startJournal(_ id: String, with line: [UInt8], into written: inout Written) throws {
-        let journal = try writeTemporary(StateJournal.header(snapshot: id) + line, named: "journal")
+    private func startJournal(
+        _ id: String, with line: [UInt8], state: BrokerState, keys: StateFileFormat.AccountKeys,
+        into written: inout Written
+    ) throws {
+        let bytes = StateJournal.header(snapshot: id) + line
+        let journal = try writeTemporary(bytes, named: "journal")
         guard system.rename(journal.path, journalPath) == 0 else {
             let code = errno
             close(journal.fd)
             unlink(journal.path)
             // The line is not written; a snapshot will hold it.
-            written.needsSnapshot = true
+            written.owesSnapshot()
             throw StoreError.io("cannot rename \(journal.path) to \(journalPath)", code)
         }
-        written.journal = journal.fd
-        written.staleJournal = false
-        written.pendingJournal = nil
-        written.journalBytes = StateJournal.header(snapshot: id).count + line.count
-        written.journalUnsynced = true
-        written.directoryUnsynced = true
+        written.journalStarted(journal.fd, bytes: bytes.count, state: state, keys: keys)
     }
 
     /// `bytes` in a new file of this directory (mode 0600, made afresh so that it has this
@@ -547,9 +526,9 @@ public final class FileStateStore: StateStore {
     }
 
     private func syncDirectory() {
-        let dirFD = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        let dirFD = system.open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0)
         if dirFD >= 0 {
-            fsync(dirFD)
+            _ = system.fsync(dirFD)
             close(dirFD)
         }
     }
@@ -620,6 +599,94 @@ public final class FileStateStore: StateStore {
         // Readable by others only: nothing in it was changed by them, and its files are 0600.
         if info.st_mode & 0o077 != 0 {
             guard chmod(directory, 0o700) == 0 else { throw StoreError.io("cannot make \(directory) private", errno) }
+        }
+    }
+}
+
+/// The transitions of what the files hold: each says what happened on disk, and is the one place
+/// that changes the state it names.
+extension FileStateStore.Written {
+    /// A load read `state` from a snapshot of `snapshotBytes` and its journal, which goes on as
+    /// `journal`; a line read took out a secret the files still hold when `secretToPurge`.
+    mutating func read(
+        _ state: BrokerState, keys: StateFileFormat.AccountKeys, journal: Journal, snapshotBytes: Int,
+        secretToPurge: Bool
+    ) {
+        if let earlier = self.journal.open { close(earlier) }
+        self.state = state
+        self.keys = keys
+        self.journal = journal
+        self.snapshotBytes = snapshotBytes
+        owed.staleJournalRemoval = false
+        owed.secretPurge = secretToPurge
+    }
+
+    /// A snapshot of `state`, `bytes` long and naming journal `id`, was renamed into place; its
+    /// descriptor `unsynced` is kept for the sync's fsync.
+    mutating func snapshotWritten(
+        _ state: BrokerState, keys: StateFileFormat.AccountKeys, bytes: Int, unsynced: Int32, naming id: String
+    ) {
+        self.state = state
+        self.keys = keys
+        snapshotBytes = bytes
+        if let earlier = owed.snapshotFlush { close(earlier) }
+        if let old = journal.open { close(old) }
+        journal = .firstLineOwed(id: id)
+        owed.snapshotFlush = unsynced
+        owed.directoryFlush = true
+        owed.journalFlush = false
+        owed.secretPurge = false
+        // The earlier journal is ignored from now on, but may hold what the snapshot dropped (a
+        // signed-out refresh token): the sync removes it, after the snapshot's flush. Not here:
+        // an unlink costs as much as the rename, and a save is written before apps hear of it. A
+        // crash in between leaves a journal that the next start finds stale and removes before
+        // anything else.
+        owed.staleJournalRemoval = true
+    }
+
+    /// The snapshot's journal was renamed into place with its first line (`bytes` in all), which
+    /// holds `state`.
+    mutating func journalStarted(_ fd: Int32, bytes: Int, state: BrokerState, keys: StateFileFormat.AccountKeys) {
+        self.state = state
+        self.keys = keys
+        journal = .appending(fd, bytes: bytes)
+        owed.staleJournalRemoval = false
+        owed.journalFlush = true
+        owed.directoryFlush = true
+    }
+
+    /// A line of `count` bytes, which holds `state`, was appended to the journal.
+    mutating func appended(_ count: Int, state: BrokerState, keys: StateFileFormat.AccountKeys, removingSecret: Bool) {
+        guard case .appending(let fd, let bytes) = journal else { return }
+        self.state = state
+        self.keys = keys
+        journal = .appending(fd, bytes: bytes + count)
+        owed.journalFlush = true
+        if removingSecret { owed.secretPurge = true }
+    }
+
+    /// A write or an fsync of the journal failed: it is closed and never appended to again (part
+    /// of a line may be there); the next save writes a snapshot, and a new journal, over it.
+    mutating func journalFailed() {
+        if let fd = journal.open { close(fd) }
+        journal = .snapshotOwed(open: nil)
+    }
+
+    /// What the files hold cannot be followed by a line (a snapshot's flush or a journal's
+    /// rename failed, or the snapshot that takes a secret out): the next save is a snapshot. An
+    /// open journal stays open for the fsync its lines are owed.
+    mutating func owesSnapshot() {
+        journal = .snapshotOwed(open: journal.open)
+    }
+}
+
+extension FileStateStore.Written.Journal {
+    /// The journal's descriptor, while one is open.
+    var open: Int32? {
+        switch self {
+        case .snapshotOwed(let open): return open
+        case .firstLineOwed: return nil
+        case .appending(let fd, _): return fd
         }
     }
 }

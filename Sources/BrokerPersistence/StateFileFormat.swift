@@ -1,5 +1,6 @@
 import BrokerCore
 import Glibc
+import JSON
 
 /// The state file's format (`state.json`): what of a `BrokerState` is kept at rest, and how.
 ///
@@ -612,6 +613,103 @@ extension JSONWriter {
             }
             raw("}")
         }
+        raw("}")
+    }
+}
+
+/// The state file's strings: what brokerd reads back meets the outside-text rule (no control
+/// character but tab, escaped or not), as everything it kept did when it came in.
+extension JSONReader {
+    /// The string of a range `stringRange` gave, its escapes decoded; it must be valid UTF-8 and
+    /// meet the outside-text rule.
+    fileprivate func makeString(_ range: Range<Int>, escaped: Bool) throws(Problem) -> String {
+        let string = try decodeString(range, escaped: escaped)
+        // brokerd writes no string the rule refuses (what it keeps met the rule as it came in),
+        // so a file holding one, such as "\u0000" in a name, is not brokerd's writing. Kept, it
+        // would reach the bus, where libdbus refuses a NUL and with it every app's reply.
+        do {
+            try OutsideText.check(string)
+        } catch {
+            throw .shape("the string at byte \(range.lowerBound) holds \(error), which brokerd never writes")
+        }
+        return string
+    }
+
+    /// The next key of the object being read (its value comes next), or nil at its end.
+    mutating func nextKey(first: Bool) throws(Problem) -> String? {
+        guard let (range, escaped) = try nextKeyRange(first: first) else { return nil }
+        return try makeString(range, escaped: escaped)
+    }
+
+    mutating func readString(_ path: String) throws(Problem) -> String {
+        try expect(.string, path)
+        let (range, escaped) = try stringRange()
+        return try makeString(range, escaped: escaped)
+    }
+
+    mutating func readStringOrNull(_ path: String) throws(Problem) -> String? {
+        if try kind() == .null {
+            try skipValue()
+            return nil
+        }
+        return try readString(path)
+    }
+
+    /// An account object: `username`, `identifier`, `tenantId`, `environment` and `name`, all strings.
+    mutating func readAccount(_ path: String) throws(Problem) -> Account {
+        try expect(.object, path)
+        try openObject()
+        var username: String?
+        var identifier: String?
+        var tenantId: String?
+        var environment: String?
+        var name: String?
+        var first = true
+        while let key = try nextKey(first: first) {
+            first = false
+            switch key {
+            case "username": username = try readString("\(path).username")
+            case "identifier": identifier = try readString("\(path).identifier")
+            case "tenantId": tenantId = try readString("\(path).tenantId")
+            case "environment": environment = try readString("\(path).environment")
+            case "name": name = try readString("\(path).name")
+            default: try skipValue()
+            }
+        }
+        guard let username, let identifier, let tenantId, let environment, let name else {
+            let missing = [
+                ("username", username), ("identifier", identifier), ("tenantId", tenantId),
+                ("environment", environment),
+                ("name", name),
+            ].filter { $0.1 == nil }.map(\.0)
+            throw .shape("\(path) has no \(missing.joined(separator: ", "))")
+        }
+        return Account(
+            username: username, identifier: identifier, tenantId: tenantId, environment: environment, name: name)
+    }
+
+    mutating func readAccountOrNull(_ path: String) throws(Problem) -> Account? {
+        if try kind() == .null {
+            try skipValue()
+            return nil
+        }
+        return try readAccount(path)
+    }
+}
+
+extension JSONWriter {
+    /// An account object, keys sorted (the shape `Account`'s `Codable` reads).
+    mutating func account(_ account: Account) {
+        raw("{\"environment\":")
+        string(account.environment)
+        raw(",\"identifier\":")
+        string(account.identifier)
+        raw(",\"name\":")
+        string(account.name)
+        raw(",\"tenantId\":")
+        string(account.tenantId)
+        raw(",\"username\":")
+        string(account.username)
         raw("}")
     }
 }

@@ -1,4 +1,5 @@
 import BrokerCore
+import JSON
 
 /// The state journal's format (`state.journal`): the changes made after `state.json` was written,
 /// so that a change costs a line the size of what changed instead of the whole file.

@@ -1,6 +1,5 @@
 import BrokerCore
-import FoundationEssentials
-import TextRules
+import JSON
 
 /// OpenID Connect's `claims` request parameter (Core 5.5) as the broker sends it: an app's
 /// claims (a claims challenge from a resource, Continuous Access Evaluation's
@@ -35,7 +34,7 @@ public enum ClaimsRequest {
             }
             bytes = decoded
         }
-        guard bytes.count <= maximumBytes, let value = try? JSONParsing.object(bytes, what: "claims"),
+        guard bytes.count <= maximumBytes, let value = try? JSONValue.providerObject(bytes, what: "claims"),
             case .object = value
         else {
             throw BrokerFailure(
@@ -60,23 +59,5 @@ public enum ClaimsRequest {
             root["access_token"] = .object(accessToken)
         }
         return JSONValue.object(root).serialized
-    }
-}
-
-extension JSONValue {
-    /// Compact JSON text (RFC 8259), members in key order.
-    var serialized: String {
-        switch self {
-        case .string(let text): return JSONString.quoted(text)
-        case .number(let number):
-            return number.rounded() == number && abs(number) < 9e15 ? String(Int64(number)) : String(number)
-        case .bool(let flag): return flag ? "true" : "false"
-        case .null: return "null"
-        case .array(let items): return "[" + items.map(\.serialized).joined(separator: ",") + "]"
-        case .object(let members):
-            return "{"
-                + members.sorted { $0.key < $1.key }.map { JSONString.quoted($0.key) + ":" + $0.value.serialized }
-                .joined(separator: ",") + "}"
-        }
     }
 }

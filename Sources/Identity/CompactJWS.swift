@@ -1,4 +1,5 @@
 import Crypto
+import JSON
 
 /// A compact JWS (RFC 7515) signed by a key a provider publishes: the one check ID tokens and
 /// security event tokens share. Messages say what is wrong in words ("it is not signed"), for the

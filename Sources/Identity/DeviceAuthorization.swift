@@ -1,5 +1,6 @@
 import BrokerCore
 import HTTP
+import JSON
 
 /// The device authorization grant (RFC 8628): for a kiosk without a browser, or a person who would
 /// rather use their phone. The device asks for a user code, the person enters it at the
@@ -38,7 +39,7 @@ extension OIDCProvider {
     /// RFC 8628 3.2's fields; `expires_in` and `interval` bounded (a day; one second to five
     /// minutes, 5 s when absent) so no answer can make the broker poll in a tight loop or never.
     static func deviceGrant(_ body: [UInt8]) throws(IdentityError) -> DeviceAuthorizationGrant {
-        let object = try JSONParsing.object(body, what: "the device authorization answer")
+        let object = try JSONValue.providerObject(body, what: "the device authorization answer")
         // What the person is shown (the code, the addresses) meets the outside-text rule here.
         guard let deviceCode = object["device_code"]?.string, !deviceCode.isEmpty,
             let userCode = object["user_code"]?.string.map(OutsideText.cleaned), !userCode.isEmpty,

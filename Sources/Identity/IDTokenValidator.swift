@@ -1,6 +1,7 @@
 import BrokerCore
 import Crypto
 import CryptoExtras
+import JSON
 
 /// Checks an ID token the way OpenID Connect Core 1.0, section 3.1.3.7, asks: a compact JWS
 /// signed with ES256 or RS256 by a key the provider publishes, from the expected issuer, for this
@@ -197,7 +198,7 @@ struct IDTokenValidator: Sendable {
 
     static func object(_ bytes: [UInt8], what: String) throws(IdentityError) -> JSONValue {
         do {
-            return try JSONParsing.object(bytes, what: what)
+            return try JSONValue.providerObject(bytes, what: what)
         } catch {
             throw IdentityError.invalidIDToken("\(what) is not a JSON object")
         }

@@ -1,4 +1,5 @@
 import BrokerCore
+import JSON
 
 /// Who signed in, read from ID-token claims or a userinfo answer (the same claim names).
 struct IdentityClaims: Sendable {

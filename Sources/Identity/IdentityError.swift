@@ -1,5 +1,6 @@
 import BrokerCore
 import HTTP
+import JSON
 
 /// What can go wrong between the broker and its identity provider.
 public enum IdentityError: Error, Sendable, Equatable, CustomStringConvertible {
@@ -215,6 +216,25 @@ enum GrantKind: Sendable, Equatable {
         switch self {
         case .deviceSecretExchange, .tokenExchange, .familyRefresh: true
         case .signIn, .refresh, .other: false
+        }
+    }
+}
+
+extension JSONValue {
+    /// A provider's JSON object (RFC 8259, no key twice: ``StrictJSON/Rules/provider``), or why
+    /// it is not one: where provider bytes become JSON.
+    static func providerObject(_ bytes: [UInt8], what: String) throws(IdentityError) -> JSONValue {
+        let value = try providerValue(bytes, what: what)
+        guard case .object = value else { throw IdentityError.badResponse("\(what) is not a JSON object") }
+        return value
+    }
+
+    /// A provider's JSON value (an object or an array, where a standard allows either).
+    static func providerValue(_ bytes: [UInt8], what: String) throws(IdentityError) -> JSONValue {
+        do {
+            return try JSONValue.parse(bytes, rules: .provider)
+        } catch {
+            throw IdentityError.badResponse("\(what) is not JSON")
         }
     }
 }

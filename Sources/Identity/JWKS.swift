@@ -3,6 +3,7 @@ import Crypto
 import CryptoExtras
 import FoundationEssentials
 import HTTP
+import JSON
 import Logging
 
 /// The JWS algorithms the broker accepts for ID tokens (RFC 7518, section 3.1).
@@ -43,7 +44,7 @@ struct JSONWebKeySet: Sendable {
     /// Reads a JWK Set. Only the outer shape (`{"keys": [...]}`) is required; members that are
     /// malformed, of another type or curve, or not for signatures are skipped (RFC 7517, section 5).
     static func parse(_ bytes: [UInt8]) throws(IdentityError) -> JSONWebKeySet {
-        let document = try JSONParsing.object(bytes, what: "the provider's signing keys (JWKS)")
+        let document = try JSONValue.providerObject(bytes, what: "the provider's signing keys (JWKS)")
         guard let members = document["keys"]?.array else {
             throw IdentityError.badResponse("the provider's signing keys (JWKS) have no keys array")
         }

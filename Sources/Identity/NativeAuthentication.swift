@@ -1,5 +1,6 @@
 import BrokerCore
 import HTTP
+import JSON
 
 /// Native authentication as Microsoft Entra documents it: the app collects the username, the
 /// one-time code or the password itself, and the provider answers through
@@ -125,7 +126,7 @@ extension OIDCProvider {
         if response.status == 404 || response.status == 405 { return nil }
         guard response.status == 200 else { throw Self.oauthError(response).brokerFailure(during: kind, host: host) }
         do {
-            return try JSONParsing.object(response.body, what: "the provider's \(path) answer")
+            return try JSONValue.providerObject(response.body, what: "the provider's \(path) answer")
         } catch {
             throw error.brokerFailure(during: kind, host: host)
         }

@@ -1,6 +1,7 @@
 import BrokerCore
 import FoundationEssentials
 import HTTP
+import JSON
 import Locking
 import Logging
 
@@ -217,7 +218,7 @@ public final class OIDCProvider: IdentityProvider {
         from response: HTTPResponse, clientId: String, scopes: Scopes, nonce: String?,
         recency: AuthenticationRecency? = nil, endpoints: ProviderMetadata
     ) async throws(IdentityError) -> ProviderTokens {
-        let body = try JSONParsing.object(response.body, what: "the token response")
+        let body = try JSONValue.providerObject(response.body, what: "the token response")
         guard let accessToken = body["access_token"]?.string, !accessToken.isEmpty else {
             throw IdentityError.badResponse("the token response has no access_token")
         }
@@ -277,7 +278,7 @@ public final class OIDCProvider: IdentityProvider {
             .get(url, headers: [HTTPHeader("Authorization", "Bearer \(accessToken)")]),
             what: "the userinfo request", replay: .idempotent)
         guard response.status == 200 else { throw IdentityError.badResponse("userinfo answered \(response.status)") }
-        return IdentityClaims(claims: try JSONParsing.object(response.body, what: "the userinfo answer"))
+        return IdentityClaims(claims: try JSONValue.providerObject(response.body, what: "the userinfo answer"))
     }
 
     // MARK: Helpers
@@ -322,7 +323,7 @@ public final class OIDCProvider: IdentityProvider {
     static let maximumTokenLifetime: Int64 = 366 * 86_400
 
     static func oauthError(_ response: HTTPResponse) -> IdentityError {
-        guard let body = try? JSONParsing.object(response.body, what: "the error response"),
+        guard let body = try? JSONValue.providerObject(response.body, what: "the error response"),
             let error = body["error"]?.string
         else {
             if response.status >= 500 {

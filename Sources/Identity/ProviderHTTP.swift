@@ -1,5 +1,6 @@
 import BrokerCore
 import HTTP
+import JSON
 import Logging
 
 /// The one way the Identity layer sends a request to the provider: the retry policy, the call's
@@ -276,7 +277,7 @@ struct OAuthErrorBody {
 
     init?(_ body: [UInt8]) {
         guard !body.isEmpty, body.count <= 64 * 1024,
-            let object = try? JSONParsing.object(body, what: "the error"), let error = object["error"]?.string,
+            let object = try? JSONValue.providerObject(body, what: "the error"), let error = object["error"]?.string,
             error.utf8.count <= 64, error.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F })
         else { return nil }
         self.error = error

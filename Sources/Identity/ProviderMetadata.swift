@@ -1,3 +1,5 @@
+import JSON
+
 /// The endpoints a provider's discovery document names (OpenID Connect Discovery 1.0, RFC 8414).
 /// URLs are kept exactly as the document gives them.
 public struct ProviderMetadata: Sendable, Equatable {
@@ -58,7 +60,7 @@ public struct ProviderMetadata: Sendable, Equatable {
     /// the authority, section 4.3, or, for Entra's multi-tenant authorities, the `{tenantid}`
     /// template of it) and that every endpoint is HTTPS (or loopback HTTP).
     public static func parse(_ bytes: [UInt8], for authority: Authority) throws(IdentityError) -> ProviderMetadata {
-        let document = try JSONParsing.object(bytes, what: "the discovery document")
+        let document = try JSONValue.providerObject(bytes, what: "the discovery document")
         guard let issuer = document["issuer"]?.string else {
             throw IdentityError.badResponse("the discovery document has no issuer")
         }

@@ -1,4 +1,5 @@
 import BrokerCore
+import JSON
 
 /// The event types the broker asks a Shared Signals transmitter for and acts on.
 public enum SecurityEventType {
@@ -195,7 +196,7 @@ struct SecurityEventVerifier: Sendable {
     }
 
     static func object(_ bytes: [UInt8]) throws(SecurityEventRejection) -> JSONValue {
-        do { return try JSONParsing.object(bytes, what: "the security event token's payload") } catch {
+        do { return try JSONValue.providerObject(bytes, what: "the security event token's payload") } catch {
             throw SecurityEventRejection(
                 code: "invalid_request", why: "the security event token's payload is not a JSON object")
         }

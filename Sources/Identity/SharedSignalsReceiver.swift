@@ -1,6 +1,7 @@
 import BrokerCore
 import FoundationEssentials
 import HTTP
+import JSON
 import Logging
 import TextRules
 
@@ -124,12 +125,20 @@ public actor SharedSignalsReceiver {
         -> SharedSignalsPoll
     {
         let stream = try await connect()
-        var body = JSONText()
-        body.object([
-            ("maxEvents", .raw("\(Self.maxEvents)")), ("returnImmediately", .raw("true")),
-            ("ack", .strings(ack)),
-            ("setErrs", .errors(errors.map { ($0.key, $0.value.code, $0.value.why) })),
-        ])
+        var body = JSONWriter()
+        body.raw("{\"maxEvents\":\(Self.maxEvents),\"returnImmediately\":true,\"ack\":")
+        body.strings(ack)
+        body.raw(",\"setErrs\":{")
+        for (index, (jti, rejection)) in errors.sorted(by: { $0.key < $1.key }).enumerated() {
+            if index > 0 { body.raw(",") }
+            body.string(jti)
+            body.raw(":{\"err\":")
+            body.string(rejection.code)
+            body.raw(",\"description\":")
+            body.string(rejection.why)
+            body.raw("}")
+        }
+        body.raw("}}")
         let response = try await authorizedSend(
             method: "POST", url: stream.pollURL, json: body.text, what: "the Shared Signals poll")
         let answer = try streamAnswer(response, of: stream, what: "the Shared Signals poll")
@@ -263,8 +272,9 @@ public actor SharedSignalsReceiver {
         if existing.status == 200 {
             // SSF 1.0 8.1.1.2: an array of the receiver's streams (some transmitters answer the one object).
             let answer: JSONValue
-            do { answer = try JSONParsing.value(existing.body, what: "the Shared Signals stream configuration") } catch
-            {
+            do {
+                answer = try JSONValue.providerValue(existing.body, what: "the Shared Signals stream configuration")
+            } catch {
                 throw SharedSignalsError.unavailable("\(error)")
             }
             let streams = answer.array ?? [answer]
@@ -274,12 +284,14 @@ public actor SharedSignalsReceiver {
             }
         }
         if found == nil {
-            var body = JSONText()
-            body.object([
-                ("delivery", .rawObject("{\"method\":\"\(Self.pollDelivery)\"}")),
-                ("events_requested", .strings(SecurityEventType.requested)),
-                ("description", .string(settings.streamDescription)),
-            ])
+            var body = JSONWriter()
+            body.raw("{\"delivery\":{\"method\":")
+            body.string(Self.pollDelivery)
+            body.raw("},\"events_requested\":")
+            body.strings(SecurityEventType.requested)
+            body.raw(",\"description\":")
+            body.string(settings.streamDescription)
+            body.raw("}")
             let created = try await authorizedSend(
                 method: "POST", url: configuration, json: body.text, what: "the Shared Signals stream creation")
             switch created.status {
@@ -407,42 +419,8 @@ public actor SharedSignalsReceiver {
     }
 
     static func object(_ bytes: [UInt8], what: String) throws(SharedSignalsError) -> JSONValue {
-        do { return try JSONParsing.object(bytes, what: what) } catch {
+        do { return try JSONValue.providerObject(bytes, what: what) } catch {
             throw SharedSignalsError.unavailable("\(what) is not JSON: \(error)")
         }
-    }
-}
-
-/// The few JSON bodies the receiver sends, written by hand: strings escaped per RFC 8259.
-struct JSONText {
-    enum Value {
-        case raw(String)
-        case rawObject(String)
-        case string(String)
-        case strings([String])
-        case errors([(jti: String, code: String, why: String)])
-    }
-
-    private(set) var text = ""
-
-    mutating func object(_ members: [(String, Value)]) {
-        text += "{"
-        for (index, (name, value)) in members.enumerated() {
-            if index > 0 { text += "," }
-            text += JSONString.quoted(name) + ":"
-            switch value {
-            case .raw(let raw), .rawObject(let raw): text += raw
-            case .string(let string): text += JSONString.quoted(string)
-            case .strings(let strings): text += "[" + strings.map(JSONString.quoted).joined(separator: ",") + "]"
-            case .errors(let errors):
-                text +=
-                    "{"
-                    + errors.map {
-                        JSONString.quoted($0.jti) + ":{\"err\":" + JSONString.quoted($0.code) + ",\"description\":"
-                            + JSONString.quoted($0.why) + "}"
-                    }.joined(separator: ",") + "}"
-            }
-        }
-        text += "}"
     }
 }

@@ -1,6 +1,7 @@
 import BrokerCore
 import Crypto
 import HTTP
+import JSON
 
 /// The provider's single sign-on mechanisms, as the token endpoint speaks them:
 ///

@@ -98,6 +98,49 @@ struct FileStateStoreTests {
         try store.sync()
     }
 
+    /// A start that cannot open the journal again for appending (no descriptor left, say) loses
+    /// nothing: the journal is not written to, the first change is a snapshot with a journal of
+    /// its own, and a restart reads it.
+    @Test func aJournalThatCannotBeReopenedAtStartMakesTheFirstChangeASnapshot() throws {
+        let directory = Directory()
+        func with(_ clients: [String]) -> BrokerState {
+            var state = Self.state(current: Self.alice)
+            for client in clients { state.clients[client] = ClientRecord(lastSeen: Self.alice) }
+            return state
+        }
+        do {
+            let store = try FileStateStore(directory: directory.path)
+            try store.save(with([]))
+            try store.save(with(["calendar"]))
+            try store.save(with(["calendar", "notes"]))
+            try store.sync()
+        }
+        let journal = try #require(FileManager.default.contents(atPath: directory.journal))
+        let snapshot = try directory.stateFileInode()
+        let failing = Atomic(false)
+        let store = try FileStateStore(
+            directory: directory.path,
+            system: SystemCalls.system.failing(.open, with: EMFILE) { failing.load(ordering: .relaxed) })
+        failing.store(true, ordering: .relaxed)
+        #expect(try store.load() == with(["calendar", "notes"]))
+        failing.store(false, ordering: .relaxed)
+        #expect(FileManager.default.contents(atPath: directory.journal) == journal)
+
+        try store.save(with(["calendar", "notes", "chat"]))
+        try store.sync()
+        #expect(try directory.stateFileInode() != snapshot, "a snapshot, not a line in a journal that is not open")
+        #expect(
+            try FileStateStore.peek(directory.path) == StateFileFormat.persisted(with(["calendar", "notes", "chat"])))
+        // The journal of the new snapshot takes the next change as a line.
+        let newSnapshot = try directory.stateFileInode()
+        try store.save(with(["calendar", "notes", "chat", "files"]))
+        try store.sync()
+        #expect(try directory.stateFileInode() == newSnapshot)
+        #expect(
+            try FileStateStore.peek(directory.path)
+                == StateFileFormat.persisted(with(["calendar", "notes", "chat", "files"])))
+    }
+
     /// A sign-out is a line; the snapshot that takes its refresh token out of the files comes with
     /// the sync. When that snapshot cannot be written, the sign-out stands all the same.
     @Test func aPurgeThatCannotBeWrittenKeepsTheSignOutAndIsTriedAgain() throws {

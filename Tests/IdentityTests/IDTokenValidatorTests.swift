@@ -174,6 +174,21 @@ import Testing
                 == .invalidIDToken("its payload is not a JSON object"))
     }
 
+    /// A claim given twice reads one way to a reader that keeps the first (JSONDecoder did) and
+    /// another way to one that keeps the last (RFC 7519 allows either): the token is refused.
+    @Test func aClaimGivenTwiceIsRejected() async {
+        let signer = TestSigner.ec(kid: "k")
+        let fixture = Fixture(serving: jwks([signer.jwk]))
+        let good = signer.token(fixture.claims())
+        #expect(await identityError { _ = try await fixture.validate(good) } == nil)
+        let payload = "{\"sub\":\"someone-else\"," + json(fixture.claims()).dropFirst()
+        let input = good.split(separator: ".")[0] + "." + b64url(Array(payload.utf8))
+        let twice = input + "." + b64url(signer.sign(Array(input.utf8)))
+        #expect(
+            await identityError { _ = try await fixture.validate(twice) }
+                == .invalidIDToken("its payload is not a JSON object"))
+    }
+
     // MARK: Claims
 
     @Test func wrongIssuerIsRejected() async {

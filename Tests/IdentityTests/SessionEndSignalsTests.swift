@@ -1,4 +1,5 @@
 import BrokerCore
+import JSON
 import Testing
 
 @testable import Identity

@@ -1,4 +1,4 @@
-// brokerd's configuration files (DaemonConfigurationFile.parse: StrictJSON, the Decodable types,
+// brokerd's configuration files (DaemonConfigurationFile.parse: JSON's StrictJSON, the Decodable types,
 // then the rules of clients), on any bytes, as a file only its owner reads (0600) and as one
 // others read (0644). A file someone else can write is refused before it is read (tests cover
 // that); what is left to a parser is the text of the user's or the administrator's own file. An
@@ -7,6 +7,7 @@
 // absolute path, a secret method only with a secret, an inline secret only in a private file;
 // a refused one gets a message that names the file and prints no control character.
 import BrokerCore
+import JSON
 
 @testable import BrokerDaemon
 @testable import BrokerPersistence

@@ -1,16 +1,17 @@
-// Provider JSON: JSONParsing.object (the one place provider bytes become JSON, JSONValue's
-// decoder), the readers on top of it (accessors, IdentityClaims.account for userinfo and ID-token
+// Provider JSON: JSONValue.providerObject (where provider bytes become JSON, by the one strict
+// reader), the readers on top of it (accessors, IdentityClaims.account for userinfo and ID-token
 // claims, the native-authentication challenge reader) and the OAuth error body reader
 // (OIDCProvider.oauthError) for every kind of status. What claims and error bodies give meets
 // the outside-text rule: no control character but tab.
 import BrokerCore
 import HTTP
+import JSON
 
 @testable import Identity
 
 func fuzzOne(_ bytes: [UInt8]) {
-    if let value = try? JSONParsing.object(bytes, what: "the fuzz input") {
-        guard case .object = value else { violated("JSONParsing.object returned something other than an object") }
+    if let value = try? JSONValue.providerObject(bytes, what: "the fuzz input") {
+        guard case .object = value else { violated("JSONValue.providerObject returned something other than an object") }
         guard value == value else { violated("a parsed JSON value is not equal to itself") }
         walk(value, depth: 0)
         for tenant in ["", "contoso"] {
@@ -27,7 +28,7 @@ func fuzzOne(_ bytes: [UInt8]) {
                 }
             }
         }
-        _ = OIDCProvider.unexpectedChallenge(value, wanted: "a one-time code").message
+        _ = OIDCProvider.unexpectedChallenge(value, wanted: .code).message
     }
     for status in [400, 401, 429, 500, 503] {
         let error = OIDCProvider.oauthError(HTTPResponse(status: status, body: bytes))
@@ -37,7 +38,11 @@ func fuzzOne(_ bytes: [UInt8]) {
                 violated("an OAuth error body gave a text with a control character: \(text.debugDescription)")
             }
         }
-        for kind in [GrantKind.password, .refresh, .code, .other] { _ = error.brokerFailure(during: kind).message }
+        let kinds: [GrantKind] =
+            SignInFlow.allCases.map(GrantKind.signIn) + [
+                .refresh, .other, .deviceSecretExchange, .tokenExchange, .familyRefresh,
+            ]
+        for kind in kinds { _ = error.brokerFailure(during: kind).message }
     }
 }
 

@@ -6,6 +6,7 @@
 // not JSON is a client that thinks the broker broken.
 import BrokerAPI
 import BrokerCore
+import JSON
 
 @testable import BrokerDaemon
 @testable import BrokerPersistence
@@ -64,7 +65,7 @@ private func roundTrip(_ request: MicrosoftBrokerRequest) {
 }
 
 private func parse(_ text: String) -> JSONValue? {
-    guard let value = try? JSONParsing.object(Array(text.utf8), what: "a reply") else { return nil }
+    guard let value = try? JSONValue.providerObject(Array(text.utf8), what: "a reply") else { return nil }
     return value
 }
 

@@ -3,6 +3,7 @@ import BrokerCore
 import BrokerPersistence
 import FoundationEssentials
 import Identity
+import JSON
 
 /// A request of Microsoft's broker protocol (`com.microsoft.identity.Broker1`), read from its JSON
 /// as the protocol's clients write it (docs/microsoft-broker1.md): strict JSON (``StrictJSON``:
@@ -45,22 +46,14 @@ struct MicrosoftBrokerRequest: Sendable, Equatable {
         guard json.utf8.count <= Self.maxBytes else {
             throw .contractViolation("the request is \(json.utf8.count) bytes; at most \(Self.maxBytes) are accepted")
         }
-        let bytes = Array(json.utf8)
+        let document: JSONValue
         do {
-            try StrictJSON.check(bytes, rules: .request)
+            document = try JSONValue.parse(Array(json.utf8), rules: .request)
         } catch {
             throw .contractViolation("the request \(error)")
         }
-        let root: [String: JSONValue]
-        do {
-            guard case .object(let object) = try JSONDecoder().decode(JSONValue.self, from: Data(bytes)) else {
-                throw MicrosoftBrokerFailure.contractViolation("the request is not a JSON object")
-            }
-            root = object
-        } catch let failure as MicrosoftBrokerFailure {
-            throw failure
-        } catch {
-            throw .contractViolation("the request is not JSON")
+        guard case .object(let root) = document else {
+            throw .contractViolation("the request is not a JSON object")
         }
         // Token requests carry their parameters in authParameters; some clients send a few at the top level.
         let parameters: [String: JSONValue]

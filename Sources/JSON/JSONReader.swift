@@ -1,22 +1,25 @@
-import BrokerCore
 import Glibc
 
-/// A strict JSON reader over bytes (RFC 8259: no trailing commas, no comments, no control
-/// characters in strings, valid UTF-8 in the strings it makes, nesting at most 256 deep), for the
-/// shapes the state file has. The strings it makes also meet the outside-text rule: no control
-/// character but tab, escaped (`\u0000`) or not. It reads values in place; only the strings asked for become Strings.
-struct JSONReader {
-    enum Problem: Error {
+/// The one strict JSON reader over bytes (RFC 8259: no trailing commas, no comments, no raw
+/// control characters in strings, valid UTF-8 in the strings it makes, nesting at most 256 deep).
+/// It reads values in place, a step at a time, so a reader of one shape (the state file's) pays
+/// for no tree; only the strings asked for become Strings. ``StrictJSON`` walks it for documents
+/// people and other programs write, and ``JSONValue/parse(_:rules:)`` builds a tree with it.
+/// What a string may hold besides valid UTF-8 is its caller's rule.
+///
+/// Its steps are `@inlinable`: the state file of 10,000 clients is read through them at start.
+public struct JSONReader {
+    public enum Problem: Error, Equatable {
         /// Not JSON, at this byte offset.
         case syntax(Int)
         /// JSON, not the expected shape.
         case shape(String)
     }
 
-    enum Kind: Equatable {
+    public enum Kind: Equatable, Sendable {
         case object, array, string, number, bool, null
 
-        var name: String {
+        public var name: String {
             switch self {
             case .object: return "an object"
             case .array: return "an array"
@@ -28,16 +31,16 @@ struct JSONReader {
         }
     }
 
-    static let maxDepth = 256
+    public static let maxDepth = 256
 
-    let bytes: UnsafeBufferPointer<UInt8>
-    var position = 0
+    public let bytes: UnsafeBufferPointer<UInt8>
+    public var position = 0
 
-    init(_ bytes: UnsafeBufferPointer<UInt8>) { self.bytes = bytes }
+    @inlinable public init(_ bytes: UnsafeBufferPointer<UInt8>) { self.bytes = bytes }
 
-    private var syntax: Problem { .syntax(position) }
+    @usableFromInline var syntax: Problem { .syntax(position) }
 
-    mutating func skipWhitespace() {
+    @inlinable public mutating func skipWhitespace() {
         while position < bytes.count {
             switch bytes[position] {
             case 0x20, 0x09, 0x0A, 0x0D: position += 1
@@ -47,7 +50,7 @@ struct JSONReader {
     }
 
     /// The kind of the next value (whitespace skipped).
-    mutating func kind() throws(Problem) -> Kind {
+    @inlinable public mutating func kind() throws(Problem) -> Kind {
         skipWhitespace()
         guard position < bytes.count else { throw syntax }
         switch bytes[position] {
@@ -62,25 +65,29 @@ struct JSONReader {
     }
 
     /// Where the next value starts.
-    mutating func valueStart() throws(Problem) -> Int {
+    @inlinable public mutating func valueStart() throws(Problem) -> Int {
         _ = try kind()
         return position
     }
 
-    mutating func expect(_ expected: Kind, _ path: String) throws(Problem) {
+    @inlinable public mutating func expect(_ expected: Kind, _ path: String) throws(Problem) {
         let found = try kind()
         guard found == expected else { throw .shape("\(path) is \(found.name), not \(expected.name)") }
     }
 
     /// Reads the value at `offset` with `body`, or gives nil without one.
-    mutating func at<T>(_ offset: Int?, _ body: (inout JSONReader) throws(Problem) -> T) throws(Problem) -> T? {
+    @inlinable public mutating func at<T>(_ offset: Int?, _ body: (inout JSONReader) throws(Problem) -> T)
+        throws(Problem) -> T?
+    {
         guard let offset else { return nil }
         position = offset
         return try body(&self)
     }
 
     /// Reads the value at `offset` with `body`; the value must be there.
-    mutating func at<T>(_ offset: Int?, _ path: String, _ body: (inout JSONReader) throws(Problem) -> T) throws(Problem)
+    @inlinable public mutating func at<T>(
+        _ offset: Int?, _ path: String, _ body: (inout JSONReader) throws(Problem) -> T
+    ) throws(Problem)
         -> T
     {
         guard let offset else { throw .shape("it has no \(path)") }
@@ -89,27 +96,22 @@ struct JSONReader {
     }
 
     /// Only whitespace is left.
-    mutating func end() throws(Problem) {
+    @inlinable public mutating func end() throws(Problem) {
         skipWhitespace()
         guard position == bytes.count else { throw syntax }
     }
 
-    private mutating func consume(_ byte: UInt8) throws(Problem) {
+    @inlinable mutating func consume(_ byte: UInt8) throws(Problem) {
         skipWhitespace()
         guard position < bytes.count, bytes[position] == byte else { throw syntax }
         position += 1
     }
 
-    mutating func openObject() throws(Problem) { try consume(UInt8(ascii: "{")) }
+    @inlinable public mutating func openObject() throws(Problem) { try consume(UInt8(ascii: "{")) }
 
-    /// The next key of the object being read (its value comes next), or nil at its end.
-    mutating func nextKey(first: Bool) throws(Problem) -> String? {
-        guard let (range, escaped) = try nextKeyRange(first: first) else { return nil }
-        return try makeString(range, escaped: escaped)
-    }
-
-    /// Like ``nextKey(first:)``, without making a String of the key.
-    mutating func nextKeyRange(first: Bool) throws(Problem) -> (Range<Int>, escaped: Bool)? {
+    /// The range of the next key of the object being read (its value comes next), or nil at its
+    /// end; ``decodeString(_:escaped:)`` makes the key's String.
+    @inlinable public mutating func nextKeyRange(first: Bool) throws(Problem) -> (Range<Int>, escaped: Bool)? {
         skipWhitespace()
         if position < bytes.count, bytes[position] == UInt8(ascii: "}") {
             position += 1
@@ -123,10 +125,10 @@ struct JSONReader {
         return key
     }
 
-    mutating func openArray() throws(Problem) { try consume(UInt8(ascii: "[")) }
+    @inlinable public mutating func openArray() throws(Problem) { try consume(UInt8(ascii: "[")) }
 
     /// Whether the array being read has another element (which comes next); false at its end.
-    mutating func nextElement(first: Bool) throws(Problem) -> Bool {
+    @inlinable public mutating func nextElement(first: Bool) throws(Problem) -> Bool {
         skipWhitespace()
         if position < bytes.count, bytes[position] == UInt8(ascii: "]") {
             position += 1
@@ -137,13 +139,13 @@ struct JSONReader {
     }
 
     /// Whether a key `nextKeyRange` gave is `name` (written without escapes, as brokerd writes keys).
-    func key(_ key: (Range<Int>, escaped: Bool), is name: StaticString) -> Bool {
+    @inlinable public func key(_ key: (Range<Int>, escaped: Bool), is name: StaticString) -> Bool {
         guard !key.escaped, key.0.count == name.utf8CodeUnitCount, let base = bytes.baseAddress else { return false }
         return memcmp(base + key.0.lowerBound, name.utf8Start, key.0.count) == 0
     }
 
     /// Skips one value, checking its syntax.
-    mutating func skipValue(depth: Int = 0) throws(Problem) {
+    @inlinable public mutating func skipValue(depth: Int = 0) throws(Problem) {
         guard depth < Self.maxDepth else { throw syntax }
         switch try kind() {
         case .object:
@@ -171,7 +173,7 @@ struct JSONReader {
         }
     }
 
-    private mutating func literal(_ word: StaticString) -> Bool {
+    @inlinable mutating func literal(_ word: StaticString) -> Bool {
         let count = word.utf8CodeUnitCount
         guard bytes.count - position >= count else { return false }
         for index in 0..<count where bytes[position + index] != word.utf8Start[index] { return false }
@@ -180,7 +182,7 @@ struct JSONReader {
     }
 
     /// The bytes between the quotes of the string at the position (escapes checked, not decoded).
-    mutating func stringRange() throws(Problem) -> (Range<Int>, escaped: Bool) {
+    @inlinable public mutating func stringRange() throws(Problem) -> (Range<Int>, escaped: Bool) {
         guard position < bytes.count, bytes[position] == UInt8(ascii: "\"") else { throw syntax }
         position += 1
         let start = position
@@ -214,30 +216,15 @@ struct JSONReader {
     }
 
     /// Whether two ranges of the text hold the same bytes.
-    func equalBytes(_ a: Range<Int>, _ b: Range<Int>) -> Bool {
+    @inlinable public func equalBytes(_ a: Range<Int>, _ b: Range<Int>) -> Bool {
         guard a.count == b.count else { return false }
         guard let base = bytes.baseAddress else { return a.isEmpty }
         return memcmp(base + a.lowerBound, base + b.lowerBound, a.count) == 0
     }
 
-    /// The string of a range `stringRange` gave, its escapes decoded; it must be valid UTF-8 and
-    /// meet the outside-text rule.
-    func makeString(_ range: Range<Int>, escaped: Bool) throws(Problem) -> String {
-        let string = try decodeString(range, escaped: escaped)
-        // brokerd writes no string the rule refuses (what it keeps met the rule as it came in),
-        // so a file holding one, such as "\u0000" in a name, is not brokerd's writing. Kept, it
-        // would reach the bus, where libdbus refuses a NUL and with it every app's reply.
-        do {
-            try OutsideText.check(string)
-        } catch {
-            throw .shape("the string at byte \(range.lowerBound) holds \(error), which brokerd never writes")
-        }
-        return string
-    }
-
     /// The string of a range `stringRange` gave, its escapes decoded; it must be valid UTF-8. What
     /// it may hold besides is the caller's rule (``StrictJSON``'s for files people write).
-    func decodeString(_ range: Range<Int>, escaped: Bool) throws(Problem) -> String {
+    @inlinable public func decodeString(_ range: Range<Int>, escaped: Bool) throws(Problem) -> String {
         if !escaped {
             guard let string = String(validating: UnsafeBufferPointer(rebasing: bytes[range]), as: UTF8.self) else {
                 throw .syntax(range.lowerBound)
@@ -286,13 +273,13 @@ struct JSONReader {
         return string
     }
 
-    private func hex4(at index: Int) -> UInt32 {
+    @inlinable func hex4(at index: Int) -> UInt32 {
         var value: UInt32 = 0
         for offset in 0..<4 { value = value << 4 | UInt32(Self.hexValue(bytes[index + offset]) ?? 0) }
         return value
     }
 
-    private static func hexValue(_ byte: UInt8) -> UInt8? {
+    @inlinable static func hexValue(_ byte: UInt8) -> UInt8? {
         switch byte {
         case UInt8(ascii: "0")...UInt8(ascii: "9"): return byte - UInt8(ascii: "0")
         case UInt8(ascii: "a")...UInt8(ascii: "f"): return byte - UInt8(ascii: "a") + 10
@@ -302,7 +289,7 @@ struct JSONReader {
     }
 
     /// The number at the position (RFC 8259's grammar).
-    private mutating func numberRange() throws(Problem) -> Range<Int> {
+    @inlinable public mutating func numberRange() throws(Problem) -> Range<Int> {
         let start = position
         func digits() -> Int {
             let from = position
@@ -333,7 +320,7 @@ struct JSONReader {
     }
 
     /// The number at the position when it is an integer that fits an Int (`2`, `2.0`, `2e0`), else nil.
-    mutating func readInteger() throws(Problem) -> Int? {
+    @inlinable public mutating func readInteger() throws(Problem) -> Int? {
         let range = try numberRange()
         let text = String(decoding: UnsafeBufferPointer(rebasing: bytes[range]), as: UTF8.self)
         if let value = Int(text) { return value }
@@ -341,65 +328,10 @@ struct JSONReader {
         return Int(exactly: double)
     }
 
-    mutating func readBool(_ path: String) throws(Problem) -> Bool {
+    @inlinable public mutating func readBool(_ path: String) throws(Problem) -> Bool {
         try expect(.bool, path)
         if literal("true") { return true }
         if literal("false") { return false }
         throw syntax
-    }
-
-    mutating func readString(_ path: String) throws(Problem) -> String {
-        try expect(.string, path)
-        let (range, escaped) = try stringRange()
-        return try makeString(range, escaped: escaped)
-    }
-
-    mutating func readStringOrNull(_ path: String) throws(Problem) -> String? {
-        if try kind() == .null {
-            try skipValue()
-            return nil
-        }
-        return try readString(path)
-    }
-
-    /// An account object: `username`, `identifier`, `tenantId`, `environment` and `name`, all strings.
-    mutating func readAccount(_ path: String) throws(Problem) -> Account {
-        try expect(.object, path)
-        try openObject()
-        var username: String?
-        var identifier: String?
-        var tenantId: String?
-        var environment: String?
-        var name: String?
-        var first = true
-        while let key = try nextKey(first: first) {
-            first = false
-            switch key {
-            case "username": username = try readString("\(path).username")
-            case "identifier": identifier = try readString("\(path).identifier")
-            case "tenantId": tenantId = try readString("\(path).tenantId")
-            case "environment": environment = try readString("\(path).environment")
-            case "name": name = try readString("\(path).name")
-            default: try skipValue()
-            }
-        }
-        guard let username, let identifier, let tenantId, let environment, let name else {
-            let missing = [
-                ("username", username), ("identifier", identifier), ("tenantId", tenantId),
-                ("environment", environment),
-                ("name", name),
-            ].filter { $0.1 == nil }.map(\.0)
-            throw .shape("\(path) has no \(missing.joined(separator: ", "))")
-        }
-        return Account(
-            username: username, identifier: identifier, tenantId: tenantId, environment: environment, name: name)
-    }
-
-    mutating func readAccountOrNull(_ path: String) throws(Problem) -> Account? {
-        if try kind() == .null {
-            try skipValue()
-            return nil
-        }
-        return try readAccount(path)
     }
 }

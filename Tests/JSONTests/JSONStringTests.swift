@@ -1,10 +1,10 @@
 import Foundation
+import JSON
 import Testing
-import TextRules
 
 /// JSON strings written by hand: what JSONEncoder (`.withoutEscapingSlashes`) writes, for every
 /// scalar of the first two planes' interesting ranges, and what a JSON reader reads back.
-@Suite("JSON strings: one escaper")
+@Suite("JSON strings: the one writer")
 struct JSONStringTests {
     @Test("every control character, the characters JSON escapes, and text beyond ASCII")
     func asJSONEncoderWritesThem() throws {
@@ -15,7 +15,7 @@ struct JSONStringTests {
         for value in scalars {
             guard let scalar = Unicode.Scalar(value) else { continue }
             let text = "a" + String(Character(scalar)) + "/b"
-            let ours = JSONString.quoted(text)
+            let ours = JSONWriter.quoted(text)
             #expect(ours == String(decoding: try encoder.encode(text), as: UTF8.self), "U+\(String(value, radix: 16))")
             let read = try JSONSerialization.jsonObject(with: Data(ours.utf8), options: .fragmentsAllowed)
             #expect(read as? String == text, "U+\(String(value, radix: 16))")

@@ -1,22 +1,38 @@
-import BrokerCore
-import Glibc
+/// The one JSON writer: JSON text appended to a byte buffer, strings written the way Foundation's
+/// `JSONEncoder` writes them with `.withoutEscapingSlashes` (`"` and `\` escaped, `\n`, `\r`,
+/// `\t`, `\b` and `\f` by name, every other control character as `\u00xx`, everything else,
+/// slashes and text beyond ASCII, as it is). For JSON written by hand where `JSONEncoder` is too
+/// slow (the state file) or would bring Foundation; the rest uses `JSONEncoder`.
+public struct JSONWriter {
+    public var bytes: [UInt8] = []
 
-/// JSON text, appended to a byte buffer.
-struct JSONWriter {
-    var bytes: [UInt8] = []
+    @inlinable public init(capacity: Int = 64) { bytes.reserveCapacity(capacity) }
 
-    init(capacity: Int) { bytes.reserveCapacity(capacity) }
+    /// The text written, as a String.
+    public var text: String { String(decoding: bytes, as: UTF8.self) }
 
-    mutating func raw(_ text: StaticString) {
+    /// `string` as a JSON string literal, quoted.
+    public static func quoted(_ string: String) -> String {
+        var writer = JSONWriter(capacity: string.utf8.count + 2)
+        writer.string(string)
+        return writer.text
+    }
+
+    /// `string` as a JSON string literal, quoted, at the end of `text`.
+    public static func append(_ string: String, to text: inout String) {
+        text += quoted(string)
+    }
+
+    @inlinable public mutating func raw(_ text: StaticString) {
         text.withUTF8Buffer { bytes.append(contentsOf: $0) }
     }
 
-    mutating func raw(_ text: String) {
+    @inlinable public mutating func raw(_ text: String) {
         bytes.append(contentsOf: text.utf8)
     }
 
     /// A JSON string: `"` and `\` escaped, control characters as `\n`, `\t`, … or `\u00XX`.
-    mutating func string(_ value: String) {
+    @inlinable public mutating func string(_ value: String) {
         bytes.append(UInt8(ascii: "\""))
         var value = value
         let plain = value.withUTF8 { utf8 in
@@ -32,7 +48,7 @@ struct JSONWriter {
     }
 
     /// A JSON array of strings.
-    mutating func strings(_ values: [String]) {
+    @inlinable public mutating func strings(_ values: [String]) {
         raw("[")
         for (index, value) in values.enumerated() {
             if index > 0 { raw(",") }
@@ -41,7 +57,7 @@ struct JSONWriter {
         raw("]")
     }
 
-    private mutating func escaped(_ value: String) {
+    @usableFromInline mutating func escaped(_ value: String) {
         for byte in value.utf8 {
             switch byte {
             case UInt8(ascii: "\""):
@@ -63,20 +79,5 @@ struct JSONWriter {
             default: bytes.append(byte)
             }
         }
-    }
-
-    /// An account object, keys sorted (the shape `Account`'s `Codable` reads).
-    mutating func account(_ account: Account) {
-        raw("{\"environment\":")
-        string(account.environment)
-        raw(",\"identifier\":")
-        string(account.identifier)
-        raw(",\"name\":")
-        string(account.name)
-        raw(",\"tenantId\":")
-        string(account.tenantId)
-        raw(",\"username\":")
-        string(account.username)
-        raw("}")
     }
 }
