@@ -831,13 +831,8 @@ def client_properties(iface):
         lines += [
             "    /// The broker's `%s`." % name,
             "    func %sProperty(timeout: Duration) async throws(BrokerError) -> %s {" % (case_name(name), swift_type),
-            "        let reply = try await call(",
-            "            destination: BrokerNames.busName, path: BrokerNames.objectPath,",
-            "            interface: \"org.freedesktop.DBus.Properties\", member: \"Get\",",
-            "            arguments: [.string(%s), .string(%sProperty.%s.rawValue)], timeout: timeout)"
+            "        let value = try await property(%s, %sProperty.%s.rawValue, timeout: timeout)"
             % (quoted(iface.name), iface.swift, case_name(name)),
-            "        guard let value = reply.first?.variantValue else { throw .malformedReply(%s) }"
-            % quoted("Get %s returned nothing" % name),
         ]
         lines += ["        " + st.replace("let %s =" % prop.get("name"), "let read =", 1)
                   .replace("guard let %s =" % prop.get("name"), "guard let read =", 1) for st in statements]

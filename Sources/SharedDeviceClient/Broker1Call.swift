@@ -397,44 +397,28 @@ enum Broker1Signals {
 extension BusLink {
     /// The broker's `DeviceMode`.
     func deviceModeProperty(timeout: Duration) async throws(BrokerError) -> String {
-        let reply = try await call(
-            destination: BrokerNames.busName, path: BrokerNames.objectPath,
-            interface: "org.freedesktop.DBus.Properties", member: "Get",
-            arguments: [.string("io.shareddevice.Broker1"), .string(Broker1Property.deviceMode.rawValue)], timeout: timeout)
-        guard let value = reply.first?.variantValue else { throw .malformedReply("Get DeviceMode returned nothing") }
+        let value = try await property("io.shareddevice.Broker1", Broker1Property.deviceMode.rawValue, timeout: timeout)
         guard let read = value.string else { throw .malformedReply("the property DeviceMode is not s") }
         return read
     }
 
     /// The broker's `CurrentAccount`.
     func currentAccountProperty(timeout: Duration) async throws(BrokerError) -> Account? {
-        let reply = try await call(
-            destination: BrokerNames.busName, path: BrokerNames.objectPath,
-            interface: "org.freedesktop.DBus.Properties", member: "Get",
-            arguments: [.string("io.shareddevice.Broker1"), .string(Broker1Property.currentAccount.rawValue)], timeout: timeout)
-        guard let value = reply.first?.variantValue else { throw .malformedReply("Get CurrentAccount returned nothing") }
+        let value = try await property("io.shareddevice.Broker1", Broker1Property.currentAccount.rawValue, timeout: timeout)
         let read = try Account.orNobody(value)
         return read
     }
 
     /// The broker's `BrokerVersion`.
     func brokerVersionProperty(timeout: Duration) async throws(BrokerError) -> String {
-        let reply = try await call(
-            destination: BrokerNames.busName, path: BrokerNames.objectPath,
-            interface: "org.freedesktop.DBus.Properties", member: "Get",
-            arguments: [.string("io.shareddevice.Broker1"), .string(Broker1Property.brokerVersion.rawValue)], timeout: timeout)
-        guard let value = reply.first?.variantValue else { throw .malformedReply("Get BrokerVersion returned nothing") }
+        let value = try await property("io.shareddevice.Broker1", Broker1Property.brokerVersion.rawValue, timeout: timeout)
         guard let read = value.string else { throw .malformedReply("the property BrokerVersion is not s") }
         return read
     }
 
     /// The broker's `SignOutDeadline`.
     func signOutDeadlineProperty(timeout: Duration) async throws(BrokerError) -> UInt64 {
-        let reply = try await call(
-            destination: BrokerNames.busName, path: BrokerNames.objectPath,
-            interface: "org.freedesktop.DBus.Properties", member: "Get",
-            arguments: [.string("io.shareddevice.Broker1"), .string(Broker1Property.signOutDeadline.rawValue)], timeout: timeout)
-        guard let value = reply.first?.variantValue else { throw .malformedReply("Get SignOutDeadline returned nothing") }
+        let value = try await property("io.shareddevice.Broker1", Broker1Property.signOutDeadline.rawValue, timeout: timeout)
         guard let read = value.uint64 else { throw .malformedReply("the property SignOutDeadline is not t") }
         return read
     }

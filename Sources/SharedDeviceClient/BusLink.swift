@@ -171,3 +171,18 @@ extension DBusConnection {
         return typed
     }
 }
+
+extension BusLink {
+    /// The broker's property `name` of `interface` (`org.freedesktop.DBus.Properties.Get`), the
+    /// value inside its variant; the generated getters read it as the contract declares it.
+    func property(_ interface: String, _ name: String, timeout: Duration) async throws(BrokerError) -> DBusValue {
+        let reply = try await call(
+            destination: BrokerNames.busName, path: BrokerNames.objectPath,
+            interface: "org.freedesktop.DBus.Properties", member: "Get",
+            arguments: [.string(interface), .string(name)], timeout: timeout)
+        guard reply.count == 1, let value = reply.first?.variantValue else {
+            throw .malformedReply("Get \(name) did not return one value")
+        }
+        return value
+    }
+}
