@@ -997,13 +997,15 @@ def main():
                     generated.add(path)
     for path in sorted(generated - set(outputs)):
         if checking:
-            sys.exit("%s was generated from an interface no dbus/*.xml declares: run `make contract`" % path)
+            sys.exit("%s was generated from an interface no %s or %s declares: run `make contract`"
+                     % (path, CONTRACTS, contract_desktop.SOURCES))
         os.remove(path)
     for path, text in outputs.items():
         if checking:
             current = open(path).read() if os.path.exists(path) else None
             if current != text:
-                sys.exit("%s is out of date with %s: run `make contract`" % (path, CONTRACTS))
+                sys.exit("%s is out of date with %s and %s: run `make contract`"
+                         % (path, CONTRACTS, contract_desktop.SOURCES))
             continue
         with open(path, "w") as out:
             out.write(text)

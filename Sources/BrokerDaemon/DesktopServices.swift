@@ -47,6 +47,24 @@ struct BusDriver: Sendable {
         try NameHasOwnerReply(await connection.call(destination: destination, path: path, interface: Self.interface, member: "NameHasOwner", arguments: [.string(arg0)], timeout: timeout))
     }
 
+    /// `GetNameOwner`'s reply: its `out` arguments, read as the interface declares them.
+    struct GetNameOwnerReply: Sendable, Equatable {
+        var value: String
+
+        /// Throws when the reply has another shape than `(s)`.
+        init(_ reply: [DBusValue]) throws(DesktopServiceMismatch) {
+            guard reply.count == 1, case .string(let value) = reply[0] else {
+                throw DesktopServiceMismatch("org.freedesktop.DBus.GetNameOwner answered " + DesktopServiceMismatch.shape(reply) + ", not (s)")
+            }
+            self.value = value
+        }
+    }
+
+    /// Calls `GetNameOwner`; its reply typed.
+    func getNameOwner(_ arg0: String, timeout: Duration) async throws -> GetNameOwnerReply {
+        try GetNameOwnerReply(await connection.call(destination: destination, path: path, interface: Self.interface, member: "GetNameOwner", arguments: [.string(arg0)], timeout: timeout))
+    }
+
     /// `GetConnectionUnixProcessID`'s reply: its `out` arguments, read as the interface declares them.
     struct GetConnectionUnixProcessIDReply: Sendable, Equatable {
         var value: UInt32
@@ -63,6 +81,24 @@ struct BusDriver: Sendable {
     /// Calls `GetConnectionUnixProcessID`; its reply typed.
     func getConnectionUnixProcessID(_ arg0: String, timeout: Duration) async throws -> GetConnectionUnixProcessIDReply {
         try GetConnectionUnixProcessIDReply(await connection.call(destination: destination, path: path, interface: Self.interface, member: "GetConnectionUnixProcessID", arguments: [.string(arg0)], timeout: timeout))
+    }
+
+    /// `GetConnectionCredentials`'s reply: its `out` arguments, read as the interface declares them.
+    struct GetConnectionCredentialsReply: Sendable, Equatable {
+        var value: [String: DBusValue]
+
+        /// Throws when the reply has another shape than `(a{sv})`.
+        init(_ reply: [DBusValue]) throws(DesktopServiceMismatch) {
+            guard reply.count == 1, case .dictionary(keySignature: "s", valueSignature: "v", _) = reply[0], let value = reply[0].vardict else {
+                throw DesktopServiceMismatch("org.freedesktop.DBus.GetConnectionCredentials answered " + DesktopServiceMismatch.shape(reply) + ", not (a{sv})")
+            }
+            self.value = value
+        }
+    }
+
+    /// Calls `GetConnectionCredentials`; its reply typed.
+    func getConnectionCredentials(_ arg0: String, timeout: Duration) async throws -> GetConnectionCredentialsReply {
+        try GetConnectionCredentialsReply(await connection.call(destination: destination, path: path, interface: Self.interface, member: "GetConnectionCredentials", arguments: [.string(arg0)], timeout: timeout))
     }
 }
 
