@@ -31,10 +31,10 @@ final class IdleWatch: IdleSource {
         func userActiveWatch() async -> UInt32? {
             try? await monitor.addUserActiveWatch(timeout: .seconds(5)).id
         }
-        guard
-            let idleWatch = try? await monitor.addIdleWatch(interval: UInt64(idle.quiet) * 1000, timeout: .seconds(5))
-                .id
-        else { return nil }
+        let quiet = UInt64(idle.quiet) * 1000  // milliseconds
+        guard let idleWatch = try? await monitor.addIdleWatch(interval: quiet, timeout: .seconds(5)).id else {
+            return nil
+        }
         // A warning a previous run left pending needs the person's next activity too.
         let active = Locked<UInt32?>(broker.pendingSignOutDeadline != nil ? await userActiveWatch() : nil)
         let listener = Task {
