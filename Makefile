@@ -151,7 +151,8 @@ check-version:
 	python3 scripts/generate-version.py --check
 
 ## contract: regenerate the Swift side of every interface in dbus/*.xml (the interface description
-## brokerd serves, its handler protocol, the method names both sides use, the client's calls).
+## brokerd serves, its handler protocol, the method names both sides use, the client's calls), and
+## brokerd's typed calls and signal readers of the desktop services in dbus/desktop/*.xml.
 contract:
 	python3 scripts/generate-contract.py
 

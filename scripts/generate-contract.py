@@ -35,6 +35,10 @@ And from the error table, `Sources/BrokerAPI/BrokerErrorCode.swift` (each case w
   error is one row of the table; the library's own cases (no broker, no answer, another D-Bus error)
   are written here, the rest of `BrokerError` by hand in `BrokerError.swift`.
 
+And from dbus/desktop/*.xml, the subset of each desktop service's interface brokerd uses, copied as the
+service publishes it (contract_desktop.py): Sources/BrokerDaemon/DesktopServices.swift, a typed call per
+method, a typed reader and match rule per signal, a typed getter per property.
+
 Run `make contract` after editing the XML or the error table; `make check-contract` (part of `make test`) fails when
 a generated file is out of date, or left over from an interface that is gone.
 """
@@ -46,6 +50,7 @@ import xml.etree.ElementTree as ET
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import contract_desktop  # noqa: E402
 import contract_dictionaries  # noqa: E402
 
 CONTRACTS = "dbus/*.xml"
@@ -958,6 +963,7 @@ def main():
     if not outputs:
         sys.exit("no interface in %s" % CONTRACTS)
     outputs[ERROR_FILE] = errors_file()
+    outputs.update(contract_desktop.outputs())
     checking = len(sys.argv) > 1 and sys.argv[1] == "--check"
     generated = set()
     for directory in GENERATED_DIRS:
@@ -967,13 +973,15 @@ def main():
                     generated.add(path)
     for path in sorted(generated - set(outputs)):
         if checking:
-            sys.exit("%s was generated from an interface no dbus/*.xml declares: run `make contract`" % path)
+            sys.exit("%s was generated from an interface no %s or %s declares: run `make contract`"
+                     % (path, CONTRACTS, contract_desktop.SOURCES))
         os.remove(path)
     for path, text in outputs.items():
         if checking:
             current = open(path).read() if os.path.exists(path) else None
             if current != text:
-                sys.exit("%s is out of date with %s: run `make contract`" % (path, CONTRACTS))
+                sys.exit("%s is out of date with %s and %s: run `make contract`"
+                         % (path, CONTRACTS, contract_desktop.SOURCES))
             continue
         with open(path, "w") as out:
             out.write(text)

@@ -96,16 +96,17 @@ final class CallerPolicy: Sendable {
     convenience init(connection: DBusConnection, allowedExecutables: [String: Set<String>], logger: Logger) {
         let presence: Presence = { sender in
             // A bus that cannot answer is taken to say yes: the caller's departure still ends its flows.
-            let reply = try? await connection.call(
-                destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
-                member: "NameHasOwner", arguments: [.string(sender)], timeout: .seconds(5))
-            return reply?.first?.bool ?? true
+            (try? await BusDriver(connection).nameHasOwner(sender, timeout: .seconds(5)).value) ?? true
         }
         self.init(allowedExecutables: allowedExecutables, logger: logger, presence: presence) { sender in
-            let reply = try await connection.call(
-                destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
-                member: "GetConnectionCredentials", arguments: [.string(sender)], timeout: .seconds(5))
-            guard let credentials = reply.first?.vardict, let userId = credentials["UnixUserID"]?.uint32 else {
+            let credentials: [String: DBusValue]
+            do {
+                credentials = try await BusDriver(connection).getConnectionCredentials(sender, timeout: .seconds(5))
+                    .value
+            } catch is DesktopServiceMismatch {
+                credentials = [:]  // refused below, as a reply without the user
+            }
+            guard let userId = credentials["UnixUserID"]?.uint32 else {
                 throw BrokerFailure(.accessDenied, "the bus did not say which user the caller runs as")
             }
             let processId = credentials["ProcessID"]?.uint32

@@ -451,15 +451,9 @@ extension Daemon {
                 logger.info("serving a compatibility interface", metadata: ["name": "\(name)"])
                 return
             }
-            let owner =
-                try await connection.call(
-                    destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
-                    interface: "org.freedesktop.DBus", member: "GetNameOwner", arguments: [.string(name)]
-                ).first?.string ?? "?"
-            let pid = try? await connection.call(
-                destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
-                interface: "org.freedesktop.DBus", member: "GetConnectionUnixProcessID", arguments: [.string(owner)]
-            ).first?.uint32
+            let driver = BusDriver(connection)
+            let owner = try await driver.getNameOwner(name, timeout: .seconds(5)).value
+            let pid = try? await driver.getConnectionUnixProcessID(owner, timeout: .seconds(5)).value
             let program = pid.flatMap { try? FileBytes.read("/proc/\($0)/comm") }.map {
                 String(decoding: $0.prefix { $0 != UInt8(ascii: "\n") }, as: UTF8.self)
             }

@@ -9,8 +9,6 @@ import Logging
 struct DesktopPortal: URLOpener {
     static let busName = "org.freedesktop.portal.Desktop"
     static let objectPath = "/org/freedesktop/portal/desktop"
-    static let openURIInterface = "org.freedesktop.portal.OpenURI"
-    static let requestInterface = "org.freedesktop.portal.Request"
 
     let connection: DBusConnection
     let fallback: any URLOpener
@@ -46,17 +44,15 @@ struct DesktopPortal: URLOpener {
         let token = "shared_device_broker_\(UInt32.random(in: 0...UInt32.max))"
         let sender = String(connection.uniqueName.dropFirst().map { $0 == "." ? "_" : $0 })
         let requestPath = "\(Self.objectPath)/request/\(sender)/\(token)"
-        let responses = try await connection.signals(
-            matching: DBusMatchRule(sender: Self.busName, interface: Self.requestInterface, member: "Response"))
+        let responses = try await connection.signals(matching: PortalRequest.Response.rule(sender: Self.busName))
         let handle: String
         do {
-            handle =
-                try await connection.call(
-                    destination: Self.busName, path: Self.objectPath, interface: Self.openURIInterface,
-                    member: "OpenURI",
-                    arguments: [.string(""), .string(url), .vardict(["handle_token": .string(token)])],
-                    timeout: .seconds(10)
-                ).first?.objectPath ?? requestPath
+            handle = try await PortalOpenURI(connection, destination: Self.busName, path: Self.objectPath).openURI(
+                parentWindow: "", uri: url, options: ["handle_token": .string(token)], timeout: .seconds(10)
+            ).handle
+        } catch is DesktopServiceMismatch {
+            // A reply without the handle: the request's path is the one the convention gives.
+            handle = requestPath
         } catch let error as DBusError {
             return .failed(error.name == DBusError.serviceUnknown().name ? "not on this bus" : "\(error.message)")
         }
@@ -76,7 +72,8 @@ struct DesktopPortal: URLOpener {
         await withTaskGroup(of: UInt32?.self) { group in
             group.addTask {
                 for await signal in responses where paths.contains(signal.path) {
-                    return signal.arguments.first?.uint32 ?? 2
+                    // One of another shape counts as a failure (2): the fallback is tried.
+                    return (try? PortalRequest.Response(signal))?.response ?? 2
                 }
                 return nil
             }

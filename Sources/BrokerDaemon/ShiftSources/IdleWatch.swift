@@ -10,7 +10,6 @@ import Logging
 final class IdleWatch: IdleSource {
     static let busName = "org.gnome.Mutter.IdleMonitor"
     static let path = "/org/gnome/Mutter/IdleMonitor/Core"
-    static let interface = "org.gnome.Mutter.IdleMonitor"
 
     private let listener: Task<Void, Never>
     var source: String { Self.busName }
@@ -24,30 +23,26 @@ final class IdleWatch: IdleSource {
     static func start(session: DBusConnection, idle: IdleSignOut, broker: Broker, logger: Logger) async
         -> IdleWatch?
     {
-        let owned =
-            (try? await session.call(
-                destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
-                member: "NameHasOwner", arguments: [.string(busName)], timeout: .seconds(5)
-            ).first?.bool) ?? false
-        guard owned,
+        guard await BusDriver.hasOwner(busName, on: session),
             let fired = try? await session.signals(
-                matching: DBusMatchRule(sender: busName, path: path, interface: interface, member: "WatchFired"))
+                matching: MutterIdleMonitor.WatchFired.rule(sender: busName, path: path))
         else { return nil }
-        func watch(_ member: String, _ arguments: [DBusValue]) async -> UInt32? {
-            try? await session.call(
-                destination: busName, path: path, interface: interface, member: member, arguments: arguments,
-                timeout: .seconds(5)
-            ).first?.uint32
+        let monitor = MutterIdleMonitor(session, destination: busName, path: path)
+        func userActiveWatch() async -> UInt32? {
+            try? await monitor.addUserActiveWatch(timeout: .seconds(5)).id
         }
-        guard let idleWatch = await watch("AddIdleWatch", [.uint64(UInt64(idle.quiet) * 1000)]) else { return nil }
+        let quiet = UInt64(idle.quiet) * 1000  // milliseconds
+        guard let idleWatch = try? await monitor.addIdleWatch(interval: quiet, timeout: .seconds(5)).id else {
+            return nil
+        }
         // A warning a previous run left pending needs the person's next activity too.
-        let active = Locked<UInt32?>(broker.pendingSignOutDeadline != nil ? await watch("AddUserActiveWatch", []) : nil)
+        let active = Locked<UInt32?>(broker.pendingSignOutDeadline != nil ? await userActiveWatch() : nil)
         let listener = Task {
             for await signal in fired {
-                guard let id = signal.arguments.first?.uint32 else { continue }
+                guard let id = try? MutterIdleMonitor.WatchFired(signal).id else { continue }
                 if id == idleWatch {
                     await broker.personInactive()
-                    let armed = await watch("AddUserActiveWatch", [])
+                    let armed = await userActiveWatch()
                     active.withLock { $0 = armed }
                 } else if id == active.withLock({ $0 }) {
                     active.withLock { $0 = nil }

@@ -34,9 +34,8 @@ final class LogindIdle: IdleSource {
         guard let (bus, path) = await LogindSession.find(logger: logger) else { return nil }
         guard
             let changes = try? await bus.signals(
-                matching: DBusMatchRule(
-                    sender: LogindSession.busName, path: path, interface: "org.freedesktop.DBus.Properties",
-                    member: "PropertiesChanged", arg0: LogindSession.sessionInterface)),
+                matching: DBusPropertiesChange.rule(
+                    sender: LogindSession.busName, path: path, interface: LogindSessionObject.interface)),
             let initial = await hint(bus, path)
         else {
             bus.close()
@@ -83,22 +82,16 @@ final class LogindIdle: IdleSource {
     /// The session's hint, read rather than taken from the signal: logind may announce a
     /// property as changed without its value.
     private static func hint(_ bus: DBusConnection, _ path: String) async -> Hint? {
-        func property(_ name: String) async -> DBusValue? {
-            try? await bus.call(
-                destination: LogindSession.busName, path: path, interface: "org.freedesktop.DBus.Properties",
-                member: "Get", arguments: [.string(LogindSession.sessionInterface), .string(name)],
-                timeout: .seconds(5)
-            ).first
-        }
-        guard let idle = await property("IdleHint")?.bool else { return nil }
-        return Hint(idle: idle, since: await property("IdleSinceHint")?.uint64 ?? 0)
+        let session = LogindSessionObject(bus, destination: LogindSession.busName, path: path)
+        guard let idle = try? await session.idleHint(timeout: .seconds(5)) else { return nil }
+        return Hint(idle: idle, since: (try? await session.idleSinceHint(timeout: .seconds(5))) ?? 0)
     }
 
-    private static func mentionsIdleHint(_ change: DBusSignal) -> Bool {
-        let arguments = change.arguments
-        let changed = arguments.dropFirst().first?.dictionaryEntries?.compactMap(\.key.string) ?? []
-        let invalidated = arguments.dropFirst(2).first?.arrayElements?.compactMap(\.string) ?? []
-        return changed.contains("IdleHint") || invalidated.contains("IdleHint")
+    private static func mentionsIdleHint(_ signal: DBusSignal) -> Bool {
+        guard let change = DBusPropertiesChange(signal), change.interface == LogindSessionObject.interface else {
+            return false
+        }
+        return change.mentions("IdleHint")
     }
 
     private static func realtimeMicroseconds() -> UInt64 {

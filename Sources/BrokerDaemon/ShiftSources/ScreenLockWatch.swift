@@ -13,8 +13,26 @@ import Logging
 /// name's owner alone: the names of the others are free for any app to take (on GNOME nobody
 /// owns `org.mate.ScreenSaver`), and an app owning one could sign the person out at will.
 final class ScreenLockWatch: Sendable {
-    static let screenSavers = [
-        "org.gnome.ScreenSaver", "org.freedesktop.ScreenSaver", "org.xfce.ScreenSaver", "org.mate.ScreenSaver",
+    /// Each screensaver's name (its interface's too), its `ActiveChanged` rule from that name, and
+    /// whether a signal is its `ActiveChanged(true)`, read as its interface declares it.
+    static let screenSavers: [(name: String, rule: DBusMatchRule, activated: @Sendable (DBusSignal) -> Bool)] = [
+        (
+            GnomeScreenSaver.interface, GnomeScreenSaver.ActiveChanged.rule(sender: GnomeScreenSaver.interface),
+            { (try? GnomeScreenSaver.ActiveChanged($0).newValue) == true }
+        ),
+        (
+            FreedesktopScreenSaver.interface,
+            FreedesktopScreenSaver.ActiveChanged.rule(sender: FreedesktopScreenSaver.interface),
+            { (try? FreedesktopScreenSaver.ActiveChanged($0).value) == true }
+        ),
+        (
+            XfceScreenSaver.interface, XfceScreenSaver.ActiveChanged.rule(sender: XfceScreenSaver.interface),
+            { (try? XfceScreenSaver.ActiveChanged($0).newValue) == true }
+        ),
+        (
+            MateScreenSaver.interface, MateScreenSaver.ActiveChanged.rule(sender: MateScreenSaver.interface),
+            { (try? MateScreenSaver.ActiveChanged($0).newValue) == true }
+        ),
     ]
 
     private let tasks: [Task<Void, Never>]
@@ -28,15 +46,13 @@ final class ScreenLockWatch: Sendable {
     ) async -> ScreenLockWatch {
         var tasks: [Task<Void, Never>] = []
         var sources: [String] = []
-        for name in screenSavers {
+        for (name, rule, activated) in screenSavers {
             // Only the name's owner is believed: any app may send a signal claiming the interface.
-            guard (try? await hasOwner(name, on: session)) == true,
-                let signals = try? await session.signals(
-                    matching: DBusMatchRule(sender: name, interface: name, member: "ActiveChanged"))
+            guard await BusDriver.hasOwner(name, on: session), let signals = try? await session.signals(matching: rule)
             else { continue }
             tasks.append(
                 Task {
-                    for await signal in signals where signal.arguments.first?.bool == true {
+                    for await signal in signals where activated(signal) {
                         logger.notice("the screen was locked", metadata: ["by": "\(name)"])
                         await locked()
                     }
@@ -47,13 +63,11 @@ final class ScreenLockWatch: Sendable {
         let (systemBus, logind) = (session?.bus, session?.path)
         if let systemBus, let logind,
             let signals = try? await systemBus.signals(
-                matching: DBusMatchRule(
-                    sender: LogindSession.busName, path: logind, interface: LogindSession.sessionInterface,
-                    member: "Lock"))
+                matching: LogindSessionObject.Lock.rule(sender: LogindSession.busName, path: logind))
         {
             tasks.append(
                 Task {
-                    for await _ in signals {
+                    for await signal in signals where (try? LogindSessionObject.Lock(signal)) != nil {
                         logger.notice("the session was locked", metadata: ["by": "logind"])
                         await locked()
                     }
@@ -72,12 +86,5 @@ final class ScreenLockWatch: Sendable {
     deinit {
         for task in tasks { task.cancel() }
         systemBus?.close()
-    }
-
-    private static func hasOwner(_ name: String, on connection: DBusConnection) async throws -> Bool {
-        try await connection.call(
-            destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
-            member: "NameHasOwner", arguments: [.string(name)], timeout: .seconds(5)
-        ).first?.bool ?? false
     }
 }

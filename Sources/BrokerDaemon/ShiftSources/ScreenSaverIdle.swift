@@ -21,7 +21,6 @@ import Logging
 /// (NotSupported): then this source is not used, and logind's IdleHint is the next.
 final class ScreenSaverIdle: IdleSource {
     static let busName = "org.freedesktop.ScreenSaver"
-    static let interface = "org.freedesktop.ScreenSaver"
     /// KDE serves both; the freedesktop path first.
     static let paths = ["/org/freedesktop/ScreenSaver", "/ScreenSaver"]
     static let warningPoll: Duration = .seconds(1)
@@ -43,12 +42,7 @@ final class ScreenSaverIdle: IdleSource {
     static func start(
         session: DBusConnection, idle: IdleSignOut, broker: Broker, events: ShiftEvents, logger: Logger
     ) async -> ScreenSaverIdle? {
-        let owned =
-            (try? await session.call(
-                destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
-                member: "NameHasOwner", arguments: [.string(busName)], timeout: .seconds(5)
-            ).first?.bool) ?? false
-        guard owned else { return nil }
+        guard await BusDriver.hasOwner(busName, on: session) else { return nil }
         var answering: String?
         for path in paths {
             do {
@@ -75,12 +69,9 @@ final class ScreenSaverIdle: IdleSource {
     }
 
     private static func idleTime(_ session: DBusConnection, _ path: String) async throws -> Duration {
-        let reply = try await session.call(
-            destination: busName, path: path, interface: interface, member: "GetSessionIdleTime",
-            timeout: .seconds(5))
-        guard let milliseconds = reply.first?.uint32 else {
-            throw DBusError.invalidArgs("GetSessionIdleTime answered \(reply.map(\.signature)), not a u")
-        }
+        // Read as milliseconds, although the interface names the argument `seconds` (above).
+        let milliseconds = try await FreedesktopScreenSaver(session, destination: busName, path: path)
+            .getSessionIdleTime(timeout: .seconds(5)).seconds
         return .milliseconds(Int64(milliseconds))
     }
 

@@ -11,7 +11,6 @@ import Logging
 final class SignOutNotice: Sendable {
     static let busName = "org.freedesktop.Notifications"
     static let path = "/org/freedesktop/Notifications"
-    static let interface = "org.freedesktop.Notifications"
     /// The action's key, which `ActionInvoked` names.
     static let stayAction = "stay-signed-in"
 
@@ -45,7 +44,7 @@ final class SignOutNotice: Sendable {
         // Subscribed whether or not a server runs now: one may be started (or activated) later.
         // A sender rule with a well-known name matches whoever owns it when the signal comes.
         if let actions = try? await session.signals(
-            matching: DBusMatchRule(sender: busName, path: path, interface: interface, member: "ActionInvoked"))
+            matching: Notifications.ActionInvoked.rule(sender: busName, path: path))
         {
             let broker = service.broker
             tasks.append(
@@ -53,9 +52,10 @@ final class SignOutNotice: Sendable {
                     for await action in actions {
                         // Against every notice of this warning, not the one on screen: a server sends
                         // NotificationClosed with the action, and that may be handled first.
-                        guard let id = action.arguments.first?.uint32,
-                            action.arguments.dropFirst().first?.string == stayAction
+                        guard let invoked = try? Notifications.ActionInvoked(action),
+                            invoked.actionKey == stayAction
                         else { continue }
+                        let id = invoked.id
                         let known = notices.withLock { notices -> Bool in
                             guard notices.ofThisWarning.contains(id) else {
                                 // Perhaps the notice whose Notify is being answered now; a few are kept.
@@ -71,13 +71,13 @@ final class SignOutNotice: Sendable {
                 })
         }
         if let closed = try? await session.signals(
-            matching: DBusMatchRule(sender: busName, path: path, interface: interface, member: "NotificationClosed"))
+            matching: Notifications.NotificationClosed.rule(sender: busName, path: path))
         {
             tasks.append(
                 Task {
                     // Dismissed or expired: nothing left to withdraw, and nothing to replace.
                     for await signal in closed {
-                        guard let id = signal.arguments.first?.uint32 else { continue }
+                        guard let id = try? Notifications.NotificationClosed(signal).id else { continue }
                         shown.withLock { if $0 == id { $0 = nil } }
                     }
                 })
@@ -128,9 +128,8 @@ final class SignOutNotice: Sendable {
                         guard let id = shown.withLock({ $0 }) else { continue }
                         shown.withLock { $0 = nil }
                         // A notification the server closed already answers an error: nothing to do.
-                        _ = try? await session.call(
-                            destination: busName, path: path, interface: interface, member: "CloseNotification",
-                            arguments: [.uint32(id)], timeout: .seconds(5))
+                        try? await Notifications(session, destination: busName, path: path)
+                            .closeNotification(id: id, timeout: .seconds(5))
                     }
                 }
             })
@@ -139,19 +138,13 @@ final class SignOutNotice: Sendable {
 
     /// Shows (or updates) the notification; its id.
     private static func notify(_ session: DBusConnection, replacing: UInt32?, body: String) async throws -> UInt32 {
-        let reply = try await session.call(
-            destination: busName, path: path, interface: interface, member: "Notify",
-            arguments: [
-                .string("Shared device"), .uint32(replacing ?? 0), .string("system-log-out"),
-                .string("Signing out soon"), .string(body), .strings([stayAction, "Stay signed in"]),
-                // Critical: a server keeps it on screen until it is withdrawn, rather than let it
-                // expire while the countdown still runs.
-                .vardict(["urgency": .byte(2)]), .int32(0),
-            ], timeout: .seconds(5))
-        guard let id = reply.first?.uint32 else {
-            throw DBusError.invalidArgs("Notify answered \(reply.map(\.signature)), not a u")
-        }
-        return id
+        try await Notifications(session, destination: busName, path: path).notify(
+            appName: "Shared device", replacesId: replacing ?? 0, appIcon: "system-log-out",
+            summary: "Signing out soon", body: body, actions: [stayAction, "Stay signed in"],
+            // Critical: a server keeps it on screen until it is withdrawn, rather than let it
+            // expire while the countdown still runs.
+            hints: ["urgency": .byte(2)], expireTimeout: 0, timeout: .seconds(5)
+        ).id
     }
 
     /// What the person reads: when, and why.

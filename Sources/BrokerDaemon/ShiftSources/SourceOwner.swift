@@ -18,10 +18,7 @@ struct SourceOwner: Sendable {
 
     /// Who owns `name` on `session` now; nil fields when the bus or /proc do not say.
     static func of(_ name: String, on session: DBusConnection) async -> SourceOwner {
-        let processId = try? await session.call(
-            destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
-            member: "GetConnectionUnixProcessID", arguments: [.string(name)], timeout: .seconds(5)
-        ).first?.uint32
+        let processId = try? await BusDriver(session).getConnectionUnixProcessID(name, timeout: .seconds(5)).value
         let executable = processId.flatMap(CallerPolicy.executable(of:))
         var installed = false
         if let executable {
