@@ -44,7 +44,7 @@ gzip -9nc CHANGELOG.md > "$DOC/CHANGELOG.md.gz"
 install -m 0644 packaging/debian/broker.conf "$ROOT/etc/shared-device-broker/broker.conf"
 
 # The libraries the binaries link directly (their NEEDED entries), as the packages that hold them.
-depends=$(for binary in "$ROOT/usr/bin/brokerd" "$ROOT/usr/bin/brokerctl" "$COMMANDS"; do
+depends=$(for binary in "$ROOT/usr/bin/brokerd" "$ROOT/usr/bin/brokerctl"; do
         for needed in $(objdump -p "$binary" | awk '/NEEDED/{print $2}'); do
             ldd "$binary" | awk -v name="$needed" '$1 == name && $3 ~ /^\// {print $3}'
         done
