@@ -107,14 +107,16 @@ public final class OIDCProvider: IdentityProvider {
 
     // MARK: IdentityProvider
 
-    /// Password and email code while native authentication may be offered (its endpoints are
-    /// not in discovery, so only a try shows it is not), the password grant where discovery does
-    /// not rule it out, the browser where discovery names an authorization endpoint.
+    /// Password and email code while native authentication may be offered (discovery lists its
+    /// grant, or lists no grants and the endpoint answered as that API does), the password grant
+    /// where discovery does not rule it out, the browser where discovery names an authorization
+    /// endpoint.
     public func signInFlows() async throws -> [SignInFlow] {
-        let endpoints = try await requester.withBudget { () async throws(BrokerFailure) -> ProviderMetadata in
-            try await self.endpoints(for: .other)
+        let (endpoints, native) = try await requester.withBudget {
+            () async throws(BrokerFailure) -> (ProviderMetadata, Bool) in
+            let endpoints = try await self.endpoints(for: .other)
+            return (endpoints, try await nativeAuthenticationMayBeOffered(endpoints))
         }
-        let native = await nativeAuthentication.mayBeOffered
         return SignInFlow.allCases.filter { flow in
             switch flow {
             case .password: native || allowPasswordGrant && endpoints.mayOfferPasswordGrant
@@ -346,8 +348,11 @@ public final class OIDCProvider: IdentityProvider {
 
 /// Whether the provider has native-authentication endpoints; learnt on first use.
 actor NativeAuthenticationSupport {
-    private(set) var mayBeOffered = true
-    func markNotOffered() { mayBeOffered = false }
+    enum Known { case unknown, there, notOffered }
+    private(set) var known = Known.unknown
+    var mayBeOffered: Bool { known != .notOffered }
+    func markNotOffered() { known = .notOffered }
+    func markThere() { if known == .unknown { known = .there } }
 }
 
 /// One ID-token validator per provider, made once discovery has named the JWKS.
