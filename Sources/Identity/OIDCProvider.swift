@@ -166,10 +166,28 @@ public final class OIDCProvider: IdentityProvider {
             let response = try await send(request, kind: .other, what: "the token revocation", replay: .idempotent)
             // RFC 7009 2.2: 200 whether or not the token was valid; anything else is an error.
             guard response.status == 200 else {
+                if let refusal = revocationRefusal(response, clientId: clientId) { throw refusal }
                 throw Self.oauthError(response).brokerFailure(during: .other, host: host)
             }
             return .done
         }
+    }
+
+    /// A 4xx to a revocation is the provider's answer, not its absence: asking again gets the same
+    /// (a provider that lets no public client revoke answers 401, often without a body), so the
+    /// broker must not keep owing it. `AccessDenied`, which the core takes as a refusal for good;
+    /// 408 and 429 (an overloaded provider, thrown before this) are an outage, tried again.
+    func revocationRefusal(_ response: HTTPResponse, clientId: String) -> BrokerFailure? {
+        guard (400...499).contains(response.status), response.status != 408, response.status != 429 else {
+            return nil
+        }
+        let said = OAuthErrorBody(response.body).map { ": \($0.summary)" } ?? ""
+        let client = secrets[clientId] == nil ? "this public client" : "this client"
+        return BrokerFailure(
+            .accessDenied,
+            "the identity provider at \(host) refuses to revoke tokens of \(client) (HTTP \(response.status)\(said)); "
+                + "the broker does not ask again, and the token stays valid at the provider until it expires: "
+                + "the provider's administrator can allow this client to revoke its tokens")
     }
 
     // MARK: Token endpoint

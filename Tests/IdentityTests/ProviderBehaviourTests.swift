@@ -6,7 +6,8 @@ import Testing
 @testable import Identity
 
 /// Providers as they really behave (docs/providers.md), against the scripted provider of
-/// ``ProviderFaultPolicyTests``: a login page where native authentication would be.
+/// ``ProviderFaultPolicyTests``: a login page where native authentication would be, a refused
+/// revocation.
 extension ProviderFaultPolicyTests {
     func discovery(_ extra: [String: Any]) -> String {
         json(
@@ -86,5 +87,36 @@ extension ProviderFaultPolicyTests {
                 clientId: "mail-app", username: "ada", password: "pw", scopes: Scopes(["User.Read"]))
         }
         #expect(error?.code == .serverError, "\(String(describing: error))")
+    }
+
+    @Test func aRevocationRefusedWithA4xxIsARefusalNotAnOutage() async throws {
+        for (answer, said) in [
+            (ScriptedTransport.Step.answer(401), "(HTTP 401)"), (.answer(403), "(HTTP 403)"),
+            (
+                .answer(400, body: json(["error": "unsupported_token_type", "error_description": "no"])),
+                "(HTTP 400: unsupported_token_type: no)"
+            ),
+        ] {
+            let fake = FakeProvider(
+                ["/.well-known": [.answer(200, body: discovery([:]))], "/oauth2/v2.0/revoke": [answer]], time: time)
+            let error = await failure {
+                _ = try await provider(fake).revoke(clientId: "mail-app", token: .refreshToken("rt-1"))
+            }
+            #expect(error?.code == .accessDenied, "\(String(describing: error))")
+            #expect(
+                error?.message.contains("refuses to revoke tokens of this public client \(said)") == true,
+                "\(String(describing: error))")
+            #expect(fake.count("/oauth2/v2.0/revoke") == 1, "a refusal is not asked again")
+        }
+        for outage in [ScriptedTransport.Step.answer(503), .answer(429), .answer(408)] {
+            let fake = FakeProvider(
+                ["/.well-known": [.answer(200, body: discovery([:]))], "/oauth2/v2.0/revoke": [outage]], time: time)
+            let error = await failure {
+                _ = try await provider(fake).revoke(clientId: "mail-app", token: .refreshToken("rt-1"))
+            }
+            #expect(
+                error.map { [.serverUnavailable, .serverError].contains($0.code) } == true,
+                "\(outage): \(String(describing: error))")
+        }
     }
 }

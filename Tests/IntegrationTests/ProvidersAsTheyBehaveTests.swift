@@ -60,3 +60,59 @@ struct LoginPageProviderTests {
         #expect(try env.signIn(TestUsers.alice, client: "mail-app").status == 0)
     }
 }
+
+@Suite("A provider that refuses to revoke a public client's tokens", .serialized)
+struct RevocationRefusedTests {
+    private func owed(_ env: BrokerEnvironment) throws -> [[String: Any]] {
+        try env.stateFile()["pendingRevocations"] as? [[String: Any]] ?? []
+    }
+
+    private func revokeRequests(_ env: BrokerEnvironment) async throws -> Int {
+        (try await env.idpStats())["revoke"] as? Int ?? 0
+    }
+
+    @Test("401 without a body: the sign-out says refused, and nothing stays owed, not even at the next start")
+    func refusedWith401() async throws {
+        let env = try BrokerEnvironment(idpArguments: ["--refuse-revocation"])
+        #expect(try env.signIn(TestUsers.alice, client: "mail-app").status == 0)
+        let signOut = try env.brokerctl(["sign-out", "--client-id", "calendar-app", "--json"])
+        #expect(signOut.status == 0, "\(signOut.stderr)")
+        let result = try signOut.json()
+        #expect(result["signedOut"] as? Bool == true)
+        #expect(result["tokensRevoked"] as? Bool == false)
+        let notes = result["notes"] as? [String] ?? []
+        #expect(notes.contains { $0.contains("refuses to revoke tokens of this public client (HTTP 401)") }, "\(notes)")
+        #expect(!notes.contains { $0.contains("pending") || $0.contains("did not answer") }, "\(notes)")
+        #expect(try env.stateFile()["current"] == nil, "the sign-out stands")
+        let owing = try owed(env)
+        #expect(owing.isEmpty, "a refusal is not owed: \(owing)")
+
+        let asked = try await revokeRequests(env)
+        try env.restartBroker()
+        #expect(try env.brokerctl(["device-info"]).status == 0)
+        #expect(try await revokeRequests(env) == asked, "the restarted broker asks nothing again")
+    }
+
+    @Test("503 stays owed and is tried again; the refusal that answers the retry ends it, logged once")
+    func outageThenRefusal() async throws {
+        let env = try BrokerEnvironment(idpArguments: ["--refuse-revocation"])
+        #expect(try env.signIn(TestUsers.alice, client: "mail-app").status == 0)
+        // Every try of the sign-out's revocations meets the outage; the retry two seconds later the refusal.
+        try await env.setProviderFault("unavailable", count: 6, endpoint: "revoke")
+        let signOut = try env.brokerctl(["sign-out", "--client-id", "calendar-app", "--json"])
+        #expect(signOut.status == 0, "\(signOut.stderr)")
+        let notes = try signOut.json()["notes"] as? [String] ?? []
+        #expect(notes.contains { $0.contains("revocation is pending") }, "\(notes)")
+        #expect(try !owed(env).isEmpty, "an outage stays owed")
+
+        _ = try await offThePool {
+            try env.brokerd.process.waitForLine(timeout: .seconds(30), stderr: true) {
+                $0.contains("revocation: a token could not be revoked")
+            }
+        }
+        #expect(try owed(env).isEmpty)
+        _ = try env.brokerd.stop()
+        let refusals = env.brokerd.process.stderrLines.filter { $0.contains("refuses to revoke tokens") }
+        #expect(refusals.count == 1, "\(refusals)")
+    }
+}
