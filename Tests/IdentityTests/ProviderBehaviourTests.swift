@@ -1,5 +1,6 @@
 import BrokerCore
 import HTTP
+import Locking
 import Logging
 import Testing
 
@@ -7,7 +8,7 @@ import Testing
 
 /// Providers as they really behave (docs/providers.md), against the scripted provider of
 /// ``ProviderFaultPolicyTests``: a login page where native authentication would be, a refused
-/// revocation.
+/// revocation, an authorization endpoint nobody answers.
 extension ProviderFaultPolicyTests {
     func discovery(_ extra: [String: Any]) -> String {
         json(
@@ -119,4 +120,32 @@ extension ProviderFaultPolicyTests {
                 "\(outage): \(String(describing: error))")
         }
     }
+
+    @Test func aBrowserSignInAtAProviderThatDoesNotAnswerOpensNothing() async throws {
+        let fake = FakeProvider(
+            [
+                "/.well-known": [.answer(200, body: discovery([:]))],
+                "/oauth2/v2.0/authorize": [.fail(.couldNotConnect("refused"))],
+            ], time: time)
+        let opened = Locked<[String]>([])
+        let requester = ProviderHTTP(
+            transport: fake.transport, policy: .standard, clock: time, sleep: time.sleeper, random: { 1 })
+        let provider = OIDCProvider(
+            authority: try Authority(Self.authority), requester: requester, clock: clock,
+            logger: Logger(label: "test"), urlOpener: RecordingOpener(opened: opened))
+        let error = await failure {
+            _ = try await provider.signInInteractively(
+                clientId: "mail-app", scopes: Scopes(["User.Read"]), request: InteractiveRequest(timeout: .seconds(300))
+            )
+        }
+        #expect(error?.code == .serverUnavailable, "\(String(describing: error))")
+        #expect(error?.message.contains("could not be reached for the sign-in page") == true)
+        #expect(opened.withLock { $0 }.isEmpty)
+        #expect(fake.count("/oauth2/v2.0/authorize") == 3, "the usual retries of a connection never made")
+    }
+}
+
+private struct RecordingOpener: URLOpener {
+    let opened: Locked<[String]>
+    func open(_ url: String) async throws(IdentityError) { opened.withLock { $0.append(url) } }
 }

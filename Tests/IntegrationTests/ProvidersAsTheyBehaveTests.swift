@@ -116,3 +116,24 @@ struct RevocationRefusedTests {
         #expect(refusals.count == 1, "\(refusals)")
     }
 }
+
+@Suite("A browser sign-in while the provider is down")
+struct ProviderDownBrowserSignInTests {
+    @Test("ServerUnavailable within seconds, and no browser is asked to open anything")
+    func providerDown() async throws {
+        let env = try BrokerEnvironment()
+        // brokerd has read discovery: only the provider's own answer can tell it is gone.
+        #expect(try env.brokerctl(["sign-in-options", "--client-id", "mail-app"]).status == 0)
+        env.idp.process.signal(SIGTERM)
+        #expect(try env.idp.process.waitForExit(timeout: .seconds(10)) == 0)
+
+        let started = ContinuousClock.now
+        let signIn = try env.brokerctl(["sign-in", "--client-id", "mail-app", "--interactive"], timeout: .seconds(40))
+        let took = ContinuousClock.now - started
+        #expect(signIn.status == 1)
+        #expect(signIn.stderr.contains("io.shareddevice.Broker1.Error.ServerUnavailable"), "\(signIn.stderr)")
+        #expect(signIn.stderr.contains("could not be reached"), "\(signIn.stderr)")
+        #expect(took < .seconds(10), "\(took)")
+        #expect(env.browser.openedCount == 0)
+    }
+}
