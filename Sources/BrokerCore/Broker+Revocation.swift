@@ -14,6 +14,11 @@ extension Broker {
     /// is armed for what is pending.
     @discardableResult
     func revokeOwed(_ owed: [PendingRevocation]) async -> [String] {
+        await tryOwed(owed).map(\.text)
+    }
+
+    /// ``revokeOwed(_:)``, each problem with whether it is still owed (pending) or settled for good.
+    private func tryOwed(_ owed: [PendingRevocation]) async -> [(text: String, pending: Bool)] {
         guard !owed.isEmpty else { return [] }
         let provider = self.provider
         let outcomes = await withTaskGroup(of: (PendingRevocation, RevocationOutcome).self) { group in
@@ -33,6 +38,8 @@ extension Broker {
                     } catch is CancellationError {
                         return (item, .pending("brokerd is stopping"))
                     } catch {
+                        // A refusal (the provider's 4xx, an unknown client): asking again would get
+                        // the same answer, so it is given up at once rather than owed for ever.
                         return (item, .refused(Self.describe(error)))
                     }
                 }
@@ -41,7 +48,7 @@ extension Broker {
         }
         var settled: [PendingRevocation] = []
         var revoked: Set<String> = []
-        var problems: [String] = []
+        var problems: [(text: String, pending: Bool)] = []
         for (item, outcome) in outcomes {
             switch outcome {
             case .revoked:
@@ -53,14 +60,16 @@ extension Broker {
                 if case .refreshToken(let value) = item.token { revoked.insert(value) }
             case .notOffered:
                 settled.append(item)
-                problems.append("the provider offers no token revocation; refresh tokens expire on their own")
+                problems.append(("the provider offers no token revocation; refresh tokens expire on their own", false))
             case .refused(let why):
                 settled.append(item)
-                problems.append("a token could not be revoked at the provider: \(why)")
+                problems.append(("a token could not be revoked at the provider: \(why)", false))
             case .pending(let why):
                 problems.append(
-                    "token revocation is pending: the provider did not answer (\(why)); the broker tries again, also "
-                        + "after a restart, until it does")
+                    (
+                        "token revocation is pending: the provider did not answer (\(why)); the broker tries again, "
+                            + "also after a restart, until it does", true
+                    ))
             }
         }
         settle(settled, revoked: revoked)
@@ -110,7 +119,10 @@ extension Broker {
     private func retryRevocations() async {
         revocationRetry = nil
         guard !Task.isCancelled, !state.pendingRevocations.isEmpty else { return }
-        await revokeOwed(state.pendingRevocations)
+        // What a retry gave up for good is said once, here; what stays pending is tried again
+        // quietly (each failed request is logged where it is sent).
+        let given = await tryOwed(state.pendingRevocations).filter { !$0.pending }.map(\.text)
+        for problem in Set(given) { logger.notice("revocation: \(problem)") }
     }
 
     private enum RevocationOutcome: Sendable {

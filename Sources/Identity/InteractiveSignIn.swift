@@ -18,6 +18,7 @@ extension OIDCProvider {
         guard let authorize = endpoints.authorizationEndpoint else {
             throw BrokerFailure(.notSupported, "the provider's discovery document names no authorization_endpoint")
         }
+        try await checkAuthorizationEndpointAnswers(authorize)
         let verifier = Self.randomURLSafe(bytes: 32)
         let state = Self.randomURLSafe(bytes: 16)
         let nonce = Self.randomURLSafe(bytes: 16)

@@ -17,6 +17,12 @@ extension OIDCProvider {
 
     public func startCodeSignIn(clientId: String, username: String) async throws -> ProviderCodeChallenge {
         try await requester.withBudget { () async throws(BrokerFailure) -> ProviderCodeChallenge in
+            guard try await endpoints(for: .signIn(.emailCode)).mayOfferNativeAuthentication,
+                await nativeAuthentication.mayBeOffered
+            else {
+                await nativeAuthentication.markNotOffered()
+                throw Self.notOffered
+            }
             guard let continuation = try await initiate(clientId: clientId, username: username, challenge: .code) else {
                 await nativeAuthentication.markNotOffered()
                 throw Self.notOffered
@@ -68,6 +74,48 @@ extension OIDCProvider {
                 ("grant_type", "password"), ("password", password), ("continuation_token", next),
                 ("username", username),
             ])
+    }
+
+    /// Whether native authentication may be offered: what discovery says where it lists its
+    /// grants, else what a try taught, else what its initiate endpoint answers a request that
+    /// starts nothing (no client, no user: the API answers it with an OAuth error, JSON; a server
+    /// without it with 404, a redirect or a page). A provider that fails or cannot be reached
+    /// leaves it open, to be tried again.
+    func nativeAuthenticationMayBeOffered(_ endpoints: ProviderMetadata) async throws(BrokerFailure) -> Bool {
+        guard endpoints.mayOfferNativeAuthentication else { return false }
+        guard await nativeAuthentication.known == .unknown else { return await nativeAuthentication.mayBeOffered }
+        let response: HTTPResponse
+        do {
+            response = try await requester.send(
+                .postForm(authority + "/oauth2/v2.0/initiate", fields: [("challenge_type", "redirect")]),
+                what: "the native-authentication probe", replay: .idempotent)
+        } catch {
+            logger.notice(
+                "native authentication could not be probed; it is taken as offered",
+                metadata: ["error": "\(error)"])
+            return true
+        }
+        if Self.isNotNativeAuthentication(response) {
+            await nativeAuthentication.markNotOffered()
+            logger.info(
+                "the provider offers no native authentication",
+                metadata: ["initiate": "HTTP \(response.status) \(response.header("content-type") ?? "")"])
+            return false
+        }
+        await nativeAuthentication.markThere()
+        return true
+    }
+
+    /// Whether an answer at a native-authentication endpoint says the API is not there: 404, 405,
+    /// a redirect (to a sign-in page), or anything but JSON (a web server's login page for every
+    /// path it does not know, `200 text/html`). A body that says it is JSON and is not stays a
+    /// broken answer of the API.
+    static func isNotNativeAuthentication(_ response: HTTPResponse) -> Bool {
+        if response.status == 404 || response.status == 405 || (300...399).contains(response.status) { return true }
+        let type = response.header("content-type")?.lowercased() ?? ""
+        if type.contains("json") { return false }
+        if type.hasPrefix("text/html") { return true }
+        return (try? JSONValue.parse(response.body, rules: .provider)) == nil
     }
 
     /// Starts a flow and returns its continuation token, or nil when the provider has no
@@ -123,7 +171,7 @@ extension OIDCProvider {
         let response = try await send(
             .postForm(url, fields: fields), kind: kind,
             what: "the native-authentication \(path) request", replay: .oneTime)
-        if response.status == 404 || response.status == 405 { return nil }
+        if Self.isNotNativeAuthentication(response) { return nil }
         guard response.status == 200 else { throw Self.oauthError(response).brokerFailure(during: kind, host: host) }
         do {
             return try JSONValue.providerObject(response.body, what: "the provider's \(path) answer")

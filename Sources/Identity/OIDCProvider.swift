@@ -107,14 +107,16 @@ public final class OIDCProvider: IdentityProvider {
 
     // MARK: IdentityProvider
 
-    /// Password and email code while native authentication may be offered (its endpoints are
-    /// not in discovery, so only a try shows it is not), the password grant where discovery does
-    /// not rule it out, the browser where discovery names an authorization endpoint.
+    /// Password and email code while native authentication may be offered (discovery lists its
+    /// grant, or lists no grants and the endpoint answered as that API does), the password grant
+    /// where discovery does not rule it out, the browser where discovery names an authorization
+    /// endpoint.
     public func signInFlows() async throws -> [SignInFlow] {
-        let endpoints = try await requester.withBudget { () async throws(BrokerFailure) -> ProviderMetadata in
-            try await self.endpoints(for: .other)
+        let (endpoints, native) = try await requester.withBudget {
+            () async throws(BrokerFailure) -> (ProviderMetadata, Bool) in
+            let endpoints = try await self.endpoints(for: .other)
+            return (endpoints, try await nativeAuthenticationMayBeOffered(endpoints))
         }
-        let native = await nativeAuthentication.mayBeOffered
         return SignInFlow.allCases.filter { flow in
             switch flow {
             case .password: native || allowPasswordGrant && endpoints.mayOfferPasswordGrant
@@ -164,10 +166,28 @@ public final class OIDCProvider: IdentityProvider {
             let response = try await send(request, kind: .other, what: "the token revocation", replay: .idempotent)
             // RFC 7009 2.2: 200 whether or not the token was valid; anything else is an error.
             guard response.status == 200 else {
+                if let refusal = revocationRefusal(response, clientId: clientId) { throw refusal }
                 throw Self.oauthError(response).brokerFailure(during: .other, host: host)
             }
             return .done
         }
+    }
+
+    /// A 4xx to a revocation is the provider's answer, not its absence: asking again gets the same
+    /// (a provider that lets no public client revoke answers 401, often without a body), so the
+    /// broker must not keep owing it. `AccessDenied`, which the core takes as a refusal for good;
+    /// 408 and 429 (an overloaded provider, thrown before this) are an outage, tried again.
+    func revocationRefusal(_ response: HTTPResponse, clientId: String) -> BrokerFailure? {
+        guard (400...499).contains(response.status), response.status != 408, response.status != 429 else {
+            return nil
+        }
+        let said = OAuthErrorBody(response.body).map { ": \($0.summary)" } ?? ""
+        let client = secrets[clientId] == nil ? "this public client" : "this client"
+        return BrokerFailure(
+            .accessDenied,
+            "the identity provider at \(host) refuses to revoke tokens of \(client) (HTTP \(response.status)\(said)); "
+                + "the broker does not ask again, and the token stays valid at the provider until it expires: "
+                + "the provider's administrator can allow this client to revoke its tokens")
     }
 
     // MARK: Token endpoint
@@ -346,8 +366,11 @@ public final class OIDCProvider: IdentityProvider {
 
 /// Whether the provider has native-authentication endpoints; learnt on first use.
 actor NativeAuthenticationSupport {
-    private(set) var mayBeOffered = true
-    func markNotOffered() { mayBeOffered = false }
+    enum Known { case unknown, there, notOffered }
+    private(set) var known = Known.unknown
+    var mayBeOffered: Bool { known != .notOffered }
+    func markNotOffered() { known = .notOffered }
+    func markThere() { if known == .unknown { known = .there } }
 }
 
 /// One ID-token validator per provider, made once discovery has named the JWKS.

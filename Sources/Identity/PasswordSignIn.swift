@@ -19,8 +19,8 @@ extension OIDCProvider {
     {
         // Discovery first: a wrong authority also has no native-authentication endpoints, and
         // would otherwise be reported as a provider that offers none (NotSupported).
-        _ = try await endpoints(for: .other)
-        if await nativeAuthentication.mayBeOffered {
+        let endpoints = try await endpoints(for: .other)
+        if endpoints.mayOfferNativeAuthentication, await nativeAuthentication.mayBeOffered {
             if let tokens = try await nativePasswordSignIn(
                 clientId: clientId, username: username, password: password, scopes: scopes)
             {

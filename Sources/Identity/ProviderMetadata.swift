@@ -28,6 +28,14 @@ public struct ProviderMetadata: Sendable, Equatable {
     /// document does not list its grant types (Entra's does not), so only a try tells.
     public var mayOfferPasswordGrant: Bool { grantTypesSupported?.contains("password") ?? true }
 
+    /// Whether the provider may offer Entra's native authentication: its endpoints are in no
+    /// discovery document, but its email code is a grant of the token endpoint (`oob`, then
+    /// `continuation_token`), so a document that lists its grant types without them rules it out.
+    /// Only a document without the list (Entra's) leaves a try to tell.
+    public var mayOfferNativeAuthentication: Bool {
+        grantTypesSupported.map { $0.contains("oob") || $0.contains("continuation_token") } ?? true
+    }
+
     /// Whether the token endpoint takes RFC 8693 token exchange.
     public var offersTokenExchange: Bool { grantTypesSupported?.contains(Self.tokenExchangeGrant) ?? false }
 

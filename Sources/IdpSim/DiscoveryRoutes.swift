@@ -83,6 +83,12 @@ struct DiscoveryRoutes: Sendable {
                 document["grant_types_supported"] = grants
             }
         }
+        // Native authentication's email code is a grant of its own: said where grants are listed.
+        if provider.offers(.nativeAuth), var grants = document["grant_types_supported"] as? [String] {
+            grants.append("oob")
+            document["grant_types_supported"] = grants
+        }
+        if without.contains(.grantTypes) { document["grant_types_supported"] = nil }
         return document
     }
 }

@@ -64,6 +64,18 @@ struct IdpSimCommand: AsyncParsableCommand {
                 + "its old auth_time (to test that the broker refuses it)."))
     var ignoreReauthentication = false
 
+    @Flag(
+        help: ArgumentHelp(
+            "Misbehave: refuse every token revocation with 401 and no body, as a provider that lets no public "
+                + "client revoke (to test that the broker gives a refusal up)."))
+    var refuseRevocation = false
+
+    @Flag(
+        help: ArgumentHelp(
+            "Answer every path without a route (native authentication's too, with --without native-auth) with an "
+                + "HTML login page, 200, as a web server in front of a provider may."))
+    var loginPageForUnknownPaths = false
+
     @Option(help: "trace, debug, info, notice, warning, error or critical.")
     var logLevel: String = "info"
 
@@ -101,7 +113,8 @@ struct IdpSimCommand: AsyncParsableCommand {
             accessTokenLifetime: accessTokenLifetime, refreshTokenLifetime: refreshTokenLifetime,
             codeLifetime: codeLifetime, without: Set(without), multiTenant: entraCommon,
             deviceCodeLifetime: deviceCodeLifetime, deviceCodeInterval: deviceCodeInterval,
-            deviceCodeSlowDowns: deviceCodeSlowDown, ignoresReauthentication: ignoreReauthentication)
+            deviceCodeSlowDowns: deviceCodeSlowDown, ignoresReauthentication: ignoreReauthentication,
+            refusesRevocation: refuseRevocation, servesLoginPageForUnknownPaths: loginPageForUnknownPaths)
         if entraCommon {
             settings.without.formUnion([.revocation, .nativeAuth, .nativeSSO, .tokenExchange, .sharedSignals])
         }

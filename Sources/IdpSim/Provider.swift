@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import Hummingbird
 import Logging
+import NIOCore
 
 /// Settings taken from the command line.
 struct ProviderSettings: Sendable {
@@ -20,6 +21,12 @@ struct ProviderSettings: Sendable {
     /// Misbehave as a provider that ignores `prompt=login` and `max_age`: a browser session signs
     /// in again at once, with its old `auth_time` (for tests of the broker's check).
     var ignoresReauthentication = false
+    /// Misbehave as a provider that lets no public client revoke: every revocation is answered
+    /// 401 with no body (for tests of the broker's handling of a refusal).
+    var refusesRevocation = false
+    /// Answer every path it has no route for (native authentication's too, when left out) with a
+    /// login page, `200 text/html`, as many web servers in front of a provider do.
+    var servesLoginPageForUnknownPaths = false
 }
 
 /// What a standards-compliant provider may lack; the broker must work without each.
@@ -42,6 +49,9 @@ enum OptionalFeature: String, Sendable, CaseIterable, ExpressibleByArgument {
     case sharedSignals = "shared-signals"
     /// Continuous Access Evaluation: the `claims` request parameter, `xms_cc`, claims challenges.
     case cae
+    /// Discovery's `grant_types_supported` (optional in RFC 8414; Entra's v2.0 discovery has none),
+    /// so that a client learns which grants there are only by trying them.
+    case grantTypes = "grant-types"
 }
 
 /// Everything a request handler needs: the directory, keys, and the in-memory state actors.
@@ -89,6 +99,7 @@ struct Provider: Sendable {
     /// The router with every endpoint group registered.
     func router() -> Router<BasicRequestContext> {
         let router = Router()
+        if settings.servesLoginPageForUnknownPaths { router.add(middleware: LoginPageForUnknownPaths()) }
         router.add(middleware: ErrorMiddleware())
         DiscoveryRoutes(provider: self).register(on: router)
         TokenRoutes(provider: self).register(on: router)
@@ -101,6 +112,28 @@ struct Provider: Sendable {
         TestRoutes(provider: self).register(on: router)
         OperatorRoutes(provider: self).register(on: router)
         return router
+    }
+}
+
+/// A web server's login page, `200 text/html`, for every path without a route: what a client
+/// probing for an endpoint gets from a server that sends anything it does not know to sign-in.
+struct LoginPageForUnknownPaths: RouterMiddleware {
+    typealias Context = BasicRequestContext
+
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws
+        -> Response
+    {
+        do {
+            return try await next(request, context)
+        } catch let error as HTTPError where error.status == .notFound || error.status == .methodNotAllowed {
+            return Response(
+                status: .ok, headers: [.contentType: "text/html; charset=utf-8"],
+                body: .init(
+                    byteBuffer: ByteBuffer(
+                        string: "<!DOCTYPE html><html><head><title>Sign in</title></head><body><form method=\"post\" "
+                            + "action=\"/login\"><input name=\"username\"><input name=\"password\" type=\"password\">"
+                            + "<button>Sign in</button></form></body></html>")))
+        }
     }
 }
 

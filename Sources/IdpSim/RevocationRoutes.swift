@@ -12,6 +12,7 @@ struct RevocationRoutes: Sendable {
             await provider.stats.count("revoke")
             let (fault, replacement) = await FaultResponses.before(.revoke, provider: provider)
             if let replacement { return replacement }
+            if provider.settings.refusesRevocation { return Response(status: .unauthorized) }
             let parameters = try await request.formParameters()
             guard let token = parameters.nonEmpty("token") else {
                 throw OAuthError.invalidRequest("The request body must contain the following parameter: 'token'.")
