@@ -64,6 +64,13 @@ struct IdpSimCommand: AsyncParsableCommand {
                 + "its old auth_time (to test that the broker refuses it)."))
     var ignoreReauthentication = false
 
+    @Flag(
+        help: ArgumentHelp(
+            "Match redirect_uri exactly, port included, against the client's registered redirectUris (as many "
+                + "providers do, against RFC 8252's any-port rule for loopback); a client with none registered "
+                + "can then not use the browser flow."))
+    var exactRedirectUris = false
+
     @Option(help: "trace, debug, info, notice, warning, error or critical.")
     var logLevel: String = "info"
 
@@ -101,7 +108,8 @@ struct IdpSimCommand: AsyncParsableCommand {
             accessTokenLifetime: accessTokenLifetime, refreshTokenLifetime: refreshTokenLifetime,
             codeLifetime: codeLifetime, without: Set(without), multiTenant: entraCommon,
             deviceCodeLifetime: deviceCodeLifetime, deviceCodeInterval: deviceCodeInterval,
-            deviceCodeSlowDowns: deviceCodeSlowDown, ignoresReauthentication: ignoreReauthentication)
+            deviceCodeSlowDowns: deviceCodeSlowDown, ignoresReauthentication: ignoreReauthentication,
+            exactRedirectURIs: exactRedirectUris)
         if entraCommon {
             settings.without.formUnion([.revocation, .nativeAuth, .nativeSSO, .tokenExchange, .sharedSignals])
         }

@@ -20,6 +20,9 @@ struct ProviderSettings: Sendable {
     /// Misbehave as a provider that ignores `prompt=login` and `max_age`: a browser session signs
     /// in again at once, with its old `auth_time` (for tests of the broker's check).
     var ignoresReauthentication = false
+    /// Compare `redirect_uri` with the registered ones exactly, port included, as many providers
+    /// do instead of RFC 8252's any-port rule (`--exact-redirect-uris`).
+    var exactRedirectURIs = false
 }
 
 /// What a standards-compliant provider may lack; the broker must work without each.
