@@ -87,8 +87,10 @@ public enum ChallengeKey {
 public enum SignOutResultKey {
     /// `b`: Every refresh token of the account was revoked at the provider (true too when there was none).
     public static let tokensRevoked = "tokensRevoked"
-    /// `b`: The provider's browser session was ended (its end_session_endpoint was opened).
+    /// `b`: Deprecated, always false: the broker cannot confirm that the provider ended its browser session (it only opens the provider's sign-out page). Kept for apps written before `browserLogoutOpened`; read that instead.
     public static let browserSessionEnded = "browserSessionEnded"
+    /// `b`: The provider's sign-out page (its end_session_endpoint, RP-initiated logout) was handed to the browser. Whether the person's browser reached it and the provider ended its session is not known to the broker.
+    public static let browserLogoutOpened = "browserLogoutOpened"
     /// `as`: What the broker could not do at the provider, in words a person can act on; empty when it did everything.
     public static let notes = "notes"
     /// `s`: Why the device was signed out (`app` for a `SignOut`).
@@ -271,8 +273,10 @@ public struct DeviceCodeChallenge: Sendable, Equatable, Codable {
 public struct SignOutResult: Sendable, Equatable, Codable {
     /// Every refresh token of the account was revoked at the provider (true too when there was none).
     public var tokensRevoked: Bool
-    /// The provider's browser session was ended (its end_session_endpoint was opened).
+    /// Deprecated, always false: the broker cannot confirm that the provider ended its browser session (it only opens the provider's sign-out page). Kept for apps written before `browserLogoutOpened`; read that instead.
     public var browserSessionEnded: Bool
+    /// The provider's sign-out page (its end_session_endpoint, RP-initiated logout) was handed to the browser. Whether the person's browser reached it and the provider ended its session is not known to the broker.
+    public var browserLogoutOpened: Bool
     /// What the broker could not do at the provider, in words a person can act on; empty when it did everything.
     public var notes: [String]
     /// Why the device was signed out (`app` for a `SignOut`).
@@ -286,9 +290,10 @@ public struct SignOutResult: Sendable, Equatable, Codable {
     /// How many it could not remove, in all.
     public var notCleanedUpCount: Int
 
-    public init(tokensRevoked: Bool = true, browserSessionEnded: Bool = false, notes: [String] = [], cause: SignOutCause = .app, cleanedUp: [String] = [], notCleanedUp: [String] = [], cleanedUpCount: Int, notCleanedUpCount: Int) {
+    public init(tokensRevoked: Bool = true, browserSessionEnded: Bool = false, browserLogoutOpened: Bool = false, notes: [String] = [], cause: SignOutCause = .app, cleanedUp: [String] = [], notCleanedUp: [String] = [], cleanedUpCount: Int, notCleanedUpCount: Int) {
         self.tokensRevoked = tokensRevoked
         self.browserSessionEnded = browserSessionEnded
+        self.browserLogoutOpened = browserLogoutOpened
         self.notes = notes
         self.cause = cause
         self.cleanedUp = cleanedUp

@@ -48,6 +48,8 @@ public enum BrokerErrorCode: String, Sendable, CaseIterable, Codable {
     /// The broker could not open a browser for an interactive sign-in
     /// (no desktop portal, no `xdg-open`, no `$BROWSER`), and nobody opened the sign-in page by hand
     /// in time. The message has the page's address; a device-code sign-in needs no browser here.
+    /// Also, at once, when every port the administrator fixed for the browser's return
+    /// (`loopbackRedirectPorts`) is taken; the message names them.
     case browserUnavailable = "BrowserUnavailable"
     /// No identity provider is configured on this device yet; the message says
     /// which file the administrator edits. Device mode and accounts are answered meanwhile.

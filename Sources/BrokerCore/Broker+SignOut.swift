@@ -153,8 +153,11 @@ extension Broker {
         }
         if configuration.browserSignOut.endsBrowserSession(appAsked: fromBrowser) {
             do {
+                // Handing the page to the browser is all brokerd can know: whether the browser reached
+                // it and the provider ended its session is never reported back, so `browserSessionEnded`
+                // stays false.
                 if try await provider.endBrowserSession(clientId: clientId, idTokenHint: idTokenHint) == .done {
-                    outcome.browserSessionEnded = true
+                    outcome.browserLogoutOpened = true
                 } else {
                     outcome.note("the provider offers no end_session_endpoint; its browser session stays")
                 }

@@ -4,11 +4,11 @@
 public typealias SignOutOutcome = SignOutResult
 
 extension SignOutResult {
-    /// Nothing done yet: no token left unrevoked, no browser session ended, nothing cleaned up.
+    /// Nothing done yet: no token left unrevoked, no sign-out page opened, nothing cleaned up.
     public init() {
         self.init(
-            tokensRevoked: true, browserSessionEnded: false, notes: [], cause: .app, cleanedUp: [], notCleanedUp: [],
-            cleanedUpCount: 0, notCleanedUpCount: 0)
+            tokensRevoked: true, browserSessionEnded: false, browserLogoutOpened: false, notes: [], cause: .app,
+            cleanedUp: [], notCleanedUp: [], cleanedUpCount: 0, notCleanedUpCount: 0)
     }
 
     /// Adds what could not be done, once.

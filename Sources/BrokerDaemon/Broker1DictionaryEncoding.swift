@@ -119,6 +119,7 @@ extension SignOutResult {
     /// As the contract's a{sv}: its entries in key order, every text through the outside-text rule.
     var busValue: DBusValue {
         .dictionary(keySignature: "s", valueSignature: "v", [
+            DBusDictEntry(key: .string(SignOutResultKey.browserLogoutOpened), value: .variant(.bool(browserLogoutOpened))),
             DBusDictEntry(key: .string(SignOutResultKey.browserSessionEnded), value: .variant(.bool(browserSessionEnded))),
             DBusDictEntry(key: .string(SignOutResultKey.cause), value: .variant(.string(cause.rawValue))),
             DBusDictEntry(key: .string(SignOutResultKey.cleanedUp), value: .variant(.strings(cleanedUp.map(OutsideText.cleaned)))),

@@ -192,7 +192,8 @@ struct RunningDaemon {
             clientSecrets: try options.configuration.clientSecrets(), tenantId: options.configuration.tenantId ?? "",
             allowPasswordGrant: options.configuration.allowPasswordGrant == true,
             clientCapabilities: options.configuration.clientCapabilities ?? [],
-            urlOpener: DesktopPortal(connection: connection, fallback: BrowserCommand(), logger: logger))
+            urlOpener: DesktopPortal(connection: connection, fallback: BrowserCommand(), logger: logger),
+            loopbackRedirectPorts: options.configuration.loopbackRedirectPorts?.range)
         return Provider(identity: oidc, oidc: oidc, authority: authority)
     }
 

@@ -102,6 +102,47 @@ public struct DaemonConfigurationFile: Decodable, Sendable {
     public var sessionCheckSeconds: Int?
     /// Capabilities every token request declares in `claims` (`xms_cc`), e.g. `["cp1"]` for CAE.
     public var clientCapabilities: [String]?
+    /// The ports of 127.0.0.1 a browser sign-in's redirect may use, for providers that match the
+    /// redirect URI exactly (absent: any port the system picks, as RFC 8252 allows).
+    public var loopbackRedirectPorts: LoopbackRedirectPorts?
+
+    /// `loopbackRedirectPorts`: one port (`53100` or `"53100"`) or a short range (`"53100-53109"`).
+    public struct LoopbackRedirectPorts: Decodable, Sendable, Equatable {
+        public var range: ClosedRange<UInt16>
+        /// The ports a range may hold: a listener per sign-in in progress, of a few at once.
+        public static let maximumCount = 100
+        /// Below are the privileged ports, which brokerd (a user's process) cannot listen on.
+        public static let lowest = 1024
+
+        public init(_ range: ClosedRange<UInt16>) { self.range = range }
+
+        public init(from decoder: any Decoder) throws {
+            let single = try decoder.singleValueContainer()
+            let bounds: [Int]
+            if let port = try? single.decode(Int.self) {
+                bounds = [port, port]
+            } else {
+                let text = try single.decode(String.self)
+                let parts = text.split(separator: "-", maxSplits: 1, omittingEmptySubsequences: false)
+                let numbers = parts.compactMap { part -> Int? in
+                    guard !part.isEmpty, part.count <= 5, part.allSatisfy({ $0.isASCII && $0.isNumber }) else {
+                        return nil
+                    }
+                    return Int(part)
+                }
+                guard numbers.count == parts.count else {
+                    throw DecodingError.dataCorruptedError(in: single, debugDescription: "not a port or range")
+                }
+                bounds = numbers.count == 1 ? [numbers[0], numbers[0]] : numbers
+            }
+            guard bounds[0] >= Self.lowest, bounds[1] <= Int(UInt16.max), bounds[0] <= bounds[1],
+                bounds[1] - bounds[0] < Self.maximumCount
+            else {
+                throw DecodingError.dataCorruptedError(in: single, debugDescription: "not a port range brokerd takes")
+            }
+            range = UInt16(bounds[0])...UInt16(bounds[1])
+        }
+    }
 
     /// `sharedSignals`: the transmitter (its issuer) and the broker's own client at the authority.
     public struct SharedSignals: Decodable, Sendable {
@@ -168,7 +209,7 @@ public struct DaemonConfigurationFile: Decodable, Sendable {
     private enum CodingKeys: String, CodingKey, CaseIterable {
         case deviceMode, authority, tenantId, clients, tokenStorage, allowPasswordGrant, compatibility, browserSignOut
         case maxClients, signOutAfterReboot, clearOnSignOut, signOutOnLock, idleSignOutSeconds, idleWarningSeconds
-        case sharedSignals, sessionCheckSeconds, clientCapabilities
+        case sharedSignals, sessionCheckSeconds, clientCapabilities, loopbackRedirectPorts
     }
 
     /// Every key the file may have (broker.conf(5) documents each).
@@ -198,6 +239,8 @@ public struct DaemonConfigurationFile: Decodable, Sendable {
         idleWarningSeconds = try values.setting(Int.self, .idleWarningSeconds, in: 0...86_400, takes: "seconds")
         sharedSignals = try values.setting(SharedSignals.self, .sharedSignals, takes: Takes.sharedSignals)
         sessionCheckSeconds = try values.setting(Int.self, .sessionCheckSeconds, in: 0...86_400, takes: "seconds")
+        loopbackRedirectPorts = try values.setting(
+            LoopbackRedirectPorts.self, .loopbackRedirectPorts, takes: Takes.loopbackRedirectPorts)
         let capabilities = #"an array of capability names, e.g. ["cp1"]"#
         clientCapabilities = try values.setting([String].self, .clientCapabilities, takes: capabilities)
         for capability in clientCapabilities ?? []
@@ -216,8 +259,10 @@ public struct DaemonConfigurationFile: Decodable, Sendable {
         compatibility: [CompatibilityProtocol]? = nil, browserSignOut: BrowserSignOutPolicy? = nil,
         maxClients: Int? = nil, signOutAfterReboot: Bool? = nil, clearOnSignOut: [String]? = nil,
         signOutOnLock: Bool? = nil, idleSignOutSeconds: Int? = nil, idleWarningSeconds: Int? = nil,
-        sharedSignals: SharedSignals? = nil, sessionCheckSeconds: Int? = nil, clientCapabilities: [String]? = nil
+        sharedSignals: SharedSignals? = nil, sessionCheckSeconds: Int? = nil, clientCapabilities: [String]? = nil,
+        loopbackRedirectPorts: LoopbackRedirectPorts? = nil
     ) {
+        self.loopbackRedirectPorts = loopbackRedirectPorts
         self.sharedSignals = sharedSignals
         self.sessionCheckSeconds = sessionCheckSeconds
         self.clientCapabilities = clientCapabilities
@@ -301,7 +346,8 @@ public struct DaemonConfigurationFile: Decodable, Sendable {
             idleWarningSeconds: administrator.idleWarningSeconds ?? idleWarningSeconds,
             sharedSignals: administrator.sharedSignals ?? sharedSignals,
             sessionCheckSeconds: administrator.sessionCheckSeconds ?? sessionCheckSeconds,
-            clientCapabilities: administrator.clientCapabilities ?? clientCapabilities)
+            clientCapabilities: administrator.clientCapabilities ?? clientCapabilities,
+            loopbackRedirectPorts: administrator.loopbackRedirectPorts ?? loopbackRedirectPorts)
     }
 
     /// The user's configuration (`--config`): a regular file of the user's or root's that nobody
@@ -587,6 +633,10 @@ enum Takes {
     static let url = #"a URL, e.g. "https://login.example/TENANT/v2.0""#
     static let path = #"an absolute path, e.g. "/etc/shared-device-broker/app.secret""#
     static let secretMethod = #""client_secret_basic" or "client_secret_post""#
+    static let loopbackRedirectPorts =
+        "a port of 127.0.0.1 from \(DaemonConfigurationFile.LoopbackRedirectPorts.lowest) to 65535, or a range of at "
+        + "most \(DaemonConfigurationFile.LoopbackRedirectPorts.maximumCount) of them, lowest first, e.g. 53100 or "
+        + #""53100-53109""#
     static let client = #"objects, one per app, e.g. {"clientId": "mail-app", "name": "Mail"}"#
     static let sharedSignals =
         #"an object, e.g. {"transmitter": "https://login.example/TENANT/v2.0", "clientId": "broker", "#

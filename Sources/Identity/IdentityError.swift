@@ -30,6 +30,9 @@ public enum IdentityError: Error, Sendable, Equatable, CustomStringConvertible {
     case cancelled
     /// No browser could be given a page: what was tried and why each failed.
     case browserUnavailable(String)
+    /// Every port the administrator fixed for the browser's return (`loopbackRedirectPorts`) is
+    /// taken: the text names them and what to do.
+    case redirectPortsTaken(String)
     /// The authority is not an OpenID Connect issuer (its discovery document is not there, or is
     /// another issuer's): a configuration to fix, not a provider to wait for. The text says which.
     case notAnIssuer(String)
@@ -47,7 +50,7 @@ public enum IdentityError: Error, Sendable, Equatable, CustomStringConvertible {
         case .badResponse(let why): return "the identity provider's answer is not valid: \(why)"
         case .invalidIDToken(let why): return "the ID token is not valid: \(why)"
         case .unavailable(let text), .serverFailure(let text), .tenantNotAllowed(let text),
-            .staleAuthentication(let text):
+            .staleAuthentication(let text), .redirectPortsTaken(let text):
             return text
         case .cancelled: return "the request was cancelled"
         case .browserUnavailable(let why): return "no browser could be opened: \(why)"
@@ -98,6 +101,8 @@ public enum IdentityError: Error, Sendable, Equatable, CustomStringConvertible {
             return BrokerFailure(.cancelled, "the request was cancelled")
         case .browserUnavailable:
             return BrokerFailure(.browserUnavailable, description)
+        case .redirectPortsTaken(let text):
+            return BrokerFailure(.browserUnavailable, text)
         case .notAnIssuer(let text):
             return BrokerFailure(.notConfigured, text)
         case .oauth(let status, let error, _, let codes, let suberror):

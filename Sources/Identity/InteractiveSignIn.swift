@@ -4,7 +4,8 @@ import FoundationEssentials
 import HTTP
 
 /// Authorization code with PKCE in the system browser (OAuth 2.0 for native apps, RFC 8252):
-/// a loopback redirect on 127.0.0.1 with a port chosen per flow, `state` against forgery,
+/// a loopback redirect on 127.0.0.1 with a port chosen per flow (or one of the administrator's
+/// `loopbackRedirectPorts`, for providers that match the redirect URI exactly), `state` against forgery,
 /// `nonce` bound into the ID token, S256 code challenge (RFC 7636).
 extension OIDCProvider {
     /// The provider exchanges before and after the browser (discovery; the code grant) each have
@@ -25,7 +26,10 @@ extension OIDCProvider {
         let listener: LoopbackRedirectListener
         // The listener outlives the flow's deadline a little at most, whatever becomes of the flow.
         do {
-            listener = try LoopbackRedirectListener(expectedState: state, lifetime: request.timeout + .seconds(30))
+            listener = try LoopbackRedirectListener(
+                expectedState: state, lifetime: request.timeout + .seconds(30), ports: loopbackRedirectPorts)
+        } catch .redirectPortsTaken(let why) {
+            throw BrokerFailure(.browserUnavailable, why)
         } catch {
             throw BrokerFailure(.serverError, "\(error)")
         }

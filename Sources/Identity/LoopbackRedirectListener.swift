@@ -1,8 +1,9 @@
 import Glibc
 import Locking
 
-/// The loopback listener of RFC 8252 (7.3): HTTP on 127.0.0.1, a port the system picks per flow.
-/// It serves two kinds of address:
+/// The loopback listener of RFC 8252 (7.3): HTTP on 127.0.0.1, a port the system picks per flow,
+/// or the first free one of the ports the administrator fixed (`loopbackRedirectPorts`) for a
+/// provider that matches `redirect_uri` exactly. It serves two kinds of address:
 ///
 /// - one-time start addresses, `/start/<random id>`: what the browser is given instead of the
 ///   provider's URL. Every uid reads every process's command line (`/proc/PID/cmdline`), so the
@@ -27,7 +28,7 @@ final class LoopbackRedirectListener: Sendable {
     /// The longest request line read: an authorization response is far shorter.
     static let maximumRequestBytes = 16384
 
-    /// The port the system chose.
+    /// The port the system chose, or the one of `ports` that was free.
     let port: UInt16
     private let shared: Shared
 
@@ -70,38 +71,23 @@ final class LoopbackRedirectListener: Sendable {
         }
     }
 
-    /// Listens on a new loopback port. `expectedState` is the flow's `state` (nil: the listener only
-    /// serves start addresses, and ends once they have been served). Whatever happens, it stops
-    /// serving after `lifetime`.
-    init(expectedState: String?, lifetime: Duration) throws(IdentityError) {
+    /// Listens on a new loopback port: one the system picks, or with `ports` the first of them no
+    /// other socket listens on (``IdentityError/redirectPortsTaken(_:)`` when every one is taken).
+    /// `expectedState` is the flow's `state` (nil: the listener only serves start addresses, and
+    /// ends once they have been served). Whatever happens, it stops serving after `lifetime`.
+    init(expectedState: String?, lifetime: Duration, ports: ClosedRange<UInt16>? = nil) throws(IdentityError) {
         guard let peers = PeerUser() else {
             throw IdentityError.badResponse(
                 "cannot ask the kernel which user connects to the loopback listener (a NETLINK_SOCK_DIAG socket: "
                     + "\(String(cString: strerror(errno)))); a sandbox must allow AF_NETLINK")
         }
-        let fd = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        guard fd >= 0 else { throw IdentityError.badResponse("cannot open a loopback socket for the redirect") }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = in_addr_t(0x7F00_0001).bigEndian
-        address.sin_port = 0
-        let bound = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
-            }
-        }
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let named = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
-        }
-        // The kernel's largest queue: a flood is accepted (and refused) by the serving thread at
-        // once rather than left in a short queue that the browser's connection would wait behind.
-        guard bound == 0, named == 0, listen(fd, SOMAXCONN) == 0, let pipe = Pipe.make(nonBlocking: true) else {
+        let (fd, chosen) = try Self.listen(on: ports)
+        guard let pipe = Pipe.make(nonBlocking: true) else {
             close(fd)
             throw IdentityError.badResponse("cannot listen on a loopback port for the redirect")
         }
         Self.makeNonBlocking(fd)
-        port = UInt16(bigEndian: address.sin_port)
+        port = chosen
         let shared = Shared(wake: pipe.write)
         self.shared = shared
         let server = Server(
@@ -112,6 +98,55 @@ final class LoopbackRedirectListener: Sendable {
 
     /// `http://127.0.0.1:PORT/`.
     var redirectURI: String { "http://127.0.0.1:\(port)/" }
+
+    /// A listening socket on 127.0.0.1 and its port: the system's choice, or the first of `ports`
+    /// free. A port of `ports` counts as taken only while a socket listens on it (another program,
+    /// another sign-in's listener): `SO_REUSEADDR` lets a port whose last sign-in's connections
+    /// linger in TIME_WAIT be listened on again at once, as a fixed port must be, and never lets
+    /// two sockets listen on one port.
+    private static func listen(on ports: ClosedRange<UInt16>?) throws(IdentityError) -> (Int32, UInt16) {
+        for candidate in ports.map(Array.init) ?? [0] {
+            let fd = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+            guard fd >= 0 else { throw IdentityError.badResponse("cannot open a loopback socket for the redirect") }
+            if ports != nil {
+                var on: Int32 = 1
+                _ = setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, socklen_t(MemoryLayout<Int32>.size))
+            }
+            var address = sockaddr_in()
+            address.sin_family = sa_family_t(AF_INET)
+            address.sin_addr.s_addr = in_addr_t(0x7F00_0001).bigEndian
+            address.sin_port = candidate.bigEndian
+            let bound = withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                    bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+                }
+            }
+            // The kernel's largest queue: a flood is accepted (and refused) by the serving thread at
+            // once rather than left in a short queue that the browser's connection would wait behind.
+            let listening = bound == 0 && Glibc.listen(fd, SOMAXCONN) == 0
+            let failure = errno
+            var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+            let named =
+                listening
+                && withUnsafeMutablePointer(to: &address) {
+                    $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
+                } == 0
+            if named { return (fd, UInt16(bigEndian: address.sin_port)) }
+            close(fd)
+            guard ports != nil, !listening, failure == EADDRINUSE else {
+                throw IdentityError.badResponse("cannot listen on a loopback port for the redirect")
+            }
+        }
+        guard let ports else { throw IdentityError.badResponse("cannot listen on a loopback port for the redirect") }
+        let named =
+            ports.count == 1
+            ? "port \(ports.lowerBound), which is" : "ports \(ports.lowerBound)-\(ports.upperBound), each of which is"
+        throw IdentityError.redirectPortsTaken(
+            "the browser cannot return to this sign-in: loopbackRedirectPorts in broker.conf allows only 127.0.0.1 "
+                + "\(named) taken (by another sign-in in progress, or another program listening there); try again "
+                + "when a sign-in has finished, or free the port, or give loopbackRedirectPorts more ports and "
+                + "register their redirect URIs (http://127.0.0.1:PORT/) at the provider")
+    }
 
     /// A one-time local address that sends the browser on to `target` (once, and only a browser of
     /// brokerd's own uid): what goes on a command line or to the desktop portal instead of `target`.

@@ -40,6 +40,8 @@ public final class OIDCProvider: IdentityProvider {
     let allowPasswordGrant: Bool
     /// Declared in every request's `claims` as `xms_cc` (e.g. `cp1`: the client answers CAE's claims challenges).
     let clientCapabilities: [String]
+    /// The ports a browser sign-in's redirect may use (`loopbackRedirectPorts`); nil: any the system picks.
+    let loopbackRedirectPorts: ClosedRange<UInt16>?
     let metadata: MetadataCache
     private let signingKeys: SigningKeysCache
     let nativeAuthentication = NativeAuthenticationSupport()
@@ -52,13 +54,13 @@ public final class OIDCProvider: IdentityProvider {
         authority: Authority, http: HTTPClient = .shared, clock: any WallClock, logger: Logger,
         clientSecrets: [String: ClientSecret] = [:], tenantId: String = "", allowPasswordGrant: Bool = false,
         clientCapabilities: [String] = [], retryPolicy: RetryPolicy = .standard,
-        urlOpener: any URLOpener = BrowserCommand()
+        urlOpener: any URLOpener = BrowserCommand(), loopbackRedirectPorts: ClosedRange<UInt16>? = nil
     ) {
         self.init(
             authority: authority, requester: ProviderHTTP(http: http, policy: retryPolicy, logger: logger),
             clock: clock, logger: logger, clientSecrets: clientSecrets, tenantId: tenantId,
             allowPasswordGrant: allowPasswordGrant, clientCapabilities: clientCapabilities, urlOpener: urlOpener,
-            stopTransport: { await http.stop() })
+            loopbackRedirectPorts: loopbackRedirectPorts, stopTransport: { await http.stop() })
     }
 
     /// A provider whose requests go through `requester` (tests inject a transport, a clock and a sleeper).
@@ -66,9 +68,10 @@ public final class OIDCProvider: IdentityProvider {
         authority: Authority, requester: ProviderHTTP, clock: any WallClock, logger: Logger,
         clientSecrets: [String: ClientSecret] = [:], tenantId: String = "", allowPasswordGrant: Bool = false,
         clientCapabilities: [String] = [], urlOpener: any URLOpener = BrowserCommand(),
-        stopTransport: @escaping @Sendable () async -> Void = {}
+        loopbackRedirectPorts: ClosedRange<UInt16>? = nil, stopTransport: @escaping @Sendable () async -> Void = {}
     ) {
         self.clientCapabilities = clientCapabilities
+        self.loopbackRedirectPorts = loopbackRedirectPorts
         self.stopTransport = stopTransport
         self.urlOpener = urlOpener
         self.allowPasswordGrant = allowPasswordGrant

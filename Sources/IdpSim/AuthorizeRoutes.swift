@@ -41,6 +41,18 @@ struct AuthorizeRoutes: Sendable {
         guard let clientId = query.nonEmpty("client_id"), let client = provider.users.client(clientId) else {
             return Self.page(status: .badRequest, title: "Sign-in error", body: "<p>Unknown or missing client_id.</p>")
         }
+        if provider.settings.exactRedirectURIs, let redirectUri = query.nonEmpty("redirect_uri"),
+            !client.redirectUris.contains(redirectUri)
+        {
+            // Worded as such providers word it: what was sent, and that it is not registered.
+            let registered = client.redirectUris.isEmpty ? "none" : client.redirectUris.joined(separator: ", ")
+            return Self.page(
+                status: .badRequest, title: "Sign-in error",
+                body:
+                    "<p>The redirect URI \(Self.escape(redirectUri)) specified in the request does not match the "
+                    + "redirect URIs configured for the application \(Self.escape(client.clientId)) (registered: "
+                    + "\(Self.escape(registered))). Redirect URIs are matched exactly, port included.</p>")
+        }
         guard let redirectUri = query.nonEmpty("redirect_uri"), Self.isAllowedRedirect(redirectUri, for: client) else {
             return Self.page(
                 status: .badRequest, title: "Sign-in error",

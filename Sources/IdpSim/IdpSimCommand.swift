@@ -76,6 +76,13 @@ struct IdpSimCommand: AsyncParsableCommand {
                 + "HTML login page, 200, as a web server in front of a provider may."))
     var loginPageForUnknownPaths = false
 
+    @Flag(
+        help: ArgumentHelp(
+            "Match redirect_uri exactly, port included, against the client's registered redirectUris (as many "
+                + "providers do, against RFC 8252's any-port rule for loopback); a client with none registered "
+                + "can then not use the browser flow."))
+    var exactRedirectUris = false
+
     @Option(help: "trace, debug, info, notice, warning, error or critical.")
     var logLevel: String = "info"
 
@@ -114,7 +121,8 @@ struct IdpSimCommand: AsyncParsableCommand {
             codeLifetime: codeLifetime, without: Set(without), multiTenant: entraCommon,
             deviceCodeLifetime: deviceCodeLifetime, deviceCodeInterval: deviceCodeInterval,
             deviceCodeSlowDowns: deviceCodeSlowDown, ignoresReauthentication: ignoreReauthentication,
-            refusesRevocation: refuseRevocation, servesLoginPageForUnknownPaths: loginPageForUnknownPaths)
+            refusesRevocation: refuseRevocation, servesLoginPageForUnknownPaths: loginPageForUnknownPaths,
+            exactRedirectURIs: exactRedirectUris)
         if entraCommon {
             settings.without.formUnion([.revocation, .nativeAuth, .nativeSSO, .tokenExchange, .sharedSignals])
         }

@@ -27,6 +27,9 @@ struct ProviderSettings: Sendable {
     /// Answer every path it has no route for (native authentication's too, when left out) with a
     /// login page, `200 text/html`, as many web servers in front of a provider do.
     var servesLoginPageForUnknownPaths = false
+    /// Compare `redirect_uri` with the registered ones exactly, port included, as many providers
+    /// do instead of RFC 8252's any-port rule (`--exact-redirect-uris`).
+    var exactRedirectURIs = false
 }
 
 /// What a standards-compliant provider may lack; the broker must work without each.

@@ -265,13 +265,14 @@ extension SignOutResult {
     init(busEntries d: [String: DBusValue]) throws(BrokerError) {
         let tokensRevoked = d[SignOutResultKey.tokensRevoked]?.bool ?? true
         let browserSessionEnded = d[SignOutResultKey.browserSessionEnded]?.bool ?? false
+        let browserLogoutOpened = d[SignOutResultKey.browserLogoutOpened]?.bool ?? false
         let notes = d[SignOutResultKey.notes]?.stringArray ?? []
         let cause = d[SignOutResultKey.cause]?.string.flatMap(SignOutCause.init(rawValue:)) ?? .app
         let cleanedUp = d[SignOutResultKey.cleanedUp]?.stringArray ?? []
         let notCleanedUp = d[SignOutResultKey.notCleanedUp]?.stringArray ?? []
         let cleanedUpCount = d[SignOutResultKey.cleanedUpCount]?.uint32.map { Int(clamping: $0) } ?? cleanedUp.count
         let notCleanedUpCount = d[SignOutResultKey.notCleanedUpCount]?.uint32.map { Int(clamping: $0) } ?? notCleanedUp.count
-        self.init(tokensRevoked: tokensRevoked, browserSessionEnded: browserSessionEnded, notes: notes, cause: cause, cleanedUp: cleanedUp, notCleanedUp: notCleanedUp, cleanedUpCount: cleanedUpCount, notCleanedUpCount: notCleanedUpCount)
+        self.init(tokensRevoked: tokensRevoked, browserSessionEnded: browserSessionEnded, browserLogoutOpened: browserLogoutOpened, notes: notes, cause: cause, cleanedUp: cleanedUp, notCleanedUp: notCleanedUp, cleanedUpCount: cleanedUpCount, notCleanedUpCount: notCleanedUpCount)
     }
 
     /// The value when `value` holds one, nil when it is absent; throws when it is not one.

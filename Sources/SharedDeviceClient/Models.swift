@@ -86,15 +86,17 @@ public struct AccountChange: Sendable, Equatable {
 
 extension SignOutResult {
     /// Creates a result value (apps normally get them from the broker); the counts default to the
-    /// paths given.
+    /// paths given. `browserSessionEnded` is deprecated: the broker always reports false (it cannot
+    /// confirm that the provider ended its session); `browserLogoutOpened` says what it did.
     public init(
-        tokensRevoked: Bool, browserSessionEnded: Bool, notes: [String], cause: SignOutCause = .app,
-        cleanedUp: [String] = [], notCleanedUp: [String] = [], cleanedUpCount: Int? = nil,
+        tokensRevoked: Bool, browserSessionEnded: Bool = false, browserLogoutOpened: Bool = false, notes: [String],
+        cause: SignOutCause = .app, cleanedUp: [String] = [], notCleanedUp: [String] = [], cleanedUpCount: Int? = nil,
         notCleanedUpCount: Int? = nil
     ) {
         self.init(
-            tokensRevoked: tokensRevoked, browserSessionEnded: browserSessionEnded, notes: notes, cause: cause,
-            cleanedUp: cleanedUp, notCleanedUp: notCleanedUp, cleanedUpCount: cleanedUpCount ?? cleanedUp.count,
+            tokensRevoked: tokensRevoked, browserSessionEnded: browserSessionEnded,
+            browserLogoutOpened: browserLogoutOpened, notes: notes, cause: cause, cleanedUp: cleanedUp,
+            notCleanedUp: notCleanedUp, cleanedUpCount: cleanedUpCount ?? cleanedUp.count,
             notCleanedUpCount: notCleanedUpCount ?? notCleanedUp.count)
     }
 }

@@ -155,7 +155,9 @@ public final class PublicClientApplication: Sendable {
     /// Signs out (MSAL: `signout(with:signoutParameters:)`). In shared mode this signs the whole
     /// device out, and every app hears of it. `account` nil means the signed-in account.
     /// The result says what the provider could not do (revoke tokens, end the browser session);
-    /// the account is signed out either way.
+    /// the account is signed out either way. ``SignOutResult/browserLogoutOpened`` says that the
+    /// provider's sign-out page was handed to the browser, which is all the broker knows of the
+    /// browser session; ``SignOutResult/browserSessionEnded`` is deprecated and always false.
     @discardableResult
     public func signOut(account: Account?, parameters: SignoutParameters = SignoutParameters())
         async throws(BrokerError) -> SignOutResult

@@ -344,6 +344,11 @@ struct SignOut: AsyncCommand {
                 .signOut(account: nil, parameters: SignoutParameters(signoutFromBrowser: fromBrowser))
             if common.json { return Output.json(SignOutOutput(signedOut: true, result: result)) }
             print("Signed out.")
+            if result.browserLogoutOpened {
+                print(
+                    "The provider's sign-out page was opened in the browser; "
+                        + "whether it ended the session is not known.")
+            }
             for note in result.notes { Output.note("Note: \(Output.shown(note)).") }
             for path in result.notCleanedUp { Output.note("Not cleared: \(Output.shown(path))") }
             if result.notCleanedUpCount > result.notCleanedUp.count {

@@ -21,7 +21,10 @@ public struct SignOutOutput: Encodable {
     var signedOut: Bool
     var cause: String
     var tokensRevoked: Bool
+    /// Deprecated: always false (brokerd cannot confirm it); kept for scripts written before `browserLogoutOpened`.
     var browserSessionEnded: Bool
+    /// The provider's sign-out page was handed to the browser.
+    var browserLogoutOpened: Bool
     var notes: [String]
     var cleanedUp: [String]
     var notCleanedUp: [String]
@@ -33,6 +36,7 @@ public struct SignOutOutput: Encodable {
         cause = result.cause.rawValue
         tokensRevoked = result.tokensRevoked
         browserSessionEnded = result.browserSessionEnded
+        browserLogoutOpened = result.browserLogoutOpened
         notes = result.notes
         cleanedUp = result.cleanedUp
         notCleanedUp = result.notCleanedUp

@@ -39,6 +39,25 @@ struct DaemonConfigurationTests {
         }
     }
 
+    @Test("loopbackRedirectPorts: one port as a number or a string, or a range; absent, any port")
+    func loopbackRedirectPortsAreReadAsWritten() throws {
+        let files = try Files()
+        for (text, range) in [
+            ("53100", UInt16(53100)...53100), (#""53100""#, 53100...53100), (#""53100-53109""#, 53100...53109),
+            ("65535", 65535...65535), (#""1024-1123""#, 1024...1123),
+        ] as [(String, ClosedRange<UInt16>)] {
+            let file = try files.write("ports.json", #"{"loopbackRedirectPorts": \#(text)}"#, mode: 0o644)
+            #expect(try DaemonConfigurationFile.load(path: file).loopbackRedirectPorts?.range == range, "\(text)")
+        }
+        let none = try files.write("none.json", "{}", mode: 0o644)
+        #expect(try DaemonConfigurationFile.load(path: none).loopbackRedirectPorts == nil)
+        // The administrator's ports win over the user's.
+        let user = DaemonConfigurationFile(loopbackRedirectPorts: .init(50000...50001))
+        let admin = DaemonConfigurationFile(loopbackRedirectPorts: .init(53100...53100))
+        #expect(user.overridden(by: admin).loopbackRedirectPorts?.range == 53100...53100)
+        #expect(user.overridden(by: DaemonConfigurationFile()).loopbackRedirectPorts?.range == 50000...50001)
+    }
+
     @Test func compatibilityNamesTheProtocolsToServe() throws {
         let files = try Files()
         let asked = try files.write("asked.json", #"{"compatibility": ["microsoft-broker1"]}"#, mode: 0o644)
@@ -383,6 +402,17 @@ struct DaemonConfigurationTests {
                 #"["deviceMode", "shared"]"#,
                 #"the file is ["deviceMode", "shared"]; it takes a JSON object of settings"#
             ),
+            (
+                #"{"loopbackRedirectPorts": "53109-53100"}"#,
+                #"loopbackRedirectPorts is "53109-53100"; it takes a port of 127.0.0.1 from 1024 to 65535, or a range"#
+            ),
+            (#"{"loopbackRedirectPorts": 80}"#, "loopbackRedirectPorts is 80; it takes a port of 127.0.0.1 from 1024"),
+            (#"{"loopbackRedirectPorts": 65536}"#, "loopbackRedirectPorts is 65536; it takes a port"),
+            (#"{"loopbackRedirectPorts": "50000-50100"}"#, #"loopbackRedirectPorts is "50000-50100"; it takes"#),
+            (#"{"loopbackRedirectPorts": "53100-"}"#, #"loopbackRedirectPorts is "53100-"; it takes"#),
+            (#"{"loopbackRedirectPorts": "any"}"#, #"loopbackRedirectPorts is "any"; it takes"#),
+            (#"{"loopbackRedirectPorts": "+5310"}"#, #"loopbackRedirectPorts is "+5310"; it takes"#),
+            (#"{"loopbackRedirectPorts": [53100]}"#, "loopbackRedirectPorts is [53100]; it takes a port"),
         ] as [(String, String)])
     func wrongTypes(_ text: String, _ why: String) throws {
         try Self.expectRefused(text, saying: why)

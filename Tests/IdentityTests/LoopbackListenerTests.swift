@@ -42,6 +42,31 @@ struct LoopbackListenerTests {
         #expect(await listener.waitForRedirect() == ["code": "c", "state": "the-state"])
     }
 
+    @Test("fixed ports: the first free one of the range, none twice, every one taken said by name")
+    func fixedPorts() async throws {
+        let ports: ClosedRange<UInt16> = 29190...29191
+        let first = try LoopbackRedirectListener(expectedState: "a", lifetime: .seconds(30), ports: ports)
+        defer { first.shutDown() }
+        let second = try LoopbackRedirectListener(expectedState: "b", lifetime: .seconds(30), ports: ports)
+        defer { second.shutDown() }
+        #expect(first.port == 29190 && second.port == 29191)
+        #expect(first.redirectURI == "http://127.0.0.1:29190/")
+        #expect(throws: IdentityError.self) {
+            _ = try LoopbackRedirectListener(expectedState: "c", lifetime: .seconds(30), ports: ports)
+        }
+        do {
+            _ = try LoopbackRedirectListener(expectedState: "c", lifetime: .seconds(30), ports: 29191...29191)
+            Issue.record("a second listener on a port in use")
+        } catch .redirectPortsTaken(let why) {
+            #expect(why.contains("loopbackRedirectPorts") && why.contains("port 29191"), "\(why)")
+        } catch {
+            Issue.record("\(error)")
+        }
+        // The flows still answer on their own ports.
+        #expect(Self.get(second.port, "/?code=c&state=b").hasPrefix("HTTP/1.1 200"))
+        #expect(await second.waitForRedirect() == ["code": "c", "state": "b"])
+    }
+
     @Test("a browser command's output is quoted on one line, escaped, without URL queries")
     func quotedOutput() {
         let output =

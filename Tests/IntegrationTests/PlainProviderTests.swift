@@ -33,6 +33,7 @@ struct PlainProviderTests {
         #expect(result["signedOut"] as? Bool == true)
         #expect(result["tokensRevoked"] as? Bool == false)
         #expect(result["browserSessionEnded"] as? Bool == false)
+        #expect(result["browserLogoutOpened"] as? Bool == false)
         let notes = result["notes"] as? [String] ?? []
         #expect(
             notes.contains { $0.contains("no token revocation") }
@@ -50,14 +51,45 @@ struct PlainProviderTests {
                 || code.stderr.contains("io.shareddevice.Broker1.Error.NotSupported"), "\(code.stderr)")
     }
 
-    @Test("with every endpoint, sign-out says it revoked the tokens and ended the browser session")
+    @Test("with every endpoint, sign-out says it revoked the tokens and opened the provider's sign-out page")
     func fullProvider() async throws {
         let env = try BrokerEnvironment()
         #expect(try env.signIn(TestUsers.alice, client: "mail-app").status == 0)
-        let result = try env.brokerctl(["sign-out", "--client-id", "mail-app", "--from-browser", "--json"]).json()
+        let signOut = try env.brokerctl(["sign-out", "--client-id", "mail-app", "--from-browser", "--json"])
+        let result = try signOut.json()
         #expect(result["tokensRevoked"] as? Bool == true)
-        #expect(result["browserSessionEnded"] as? Bool == true)
+        // brokerd handed the page to the browser; it cannot know the provider ended its session.
+        #expect(result["browserLogoutOpened"] as? Bool == true, "\(signOut.stdout)")
+        #expect(result["browserSessionEnded"] as? Bool == false, "\(signOut.stdout)")
         #expect((result["notes"] as? [String])?.isEmpty == true)
         #expect(try await env.browser.nextProviderURL().hasPrefix(env.idp.authority + "/oauth2/v2.0/logout?"))
+    }
+
+    /// What an app of any library reads on the bus: every key of the result, the new one beside
+    /// the deprecated one, which a password sign-in (an ID token without `sid`) never makes true.
+    @Test("SignOut's reply on the bus: browserLogoutOpened true, browserSessionEnded false, every key present")
+    func signOutResultKeysOnTheBus() async throws {
+        let env = try BrokerEnvironment()
+        #expect(try env.signIn(TestUsers.alice, client: "mail-app").status == 0)
+        let reply = try env.gdbusCall(.signOut, ["mail-app", "", "{'signoutFromBrowser': <true>}"])
+        #expect(reply.status == 0, "\(reply.stderr)")
+        let keys = reply.stdout.matches(of: try Regex("'([A-Za-z]+)': <")).compactMap {
+            $0.output[1].substring.map(String.init)
+        }
+        #expect(
+            keys == [
+                "browserLogoutOpened", "browserSessionEnded", "cause", "cleanedUp", "cleanedUpCount", "notCleanedUp",
+                "notCleanedUpCount", "notes", "tokensRevoked",
+            ], "\(reply.stdout)")
+        #expect(reply.stdout.contains("'browserLogoutOpened': <true>"), "\(reply.stdout)")
+        #expect(reply.stdout.contains("'browserSessionEnded': <false>"), "\(reply.stdout)")
+        #expect(try await env.browser.nextProviderURL().hasPrefix(env.idp.authority + "/oauth2/v2.0/logout?"))
+
+        // Signed in again and out in words: the person reads what was done, and no more.
+        #expect(try env.signIn(TestUsers.alice, client: "mail-app").status == 0)
+        let text = try env.brokerctl(["sign-out", "--client-id", "mail-app", "--from-browser"])
+        #expect(text.status == 0, "\(text.stderr)")
+        #expect(text.stdout.contains("sign-out page was opened in the browser"), "\(text.stdout)")
+        #expect(text.stdout.contains("not known"), "\(text.stdout)")
     }
 }
