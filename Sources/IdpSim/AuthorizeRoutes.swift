@@ -14,7 +14,10 @@ struct AuthorizeRoutes: Sendable {
     func register(on router: Router<BasicRequestContext>) {
         let endpoints = provider.endpoints
         router.get(endpoints.route(Endpoints.authorizePath)) { request, _ in
-            await provider.stats.count("authorize")
+            // A request without a client is no sign-in page: brokerd asks one to learn that the
+            // provider answers before it opens a browser.
+            let isSignInPage = request.uri.queryParameters["client_id"] != nil
+            await provider.stats.count(isSignInPage ? "authorize" : "authorize_check")
             await provider.browserRequests.record(request.uri.description)
             return await authorize(request)
         }
