@@ -64,13 +64,32 @@ struct IdpSimCommand: AsyncParsableCommand {
                 + "its old auth_time (to test that the broker refuses it)."))
     var ignoreReauthentication = false
 
+    @Option(
+        help: ArgumentHelp(
+            "Misbehave as --ignore-reauthentication does, but only for a browser session younger than this many "
+                + "seconds (a session just made taken for a fresh authentication).",
+            valueName: "seconds"))
+    var ignoreReauthenticationWithin: Int?
+
+    @Flag(
+        help: ArgumentHelp(
+            "Misbehave: refuse an authorization request that carries max_age, as some providers do (invalid_request, "
+                + "\"max_age invalid\", sent to the redirect URI)."))
+    var refuseMaxAge = false
+
+    @Option(
+        help: ArgumentHelp(
+            "What ID tokens carry as auth_time: honest (when the person authenticated), zero (0, a provider's bug) "
+                + "or absent."))
+    var authTime: AuthTimeClaim = .honest
+
     @Option(help: "trace, debug, info, notice, warning, error or critical.")
     var logLevel: String = "info"
 
     func validate() throws {
         guard (0...65535).contains(port) else { throw ValidationError("--port must be between 0 and 65535") }
         guard accessTokenLifetime > 0, refreshTokenLifetime > 0, codeLifetime > 0, deviceCodeLifetime > 0,
-            deviceCodeInterval > 0, deviceCodeSlowDown >= 0
+            deviceCodeInterval > 0, deviceCodeSlowDown >= 0, (ignoreReauthenticationWithin ?? 1) > 0
         else {
             throw ValidationError("lifetimes must be positive")
         }
@@ -101,7 +120,9 @@ struct IdpSimCommand: AsyncParsableCommand {
             accessTokenLifetime: accessTokenLifetime, refreshTokenLifetime: refreshTokenLifetime,
             codeLifetime: codeLifetime, without: Set(without), multiTenant: entraCommon,
             deviceCodeLifetime: deviceCodeLifetime, deviceCodeInterval: deviceCodeInterval,
-            deviceCodeSlowDowns: deviceCodeSlowDown, ignoresReauthentication: ignoreReauthentication)
+            deviceCodeSlowDowns: deviceCodeSlowDown, ignoresReauthentication: ignoreReauthentication,
+            ignoresReauthenticationWithin: ignoreReauthenticationWithin, refusesMaxAge: refuseMaxAge,
+            authTimeClaim: authTime)
         if entraCommon {
             settings.without.formUnion([.revocation, .nativeAuth, .nativeSSO, .tokenExchange, .sharedSignals])
         }
