@@ -138,6 +138,8 @@ class Flow:
         self.start = start
         self.redirect = ("http://127.0.0.1:%d/" % urllib.parse.urlparse(start).port if start
                          else self.query.get("redirect_uri", ["?"])[0])
+        # Once the page was there: the sign-in had begun.
+        self.shown = time.time()
 
 
 class Suite:
@@ -258,8 +260,15 @@ class Suite:
         return self.kiosk.login_form()
 
     def submit(self, flow, person, label):
-        """Types the person's credentials into the flow's tab; returns brokerctl's (status, out, err)."""
+        """Types the person's credentials into the flow's tab; returns brokerctl's (status, out, err).
+
+        A person takes seconds to type a password, and brokerd refuses an authentication it cannot tell
+        from one made before the sign-in began (auth_time is whole seconds): the form is submitted from
+        the whole second that follows 1.5 s after the page was there, never sooner."""
         self.kiosk.switch(flow.tab)
+        due = int(flow.shown + 1.5) + 1
+        if time.time() < due:
+            time.sleep(due - time.time())
         self.kiosk.fill([("username", person[0]), ("password", person[1])])
         status, out, err = self.ctl.finish(flow.process, 45)
         redirect = flow.redirect
