@@ -554,6 +554,11 @@ class Suite:
                        "the message names the earlier browser session / its authentication time", err.strip())
             current = self.ctl.current("notes-app")
             self.check(current is None, "the device stays signed out (never alice)", current)
+            self.check("session in the browser was ended" in err,
+                       "the refusal says brokerd ended the refused browser session", err.strip())
+            self.check(wait_quietly(lambda: not self.session_cookies(provider), 20),
+                       "the refused sign-in's browser session ended: brokerd opened the end-session page, and "
+                       "idp-sim's session cookie is gone from Chromium")
             run.note("the tab shows after the refused sign-in: %r" % self.kiosk.text().strip()[:120])
             self.kiosk.close_tabs()
         finally:
