@@ -175,10 +175,12 @@ final class TestBrowser: @unchecked Sendable {
 
     /// A person takes seconds to type a password, and brokerd refuses an authentication it cannot
     /// tell from one made before the sign-in began (`auth_time` is whole seconds, and the two clocks
-    /// are not compared): the form is posted from the whole second that follows 1.5 s after the page
-    /// was asked for, never sooner. Not a synchronization: the time a person takes.
+    /// are not compared): the form is posted from the whole second that follows 2 s after the page
+    /// was asked for, never sooner. One of those seconds covers the rounding, the other the time
+    /// brokerd's token request may take to reach idp-sim on a loaded machine. Not a
+    /// synchronization: the time a person takes.
     private static func typeCredentials(since shown: Date) async throws {
-        let due = (shown.timeIntervalSince1970 + 1.5).rounded(.down) + 1
+        let due = (shown.timeIntervalSince1970 + 2).rounded(.down) + 1
         let wait = due - Date().timeIntervalSince1970
         if wait > 0 { try await Task.sleep(for: .milliseconds(Int((wait * 1000).rounded(.up)))) }
     }
