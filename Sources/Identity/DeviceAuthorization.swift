@@ -64,7 +64,7 @@ extension OIDCProvider {
     public func pollDeviceSignIn(clientId: String, deviceCode: String, scopes: Scopes) async throws -> DeviceCodePoll {
         try await requester.withBudget { () async throws(BrokerFailure) -> DeviceCodePoll in
             // RFC 8628 3.4: the token request carries no scope; the grant's was asked for at the start.
-            let (response, endpoints) = try await postGrant(
+            let (response, endpoints, _) = try await postGrant(
                 .signIn(.deviceCode), clientId: clientId, scope: nil,
                 fields: [("grant_type", Self.deviceCodeGrant), ("device_code", deviceCode)])
             if response.status != 200 {

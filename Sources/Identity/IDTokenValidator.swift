@@ -150,7 +150,7 @@ struct IDTokenValidator: Sendable {
             }
         }
 
-        if let recency { try checkAuthenticationTime(claims, issuedAt: iat, now: now, recency: recency) }
+        if let recency { try Self.checkAuthenticationTime(claims, issuedAt: iat, recency: recency) }
 
         if let expectedNonce {
             guard let nonce = claims["nonce"] else {
@@ -162,35 +162,44 @@ struct IDTokenValidator: Sendable {
         }
     }
 
-    /// OpenID Connect Core 3.1.2.1: with `max_age`, the token must carry `auth_time`, and the
-    /// person must have authenticated within `max_age` seconds of the request.
+    /// OpenID Connect Core 3.1.2.1: the person must have authenticated within `max_age` seconds of
+    /// the request (0: during this sign-in), and the token's `auth_time` must show it.
     ///
-    /// `auth_time` is read on the provider's clock, against its `iat`: the token was issued just
-    /// now, so `iat - auth_time` is how long ago the person authenticated, whatever the offset
-    /// between the two clocks. No skew allowance is needed, and none is given to an old session.
-    private func checkAuthenticationTime(
-        _ claims: JSONValue, issuedAt iat: Int64, now: Int64, recency: AuthenticationRecency
-    )
+    /// The two clocks are never compared, only the spans they measure. On the provider's clock the
+    /// person authenticated less than `iat + 1 - auth_time` seconds before it issued the token (both
+    /// are whole seconds, rounded down); on the broker's, the sign-in began `tokenRequestAt -
+    /// startedAt` before the token was asked for, which is no later than it was issued. The person
+    /// authenticated during the sign-in (or within `max_age` before it) for certain only when the
+    /// first span fits in the second. When the clocks agree, this asks `auth_time` to be at or after
+    /// the start rounded up to the next whole second: an authentication in the very second the
+    /// sign-in began cannot be told from one just before it, which is a browser session someone
+    /// else left (a person takes longer than that to type a password). No skew allowance is given,
+    /// and none is needed.
+    static func checkAuthenticationTime(_ claims: JSONValue, issuedAt iat: Int64, recency: AuthenticationRecency)
         throws(IdentityError)
     {
-        guard let authTime = try Self.numericDate(claims, "auth_time") else {
-            throw IdentityError.invalidIDToken(
-                "it has no authentication time (auth_time), which OpenID Connect requires when the sign-in asks "
-                    + "for max_age")
+        guard let authTime = try numericDate(claims, "auth_time"), authTime > 0 else {
+            let what = claims["auth_time"] == nil ? "none" : "\(claims["auth_time"].flatMap(\.int64) ?? 0)"
+            throw IdentityError.staleAuthentication(
+                "the provider's ID token carries no usable auth_time (\(what)), so the broker cannot tell whether "
+                    + "the person authenticated for this sign-in or was signed in from a browser session someone "
+                    + "else left; on a shared device it refuses. The provider's administrator must have its ID "
+                    + "tokens carry the time the person authenticated (OpenID Connect Core 2, auth_time); see "
+                    + "docs/providers.md")
         }
-        let (age, overflowed) = iat.subtractingReportingOverflow(authTime)
-        let authenticatedAt = overflowed ? Int64.min : now.addingClamped(-max(age, 0))
-        // Whole seconds on both clocks: the estimate errs by less than two seconds, so a person who
-        // authenticated after the request is never placed more than one whole second before it.
-        let earliest = recency.requestedAt.addingClamped(-recency.maxAge).addingClamped(-1)
-        guard authenticatedAt >= earliest else {
-            let before = overflowed ? "long" : "\(recency.requestedAt.addingClamped(-authenticatedAt)) s"
+        // Seconds, as Double: every value is below 9e15 (numericDate), far inside its exact range.
+        let providerSpan = Double(iat) + 1 - Double(authTime)
+        let signInSpan = Double(recency.tokenRequestAt - recency.startedAt) / 1_000_000
+        guard providerSpan <= signInSpan + Double(recency.maxAge) else {
+            let before = iat >= authTime ? "\(iat - authTime) s" : "an instant"
+            let asked = recency.maxAgeSent ? "max_age=\(recency.maxAge) and prompt=login" : "prompt=login"
             throw IdentityError.staleAuthentication(
                 "the provider signed the person in from an earlier browser session, without asking for their "
-                    + "credentials: they authenticated \(before) before this sign-in began, although the broker asked "
-                    + "for max_age=\(recency.maxAge) and prompt=login. On a shared device that session may be the "
-                    + "last person's, so the sign-in was refused. Sign out in the browser and sign in again; if it "
-                    + "persists, the provider ignores max_age (OpenID Connect Core 3.1.2.1): tell its administrator")
+                    + "credentials: it says they authenticated \(before) before it issued the token, but this "
+                    + "sign-in began only \(Int64(signInSpan.rounded(.down))) s before the token was asked for, and "
+                    + "the broker asked for \(asked). On a shared device that session may be the last person's, so "
+                    + "the sign-in was refused. Sign in again; if it persists, the provider ignores prompt=login "
+                    + "and max_age (OpenID Connect Core 3.1.2.1): tell its administrator")
         }
     }
 
@@ -293,12 +302,17 @@ public enum Base64URL {
     }
 }
 
-/// What an authorization request's `max_age` asked of the person's authentication.
+/// What a sign-in asked of the person's authentication (`max_age`, whether the provider was sent
+/// it or not), and the broker's two instants the check needs.
 struct AuthenticationRecency: Sendable, Equatable {
-    /// Seconds, as sent in `max_age`.
+    /// Seconds, as `max_age` says.
     var maxAge: Int64
-    /// When the request was made, on the broker's clock (seconds since the epoch).
-    var requestedAt: Int64
+    /// When the sign-in began, on the broker's clock (microseconds since the epoch).
+    var startedAt: Int64
+    /// When the token request that brought the ID token was sent, on the same clock.
+    var tokenRequestAt: Int64
+    /// Whether the provider was sent `max_age` (one that refuses it is asked with `prompt=login` alone).
+    var maxAgeSent = true
 }
 
 extension Int64 {

@@ -19,7 +19,8 @@ public enum IdentityError: Error, Sendable, Equatable, CustomStringConvertible {
     /// The account belongs to a tenant the configuration does not admit (a multi-tenant authority).
     case tenantNotAllowed(String)
     /// The provider signed the person in without the fresh authentication the request asked for
-    /// (`auth_time` older than `max_age` allows): the text says so.
+    /// (`auth_time` older than `max_age` allows), or without saying when (no usable `auth_time`):
+    /// the text says so.
     case staleAuthentication(String)
     /// The provider is down, too slow, or says it is unavailable (503, 429, 502, 504), after the
     /// retries the policy allows; the text says where, what, how long and how often.

@@ -2,6 +2,7 @@ import BrokerCore
 import Crypto
 import FoundationEssentials
 import HTTP
+import JSON
 
 /// Authorization code with PKCE in the system browser (OAuth 2.0 for native apps, RFC 8252):
 /// a loopback redirect on 127.0.0.1 with a port chosen per flow (or one of the administrator's
@@ -20,6 +21,48 @@ extension OIDCProvider {
             throw BrokerFailure(.notSupported, "the provider's discovery document names no authorization_endpoint")
         }
         try await checkAuthorizationEndpointAnswers(authorize)
+        let claims = try request.claims.map { (text: String) throws(BrokerFailure) in try ClaimsRequest.decode(text) }
+        // What the person does in the browser from here on is this sign-in's: an authentication
+        // before this instant is someone else's (the ID token's auth_time is checked against it).
+        let startedAt = clock.nowMicroseconds()
+        var sendsMaxAge = request.maxAge != nil
+        while true {
+            let attempt = try await authorizeInBrowser(
+                clientId: clientId, scopes: scopes, request: request, endpoints: endpoints, authorize: authorize,
+                claims: claims, sendsMaxAge: sendsMaxAge)
+            let parameters = attempt.parameters
+            // A provider may refuse max_age (legal since OpenID Connect Core's errata 2). The broker
+            // checks auth_time itself, so prompt=login alone still asks the person now, and an
+            // answer without a fresh authentication is still refused.
+            if sendsMaxAge, parameters["error"] == "invalid_request",
+                parameters["error_description"]?.lowercased().contains("max_age") == true
+            {
+                logger.notice(
+                    """
+                    the provider refuses max_age: asking again with prompt=login alone; the broker checks the ID \
+                    token's auth_time itself
+                    """,
+                    metadata: [
+                        "clientId": "\(clientId)",
+                        "description":
+                            "\(OutsideText.escaped(String((parameters["error_description"] ?? "").prefix(200))))",
+                    ])
+                sendsMaxAge = false
+                continue
+            }
+            return try await finish(
+                attempt, clientId: clientId, scopes: scopes, request: request, claims: claims,
+                recency: request.maxAge.map {
+                    (maxAge: $0, startedAt: startedAt, sent: sendsMaxAge)
+                })
+        }
+    }
+
+    /// One authorization request in the browser: the page opened, the redirect waited for.
+    private func authorizeInBrowser(
+        clientId: String, scopes: Scopes, request: InteractiveRequest, endpoints: ProviderMetadata, authorize: String,
+        claims: JSONValue?, sendsMaxAge: Bool
+    ) async throws(BrokerFailure) -> BrowserAttempt {
         let verifier = Self.randomURLSafe(bytes: 32)
         let state = Self.randomURLSafe(bytes: 16)
         let nonce = Self.randomURLSafe(bytes: 16)
@@ -43,15 +86,13 @@ extension OIDCProvider {
             ("code_challenge_method", "S256"),
         ]
         if let prompt = request.prompt { query.append(("prompt", prompt.rawValue)) }
-        if let maxAge = request.maxAge { query.append(("max_age", String(maxAge))) }
+        if sendsMaxAge, let maxAge = request.maxAge { query.append(("max_age", String(maxAge))) }
         if let hint = request.loginHint, !hint.isEmpty { query.append(("login_hint", hint)) }
-        let claims = try request.claims.map { (text: String) throws(BrokerFailure) in try ClaimsRequest.decode(text) }
         if let parameter = claimsParameter(claims) { query.append(("claims", parameter)) }
         // The browser, the portal, the app's progress and any message get the one-time local
         // address, never this URL: a command line is every local user's to read.
         let url = listener.startAddress(
             redirectingTo: authorize + (authorize.contains("?") ? "&" : "?") + HTTPRequest.formURLEncoded(query))
-        let recency = request.maxAge.map { AuthenticationRecency(maxAge: $0, requestedAt: clock.now()) }
 
         // The page goes to the browser while the listener already serves: a desktop that is slow
         // to say it opened the page (or never says so) must not hold back a browser that came back.
@@ -120,7 +161,18 @@ extension OIDCProvider {
             }
             return .failure(BrokerFailure(.cancelled, "the interactive sign-in was cancelled"))
         }
-        let parameters = try waited.get()
+        return BrowserAttempt(
+            parameters: try waited.get(), verifier: verifier, nonce: nonce, redirectURI: listener.redirectURI)
+    }
+
+    /// The authorization response read, the code exchanged, the answer checked. An answer the
+    /// broker refuses after the provider authenticated someone ends that browser session, so that
+    /// the next person at the browser does not inherit it.
+    private func finish(
+        _ attempt: BrowserAttempt, clientId: String, scopes: Scopes, request: InteractiveRequest, claims: JSONValue?,
+        recency: (maxAge: Int64, startedAt: Int64, sent: Bool)?
+    ) async throws -> ProviderTokens {
+        let parameters = attempt.parameters
         // Whoever reaches the loopback listener writes these (the provider, or any local page):
         // they meet the outside-text rule before they become a caller's error message.
         if let error = parameters["error"].map(OutsideText.cleaned) {
@@ -140,14 +192,64 @@ extension OIDCProvider {
         }
         request.progress(.codeReceived, SignInProgressDetails(url: nil, reason: nil))
         request.progress(.exchanging, SignInProgressDetails(url: nil, reason: nil))
-        return try await requester.withBudget { () async throws(BrokerFailure) -> ProviderTokens in
-            try await grant(
-                .signIn(.browser), clientId: clientId, scopes: scopes, nonce: nonce, recency: recency,
-                claims: claims,
+        let kind = GrantKind.signIn(.browser)
+        let exchange = try await requester.withBudget { () async throws(BrokerFailure) -> Exchange in
+            let (response, endpoints, sentAt) = try await postGrant(
+                kind, clientId: clientId, scope: scopes, claims: claims,
                 fields: [
-                    ("grant_type", "authorization_code"), ("code", code), ("redirect_uri", listener.redirectURI),
-                    ("code_verifier", verifier),
+                    ("grant_type", "authorization_code"), ("code", code), ("redirect_uri", attempt.redirectURI),
+                    ("code_verifier", attempt.verifier),
                 ])
+            guard response.status == 200 else {
+                throw Self.oauthError(response).brokerFailure(during: kind, host: host)
+            }
+            do throws(IdentityError) {
+                return .tokens(
+                    try await tokens(
+                        from: response, clientId: clientId, scopes: scopes, nonce: attempt.nonce,
+                        recency: recency.map {
+                            AuthenticationRecency(
+                                maxAge: $0.maxAge, startedAt: $0.startedAt, tokenRequestAt: sentAt,
+                                maxAgeSent: $0.sent)
+                        }, endpoints: endpoints))
+            } catch {
+                let idToken = (try? JSONValue.providerObject(response.body, what: "the token response"))?["id_token"]
+                return .refused(error.brokerFailure(during: kind, host: host), idToken: idToken?.string)
+            }
+        }
+        switch exchange {
+        case .tokens(let tokens):
+            return tokens
+        case .refused(let failure, let idToken):
+            var refused = failure
+            refused.message += await endRefusedBrowserSession(clientId: clientId, idTokenHint: idToken)
+            throw refused
+        }
+    }
+
+    /// Ends the browser session of a sign-in the broker refused (RP-initiated logout, with the
+    /// refused ID token as its hint), and says how that went, for the refusal's message.
+    private func endRefusedBrowserSession(clientId: String, idTokenHint: String?) async -> String {
+        do {
+            switch try await endBrowserSession(clientId: clientId, idTokenHint: idTokenHint) {
+            case .done:
+                logger.notice(
+                    "a refused sign-in's browser session ended: the provider's sign-out page was opened",
+                    metadata: ["clientId": "\(clientId)"])
+                return ". The provider's session in the browser was ended (its sign-out page was opened)"
+            case .notOffered:
+                logger.warning(
+                    "a refused sign-in's browser session stays: the provider offers no end_session_endpoint",
+                    metadata: ["clientId": "\(clientId)"])
+                return ". The provider offers no sign-out page, so its session in the browser may still be open: "
+                    + "close the browser before anyone else uses it"
+            }
+        } catch {
+            logger.warning(
+                "a refused sign-in's browser session could not be ended",
+                metadata: ["clientId": "\(clientId)", "error": "\(error)"])
+            return ". The provider's session in the browser could not be ended (\(error)): close the browser "
+                + "before anyone else uses it"
         }
     }
 
@@ -202,6 +304,21 @@ extension OIDCProvider {
                 .cancelled, "nobody finished the sign-in in the browser within \(timeout.components.seconds) s")
         }
         return outcome
+    }
+
+    /// What one authorization request in the browser brought back, and what its exchange needs.
+    private struct BrowserAttempt: Sendable {
+        var parameters: [String: String]
+        var verifier: String
+        var nonce: String
+        var redirectURI: String
+    }
+
+    /// How the exchange of a code ended: tokens, or an answer the broker refused (with its ID
+    /// token, if it carried one).
+    private enum Exchange: Sendable {
+        case tokens(ProviderTokens)
+        case refused(BrokerFailure, idToken: String?)
     }
 
     /// How handing the sign-in page to the browser ended.

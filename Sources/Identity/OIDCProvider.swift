@@ -197,30 +197,30 @@ public final class OIDCProvider: IdentityProvider {
 
     /// Posts one grant to the token endpoint and reads the answer (RFC 6749 5.1, 5.2).
     func grant(
-        _ kind: GrantKind, clientId: String, scopes: Scopes, nonce: String? = nil,
-        recency: AuthenticationRecency? = nil, claims: JSONValue? = nil, fields: [(String, String)]
+        _ kind: GrantKind, clientId: String, scopes: Scopes, nonce: String? = nil, claims: JSONValue? = nil,
+        fields: [(String, String)]
     ) async throws(BrokerFailure) -> ProviderTokens {
-        let (response, endpoints) = try await postGrant(
+        let (response, endpoints, _) = try await postGrant(
             kind, clientId: clientId, scope: scopes, claims: claims, fields: fields)
         guard response.status == 200 else { throw Self.oauthError(response).brokerFailure(during: kind, host: host) }
         do {
             return try await tokens(
-                from: response, clientId: clientId, scopes: scopes, nonce: nonce, recency: recency,
-                endpoints: endpoints)
+                from: response, clientId: clientId, scopes: scopes, nonce: nonce, endpoints: endpoints)
         } catch {
             throw error.brokerFailure(during: kind, host: host)
         }
     }
 
     /// Posts one grant to the token endpoint, with `scope` when given, and returns the answer as
-    /// it came, for the caller to read.
+    /// it came, for the caller to read, with when the request was sent (the broker's clock, in
+    /// microseconds: the provider issued what it answers no earlier).
     ///
     /// Every grant spends something once (a refresh token, a code, a continuation token, a device
     /// code), so what is needed to check the answer (the signing keys) is fetched first: a provider
     /// whose JWKS cannot be had fails the call before the grant is spent, not after.
     func postGrant(
         _ kind: GrantKind, clientId: String, scope: Scopes?, claims: JSONValue? = nil, fields: [(String, String)]
-    ) async throws(BrokerFailure) -> (response: HTTPResponse, endpoints: ProviderMetadata) {
+    ) async throws(BrokerFailure) -> (response: HTTPResponse, endpoints: ProviderMetadata, sentAt: Int64) {
         let endpoints = try await endpoints(for: kind)
         if endpoints.jwksURI != nil {
             do {
@@ -234,7 +234,8 @@ public final class OIDCProvider: IdentityProvider {
         var request = HTTPRequest.postForm(
             endpoints.tokenEndpoint, fields: authenticated(clientId, fields + scopeField + claimsField))
         addBasicAuthentication(clientId, to: &request)
-        return (try await send(request, kind: kind, what: kind.request, replay: .oneTime), endpoints)
+        let sentAt = clock.nowMicroseconds()
+        return (try await send(request, kind: kind, what: kind.request, replay: .oneTime), endpoints, sentAt)
     }
 
     func tokens(

@@ -93,6 +93,7 @@ struct AuthorizeRoutes: Sendable {
                 return fail("invalid_request", "max_age must be a non-negative number of seconds.")
             }
             maxAge = seconds
+            if provider.settings.refusesMaxAge { return fail("invalid_request", "max_age invalid") }
         }
         let pendingRequest = AuthorizationStore.PendingRequest(
             clientId: client.clientId, redirectUri: redirectUri,
@@ -101,7 +102,7 @@ struct AuthorizeRoutes: Sendable {
             nonce: query["nonce"], codeChallenge: challenge, loginHint: query["login_hint"], createdAt: Date())
 
         if let session = await currentSession(request)?.session, !prompts.contains("select_account"),
-            provider.settings.ignoresReauthentication || !Self.mustReauthenticate(session, prompts, maxAge: maxAge)
+            ignoresReauthentication(of: session) || !Self.mustReauthenticate(session, prompts, maxAge: maxAge)
         {
             let hintMatches = pendingRequest.loginHint.map { $0.lowercased() == session.username.lowercased() } ?? true
             if hintMatches || prompts.contains("none") {
@@ -116,6 +117,14 @@ struct AuthorizeRoutes: Sendable {
         }
         let flowId = await provider.authorization.addPending(pendingRequest)
         return signInForm(flowId: flowId, username: pendingRequest.loginHint ?? "", error: nil)
+    }
+
+    /// Whether this provider misbehaves for `session`: signs it in again whatever `prompt` and
+    /// `max_age` say.
+    private func ignoresReauthentication(of session: AuthorizationStore.Session) -> Bool {
+        if provider.settings.ignoresReauthentication { return true }
+        guard let within = provider.settings.ignoresReauthenticationWithin else { return false }
+        return Date().timeIntervalSince(session.authTime) < Double(within)
     }
 
     /// Whether the browser session may not sign the person in without their credentials:

@@ -83,13 +83,32 @@ struct IdpSimCommand: AsyncParsableCommand {
                 + "can then not use the browser flow."))
     var exactRedirectUris = false
 
+    @Option(
+        help: ArgumentHelp(
+            "Misbehave as --ignore-reauthentication does, but only for a browser session younger than this many "
+                + "seconds (a session just made taken for a fresh authentication).",
+            valueName: "seconds"))
+    var ignoreReauthenticationWithin: Int?
+
+    @Flag(
+        help: ArgumentHelp(
+            "Misbehave: refuse an authorization request that carries max_age, as some providers do (invalid_request, "
+                + "\"max_age invalid\", sent to the redirect URI)."))
+    var refuseMaxAge = false
+
+    @Option(
+        help: ArgumentHelp(
+            "What ID tokens carry as auth_time: honest (when the person authenticated), zero (0, a provider's bug) "
+                + "or absent."))
+    var authTime: AuthTimeClaim = .honest
+
     @Option(help: "trace, debug, info, notice, warning, error or critical.")
     var logLevel: String = "info"
 
     func validate() throws {
         guard (0...65535).contains(port) else { throw ValidationError("--port must be between 0 and 65535") }
         guard accessTokenLifetime > 0, refreshTokenLifetime > 0, codeLifetime > 0, deviceCodeLifetime > 0,
-            deviceCodeInterval > 0, deviceCodeSlowDown >= 0
+            deviceCodeInterval > 0, deviceCodeSlowDown >= 0, (ignoreReauthenticationWithin ?? 1) > 0
         else {
             throw ValidationError("lifetimes must be positive")
         }
@@ -122,7 +141,9 @@ struct IdpSimCommand: AsyncParsableCommand {
             deviceCodeLifetime: deviceCodeLifetime, deviceCodeInterval: deviceCodeInterval,
             deviceCodeSlowDowns: deviceCodeSlowDown, ignoresReauthentication: ignoreReauthentication,
             refusesRevocation: refuseRevocation, servesLoginPageForUnknownPaths: loginPageForUnknownPaths,
-            exactRedirectURIs: exactRedirectUris)
+            exactRedirectURIs: exactRedirectUris,
+            ignoresReauthenticationWithin: ignoreReauthenticationWithin, refusesMaxAge: refuseMaxAge,
+            authTimeClaim: authTime)
         if entraCommon {
             settings.without.formUnion([.revocation, .nativeAuth, .nativeSSO, .tokenExchange, .sharedSignals])
         }

@@ -30,6 +30,24 @@ struct ProviderSettings: Sendable {
     /// Compare `redirect_uri` with the registered ones exactly, port included, as many providers
     /// do instead of RFC 8252's any-port rule (`--exact-redirect-uris`).
     var exactRedirectURIs = false
+    /// Misbehave the same way, but only for a browser session younger than this many seconds:
+    /// a provider that takes a session just made for a fresh authentication.
+    var ignoresReauthenticationWithin: Int?
+    /// Misbehave as a provider that refuses `max_age` (legal, OpenID Connect Core errata 2): the
+    /// authorization request is answered `invalid_request`, "max_age invalid".
+    var refusesMaxAge = false
+    /// What ID tokens carry as `auth_time`.
+    var authTimeClaim = AuthTimeClaim.honest
+}
+
+/// The `auth_time` of the ID tokens idp-sim issues.
+enum AuthTimeClaim: String, Sendable, CaseIterable, ExpressibleByArgument {
+    /// When the person typed their credentials.
+    case honest
+    /// 0, as a provider with that bug sends.
+    case zero
+    /// None, as a provider that does not send it.
+    case absent
 }
 
 /// What a standards-compliant provider may lack; the broker must work without each.
@@ -91,7 +109,7 @@ struct Provider: Sendable {
         self.issuer = TokenIssuer(
             keys: keys, endpoints: endpoints, tenantId: users.tenantId,
             accessTokenLifetime: settings.accessTokenLifetime, refreshTokens: refreshTokens, revocations: revocations,
-            familyTokens: !settings.without.contains(.familyTokens))
+            familyTokens: !settings.without.contains(.familyTokens), authTimeClaim: settings.authTimeClaim)
         self.nativeAuth = NativeAuthStore(codeLifetime: TimeInterval(settings.codeLifetime))
         self.authorization = AuthorizationStore(codeLifetime: TimeInterval(settings.codeLifetime))
         self.deviceSecrets = DeviceSecretStore(lifetime: TimeInterval(settings.refreshTokenLifetime))

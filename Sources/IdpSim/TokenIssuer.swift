@@ -67,6 +67,16 @@ struct TokenIssuer: Sendable {
     let revocations: SessionRevocations
     /// Whether refresh tokens of a client in a family are marked as family refresh tokens.
     let familyTokens: Bool
+    /// What the ID tokens carry as `auth_time` (a test's misbehaving provider, or the truth).
+    var authTimeClaim = AuthTimeClaim.honest
+
+    private func authTime(_ signIn: SignIn) -> Int? {
+        switch authTimeClaim {
+        case .honest: Int(signIn.authTime.timeIntervalSince1970)
+        case .zero: 0
+        case .absent: nil
+        }
+    }
 
     func issue(_ signIn: SignIn, forging forgery: IDTokenForgery? = nil) async throws -> TokenResponse {
         let now = Date(timeIntervalSince1970: Date().timeIntervalSince1970.rounded(.down))
@@ -94,7 +104,7 @@ struct TokenIssuer: Sendable {
                 nbf: .init(value: now),
                 sub: subject, oid: user.objectId, tid: tenantId, preferred_username: user.username,
                 name: user.displayName,
-                email: user.email, nonce: signIn.nonce, auth_time: Int(signIn.authTime.timeIntervalSince1970),
+                email: user.email, nonce: signIn.nonce, auth_time: authTime(signIn),
                 ver: "2.0",
                 sid: signIn.deviceSession?.sid, ds_hash: signIn.deviceSession.map { Self.deviceSecretHash($0.secret) })
             switch forgery {

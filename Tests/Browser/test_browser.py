@@ -138,6 +138,8 @@ class Flow:
         self.start = start
         self.redirect = ("http://127.0.0.1:%d/" % urllib.parse.urlparse(start).port if start
                          else self.query.get("redirect_uri", ["?"])[0])
+        # Once the page was there: the sign-in had begun.
+        self.shown = time.time()
 
 
 class Suite:
@@ -243,9 +245,10 @@ class Suite:
         # The sign-in page, or (a provider that skips it) already the loopback redirect.
         tab = self.kiosk.wait_for_tab(known, "http://127.0.0.1:", 30, "the sign-in page of %s as a new tab" % label)
         starts = wait_until(lambda: self.started_by_broker(since), 10, "the OpenURI call of %s on the bus" % label)
-        url = wait_until(lambda: self.authorization_request(starts[-1]), 15,
+        # The first page brokerd opened since: a refused sign-in's end-session page may follow at once.
+        url = wait_until(lambda: self.authorization_request(starts[0]), 15,
                          "the authorization request of %s at the provider" % label)
-        return Flow(process, tab, url, starts[-1])
+        return Flow(process, tab, url, starts[0])
 
     def wait_for_login_form(self, flow, timeout=15):
         """Whether the flow's tab shows the sign-in form (rather than having been sent on at once)."""
@@ -260,7 +263,7 @@ class Suite:
     def submit(self, flow, person, label):
         """Types the person's credentials into the flow's tab; returns brokerctl's (status, out, err)."""
         self.kiosk.switch(flow.tab)
-        self.kiosk.fill([("username", person[0]), ("password", person[1])])
+        self.type_credentials(flow, person)
         status, out, err = self.ctl.finish(flow.process, 45)
         redirect = flow.redirect
         landed = wait_until(lambda: self.kiosk.url().startswith(redirect) and self.kiosk.loaded()
@@ -269,6 +272,15 @@ class Suite:
                    "%s: the browser's redirect reached brokerd's loopback listener (%s)" % (label, redirect),
                    self.kiosk.text())
         return status, out, err
+
+    def type_credentials(self, flow, person):
+        """A person takes seconds to type a password, and brokerd refuses an authentication it cannot
+        tell from one made before the sign-in began (auth_time is whole seconds): the form is submitted
+        from the whole second that follows 1.5 s after the page was there, never sooner."""
+        due = int(flow.shown + 1.5) + 1
+        if time.time() < due:
+            time.sleep(due - time.time())
+        self.kiosk.fill([("username", person[0]), ("password", person[1])])
 
     def browser_sign_in(self, client_id, person, label):
         """A whole browser sign-in of `person` through `client_id`, with its checks."""
@@ -366,7 +378,7 @@ class Suite:
         self.check(self.wait_for_login_form(flow), "tutorial-app: its sign-in page is a tab of the kiosk's Chromium "
                    "with the sign-in form", self.kiosk.url())
         self.page_evidence(self.kiosk, "sign-in-page-tutorial-app", self.provider.origin)
-        self.kiosk.fill([("username", ALICE[0]), ("password", ALICE[1])])
+        self.type_credentials(flow, ALICE)
         line = app.lines.wait_for(("token acquired interactively", "error:"), 30, "tutorial-app's token")
         self.check(line == "token acquired interactively for " + ALICE[0],
                    "tutorial-app: acquireToken (interactive) returns alice's token", line)
@@ -545,6 +557,11 @@ class Suite:
                        "the message names the earlier browser session / its authentication time", err.strip())
             current = self.ctl.current("notes-app")
             self.check(current is None, "the device stays signed out (never alice)", current)
+            self.check("session in the browser was ended" in err,
+                       "the refusal says brokerd ended the refused browser session", err.strip())
+            self.check(wait_quietly(lambda: not self.session_cookies(provider), 20),
+                       "the refused sign-in's browser session ended: brokerd opened the end-session page, and "
+                       "idp-sim's session cookie is gone from Chromium")
             run.note("the tab shows after the refused sign-in: %r" % self.kiosk.text().strip()[:120])
             self.kiosk.close_tabs()
         finally:

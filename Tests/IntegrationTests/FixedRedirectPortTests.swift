@@ -42,7 +42,7 @@ struct FixedRedirectPortTests {
         let refused = try env.startBrokerctl(["sign-in", "--client-id", "mail-app", "--interactive"])
         let start = try await env.browser.nextURL()
         let provider = try await env.browser.providerURL(behind: start)
-        let (outcome, _, _) = try await env.browser.visit(provider)
+        let outcome = try await env.browser.visit(provider).outcome
         guard case .page(400, let text) = outcome else {
             Issue.record("the provider answered \(outcome)")
             return

@@ -130,11 +130,12 @@ final class TestBrowser: @unchecked Sendable {
     /// address `stop` picks (then the outcome is a page of status 0 at that address, unloaded).
     @discardableResult
     func visit(_ url: String, stoppingBefore stop: (String) -> Bool = { _ in false }) async throws -> (
-        outcome: Outcome, lastURL: String, body: String
+        outcome: Outcome, lastURL: String, body: String, shown: Date
     ) {
+        let shown = Date()
         var next = url
         for _ in 0..<10 {
-            if stop(next) { return (.page(status: 0, text: ""), next, "") }
+            if stop(next) { return (.page(status: 0, text: ""), next, "", shown) }
             state.withLock { visited.append(next) }
             let response = try await HTTPClient.shared.send(.get(next, headers: cookieHeader(for: next)))
             remember(response, from: next)
@@ -144,9 +145,9 @@ final class TestBrowser: @unchecked Sendable {
             }
             let body = response.bodyText
             if body.contains("<form") && body.contains("name=\"password\"") {
-                return (.signInForm, next, body)
+                return (.signInForm, next, body, shown)
             }
-            return (.page(status: response.status, text: body), next, body)
+            return (.page(status: response.status, text: body), next, body, shown)
         }
         throw ProcessFailure("more than 10 redirects from \(url)")
     }
@@ -157,6 +158,7 @@ final class TestBrowser: @unchecked Sendable {
     func signIn(at url: String, username: String, password: String) async throws -> Outcome {
         let first = try await visit(url)
         guard first.outcome == .signInForm else { return first.outcome }
+        try await Self.typeCredentials(since: first.shown)
         let form = try Self.form(in: first.body)
         var fields = form.hidden
         fields.append(("username", username))
@@ -171,6 +173,18 @@ final class TestBrowser: @unchecked Sendable {
         return try await visit(location).outcome
     }
 
+    /// A person takes seconds to type a password, and brokerd refuses an authentication it cannot
+    /// tell from one made before the sign-in began (`auth_time` is whole seconds, and the two clocks
+    /// are not compared): the form is posted from the whole second that follows 2 s after the page
+    /// was asked for, never sooner. One of those seconds covers the rounding, the other the time
+    /// brokerd's token request may take to reach idp-sim on a loaded machine. Not a
+    /// synchronization: the time a person takes.
+    private static func typeCredentials(since shown: Date) async throws {
+        let due = (shown.timeIntervalSince1970 + 2).rounded(.down) + 1
+        let wait = due - Date().timeIntervalSince1970
+        if wait > 0 { try await Task.sleep(for: .milliseconds(Int((wait * 1000).rounded(.up)))) }
+    }
+
     /// Signs in at `url` as ``signIn(at:username:password:)`` does, but stops before the provider's
     /// redirect to brokerd's loopback listener: returns that redirect's address (code and state).
     func redirectAfterSigningIn(at url: String, username: String, password: String) async throws -> String {
@@ -181,6 +195,7 @@ final class TestBrowser: @unchecked Sendable {
         let first = try await visit(url, stoppingBefore: loopback)
         if loopback(first.lastURL) { return first.lastURL }
         guard first.outcome == .signInForm else { throw ProcessFailure("the provider showed \(first.outcome)") }
+        try await Self.typeCredentials(since: first.shown)
         let form = try Self.form(in: first.body)
         let posted = try await HTTPClient.shared.send(
             .postForm(

@@ -554,6 +554,7 @@ def browser_sign_in_and_out(run, mail, calendar):
               "the page arrived as a new tab of the Selenium-driven Chromium, at the address the start address "
               "sent it to", kiosk.url())
     wait_until(kiosk.login_form, 15, "idp-sim's sign-in form in Chromium")
+    shown = time.time()
     run.check(kiosk.field("username").get_attribute("value") == ALICE[0],
               "Chromium shows idp-sim's sign-in form, the username filled from login_hint")
     log = wait_until(lambda: next((n for n in mail.nodes("text") if n.name == "Log"), None), 10, "Mail's log")
@@ -563,7 +564,12 @@ def browser_sign_in_and_out(run, mail, calendar):
     run.snap("7-browser-waiting", [mail, calendar])
     page_screenshot(run, "7-chromium-sign-in-page")
 
-    # As a person types: the username field cleared and typed again, the password, the button.
+    # As a person types: the username field cleared and typed again, the password, the button; not
+    # within a second or so of the page (brokerd refuses an authentication it cannot tell from one
+    # made before the sign-in began: auth_time is whole seconds).
+    due = int(shown + 1.5) + 1
+    if time.time() < due:
+        time.sleep(due - time.time())
     kiosk.fill([("username", ALICE[0]), ("password", ALICE[1])])
     redirect = query.get("redirect_uri", ["?"])[0]
     wait_until(lambda: kiosk.url().startswith(redirect) and kiosk.loaded() and kiosk.text(), 20,
