@@ -1,0 +1,178 @@
+"""brokerd against a packaged provider: Debian's glewlwyd (glewlwyd.py), on loopback, with only the
+registration an administrator makes there. A private dbus-daemon, the built brokerd in shared mode
+and brokerctl as an app uses it; nothing of the developer's session.
+
+The device-code sign-in is approved as a person does it on the verification page: glewlwyd's login
+API with alice's password, her consent to the client's scope, then the code (the same requests its
+login page sends; no browser is driven here).
+
+    python3 Tests/Providers/test_providers.py --broker-bin .build/debug
+"""
+import argparse
+import json
+import os
+import select
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import glewlwyd  # noqa: E402
+
+ALICE = ("alice", "alice-password-1")
+CLIENT = "mail-app"
+
+
+class Failure(Exception):
+    pass
+
+
+class Run:
+    def __init__(self, broker_bin):
+        self.broker_bin = broker_bin
+        self.directory = tempfile.mkdtemp(prefix="providers-test-")
+        self.processes = []
+        self.failures = 0
+        for name in ("runtime", "home", "state"):
+            os.makedirs(self.path(name), mode=0o700, exist_ok=True)
+        env = {key: value for key, value in os.environ.items()
+               if key not in ("DBUS_SESSION_BUS_ADDRESS", "DISPLAY", "WAYLAND_DISPLAY", "BROWSER")}
+        env.update({"XDG_RUNTIME_DIR": self.path("runtime"), "HOME": self.path("home"), "LANG": "C.UTF-8"})
+        self.env = env
+
+    def path(self, *parts):
+        return os.path.join(self.directory, *parts)
+
+    def check(self, condition, what, details=""):
+        print("%s %s%s" % ("ok  " if condition else "FAIL", what, "" if condition else ": " + details), flush=True)
+        if not condition:
+            self.failures += 1
+        return condition
+
+    def start_until(self, name, argv, ready, timeout=30):
+        """argv with standard output read until a line starting with `ready` (bounded); standard
+        error in NAME.log."""
+        err = open(self.path(name + ".log"), "w")
+        process = subprocess.Popen(argv, env=self.env, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL,
+                                   close_fds=True)
+        self.processes.append(process)
+        deadline, buffered = time.monotonic() + timeout, b""
+        while time.monotonic() < deadline:
+            readable, _, _ = select.select([process.stdout], [], [], max(0.0, deadline - time.monotonic()))
+            chunk = os.read(process.stdout.fileno(), 4096) if readable else b""
+            buffered += chunk
+            for line in buffered.decode(errors="replace").splitlines():
+                if line.startswith(ready):
+                    return process, line
+            if readable and not chunk:
+                process.wait(timeout=10)
+                raise Failure("%s exited (%s) before it was ready; see %s" % (name, process.returncode,
+                                                                             self.path(name + ".log")))
+        raise Failure("%s was not ready within %d s" % (name, timeout))
+
+    def ctl(self, arguments, timeout=30):
+        return subprocess.run([os.path.join(self.broker_bin, "brokerctl")] + arguments, env=self.env,
+                              capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+    def stop_all(self):
+        for process in reversed(self.processes):
+            if process.poll() is None:
+                process.terminate()
+                try:
+                    process.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait(timeout=10)
+
+
+def wait_for_line(path, needle, process, timeout):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with open(path, errors="replace") as stream:
+            for line in stream.read().splitlines():
+                if needle in line:
+                    return line
+        if process.poll() is not None:
+            raise Failure("brokerctl exited (%s) before showing the code" % process.returncode)
+        time.sleep(0.05)
+    raise Failure("brokerctl showed no code within %d s" % timeout)
+
+
+def device_code_sign_in_and_out(run, server):
+    """Alice signs in with the device-code flow, approved on glewlwyd's verification page; the
+    device shows her; she signs out."""
+    err_path = run.path("sign-in.err")
+    with open(err_path, "w") as err, open(run.path("sign-in.out"), "w") as out:
+        process = subprocess.Popen([os.path.join(run.broker_bin, "brokerctl"), "sign-in", "--client-id", CLIENT,
+                                    "--device-code"], env=run.env, stdout=out, stderr=err, stdin=subprocess.DEVNULL)
+    run.processes.append(process)
+    line = wait_for_line(err_path, "enter the code", process, 30)
+    words = line.split()
+    address, code = words[words.index("open") + 1], words[words.index("code") + 1]
+    run.check(address.startswith(server.authority + "/device"), "brokerctl shows glewlwyd's verification address",
+              line)
+    landing = server.approve_device_code(code, *ALICE)
+    run.check("prompt=deviceComplete" in landing, "glewlwyd takes alice's approval of the code", landing)
+    try:
+        process.wait(timeout=45)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        raise Failure("brokerctl sign-in --device-code did not finish within 45 s after the approval")
+    with open(run.path("sign-in.out")) as out, open(err_path) as err:
+        output, errors = out.read(), err.read()
+    run.check(process.returncode == 0 and ALICE[0] in output, "brokerctl sign-in --device-code signs alice in",
+              "status %s: %s %s" % (process.returncode, output.strip(), errors.strip()[-600:]))
+    current = run.ctl(["current-account", "--client-id", CLIENT, "--json"])
+    account = (json.loads(current.stdout or "{}").get("current") or {}) if current.returncode == 0 else {}
+    run.check(account.get("username") == ALICE[0], "current-account shows alice", current.stdout + current.stderr)
+    token = run.ctl(["token", "--client-id", CLIENT, "--scope", "openid"])
+    run.check(token.returncode == 0 and len(token.stdout.strip()) > 20, "brokerctl token returns her access token",
+              token.stderr.strip())
+    signed_out = run.ctl(["sign-out", "--client-id", CLIENT, "--json"])
+    run.check(signed_out.returncode == 0, "brokerctl sign-out succeeds", signed_out.stderr.strip())
+    # glewlwyd answers a public client's revocation 401: brokerd reports the refusal, gives up on it,
+    # and the sign-out stands.
+    result = json.loads(signed_out.stdout or "{}") if signed_out.returncode == 0 else {}
+    notes = " ".join(result.get("notes", []))
+    run.check(result.get("tokensRevoked") is False and "refuses to revoke tokens of this public client (HTTP 401)"
+              in notes, "the sign-out's result reports glewlwyd's refusal to revoke", signed_out.stdout.strip())
+    after = run.ctl(["current-account", "--client-id", CLIENT, "--json"])
+    run.check(after.returncode == 0 and not json.loads(after.stdout or "{}").get("current"),
+              "nobody is signed in after the sign-out", after.stdout + after.stderr)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--broker-bin", required=True, help="where brokerd and brokerctl are (swift build's bin)")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary directories and print them")
+    args = parser.parse_args()
+    run = Run(os.path.abspath(args.broker_bin))
+    started = time.monotonic()
+    try:
+        with glewlwyd.Glewlwyd(directory=run.path("glewlwyd")) as server:
+            print("glewlwyd %s (pid %d) configured in %.1f s" % (server.authority, server.process.pid,
+                                                               time.monotonic() - started), flush=True)
+            _, line = run.start_until("dbus-daemon", ["dbus-daemon", "--session", "--nofork", "--print-address=1",
+                                                      "--address=unix:dir=" + run.path("runtime")], "unix:")
+            run.env["DBUS_SESSION_BUS_ADDRESS"] = line.strip()
+            run.start_until("brokerd", [os.path.join(run.broker_bin, "brokerd"), "--device-mode", "shared",
+                                        "--authority", server.authority, "--state-dir", run.path("state"),
+                                        "--token-storage", "plaintext-file", "--log-level", "debug"],
+                            "brokerd ready:")
+            device_code_sign_in_and_out(run, server)
+    except (Failure, glewlwyd.GlewlwydError, OSError, subprocess.SubprocessError, ValueError) as error:
+        run.check(False, "the suite ran to its end", str(error))
+    finally:
+        run.stop_all()
+    print("%s in %.1f s" % ("FAILED (%d)" % run.failures if run.failures else "passed", time.monotonic() - started))
+    if args.keep or run.failures:
+        print("files: %s" % run.directory)
+    else:
+        shutil.rmtree(run.directory, ignore_errors=True)
+    return 1 if run.failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
