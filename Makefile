@@ -114,6 +114,22 @@ browser-deps: deps
 test-browser: build browser-deps
 	/usr/bin/python3 Tests/Browser/test_browser.py --broker-bin "$(BIN_DIR)" --artifacts .build/browser-artifacts
 
+## provider-deps: Debian's glewlwyd (the packaged provider of test-providers), when missing. Installing
+## it starts nothing here: the suite runs its own instance.
+.PHONY: provider-deps test-providers
+provider-deps: deps
+	@if ! test -x /usr/bin/glewlwyd || ! test -f /usr/share/doc/glewlwyd/database/init.sqlite3.sql.gz \
+		|| ! command -v openssl >/dev/null; then \
+		echo "Installing glewlwyd openssl ..."; \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq glewlwyd openssl; \
+	fi
+
+## test-providers: brokerd against Debian's glewlwyd on loopback (Tests/Providers), configured through its
+## admin API as an administrator would (docs/providers.md, "Debian's glewlwyd").
+test-providers: build provider-deps
+	/usr/bin/python3 Tests/Providers/test_providers.py --broker-bin "$(BIN_DIR)"
+
 ## demo-gui: a private bus, idp-sim, brokerd in shared mode and two windows ("Mail", "Calendar") on
 ## your display, with `brokerctl watch` in this terminal.
 demo-gui: build gui

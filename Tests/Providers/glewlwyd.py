@@ -216,8 +216,8 @@ class Glewlwyd:
         person = Session(self.base)
         person.sign_in(username, password)
         person.call("PUT", "/api/auth/grant/" + urllib.parse.quote(self.client_id), {"scope": scope})
-        _, headers, _ = person.call("GET", "/api/%s/device?code=%s&g_continue" % (PLUGIN, urllib.parse.quote(user_code)),
-                                    expect=(302,))
+        page = "/api/%s/device?code=%s&g_continue" % (PLUGIN, urllib.parse.quote(user_code))
+        _, headers, _ = person.call("GET", page, expect=(302,))
         return headers.get("Location", "")
 
     def stop(self):
