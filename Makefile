@@ -114,8 +114,8 @@ browser-deps: deps
 test-browser: build browser-deps
 	/usr/bin/python3 Tests/Browser/test_browser.py --broker-bin "$(BIN_DIR)" --artifacts .build/browser-artifacts
 
-## provider-deps: Debian's glewlwyd (the packaged provider of test-providers), when missing. Installing
-## it starts nothing here: the suite runs its own instance.
+## provider-deps: Debian's glewlwyd (the packaged provider of test-providers), when missing. Where systemd
+## runs, the package starts its own service (port 4593, /etc/glewlwyd); the suite runs its own instance.
 .PHONY: provider-deps test-providers
 provider-deps: deps
 	@if ! test -x /usr/bin/glewlwyd || ! test -f /usr/share/doc/glewlwyd/database/init.sqlite3.sql.gz \
@@ -146,8 +146,8 @@ demo: build
 	BIN_DIR="$(BIN_DIR)" bash examples/demo.sh
 
 ## test: the whole suite (unit, D-Bus layer, HTTP, idp-sim and end-to-end over private buses), then
-## the GTK window under Xvfb, the browser suite (Chromium, the desktop portal) and the Debian package
-## (built, installed, upgraded, purged).
+## the GTK window under Xvfb, the browser suite (Chromium, the desktop portal), brokerd against Debian's
+## glewlwyd (test-providers) and the Debian package (built, installed, upgraded, purged).
 # Suites that bound how long another caller or a person waits: run after the rest, on their
 # own, since the rest's 78 suites in parallel keep two cores' run queue at 9, and a bound
 # with room for that would no longer tell a caller answered at once from one queued behind.
@@ -158,6 +158,7 @@ test: deps build check-contract check-version lint
 	$(SWIFT) test -c $(CONFIG) $(BUILD_FLAGS) --skip-build --filter '$(LATENCY_SUITES)'
 	$(MAKE) test-gui
 	$(MAKE) test-browser
+	$(MAKE) test-providers
 	$(MAKE) deb-test
 
 ## version: embed VERSION in the build (Sources/BrokerAPI/BrokerRelease.swift); check-version: they agree.
