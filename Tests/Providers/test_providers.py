@@ -130,6 +130,10 @@ def device_code_sign_in_and_out(run, server):
     token = run.ctl(["token", "--client-id", CLIENT, "--scope", "openid"])
     run.check(token.returncode == 0 and len(token.stdout.strip()) > 20, "brokerctl token returns her access token",
               token.stderr.strip())
+    refreshed = run.ctl(["token", "--client-id", CLIENT, "--scope", "openid", "--force-refresh"])
+    run.check(refreshed.returncode == 0 and len(refreshed.stdout.strip()) > 20
+              and refreshed.stdout.strip() != token.stdout.strip(),
+              "brokerd refreshes her token at glewlwyd (a new access token)", refreshed.stderr.strip())
     signed_out = run.ctl(["sign-out", "--client-id", CLIENT, "--json"])
     run.check(signed_out.returncode == 0, "brokerctl sign-out succeeds", signed_out.stderr.strip())
     # glewlwyd answers a public client's revocation 401: brokerd reports the refusal, gives up on it,
