@@ -192,7 +192,8 @@ class Glewlwyd:
                 "device-authorization-expiration": 600, "device-authorization-interval": 1,
                 "pkce-allowed": True, "pkce-method-plain-allowed": False,
                 "introspection-revocation-allowed": True, "introspection-revocation-allow-target-client": True,
-                "end-session-allowed": True, "scope": [],
+                "session-management-allowed": True, "session-cookie-name": "GLEWLWYD_OIDC_SESSION",
+                "session-cookie-expiration": 2419200, "scope": [],
                 # glewlwyd's sub is a random string: the sign-in name, the display name and the
                 # e-mail address are claims the administrator adds to every ID token.
                 "name-claim": "mandatory", "email-claim": "mandatory",

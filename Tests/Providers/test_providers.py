@@ -4,7 +4,9 @@ and brokerctl as an app uses it; nothing of the developer's session.
 
 The device-code sign-in is approved as a person does it on the verification page: glewlwyd's login
 API with alice's password, her consent to the client's scope, then the code (the same requests its
-login page sends; no browser is driven here).
+login page sends; no browser is driven here). The browser sign-in goes through kiosk_browser.py,
+brokerd's $BROWSER, which does the same on glewlwyd's login page; glewlwyd's ID token there carries
+auth_time 0, and the suite holds brokerd to its refusal.
 
     python3 Tests/Providers/test_providers.py --broker-bin .build/debug
 """
@@ -22,6 +24,20 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import glewlwyd  # noqa: E402
 
 ALICE = ("alice", "alice-password-1")
+HERE = os.path.dirname(os.path.abspath(__file__))
+BUS_CONFIG = """<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
+ "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+<busconfig>
+  <type>session</type>
+  <listen>unix:dir=%s</listen>
+  <auth>EXTERNAL</auth>
+  <policy context="default">
+    <allow send_destination="*" eavesdrop="true"/>
+    <allow eavesdrop="true"/>
+    <allow own="*"/>
+  </policy>
+</busconfig>
+"""
 CLIENT = "mail-app"
 
 
@@ -147,6 +163,33 @@ def device_code_sign_in_and_out(run, server):
               "nobody is signed in after the sign-out", after.stdout + after.stderr)
 
 
+def browser_sign_in_refused(run, server):
+    """A browser sign-in in shared mode: glewlwyd refuses max_age=0, brokerd asks again with
+    prompt=login alone; alice signs in on the login page, and glewlwyd's ID token carries auth_time
+    0, which brokerd refuses clearly, leaving the device signed out."""
+    result = run.ctl(["sign-in", "--client-id", CLIENT, "--interactive", "--json"], timeout=90)
+    try:
+        with open(run.path("kiosk.log")) as log:
+            pages = log.read()
+    except OSError:
+        pages = "(the browser was never started)"
+    run.check("login page: signing in as alice" in pages, "the kiosk's browser reaches glewlwyd's login page", pages)
+    run.check(result.returncode != 0 and "AccessDenied" in result.stderr
+              and "no usable auth_time (0)" in result.stderr,
+              "brokerd refuses glewlwyd's ID token with auth_time 0 (AccessDenied)",
+              "status %s: %s %s" % (result.returncode, result.stdout.strip(), result.stderr.strip()))
+    current = run.ctl(["current-account", "--client-id", CLIENT, "--json"])
+    run.check(current.returncode == 0 and not json.loads(current.stdout or "{}").get("current"),
+              "the device stays signed out after the refusal", current.stdout + current.stderr)
+    # brokerd ends the refused sign-in's browser session: glewlwyd's end_session page, with the
+    # refused ID token, asks the person to confirm, which the kiosk's browser does.
+    with open(run.path("kiosk.log")) as log:
+        pages = log.read()
+    run.check("/api/oidc/end_session?" in pages and "id_token_hint=" in pages
+              and "end session confirmed: 200" in pages,
+              "brokerd opens glewlwyd's end-session page; the person's confirmation is taken (200)", pages[-800:])
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--broker-bin", required=True, help="where brokerd and brokerctl are (swift build's bin)")
@@ -155,17 +198,32 @@ def main():
     run = Run(os.path.abspath(args.broker_bin))
     started = time.monotonic()
     try:
-        with glewlwyd.Glewlwyd(directory=run.path("glewlwyd")) as server:
+        # Ports for brokerd's redirect listener, registered exactly at glewlwyd; a base of its own
+        # each run, so that two runs on one machine do not meet.
+        base = 41000 + (os.getpid() % 200) * 10
+        ports = range(base, base + 10)
+        with glewlwyd.Glewlwyd(directory=run.path("glewlwyd"), redirect_ports=ports) as server:
             print("glewlwyd %s (pid %d) configured in %.1f s" % (server.authority, server.process.pid,
                                                                time.monotonic() - started), flush=True)
-            _, line = run.start_until("dbus-daemon", ["dbus-daemon", "--session", "--nofork", "--print-address=1",
-                                                      "--address=unix:dir=" + run.path("runtime")], "unix:")
+            # No service directories: nothing of the machine's (its desktop portal) is activated.
+            with open(run.path("bus.conf"), "w") as conf:
+                conf.write(BUS_CONFIG % run.path("runtime"))
+            _, line = run.start_until("dbus-daemon", ["dbus-daemon", "--config-file=" + run.path("bus.conf"),
+                                                      "--nofork", "--print-address=1"], "unix:")
             run.env["DBUS_SESSION_BUS_ADDRESS"] = line.strip()
+            with open(run.path("broker.json"), "w") as conf:
+                json.dump({"loopbackRedirectPorts": "%d-%d" % (ports[0], ports[-1])}, conf)
+            run.env.update({"BROWSER": "/usr/bin/python3 " + os.path.join(HERE, "kiosk_browser.py"),
+                            "KIOSK_COOKIES": run.path("kiosk-cookies.txt"), "KIOSK_LOG": run.path("kiosk.log"),
+                            "KIOSK_PERSON": "%s:%s" % ALICE})
+            run.env.pop("INVOCATION_ID", None)
             run.start_until("brokerd", [os.path.join(run.broker_bin, "brokerd"), "--device-mode", "shared",
                                         "--authority", server.authority, "--state-dir", run.path("state"),
+                                        "--config", run.path("broker.json"),
                                         "--token-storage", "plaintext-file", "--log-level", "debug"],
                             "brokerd ready:")
             device_code_sign_in_and_out(run, server)
+            browser_sign_in_refused(run, server)
     except (Failure, glewlwyd.GlewlwydError, OSError, subprocess.SubprocessError, ValueError) as error:
         run.check(False, "the suite ran to its end", str(error))
     finally:
