@@ -151,7 +151,7 @@ demo: build
 # Suites that bound how long another caller or a person waits: run after the rest, on their
 # own, since the rest's 78 suites in parallel keep two cores' run queue at 9, and a bound
 # with room for that would no longer tell a caller answered at once from one queued behind.
-LATENCY_SUITES = ProviderFaultTests|IdleSignOutTests|ProviderSignOutTests
+LATENCY_SUITES = ProviderFaultTests|IdleSignOutTests|ProviderSignOutTests|RedirectListenerTests
 test: deps build check-contract check-version lint
 	$(SWIFT) build -c $(CONFIG) $(BUILD_FLAGS) --build-tests
 	$(SWIFT) test -c $(CONFIG) $(BUILD_FLAGS) --skip-build --skip '$(LATENCY_SUITES)'
