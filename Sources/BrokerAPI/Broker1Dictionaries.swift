@@ -81,6 +81,8 @@ public enum ChallengeKey {
     public static let expiresIn = "expiresIn"
     /// `x`: Seconds between the broker's polls of the provider, as it asked.
     public static let interval = "interval"
+    /// `s`: The short code the broker sent with the request: the phone shows it too, and the person approves only if both match.
+    public static let bindingMessage = "bindingMessage"
 }
 
 /// The key names of the contract's SignOutResult dictionaries.
@@ -113,12 +115,14 @@ public enum SignInProgressKey {
     public static let reason = "reason"
 }
 
-/// What `StartSignIn` asks of the person, by its flow: a code sent to them, or a code to enter elsewhere.
+/// What `StartSignIn` asks of the person, by its flow: a code sent to them, a code to enter elsewhere, or an approval on their phone.
 public enum SignInChallenge: Sendable, Equatable {
     /// `channel` "email", or any other.
     case codeChallenge(CodeChallenge)
     /// `channel` "device-code".
     case deviceCodeChallenge(DeviceCodeChallenge)
+    /// `channel` "ciba".
+    case phoneApprovalChallenge(PhoneApprovalChallenge)
 }
 
 /// A signed-in person, as the broker hands it to apps. Carries no secret.
@@ -264,6 +268,25 @@ public struct DeviceCodeChallenge: Sendable, Equatable, Codable {
         self.verificationUri = verificationUri
         self.verificationUriComplete = verificationUriComplete
         self.userCode = userCode
+        self.expiresIn = expiresIn
+        self.interval = interval
+    }
+}
+
+/// What an approval on the person's phone (OpenID Connect CIBA) shows them (`StartSignIn` with method `ciba`): the provider asks the user named to approve on their own device.
+public struct PhoneApprovalChallenge: Sendable, Equatable, Codable {
+    /// `ciba`.
+    public var channel: String
+    /// The short code the broker sent with the request: the phone shows it too, and the person approves only if both match.
+    public var bindingMessage: String
+    /// Seconds until the provider forgets the request.
+    public var expiresIn: Int64
+    /// Seconds between the broker's polls of the provider, as it asked.
+    public var interval: Int64
+
+    public init(channel: String = "ciba", bindingMessage: String, expiresIn: Int64 = 0, interval: Int64 = 0) {
+        self.channel = channel
+        self.bindingMessage = bindingMessage
         self.expiresIn = expiresIn
         self.interval = interval
     }

@@ -92,13 +92,25 @@ public enum SignInFlow: String, Sendable, CaseIterable, Codable {
     /// `StartSignIn` with method `device-code`: a code entered on another device (RFC 8628);
     /// `FinishSignIn` waits for it.
     case deviceCode = "device-code"
+    /// `StartSignIn` with method `ciba`: the provider asks the person (the username given) to
+    /// approve on their phone (OpenID Connect CIBA, poll mode); `FinishSignIn` waits for it.
+    case ciba
 
     /// The contract's call that starts the flow.
     public var startedBy: Broker1Method {
         switch self {
         case .password: .signInWithPassword
-        case .emailCode, .deviceCode: .startSignIn
+        case .emailCode, .deviceCode, .ciba: .startSignIn
         case .browser: .acquireTokenInteractive
+        }
+    }
+
+    /// Whether the person finishes it on another device while the broker polls the provider,
+    /// and `FinishSignIn` waits for it.
+    public var isPolled: Bool {
+        switch self {
+        case .deviceCode, .ciba: true
+        case .password, .emailCode, .browser: false
         }
     }
 
@@ -106,7 +118,7 @@ public enum SignInFlow: String, Sendable, CaseIterable, Codable {
     /// SSO's device secret with it, and other apps then get tokens of their own from it.
     public var startsSingleSignOn: Bool {
         switch self {
-        case .password, .emailCode, .browser, .deviceCode: true
+        case .password, .emailCode, .browser, .deviceCode, .ciba: true
         }
     }
 
@@ -117,6 +129,7 @@ public enum SignInFlow: String, Sendable, CaseIterable, Codable {
         case .emailCode: "one-time code sign-in"
         case .browser: "browser sign-in"
         case .deviceCode: "device code sign-in"
+        case .ciba: "phone approval sign-in"
         }
     }
 
@@ -138,7 +151,7 @@ public enum OptionKey {
     public static let claims = "claims"
     /// `b`, SignOut: also end the provider's browser session.
     public static let signoutFromBrowser = "signoutFromBrowser"
-    /// `s`, StartSignIn: the ``SignInFlow`` (`email-code` or `device-code`), `email-code` when absent.
+    /// `s`, StartSignIn: the ``SignInFlow`` (`email-code`, `device-code` or `ciba`), `email-code` when absent.
     public static let method = "method"
 }
 

@@ -85,7 +85,8 @@ public enum EndpointOutcome: Sendable, Equatable {
 ///
 /// Each sign-in flow's part is a protocol in the flow's own file (`SignIn/`), named here once.
 public protocol IdentityProvider:
-    PasswordSignInProvider, EmailCodeSignInProvider, BrowserSignInProvider, DeviceCodeSignInProvider
+    PasswordSignInProvider, EmailCodeSignInProvider, BrowserSignInProvider, DeviceCodeSignInProvider,
+    PhoneApprovalSignInProvider
 {
     /// The authority URL the broker was configured with.
     var authority: String { get }

@@ -9,6 +9,7 @@ extension SignInChallenge {
         switch self {
         case .codeChallenge(let value): value.busValue
         case .deviceCodeChallenge(let value): value.busValue
+        case .phoneApprovalChallenge(let value): value.busValue
         }
     }
 }
@@ -112,6 +113,18 @@ extension DeviceCodeChallenge {
             entries.append(DBusDictEntry(key: .string(ChallengeKey.verificationUriComplete), value: .variant(.string(OutsideText.cleaned(value)))))
         }
         return .dictionary(keySignature: "s", valueSignature: "v", entries)
+    }
+}
+
+extension PhoneApprovalChallenge {
+    /// As the contract's a{sv}: its entries in key order, every text through the outside-text rule.
+    var busValue: DBusValue {
+        .dictionary(keySignature: "s", valueSignature: "v", [
+            DBusDictEntry(key: .string(ChallengeKey.bindingMessage), value: .variant(.string(OutsideText.cleaned(bindingMessage)))),
+            DBusDictEntry(key: .string(ChallengeKey.channel), value: .variant(.string(OutsideText.cleaned(channel)))),
+            DBusDictEntry(key: .string(ChallengeKey.expiresIn), value: .variant(.int64(expiresIn))),
+            DBusDictEntry(key: .string(ChallengeKey.interval), value: .variant(.int64(interval))),
+        ])
     }
 }
 

@@ -61,8 +61,8 @@ extension OIDCProvider {
             interval: min(max(1, object["interval"]?.int64 ?? 5), 300))
     }
 
-    public func pollDeviceSignIn(clientId: String, deviceCode: String, scopes: Scopes) async throws -> DeviceCodePoll {
-        try await requester.withBudget { () async throws(BrokerFailure) -> DeviceCodePoll in
+    public func pollDeviceSignIn(clientId: String, deviceCode: String, scopes: Scopes) async throws -> SignInPoll {
+        try await requester.withBudget { () async throws(BrokerFailure) -> SignInPoll in
             // RFC 8628 3.4: the token request carries no scope; the grant's was asked for at the start.
             let (response, endpoints, _) = try await postGrant(
                 .signIn(.deviceCode), clientId: clientId, scope: nil,

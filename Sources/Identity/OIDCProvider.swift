@@ -113,7 +113,7 @@ public final class OIDCProvider: IdentityProvider {
     /// Password and email code while native authentication may be offered (discovery lists its
     /// grant, or lists no grants and the endpoint answered as that API does), the password grant
     /// where discovery does not rule it out, the browser where discovery names an authorization
-    /// endpoint.
+    /// endpoint, the device code and approval on a phone where it names theirs.
     public func signInFlows() async throws -> [SignInFlow] {
         let (endpoints, native) = try await requester.withBudget {
             () async throws(BrokerFailure) -> (ProviderMetadata, Bool) in
@@ -126,6 +126,7 @@ public final class OIDCProvider: IdentityProvider {
             case .emailCode: native
             case .browser: endpoints.authorizationEndpoint != nil
             case .deviceCode: endpoints.deviceAuthorizationEndpoint != nil
+            case .ciba: endpoints.offersCIBAPollMode
             }
         }
     }

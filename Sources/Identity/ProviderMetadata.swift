@@ -16,6 +16,10 @@ public struct ProviderMetadata: Sendable, Equatable {
     public var endSessionEndpoint: String?
     /// RFC 8628's device authorization endpoint; absent when the provider offers none.
     public var deviceAuthorizationEndpoint: String?
+    /// CIBA's backchannel authentication endpoint; absent when the provider offers none.
+    public var backchannelAuthenticationEndpoint: String?
+    /// CIBA's `backchannel_token_delivery_modes_supported`; nil when not said.
+    public var backchannelTokenDeliveryModes: [String]?
     /// OpenID Connect Native SSO (`native_sso_supported`): sign-ins may ask for a device secret.
     public var nativeSSOSupported = false
     /// The grant types the token endpoint takes (`grant_types_supported`); nil when not said.
@@ -34,6 +38,13 @@ public struct ProviderMetadata: Sendable, Equatable {
     /// Only a document without the list (Entra's) leaves a try to tell.
     public var mayOfferNativeAuthentication: Bool {
         grantTypesSupported.map { $0.contains("oob") || $0.contains("continuation_token") } ?? true
+    }
+
+    /// Whether the provider offers CIBA in the poll mode, the only one a broker without a public
+    /// address can take: its endpoint, and the mode listed (or no modes said, which CIBA requires
+    /// but some providers leave out).
+    public var offersCIBAPollMode: Bool {
+        backchannelAuthenticationEndpoint != nil && (backchannelTokenDeliveryModes?.contains("poll") ?? true)
     }
 
     /// Whether the token endpoint takes RFC 8693 token exchange.
@@ -96,6 +107,9 @@ public struct ProviderMetadata: Sendable, Equatable {
             revocationEndpoint: try endpoint("revocation_endpoint"),
             endSessionEndpoint: try endpoint("end_session_endpoint"))
         metadata.deviceAuthorizationEndpoint = try endpoint("device_authorization_endpoint")
+        metadata.backchannelAuthenticationEndpoint = try endpoint("backchannel_authentication_endpoint")
+        metadata.backchannelTokenDeliveryModes =
+            document["backchannel_token_delivery_modes_supported"]?.array?.compactMap(\.string)
         metadata.nativeSSOSupported = document["native_sso_supported"] == .bool(true)
         metadata.grantTypesSupported = document["grant_types_supported"]?.array?.compactMap(\.string)
         return metadata

@@ -9,6 +9,7 @@ extension SignInChallenge {
         guard let entries = value.vardict else { throw .malformedReply("SignInChallenge is not a{sv}") }
         switch entries[ChallengeKey.channel]?.string {
         case "device-code": self = .deviceCodeChallenge(try DeviceCodeChallenge(busEntries: entries))
+        case "ciba": self = .phoneApprovalChallenge(try PhoneApprovalChallenge(busEntries: entries))
         default: self = .codeChallenge(try CodeChallenge(busEntries: entries))
         }
     }
@@ -247,6 +248,38 @@ extension DeviceCodeChallenge {
     /// A list of them (`aa{sv}`).
     static func list(_ value: DBusValue) throws(BrokerError) -> [Self] {
         guard let elements = value.vardictArray else { throw .malformedReply("DeviceCodeChallenge list is not aa{sv}") }
+        var values: [Self] = []
+        for entries in elements {
+            values.append(try Self(busEntries: entries))
+        }
+        return values
+    }
+}
+
+extension PhoneApprovalChallenge {
+    /// Reads the contract's a{sv}; throws when it is none, or lacks a key an app needs.
+    init(bus value: DBusValue) throws(BrokerError) {
+        guard let entries = value.vardict else { throw .malformedReply("PhoneApprovalChallenge is not a{sv}") }
+        try self.init(busEntries: entries)
+    }
+
+    init(busEntries d: [String: DBusValue]) throws(BrokerError) {
+        let channel = d[ChallengeKey.channel]?.string ?? "ciba"
+        guard let bindingMessage = d[ChallengeKey.bindingMessage]?.string else { throw .malformedReply("PhoneApprovalChallenge lacks bindingMessage") }
+        let expiresIn = d[ChallengeKey.expiresIn]?.int64 ?? 0
+        let interval = d[ChallengeKey.interval]?.int64 ?? 0
+        self.init(channel: channel, bindingMessage: bindingMessage, expiresIn: expiresIn, interval: interval)
+    }
+
+    /// The value when `value` holds one, nil when it is absent; throws when it is not one.
+    static func decodeIfPresent(_ value: DBusValue?) throws(BrokerError) -> Self? {
+        guard let value else { return nil }
+        return try Self(bus: value)
+    }
+
+    /// A list of them (`aa{sv}`).
+    static func list(_ value: DBusValue) throws(BrokerError) -> [Self] {
+        guard let elements = value.vardictArray else { throw .malformedReply("PhoneApprovalChallenge list is not aa{sv}") }
         var values: [Self] = []
         for entries in elements {
             values.append(try Self(busEntries: entries))

@@ -94,6 +94,24 @@ public final class PublicClientApplication: Sendable {
             flowId: started.flowId, challenge: challenge, link: link, configuration: configuration)
     }
 
+    /// Starts a sign-in the person approves on their phone (OpenID Connect CIBA), where
+    /// ``signInOptions()`` lists `ciba`: the provider asks `username` on their own phone; show
+    /// the returned ``PhoneApprovalSignIn/bindingMessage`` and wait with
+    /// ``PhoneApprovalSignIn/result()``. ``BrokerError/userNotFound(_:)`` when the provider knows
+    /// no such user, ``BrokerError/notSupported(_:)`` when it offers no approval on a phone.
+    public func signInWithPhoneApproval(username: String, scopes: [String]) async throws(BrokerError)
+        -> PhoneApprovalSignIn
+    {
+        let started = try await link.startSignIn(
+            clientId: clientId, username: username, scopes: scopes,
+            options: [.method: .string(SignInFlow.ciba.rawValue)], timeout: configuration.tokenTimeout)
+        guard case .phoneApprovalChallenge(let challenge) = started.challenge else {
+            throw .malformedReply("StartSignIn for ciba returned another flow's challenge")
+        }
+        return PhoneApprovalSignIn(
+            flowId: started.flowId, challenge: challenge, link: link, configuration: configuration)
+    }
+
     /// Signs in in the system browser (MSAL: `acquireToken(with: MSALInteractiveTokenParameters)`).
     /// Waits up to `configuration.interactiveTimeout` for the person. Cancelling the task ends
     /// the browser flow in the broker and throws ``BrokerError/cancelled(_:)``.

@@ -59,7 +59,8 @@ struct SignIn: AsyncCommand {
     static let configuration = CommandConfiguration(
         commandName: "sign-in",
         abstract:
-            "Sign a user in for an app: with an emailed code, a password, in the browser, or on another device.",
+            "Sign a user in for an app: with an emailed code, a password, in the browser, on another device, or on "
+            + "their phone.",
         discussion: """
             With --username alone, the provider emails a one-time code and brokerctl asks for it \
             (type "resend" for a new code). Scripts give codes on standard input with --code-stdin, \
@@ -74,6 +75,9 @@ struct SignIn: AsyncCommand {
             --device-code, for a device without a browser: brokerctl prints an address and a code (and a \
             QR code when qrencode is installed); sign in there on any device, and brokerctl waits:
               brokerctl sign-in --client-id mail-app --device-code
+            --approve-on-phone, where the provider offers it (OpenID Connect CIBA): the provider asks \
+            the user on their own phone; brokerctl shows a short code the phone shows too, and waits:
+              brokerctl sign-in --client-id mail-app --username alice@contoso.example --approve-on-phone
             In shared mode, signing in as someone else while an account is signed in fails with AccountAlreadySignedIn.
             """,
         aliases: ["signin"])
@@ -87,6 +91,8 @@ struct SignIn: AsyncCommand {
     var interactive = false
     @Flag(help: "Sign in on another device with a code (the device authorization grant, RFC 8628).")
     var deviceCode = false
+    @Flag(help: "Have the provider ask --username to approve on their phone (OpenID Connect CIBA).")
+    var approveOnPhone = false
     @Option(
         help: ArgumentHelp(
             "With --interactive: "
@@ -100,6 +106,14 @@ struct SignIn: AsyncCommand {
     @OptionGroup var common: CommonOptions
 
     func validate() throws {
+        if approveOnPhone {
+            if deviceCode || interactive || passwordStdin || codeStdin || prompt != .selectAccount {
+                throw ValidationError(
+                    "--approve-on-phone asks the user on their phone; it takes only --username (and --scope)")
+            }
+            guard username != nil else { throw ValidationError("--approve-on-phone needs --username: whose phone") }
+            return
+        }
         if deviceCode {
             if interactive || passwordStdin || codeStdin || username != nil {
                 throw ValidationError(
@@ -129,7 +143,10 @@ struct SignIn: AsyncCommand {
         let app = try common.application(clientId: client.clientId)
         try await reportingErrors {
             let result: TokenResult
-            if deviceCode {
+            if let username, approveOnPhone {
+                result = try await signInWithPhoneApproval(
+                    app.signInWithPhoneApproval(username: username, scopes: scopes), username: username)
+            } else if deviceCode {
                 result = try await signInWithDeviceCode(app.signInWithDeviceCode(scopes: scopes))
             } else if interactive {
                 result = try await app.acquireToken(
@@ -187,12 +204,29 @@ struct SignIn: AsyncCommand {
             Output.note("or open \(Output.shown(complete))")
             Output.qrCode(complete)
         }
+        return try await Self.waiting(until: signIn.expiresOn, for: "the sign-in") { try await signIn.result() }
+    }
+
+    /// Shows the binding message, and waits for the approval, counting down on a terminal.
+    private func signInWithPhoneApproval(_ signIn: PhoneApprovalSignIn, username: String) async throws
+        -> TokenResult
+    {
+        Output.note(
+            "\(Output.shown(username)) was asked to approve this sign-in on their phone. Approve it only if the "
+                + "phone shows \(Output.shown(signIn.bindingMessage))")
+        return try await Self.waiting(until: signIn.expiresOn, for: "the approval") { try await signIn.result() }
+    }
+
+    /// Waits for `result`, with a countdown to `expiry` on a terminal.
+    private static func waiting(
+        until expiry: UnixTime, for what: String, _ result: () async throws -> TokenResult
+    ) async throws -> TokenResult {
         let countdown = Task {
             guard isatty(STDERR_FILENO) != 0 else { return }
             while !Task.isCancelled {
-                let left = max(0, signIn.expiresOn.seconds - UnixTime.now.seconds)
+                let left = max(0, expiry.seconds - UnixTime.now.seconds)
                 let seconds = left % 60
-                Output.prompt("\rWaiting for the sign-in: \(left / 60):\(seconds < 10 ? "0" : "")\(seconds) left ")
+                Output.prompt("\rWaiting for \(what): \(left / 60):\(seconds < 10 ? "0" : "")\(seconds) left ")
                 try? await Task.sleep(for: .seconds(1))
             }
         }
@@ -200,7 +234,7 @@ struct SignIn: AsyncCommand {
             countdown.cancel()
             if isatty(STDERR_FILENO) != 0 { Output.prompt("\n") }
         }
-        return try await signIn.result()
+        return try await result()
     }
 
     /// Reads codes until one is right, the input ends, or the flow fails for good.

@@ -106,12 +106,36 @@ final class ScriptedProvider: IdentityProvider, @unchecked Sendable {
             deviceCode: "device-code-1", userCode: "BCDFGHJK", verificationUri: "https://login.example/device",
             verificationUriComplete: nil, expiresIn: 900, interval: 1)
     }
-    func pollDeviceSignIn(clientId: String, deviceCode: String, scopes: Scopes) async throws -> DeviceCodePoll {
+    func pollDeviceSignIn(clientId: String, deviceCode: String, scopes: Scopes) async throws -> SignInPoll {
         let polls = lock.withLock { _ in
             devicePolls += 1
             return devicePolls
         }
         guard polls >= 2, let user = deviceUser else { return .pending }
+        return .tokens(tokens(for: user, clientId: clientId, scopes: scopes))
+    }
+
+    // Approval on a phone (CIBA), scripted: the first poll is pending, the second signs the
+    // user named in (nil `phoneAnswer`: every poll is pending; a failure: the phone's refusal).
+    var phoneAnswer: BrokerFailure? = nil
+    var phoneNeverAnswers = false
+    private var phonePolls = 0
+    private(set) var phoneRequests: [(loginHint: String, bindingMessage: String)] = []
+    func startPhoneApproval(clientId: String, loginHint: String, bindingMessage: String, scopes: Scopes) async throws
+        -> PhoneApprovalRequest
+    {
+        guard users[loginHint] != nil else { throw BrokerFailure(.userNotFound, "no such user") }
+        lock.withLock { _ in phoneRequests.append((loginHint, bindingMessage)) }
+        return PhoneApprovalRequest(authRequestId: "auth-req|\(loginHint)", expiresIn: 120, interval: 1)
+    }
+    func pollPhoneApproval(clientId: String, authRequestId: String, scopes: Scopes) async throws -> SignInPoll {
+        let polls = lock.withLock { _ in
+            phonePolls += 1
+            return phonePolls
+        }
+        guard polls >= 2, !phoneNeverAnswers else { return .pending }
+        if let phoneAnswer { throw phoneAnswer }
+        let user = authRequestId.components(separatedBy: "|")[1]
         return .tokens(tokens(for: user, clientId: clientId, scopes: scopes))
     }
 

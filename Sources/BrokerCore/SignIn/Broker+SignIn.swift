@@ -17,6 +17,10 @@ extension Broker {
         case .deviceCode:
             let started = try await startDeviceCodeSignIn(clientId: clientId, scopes: scopes, owner: owner)
             return (started.flowId, .deviceCodeChallenge(started.challenge))
+        case .ciba:
+            let started = try await startPhoneApprovalSignIn(
+                clientId: clientId, username: username, scopes: scopes, owner: owner)
+            return (started.flowId, .phoneApprovalChallenge(started.challenge))
         case .password, .browser:
             throw BrokerFailure(.invalidArgument, "\(flow.rawValue) is started by \(flow.startedBy.rawValue)")
         }

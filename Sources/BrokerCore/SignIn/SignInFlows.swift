@@ -1,5 +1,5 @@
 /// The sign-ins in progress: email-code flows waiting for their code, interactive flows waiting
-/// for the browser, device-code flows polling the provider. Each belongs to the caller (bus
+/// for the browser, device-code and phone-approval flows polling the provider. Each belongs to the caller (bus
 /// connection) that started it; only that caller may use it, and it goes when that caller leaves
 /// the bus. Flow ids are the caller's own: one caller's ids say nothing about another's flows.
 ///
@@ -84,6 +84,16 @@ public struct SignInFlows: Sendable {
         guard let flow = flows[Key(owner: owner, id: id)] as? Flow else {
             throw BrokerFailure(
                 .flowNotFound, "there is no \(Flow.flow.inWords) \(id) of this caller; start a new one")
+        }
+        return flow
+    }
+
+    /// The polled flow (a device code, an approval on a phone) `id` of `owner`; `.flowNotFound`
+    /// when that caller has none.
+    func polledFlow(_ id: String, owner: String) throws(BrokerFailure) -> any PolledPendingSignIn {
+        guard let flow = flows[Key(owner: owner, id: id)] as? any PolledPendingSignIn else {
+            let kinds = SignInFlow.allCases.filter(\.isPolled).map(\.inWords).joined(separator: " or ")
+            throw BrokerFailure(.flowNotFound, "there is no \(kinds) \(id) of this caller; start a new one")
         }
         return flow
     }
