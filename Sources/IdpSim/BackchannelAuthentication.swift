@@ -114,11 +114,14 @@ struct BackchannelAuthentication: Sendable {
         func verify(using _: some JWTAlgorithm) async throws {}
     }
 
-    /// CIBA 7.1 `binding_message`: shown on the phone, so short and without control characters.
+    /// CIBA 7.1 `binding_message`: shown on a phone, so short and plain. Counted in code points,
+    /// so that combining marks cannot stack a screenful onto one character; control characters,
+    /// line separators and bidirectional controls (which could reverse what the person reads) are
+    /// refused.
     static func bindingMessage(_ parameters: [String: String]) throws -> String? {
         guard let message = parameters.nonEmpty("binding_message") else { return nil }
-        guard message.count <= maxBindingMessageLength,
-            !message.unicodeScalars.contains(where: { $0.properties.generalCategory == .control })
+        guard message.unicodeScalars.count <= maxBindingMessageLength,
+            !message.unicodeScalars.contains(where: isUnprintable)
         else {
             throw OAuthError(
                 status: .badRequest, error: "invalid_binding_message",
@@ -128,6 +131,13 @@ struct BackchannelAuthentication: Sendable {
                 codes: [900144])
         }
         return message
+    }
+
+    private static func isUnprintable(_ scalar: Unicode.Scalar) -> Bool {
+        switch scalar.properties.generalCategory {
+        case .control, .lineSeparator, .paragraphSeparator: return true
+        default: return scalar.properties.isBidiControl
+        }
     }
 
     /// CIBA 10–11: one poll with the `auth_req_id`.
@@ -182,7 +192,7 @@ struct PhoneRoutes: Sendable {
         }
         router.get(RouterPath(BackchannelAuthentication.phonePath)) { request, _ in
             let user = try user(named: request.queryParameters["username"] ?? "")
-            return await page(user, notice: nil)
+            return await page(user, notice: nil, status: .ok)
         }
         router.post(RouterPath(BackchannelAuthentication.phonePath)) { request, _ in
             let form = try await request.formParameters()
@@ -190,7 +200,7 @@ struct PhoneRoutes: Sendable {
             do {
                 _ = try await decide(id: form["id"] ?? "", action: form["action"] ?? "")
             } catch let error as OAuthError {
-                return await page(user, notice: error.description)
+                return await page(user, notice: error.description, status: error.status)
             }
             let location = BackchannelAuthentication.phonePath + "?username=" + FormEncoding.encode(user.username)
             return Response(status: .seeOther, headers: [.location: location, .cacheControl: "no-store"])
@@ -222,7 +232,7 @@ struct PhoneRoutes: Sendable {
         return approve ? "approved" : "denied"
     }
 
-    private func page(_ user: UserAccount, notice: String?) async -> Response {
+    private func page(_ user: UserAccount, notice: String?, status: HTTPResponse.Status) async -> Response {
         let escape = AuthorizeRoutes.escape
         let pending = await provider.backchannelRequests.pending(username: user.username)
         let items = pending.map { item in
@@ -246,6 +256,6 @@ struct PhoneRoutes: Sendable {
             \(list)
             """
         return AuthorizeRoutes.page(
-            status: notice == nil ? .ok : .notFound, title: "Phone - idp-sim", body: body)
+            status: status, title: "Phone - idp-sim", body: body)
     }
 }

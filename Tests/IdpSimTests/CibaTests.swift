@@ -106,6 +106,14 @@ struct CibaTests {
         #expect(
             try await refusal([openid, hint, ("binding_message", "line one\nline two")])
                 == (400, "invalid_binding_message"))
+        // One character on screen, but 65 code points of stacked accents.
+        #expect(
+            try await refusal([openid, hint, ("binding_message", "e" + String(repeating: "\u{301}", count: 64))])
+                == (400, "invalid_binding_message"))
+        // A right-to-left override would show the person "Approve 42" reversed.
+        #expect(
+            try await refusal([openid, hint, ("binding_message", "Kiosk \u{202E}24 evorppA")])
+                == (400, "invalid_binding_message"))
         #expect(try await refusal([openid, hint, ("requested_expiry", "0")]) == (400, "invalid_request"))
         #expect(try await refusal([openid, hint, ("requested_expiry", "soon")]) == (400, "invalid_request"))
         // Client authentication as at the token endpoint.
@@ -296,6 +304,9 @@ struct CibaTests {
         let again = try await HTTP.postForm(
             server.baseURL + "/phone", [("id", id), ("action", "approve"), ("username", Self.alice)])
         #expect(again.status == 404 && again.text.contains("already answered"))
+        let unknownAction = try await HTTP.postForm(
+            server.baseURL + "/phone", [("id", id), ("action", "shrug"), ("username", Self.alice)])
+        #expect(unknownAction.status == 400)
     }
 
     @Test func aDisabledAccountAFullPhoneAndAFaultAreRefused() async throws {
