@@ -83,6 +83,15 @@ struct DiscoveryRoutes: Sendable {
                 document["grant_types_supported"] = grants
             }
         }
+        if provider.offers(.ciba) {
+            document["backchannel_authentication_endpoint"] = endpoints.url(BackchannelAuthentication.authorizationPath)
+            document["backchannel_token_delivery_modes_supported"] = ["poll"]
+            document["backchannel_user_code_parameter_supported"] = false
+            if var grants = document["grant_types_supported"] as? [String] {
+                grants.append(BackchannelAuthentication.grantType)
+                document["grant_types_supported"] = grants
+            }
+        }
         // Native authentication's email code is a grant of its own: said where grants are listed.
         if provider.offers(.nativeAuth), var grants = document["grant_types_supported"] as? [String] {
             grants.append("oob")

@@ -11,6 +11,8 @@ actor FaultInjector {
         case token, discovery, jwks, userinfo, revoke
         /// The device authorization endpoint (RFC 8628 3.1).
         case deviceAuthorization = "devicecode"
+        /// The backchannel authentication endpoint (CIBA 7.1).
+        case backchannelAuthentication = "bc-authorize"
         /// The Shared Signals transmitter's poll endpoint (RFC 8936).
         case ssf
     }

@@ -49,13 +49,22 @@ struct IdpSimCommand: AsyncParsableCommand {
     @Option(help: "How many device-code polls to answer slow_down first, whatever their pace (for tests).")
     var deviceCodeSlowDown: Int = 0
 
+    @Option(help: "Lifetime of backchannel authentication (CIBA) requests in seconds.")
+    var cibaLifetime: Int = 120
+
+    @Option(help: "The polling interval, in seconds, a client is given with its auth_req_id (CIBA).")
+    var cibaInterval: Int = 5
+
+    @Option(help: "How many polls of each CIBA request to answer slow_down first, whatever their pace (for tests).")
+    var cibaSlowDown: Int = 0
+
     @Flag(
         name: .customLong("entra-common"),
         help: ArgumentHelp(
             "Mimic Microsoft Entra ID's multi-tenant authority exactly: /common/v2.0, its discovery issuer "
                 + "the template {base}/{tenantid}/v2.0, each token issued by the user's own tenant (a user's "
                 + "tenantId in the users file), and neither revocation, native authentication nor single "
-                + "sign-on by token exchange, nor a Shared Signals transmitter."))
+                + "sign-on by token exchange, nor a Shared Signals transmitter, nor CIBA."))
     var entraCommon = false
 
     @Flag(
@@ -108,7 +117,8 @@ struct IdpSimCommand: AsyncParsableCommand {
     func validate() throws {
         guard (0...65535).contains(port) else { throw ValidationError("--port must be between 0 and 65535") }
         guard accessTokenLifetime > 0, refreshTokenLifetime > 0, codeLifetime > 0, deviceCodeLifetime > 0,
-            deviceCodeInterval > 0, deviceCodeSlowDown >= 0, (ignoreReauthenticationWithin ?? 1) > 0
+            deviceCodeInterval > 0, deviceCodeSlowDown >= 0, cibaLifetime > 0, cibaInterval > 0, cibaSlowDown >= 0,
+            (ignoreReauthenticationWithin ?? 1) > 0
         else {
             throw ValidationError("lifetimes must be positive")
         }
@@ -139,13 +149,14 @@ struct IdpSimCommand: AsyncParsableCommand {
             accessTokenLifetime: accessTokenLifetime, refreshTokenLifetime: refreshTokenLifetime,
             codeLifetime: codeLifetime, without: Set(without), multiTenant: entraCommon,
             deviceCodeLifetime: deviceCodeLifetime, deviceCodeInterval: deviceCodeInterval,
-            deviceCodeSlowDowns: deviceCodeSlowDown, ignoresReauthentication: ignoreReauthentication,
+            deviceCodeSlowDowns: deviceCodeSlowDown, cibaLifetime: cibaLifetime, cibaInterval: cibaInterval,
+            cibaSlowDowns: cibaSlowDown, ignoresReauthentication: ignoreReauthentication,
             refusesRevocation: refuseRevocation, servesLoginPageForUnknownPaths: loginPageForUnknownPaths,
             exactRedirectURIs: exactRedirectUris,
             ignoresReauthenticationWithin: ignoreReauthenticationWithin, refusesMaxAge: refuseMaxAge,
             authTimeClaim: authTime)
         if entraCommon {
-            settings.without.formUnion([.revocation, .nativeAuth, .nativeSSO, .tokenExchange, .sharedSignals])
+            settings.without.formUnion([.revocation, .nativeAuth, .nativeSSO, .tokenExchange, .sharedSignals, .ciba])
         }
         let provider = try await Provider(
             users: directory, settings: settings,

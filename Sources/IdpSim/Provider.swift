@@ -18,6 +18,11 @@ struct ProviderSettings: Sendable {
     var deviceCodeLifetime = 900
     var deviceCodeInterval = 5
     var deviceCodeSlowDowns = 0
+    /// Backchannel authentication (CIBA): how long a request lives, the polling interval, and how
+    /// many polls of each request are answered `slow_down` (for tests).
+    var cibaLifetime = 120
+    var cibaInterval = 5
+    var cibaSlowDowns = 0
     /// Misbehave as a provider that ignores `prompt=login` and `max_age`: a browser session signs
     /// in again at once, with its old `auth_time` (for tests of the broker's check).
     var ignoresReauthentication = false
@@ -73,6 +78,9 @@ enum OptionalFeature: String, Sendable, CaseIterable, ExpressibleByArgument {
     /// Discovery's `grant_types_supported` (optional in RFC 8414; Entra's v2.0 discovery has none),
     /// so that a client learns which grants there are only by trying them.
     case grantTypes = "grant-types"
+    /// OpenID Connect Client-Initiated Backchannel Authentication (CIBA) Core 1.0, poll mode, and
+    /// the simulated phone that answers its requests.
+    case ciba
 }
 
 /// Everything a request handler needs: the directory, keys, and the in-memory state actors.
@@ -91,6 +99,7 @@ struct Provider: Sendable {
     let authorization: AuthorizationStore
     let deviceSecrets: DeviceSecretStore
     let deviceCodes: DeviceCodeStore
+    let backchannelRequests: BackchannelRequestStore
     let sharedSignals = SharedSignals()
     let revocations: SessionRevocations
     let claimsRequests = ClaimsRequests()
@@ -114,6 +123,7 @@ struct Provider: Sendable {
         self.authorization = AuthorizationStore(codeLifetime: TimeInterval(settings.codeLifetime))
         self.deviceSecrets = DeviceSecretStore(lifetime: TimeInterval(settings.refreshTokenLifetime))
         self.deviceCodes = DeviceCodeStore(slowDowns: settings.deviceCodeSlowDowns)
+        self.backchannelRequests = BackchannelRequestStore(slowDowns: settings.cibaSlowDowns)
         self.logger = logger
     }
 
@@ -125,6 +135,7 @@ struct Provider: Sendable {
         DiscoveryRoutes(provider: self).register(on: router)
         TokenRoutes(provider: self).register(on: router)
         if offers(.deviceCode) { DeviceAuthorization(provider: self).register(on: router) }
+        if offers(.ciba) { BackchannelAuthentication(provider: self).register(on: router) }
         if !settings.without.contains(.revocation) { RevocationRoutes(provider: self).register(on: router) }
         ResourceRoutes(provider: self).register(on: router)
         if !settings.without.contains(.nativeAuth) { NativeAuthRoutes(provider: self).register(on: router) }

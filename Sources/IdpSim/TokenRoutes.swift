@@ -44,6 +44,8 @@ struct TokenRoutes: Sendable {
                 try await clientCredentialsGrant(parameters, client: client, capabilities: claims?.capabilities ?? []))
         case DeviceAuthorization.grantType where provider.offers(.deviceCode):
             signIn = try await DeviceAuthorization(provider: provider).grant(parameters, client: client)
+        case BackchannelAuthentication.grantType where provider.offers(.ciba):
+            signIn = try await BackchannelAuthentication(provider: provider).grant(parameters, client: client)
         case TokenExchange.grantType where TokenExchange.offered(by: provider):
             signIn = try await TokenExchange(provider: provider).grant(parameters, client: client)
         case "":
@@ -56,7 +58,10 @@ struct TokenRoutes: Sendable {
         try await refuseDisabledAccount(signIn.user.username)
         signIn.capabilities = claims?.capabilities ?? []
         // Native SSO §3.1: a person's sign-in granted `device_sso` (with `openid`) starts a device session.
-        if ["password", "authorization_code", "oob", DeviceAuthorization.grantType].contains(grantType),
+        let personal = [
+            "password", "authorization_code", "oob", DeviceAuthorization.grantType, BackchannelAuthentication.grantType,
+        ]
+        if personal.contains(grantType),
             provider.offers(.nativeSSO),
             signIn.scopes.contains("openid"), signIn.scopes.contains("device_sso")
         {
