@@ -169,7 +169,9 @@ class Run:
         with open(users, "w") as out:
             json.dump(USERS, out)
         binary = os.path.join(self.args.broker_bin, "idp-sim")
-        _, line = self.start("idp-sim", [binary, "--port", "0", "--users", users], ready="listening on ")
+        # Approval on a phone is polled every second, so that the test waits as little as a person.
+        _, line = self.start("idp-sim", [binary, "--port", "0", "--users", users, "--ciba-interval", "1"],
+                             ready="listening on ")
         self.idp = line[len("listening on "):]
         # The users file names no tenant: idp-sim's default, a GUID.
         self.authority = self.idp + "/4f1c5a3e-8b2d-4c6f-9a7e-1d3b5c7e9f20/v2.0"
@@ -505,6 +507,7 @@ def scenario(run):
     calendar.wait_for_account("Nobody is signed in")
 
     browser_sign_in_and_out(run, mail, calendar)
+    phone_sign_in(run, mail, calendar)
     idle_sign_out(run, mail, calendar)
 
     # Translations, read through the accessible tree.
@@ -629,6 +632,59 @@ def browser_sign_in_and_out(run, mail, calendar):
               "; ".join(entry.get("message", "") for entry in severe))
     print("# figure: %.1f s for the browser part (sign-in through the portal and Chromium, sign-out, end-session "
           "page)" % (time.monotonic() - started), flush=True)
+
+
+def phone_requests(run, username):
+    """What idp-sim's simulated phone of `username` shows waiting: its app's view, over HTTP."""
+    query = urllib.parse.urlencode({"username": username})
+    with urllib.request.urlopen(run.idp + "/phone/requests?" + query, timeout=10) as response:
+        return json.load(response)["requests"]
+
+
+def phone_answer(run, request_id, action):
+    body = urllib.parse.urlencode({"action": action}).encode()
+    with urllib.request.urlopen(run.idp + "/phone/requests/" + request_id, data=body, timeout=10) as response:
+        return response.status
+
+
+def phone_sign_in(run, mail, calendar):
+    """"Approve on my phone" in Mail (OpenID Connect CIBA): the window shows the code the phone shows
+    too; a request cancelled in the window signs nobody in when approved later; approved on the
+    phone, both windows show the account."""
+    PREFIX = "Approve the sign-in on your phone if it shows "
+    mail.type("text", "Email", ALICE[0])
+    mail.click("Approve on my phone")
+    shown = wait_until(lambda: next((t for t in mail.labels() if t.startswith(PREFIX)), None), 20,
+                       "Mail to show the code the phone shows")[len(PREFIX):]
+    waiting = phone_requests(run, ALICE[0])
+    run.check(len(waiting) == 1 and waiting[0]["binding_message"] == shown,
+              "alice's phone shows the code Mail shows (%s)" % shown, str(waiting))
+    run.snap("10a-approve-on-phone", [mail, calendar])
+
+    # The person walks away: Cancel; an approval afterwards signs nobody in.
+    mail.click("Cancel approval")
+    wait_until(lambda: not any(t.startswith(PREFIX) for t in mail.labels()), 20, "the code to go after Cancel")
+    run.check(phone_answer(run, waiting[0]["id"], "approve") == 200, "the cancelled request approved on the phone")
+    time.sleep(2)  # two poll intervals: a poll still running would sign alice in
+    run.check((mail.account_line() or "") == "Nobody is signed in",
+              "a request cancelled in Mail signs nobody in when approved later", str(mail.account_line()))
+
+    mail.click("Approve on my phone")
+    shown = wait_until(lambda: next((t for t in mail.labels() if t.startswith(PREFIX)), None), 20,
+                       "Mail to show the new code")[len(PREFIX):]
+    request = next(r for r in phone_requests(run, ALICE[0]) if r["binding_message"] == shown)
+    run.check(phone_answer(run, request["id"], "approve") == 200, "approved on alice's phone")
+    mail.wait_for_account("Signed in: " + ALICE[0])
+    calendar.wait_for_account("Signed in: " + ALICE[0])
+    run.check(True, "approved on the phone: Mail and Calendar show alice")
+    # The sign-out opens the end-session page as every one does here (browserSignOut always);
+    # its tab is closed once it came, so that the next part starts with the kiosk's browser as it was.
+    known = run.kiosk.handles()
+    mail.click("Sign Out")
+    mail.wait_for_account("Nobody is signed in")
+    calendar.wait_for_account("Nobody is signed in")
+    run.kiosk.wait_for_tab(known, run.logout, 20, "the end-session page after the phone's sign-in")
+    run.kiosk.close_tabs()
 
 
 def idle_sign_out(run, mail, calendar):

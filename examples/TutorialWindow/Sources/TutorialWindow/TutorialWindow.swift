@@ -33,6 +33,11 @@ final class TutorialWindow: @unchecked Sendable {
     private let passwordEntry = Make.passwordEntry(accessibleName: tr("Password"))
     private let codeRow: Widget
     private let browserRow: Widget
+    /// While the person approves on their phone: the code the phone shows too, and Cancel.
+    private let phoneRow: Widget
+    private let phoneLabel = Make.label("")
+    /// Shown where the provider offers approval on a phone (`ciba` in the sign-in options).
+    private var withPhone: Widget?
     private let spinner = gtk_spinner_new()!
     private let browserSwitch = gtk_switch_new()!
     private let profileLabel = Make.label("", accessibleName: tr("Profile"))
@@ -49,6 +54,7 @@ final class TutorialWindow: @unchecked Sendable {
     private var shown: Account?
     private var codeFlow: SignInCodeRequiredState?
     private var browserFlow: Task<Void, Never>?
+    private var phoneFlow: PhoneApprovalSignIn?
     /// The pending sign-out's deadline (microseconds of the realtime clock) and its reason; nil:
     /// no warning.
     private var warning: (deadline: UInt64, reason: SignOutCause)?
@@ -73,6 +79,7 @@ final class TutorialWindow: @unchecked Sendable {
         statusPage = adw_status_page_new()!
         codeRow = Make.box(vertical: false)
         browserRow = Make.box(vertical: false)
+        phoneRow = Make.box(vertical: false)
         logView = gtk_text_view_new_with_buffer(logBuffer)!
         toasts = adw_toast_overlay_new()!
         build(header: header)
@@ -105,7 +112,14 @@ final class TutorialWindow: @unchecked Sendable {
             gtk_box_append(browserRow.as(GtkBox.self), child)
         }
         browserRow.setVisible(false)
-        signInButtons = [sendCode, submitCode, resend, withPassword, withBrowser]
+        let withPhone = Make.button(tr("Approve on my phone")) { [unowned self] in self.signInWithPhone() }
+        withPhone.setVisible(false)
+        self.withPhone = withPhone
+        let cancelPhone = Make.button(tr("Cancel approval")) { [unowned self] in self.cancelPhoneApproval() }
+        gtk_widget_set_hexpand(phoneLabel, 1)
+        for child in [phoneLabel, cancelPhone] { gtk_box_append(phoneRow.as(GtkBox.self), child) }
+        phoneRow.setVisible(false)
+        signInButtons = [sendCode, submitCode, resend, withPassword, withBrowser, withPhone]
         signedOutNote.setVisible(false)
         gtk_widget_add_css_class(signedOutNote, "heading")
         let signIn = Make.box(
@@ -113,7 +127,7 @@ final class TutorialWindow: @unchecked Sendable {
             [
                 signedOutNote, Make.label(tr("Sign in with your work email: a code is sent there.")), emailEntry,
                 sendCode, codeRow,
-                codeError, passwordEntry, withPassword, withBrowser, browserRow,
+                codeError, passwordEntry, withPassword, withBrowser, browserRow, withPhone, phoneRow,
             ])
 
         // The signed-in page.
@@ -310,10 +324,15 @@ final class TutorialWindow: @unchecked Sendable {
     func loadCurrentAccount() {
         let broker = self.broker
         run({ () async throws(BrokerError) in
-            (try await broker.deviceInformation(), try await broker.currentAccount())
+            // The sign-in options only decide which buttons show: without them, the rest still does.
+            (
+                try await broker.deviceInformation(), try await broker.currentAccount(),
+                try? await broker.signInOptions()
+            )
         }) { [unowned self] result in
             switch result {
-            case .success(let (device, accounts)):
+            case .success(let (device, accounts, options)):
+                self.withPhone?.setVisible(options?.flows.contains(.ciba) ?? false)
                 let shared = device.deviceMode == .shared
                 self.modeLabel.labelText = shared ? tr("Shared device") : tr("Personal device")
                 adw_window_title_set_subtitle(self.title.opaque, self.modeLabel.labelText)
@@ -510,6 +529,56 @@ final class TutorialWindow: @unchecked Sendable {
                 result = .failure(.cancelled("\(error)"))
             }
             GtkThread.onMain { [weak self] in self?.browserFinished(result) }
+        }
+    }
+
+    /// Approval on a phone (OpenID Connect CIBA): the provider asks the person named on their
+    /// phone; the window shows the code the phone shows too, and waits.
+    private func signInWithPhone() {
+        let username = emailEntry.editableText.trimmingCharacters(in: .whitespaces)
+        guard !username.isEmpty else { return showCodeError(tr("Type your email")) }
+        showCodeError(nil)
+        busy(true)
+        let broker = self.broker
+        let scopes = self.scopes
+        run({ () async throws(BrokerError) in
+            try await broker.signInWithPhoneApproval(username: username, scopes: scopes)
+        }) { [unowned self] started in
+            switch started {
+            case .success(let flow):
+                self.phoneFlow = flow
+                self.phoneLabel.labelText = String(
+                    format: tr("Approve the sign-in on your phone if it shows %@"), flow.bindingMessage)
+                self.phoneRow.setVisible(true)
+                self.run({ () async throws(BrokerError) in try await flow.result() }) { [unowned self] result in
+                    self.phoneFinished(flow, result)
+                }
+            case .failure(let error):
+                self.busy(false)
+                self.showCodeError(error.message)
+            }
+        }
+    }
+
+    private func cancelPhoneApproval() {
+        guard let flow = phoneFlow else { return }
+        run({ () async throws(BrokerError) in try await flow.cancel() }) { _ in }
+    }
+
+    private func phoneFinished(_ flow: PhoneApprovalSignIn, _ result: Result<TokenResult, BrokerError>) {
+        // A flow cancelled and replaced meanwhile is not this one's to end.
+        guard phoneFlow === flow else { return }
+        phoneFlow = nil
+        busy(false)
+        phoneRow.setVisible(false)
+        switch result {
+        case .success(let tokens):
+            log(String(format: tr("Signed in as %@"), tokens.account.description))
+            show(account: tokens.account)
+        case .failure(let error) where error.code == .cancelled || error.code == .flowNotFound:
+            break
+        case .failure(let error):
+            showCodeError(error.message)
         }
     }
 
