@@ -65,6 +65,33 @@ struct PhoneApprovalSignInTests {
         #expect(empty == .invalidUsername)
     }
 
+    /// One app flooding alice's phone (starting and cancelling, over any number of connections)
+    /// gets three requests to it in five minutes; bob's phone is not affected, and alice's is
+    /// asked again once the oldest request is five minutes old.
+    @Test func nobodysPhoneIsFlooded() async throws {
+        let h = Harness()
+        h.provider.phoneNeverAnswers = true
+        for index in 0..<SignInFlows.phoneRequestsPerWindow {
+            let started = try await h.broker.startPhoneApprovalSignIn(
+                clientId: "mail", username: "alice@contoso.example", scopes: [], owner: ":1.\(index)")
+            try await h.broker.cancelSignIn(flowId: started.flowId, owner: ":1.\(index)")
+        }
+        let refused = await failure {
+            _ = try await h.broker.startPhoneApprovalSignIn(
+                clientId: "calendar", username: "ALICE@contoso.example", scopes: [], owner: ":1.99")
+        }
+        #expect(refused?.code == .limitsExceeded)
+        #expect(refused?.message.contains("it is asked again in 300 s") == true, "\(String(describing: refused))")
+        #expect(h.provider.phoneRequests.count == SignInFlows.phoneRequestsPerWindow)
+        let bob = try await h.broker.startPhoneApprovalSignIn(
+            clientId: "mail", username: "bob@contoso.example", scopes: [], owner: ":1.99")
+        try await h.broker.cancelSignIn(flowId: bob.flowId, owner: ":1.99")
+        h.clock.advance(SignInFlows.phoneRequestWindow)
+        let again = try await h.broker.startPhoneApprovalSignIn(
+            clientId: "mail", username: "alice@contoso.example", scopes: [], owner: ":1.99")
+        try await h.broker.cancelSignIn(flowId: again.flowId, owner: ":1.99")
+    }
+
     @Test func startSignInWithTheCibaMethodIsThisFlow() async throws {
         let h = Harness()
         h.provider.phoneNeverAnswers = true

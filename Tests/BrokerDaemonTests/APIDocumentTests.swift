@@ -176,15 +176,17 @@ struct APIDocumentTests {
             DeviceCodeChallenge(
                 channel: "device-code", verificationUri: "https://v", verificationUriComplete: "https://v?c",
                 userCode: "U", expiresIn: 900, interval: 5))
+        let phone: SignInChallenge = .phoneApprovalChallenge(
+            PhoneApprovalChallenge(bindingMessage: "KTW-482", expiresIn: 120, interval: 5))
         let keys = { (value: DBusValue) in (value.vardict ?? [:]).map { "\($0.key):\($0.value.signature)" } }
-        let challenges = Set(keys(code.busValue)).union(keys(device.busValue))
+        let challenges = Set(keys(code.busValue)).union(keys(device.busValue)).union(keys(phone.busValue))
         let options = SignInOptions(flows: [.browser], singleSignOn: [.nativeSSO])
         return [
             ("Account", account.busValue),
             ("Token result", tokens.result.busValue),
             ("Device information", information.busValue),
             ("Sign-in options", options.busValue),
-            // Both kinds of challenge in one table; the keys are compared as a set below.
+            // Every kind of challenge in one table; the keys are compared as a set below.
             ("Challenge", .strings(challenges.sorted())),
             ("Sign-out result", SignOutOutcome().busValue),
         ]

@@ -193,6 +193,45 @@ struct PhoneApprovalTests {
                 .json()["current"] is NSNull)
     }
 
+    /// An app floods alice's phone from many connections, cancelling each request and starting
+    /// another: her phone is asked three times, the provider never hears of the rest, and bob's
+    /// phone is still asked for bob.
+    @Test("a flood of requests to alice's phone from many connections: three reach the provider, then LimitsExceeded")
+    func phoneFlood() async throws {
+        let env = try await offThePool { try BrokerEnvironment(idpArguments: ["--ciba-interval", "1"]) }
+        func start(_ username: String) async throws -> (DBusConnection, String) {
+            let connection = try await offThePool { try DBusConnection(address: env.bus.address) }
+            let reply = try await connection.call(
+                destination: BrokerNames.busName, path: BrokerNames.objectPath, interface: BrokerNames.interface,
+                member: Broker1Method.startSignIn.rawValue,
+                arguments: [
+                    .string("mail-app"), .string(username), .strings([]),
+                    .vardict([OptionKey.method: .variant(.string(SignInFlow.ciba.rawValue))]),
+                ], timeout: .seconds(20))
+            return (connection, reply.first?.string ?? "")
+        }
+        var connections: [DBusConnection] = []
+        defer { for connection in connections { connection.close() } }
+        var refused: [String] = []
+        for _ in 0..<10 {
+            do {
+                let (connection, flowId) = try await start(TestUsers.alice.username)
+                connections.append(connection)
+                _ = try await connection.call(
+                    destination: BrokerNames.busName, path: BrokerNames.objectPath, interface: BrokerNames.interface,
+                    member: Broker1Method.cancelSignIn.rawValue, arguments: [.string(flowId)], timeout: .seconds(5))
+            } catch let error as DBusError {
+                refused.append(error.name)
+            }
+        }
+        #expect(refused.count == 7)
+        #expect(Set(refused) == ["io.shareddevice.Broker1.Error.LimitsExceeded"], "\(refused)")
+        #expect((try await env.idpStats())["bc-authorize"] as? Int == 3)
+        let (bob, _) = try await start(TestUsers.bob.username)
+        connections.append(bob)
+        #expect(try await Phone(env: env, username: TestUsers.bob.username).requests().count == 1)
+    }
+
     /// The client library: the person walks away, the app cancels; their later approval on the
     /// phone signs nobody in, and a new request carries a new binding message.
     @Test("the library: cancel() ends the wait with Cancelled, an approval after it signs nobody in")

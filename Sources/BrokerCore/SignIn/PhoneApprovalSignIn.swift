@@ -66,6 +66,7 @@ extension Broker {
         // Nobody's phone is asked for a sign-in the device would refuse.
         if let holder = account(for: clientId), !holder.hasUsername(username) { throw alreadySignedIn(holder) }
         try admitFlow(owner: owner)
+        try flows.admitPhoneRequest(to: username, now: clock.now())
         let scopes = signInScopes(requested, clientId: clientId)
         let correlationId = Self.newCorrelationId()
         let bindingMessage = Self.newBindingMessage()

@@ -23,7 +23,15 @@ public struct SignInFlows: Sendable {
         var id: String
     }
 
+    /// At most this many approval requests to one person's phone in ``phoneRequestWindow``
+    /// seconds, whichever app asks: a phone flooded with requests until its owner approves one
+    /// to make them stop is the attack approval on a phone invites.
+    public static let phoneRequestsPerWindow = 3
+    public static let phoneRequestWindow: Int64 = 300
+
     private(set) var flows: [Key: any PendingSignIn] = [:]
+    /// When each person's phone (by lowercased username) was last asked, within the window.
+    private var phoneRequests: [String: [Int64]] = [:]
     /// Who is behind each caller with flows, as far as the bus told it.
     private var groups: [String: CallerGroups] = [:]
 
@@ -62,6 +70,26 @@ public struct SignInFlows: Sendable {
         if all.count >= Self.maxTotal {
             throw BrokerFailure(.limitsExceeded, "the broker has \(all.count) sign-ins in progress; try again later")
         }
+    }
+
+    /// Counts an approval request to `username`'s phone, or refuses it beyond
+    /// ``phoneRequestsPerWindow`` in ``phoneRequestWindow``, saying when the phone may be asked again.
+    mutating func admitPhoneRequest(to username: String, now: Int64) throws(BrokerFailure) {
+        let since = now - Self.phoneRequestWindow
+        phoneRequests = phoneRequests.compactMapValues { times in
+            let recent = times.filter { $0 > since }
+            return recent.isEmpty ? nil : recent
+        }
+        let key = username.lowercased()
+        let recent = phoneRequests[key, default: []]
+        if recent.count >= Self.phoneRequestsPerWindow, let oldest = recent.min() {
+            let wait = max(1, oldest + Self.phoneRequestWindow - now)
+            throw BrokerFailure(
+                .limitsExceeded,
+                "\(username)'s phone was asked to approve \(recent.count) sign-ins in the last "
+                    + "\(Self.phoneRequestWindow / 60) minutes; it is asked again in \(wait) s, or sign in another way")
+        }
+        phoneRequests[key] = recent + [now]
     }
 
     /// Refuses a flow id the caller already uses, for any kind: checked before a flow starts
