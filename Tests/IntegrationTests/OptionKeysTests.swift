@@ -94,8 +94,8 @@ struct OptionKeysTests {
                     username: TestUsers.carol.username) ?? []
             ).get()
             #expect(started.count == 2)
-            #expect(
-                started.last?.vardict?[ChallengeKey.channel]?.string == (flow == .deviceCode ? "device-code" : "email"))
+            let channel = [SignInFlow.deviceCode: "device-code", .ciba: "ciba"][flow] ?? "email"
+            #expect(started.last?.vardict?[ChallengeKey.channel]?.string == channel)
             _ = try await Self.call(connection, .cancelSignIn, [started.first ?? .string("")]).get()
         }
         obeyed.insert(OptionKey.method)

@@ -37,7 +37,8 @@ struct LoginPageProviderTests {
         let options = try env.brokerctl(["sign-in-options", "--client-id", "mail-app", "--json"])
         #expect(options.status == 0, "\(options.stderr)")
         #expect(
-            try options.json()["flows"] as? [String] == ["password", "browser", "device-code"], "\(options.stdout)")
+            try options.json()["flows"] as? [String] == ["password", "browser", "device-code", "ciba"],
+            "\(options.stdout)")
 
         // A password sign-in on a fresh broker: native authentication's initiate meets the page,
         // and the resource-owner password grant, which the administrator allowed, signs in.
@@ -56,7 +57,8 @@ struct LoginPageProviderTests {
         let options = try env.brokerctl(["sign-in-options", "--client-id", "mail-app", "--json"])
         #expect(options.status == 0, "\(options.stderr)")
         #expect(
-            try options.json()["flows"] as? [String] == ["password", "browser", "device-code"], "\(options.stdout)")
+            try options.json()["flows"] as? [String] == ["password", "browser", "device-code", "ciba"],
+            "\(options.stdout)")
         #expect(try env.signIn(TestUsers.alice, client: "mail-app").status == 0)
     }
 }

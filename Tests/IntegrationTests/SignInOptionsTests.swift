@@ -17,14 +17,16 @@ struct SignInOptionsTests {
     func fullProvider() throws {
         let env = try BrokerEnvironment()
         let json = try options(env)
-        #expect(json["flows"] as? [String] == ["password", "email-code", "browser", "device-code"], "\(json)")
+        #expect(json["flows"] as? [String] == ["password", "email-code", "browser", "device-code", "ciba"], "\(json)")
         #expect(json["singleSignOn"] as? [String] == ["native-sso"], "\(json)")
 
         let raw = try env.gdbusCall(.getSignInOptions, ["calendar-app"])
         #expect(raw.status == 0, "\(raw.stderr)")
-        #expect(raw.stdout.contains("'flows': <['password', 'email-code', 'browser', 'device-code']>"), "\(raw.stdout)")
+        #expect(
+            raw.stdout.contains("'flows': <['password', 'email-code', 'browser', 'device-code', 'ciba']>"),
+            "\(raw.stdout)")
         let text = try env.brokerctl(["sign-in-options", "--client-id", "mail-app"])
-        #expect(text.stdout.contains("password, email-code, browser, device-code"), "\(text.stdout)")
+        #expect(text.stdout.contains("password, email-code, browser, device-code, ciba"), "\(text.stdout)")
         #expect(text.stdout.contains("native-sso"), "\(text.stdout)")
     }
 
@@ -37,7 +39,7 @@ struct SignInOptionsTests {
         // Discovery that lists its grant types without native authentication's rules it out; one
         // that lists none leaves the initiate endpoint to answer, which it does with 404.
         let before = try options(env)
-        #expect(before["flows"] as? [String] == ["password", "browser", "device-code"], "\(before)")
+        #expect(before["flows"] as? [String] == ["password", "browser", "device-code", "ciba"], "\(before)")
         #expect(before["singleSignOn"] as? [String] == [], "\(before)")
 
         let code = try env.brokerctl(
@@ -50,7 +52,9 @@ struct SignInOptionsTests {
         // Nothing else changed: the password grant still signs in.
         #expect(try env.signIn(TestUsers.alice, client: "mail-app").status == 0)
         #expect(
-            try options(env, client: "calendar-app")["flows"] as? [String] == ["password", "browser", "device-code"])
+            try options(env, client: "calendar-app")["flows"] as? [String] == [
+                "password", "browser", "device-code", "ciba",
+            ])
     }
 
     @Test(
@@ -65,7 +69,7 @@ struct SignInOptionsTests {
         #expect(down.status == 1)
         #expect(down.stderr.contains("io.shareddevice.Broker1.Error.ServerUnavailable"), "\(down.stderr)")
         try await env.setProviderFault("none")
-        #expect(try options(env)["flows"] as? [String] == ["password", "email-code", "browser", "device-code"])
+        #expect(try options(env)["flows"] as? [String] == ["password", "email-code", "browser", "device-code", "ciba"])
 
         let bad = try env.gdbusCall(.getSignInOptions, ["''"])
         #expect(bad.status != 0)
