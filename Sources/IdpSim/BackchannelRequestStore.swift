@@ -40,11 +40,8 @@ actor BackchannelRequestStore {
         var bindingMessage: String?
         var created: Date
         var expiresAt: Date
-        var interval: TimeInterval
-        var lastPoll: Date?
+        var pace: PollPace
         var decision: Decision = .undecided
-        /// Polls still to be answered `slow_down` (a test's setting, `--ciba-slow-down`).
-        var slowDowns: Int
 
         var isUndecided: Bool {
             if case .undecided = decision { return true }
@@ -77,7 +74,7 @@ actor BackchannelRequestStore {
         entries[authReqId] = Entry(
             phoneId: RandomToken.make(bytes: 16), username: username, clientId: clientId, scopes: scopes,
             bindingMessage: bindingMessage, created: now, expiresAt: now.addingTimeInterval(lifetime),
-            interval: TimeInterval(interval), slowDowns: slowDowns)
+            pace: PollPace(interval: interval, forcedSlowDowns: slowDowns))
         return authReqId
     }
 
@@ -114,14 +111,7 @@ actor BackchannelRequestStore {
         guard var entry = entries[authReqId], entry.clientId == clientId else { return .unknown }
         guard entry.expiresAt > now else { return .expired }
         defer { entries[authReqId] = entry }
-        // A quarter second of leeway: a request is stamped when handled, not when sent.
-        let early = entry.lastPoll.map { now.timeIntervalSince($0) < entry.interval - 0.25 } ?? false
-        entry.lastPoll = now
-        if entry.slowDowns > 0 || early {
-            entry.slowDowns = max(0, entry.slowDowns - 1)
-            entry.interval += 5
-            return .slowDown
-        }
+        if entry.pace.slowDown(at: now) { return .slowDown }
         switch entry.decision {
         case .undecided: return .pending
         case .denied: return .denied

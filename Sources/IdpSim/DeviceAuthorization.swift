@@ -136,11 +136,8 @@ actor DeviceCodeStore {
         var clientId: String
         var scopes: [String]
         var expiresAt: Date
-        var interval: TimeInterval
-        var lastPoll: Date?
+        var pace: PollPace
         var decision: Decision = .undecided
-        /// Polls still to be answered `slow_down` (a test's setting, `--device-code-slow-down`).
-        var slowDowns: Int
     }
 
     private enum Decision {
@@ -163,7 +160,8 @@ actor DeviceCodeStore {
         let userCode = String((0..<8).map { _ in alphabet[Int.random(in: 0..<alphabet.count)] })
         grants[deviceCode] = Grant(
             deviceCode: deviceCode, userCode: userCode, clientId: clientId, scopes: scopes,
-            expiresAt: Date().addingTimeInterval(lifetime), interval: TimeInterval(interval), slowDowns: slowDowns)
+            expiresAt: Date().addingTimeInterval(lifetime),
+            pace: PollPace(interval: interval, forcedSlowDowns: slowDowns))
         return (deviceCode, userCode)
     }
 
@@ -192,14 +190,7 @@ actor DeviceCodeStore {
             return .expired
         }
         defer { grants[deviceCode] = grant }
-        // A quarter second of leeway: a request is stamped when handled, not when sent.
-        let early = grant.lastPoll.map { now.timeIntervalSince($0) < grant.interval - 0.25 } ?? false
-        grant.lastPoll = now
-        if grant.slowDowns > 0 || early {
-            grant.slowDowns = max(0, grant.slowDowns - 1)
-            grant.interval += 5
-            return .slowDown
-        }
+        if grant.pace.slowDown(at: now) { return .slowDown }
         switch grant.decision {
         case .undecided: return .pending
         case .denied:

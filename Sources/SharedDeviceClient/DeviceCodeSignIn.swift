@@ -21,8 +21,7 @@ public final class DeviceCodeSignIn: Sendable {
     public let userCode: String
     /// When the code expires.
     public let expiresOn: UnixTime
-    private let link: BusLink
-    private let configuration: BrokerClientConfiguration
+    private let flow: PolledFlow
 
     init(
         flowId: String, challenge: DeviceCodeChallenge, link: BusLink,
@@ -33,8 +32,7 @@ public final class DeviceCodeSignIn: Sendable {
         verificationUriComplete = challenge.verificationUriComplete
         userCode = challenge.userCode
         expiresOn = UnixTime(seconds: UnixTime.now.seconds + challenge.expiresIn)
-        self.link = link
-        self.configuration = configuration
+        flow = PolledFlow(flowId: flowId, link: link, configuration: configuration)
     }
 
     /// Waits (up to `configuration.interactiveTimeout`) until the person has signed in, and
@@ -42,11 +40,11 @@ public final class DeviceCodeSignIn: Sendable {
     /// ``BrokerError/accessDenied(_:)`` when they denied it, ``BrokerError/cancelled(_:)`` after
     /// ``cancel()``.
     public func result() async throws(BrokerError) -> TokenResult {
-        try await link.finishSignIn(flowId: flowId, timeout: configuration.interactiveTimeout).result
+        try await flow.result()
     }
 
     /// Ends the sign-in in the broker.
     public func cancel() async throws(BrokerError) {
-        _ = try await link.cancelSignIn(flowId: flowId, timeout: configuration.queryTimeout)
+        try await flow.cancel()
     }
 }

@@ -18,8 +18,7 @@ public final class PhoneApprovalSignIn: Sendable {
     public let bindingMessage: String
     /// When the provider forgets the request.
     public let expiresOn: UnixTime
-    private let link: BusLink
-    private let configuration: BrokerClientConfiguration
+    private let flow: PolledFlow
 
     init(
         flowId: String, challenge: PhoneApprovalChallenge, link: BusLink, configuration: BrokerClientConfiguration
@@ -27,8 +26,7 @@ public final class PhoneApprovalSignIn: Sendable {
         self.flowId = flowId
         bindingMessage = challenge.bindingMessage
         expiresOn = UnixTime(seconds: UnixTime.now.seconds + challenge.expiresIn)
-        self.link = link
-        self.configuration = configuration
+        flow = PolledFlow(flowId: flowId, link: link, configuration: configuration)
     }
 
     /// Waits (up to `configuration.interactiveTimeout`) until the person has approved, and
@@ -36,11 +34,11 @@ public final class PhoneApprovalSignIn: Sendable {
     /// ``BrokerError/accessDenied(_:)`` when they denied it, ``BrokerError/cancelled(_:)`` after
     /// ``cancel()``.
     public func result() async throws(BrokerError) -> TokenResult {
-        try await link.finishSignIn(flowId: flowId, timeout: configuration.interactiveTimeout).result
+        try await flow.result()
     }
 
     /// Ends the sign-in in the broker (an approval given afterwards signs nobody in).
     public func cancel() async throws(BrokerError) {
-        _ = try await link.cancelSignIn(flowId: flowId, timeout: configuration.queryTimeout)
+        try await flow.cancel()
     }
 }
