@@ -25,7 +25,10 @@ extension OIDCProvider {
         // What the person does in the browser from here on is this sign-in's: an authentication
         // before this instant is someone else's (the ID token's auth_time is checked against it).
         let startedAt = clock.nowMicroseconds()
-        var sendsMaxAge = request.maxAge != nil
+        // A provider that refused max_age once is not sent it again: the person would see the
+        // browser open twice on every sign-in.
+        let refusesMaxAge = await maxAgeRefusal.refused
+        var sendsMaxAge = request.maxAge != nil && !refusesMaxAge
         while true {
             let attempt = try await authorizeInBrowser(
                 clientId: clientId, scopes: scopes, request: request, endpoints: endpoints, authorize: authorize,
@@ -48,6 +51,7 @@ extension OIDCProvider {
                             "\(OutsideText.escaped(String((parameters["error_description"] ?? "").prefix(200))))",
                     ])
                 sendsMaxAge = false
+                await maxAgeRefusal.remember()
                 continue
             }
             return try await finish(
@@ -338,4 +342,12 @@ extension OIDCProvider {
         var generator = SystemRandomNumberGenerator()
         return Base64URL.encode((0..<count).map { _ in UInt8.random(in: 0...255, using: &generator) })
     }
+}
+
+/// Whether the provider has refused `max_age` (legal since OpenID Connect Core's errata 2, and
+/// refused by some all the same), for as long as brokerd runs: later browser sign-ins then ask
+/// with `prompt=login` alone from the start.
+actor MaxAgeRefusal {
+    private(set) var refused = false
+    func remember() { refused = true }
 }

@@ -45,6 +45,7 @@ public final class OIDCProvider: IdentityProvider {
     let metadata: MetadataCache
     private let signingKeys: SigningKeysCache
     let nativeAuthentication = NativeAuthenticationSupport()
+    let maxAgeRefusal = MaxAgeRefusal()
     /// Where sign-in and end-session pages go: the desktop portal in brokerd, a browser command otherwise.
     let urlOpener: any URLOpener
     /// Stops the HTTP client this provider's requests go through (``stop()``).

@@ -101,6 +101,16 @@ struct BrowserSignInOutcomeTests {
         #expect(try ctl.waitForExit(timeout: .seconds(20)) == 0, "\(ctl.allOutput)")
         #expect(try currentUsername(env) == alice.username)
         #expect(env.browser.openedCount == 2, "one retry, no end-session page")
+
+        // The next person's sign-in asks without max_age from the start: one page, not two.
+        #expect(try env.brokerctl(["sign-out", "--client-id", "mail-app"]).status == 0)
+        let next = try env.startBrokerctl(["sign-in", "--client-id", "notes-app", "--interactive"])
+        let page = try await env.browser.nextProviderURL()
+        #expect(Self.query(page)["max_age"] == nil && Self.query(page)["prompt"] == "login", "\(page)")
+        #expect(try await env.browser.signIn(at: page, username: bob.username, password: bob.password) != .signInForm)
+        #expect(try next.waitForExit(timeout: .seconds(20)) == 0, "\(next.allOutput)")
+        #expect(try currentUsername(env) == bob.username)
+        #expect(env.browser.openedCount == 3, "the second sign-in opened one page")
     }
 
     @Test("a provider that refuses max_age and ignores prompt=login: auth_time is still checked")
@@ -117,9 +127,10 @@ struct BrowserSignInOutcomeTests {
             HTTPRequest(method: "POST", url: env.idp.baseURL + "/test/age-sessions?seconds=28800"))
         #expect(aged.status == 200, "\(aged.bodyText)")
 
+        // The refusal is remembered: bob's sign-in asks with prompt=login alone from the start.
         let ctl = try env.startBrokerctl(["sign-in", "--client-id", "notes-app", "--interactive"])
-        try await env.browser.visit(try await env.browser.nextProviderURL())
         let authorization = try await env.browser.nextProviderURL()
+        #expect(Self.query(authorization)["max_age"] == nil, "\(authorization)")
         #expect(try await env.browser.visit(authorization).outcome != .signInForm)
         #expect(try ctl.waitForExit(timeout: .seconds(20)) == 1, "\(ctl.allOutput)")
         let error = ctl.stderrText
