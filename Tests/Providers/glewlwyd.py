@@ -111,6 +111,10 @@ class Glewlwyd:
             db.executescript(script.read())
         self.write_config()
         self.log = open(self.path("glewlwyd.log"), "w")
+        self.launch()
+
+    def launch(self):
+        """The server on the configuration and database already made, until it listens (bounded)."""
         self.process = subprocess.Popen([BINARY, "--config-file=" + self.path("glewlwyd.conf")], stdout=self.log,
                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, close_fds=True)
         with open(self.path("glewlwyd.pid"), "w") as out:
@@ -232,6 +236,15 @@ class Glewlwyd:
         page = "/api/%s/device?code=%s&g_continue" % (PLUGIN, urllib.parse.quote(user_code))
         _, headers, _ = person.call("GET", page, expect=(302,))
         return headers.get("Location", "")
+
+    def crash(self):
+        """An outage: the server killed (SIGKILL), its database and configuration left as they are."""
+        self.process.kill()
+        self.process.wait(timeout=10)
+
+    def restart(self):
+        """The server again, on the same port, configuration and database (what it kept survives)."""
+        self.launch()
 
     def phone(self, username, password):
         """The person's phone: a glewlwyd session of theirs (its login API, with their password), with

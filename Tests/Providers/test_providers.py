@@ -8,7 +8,8 @@ login page sends; no browser is driven here). The browser sign-in goes through k
 brokerd's $BROWSER, which does the same on glewlwyd's login page; glewlwyd's ID token there carries
 auth_time 0, and the suite holds brokerd to its refusal. The approval on a phone (CIBA, poll mode)
 is answered from alice's glewlwyd session, which stands for her phone (glewlwyd.Phone); brokerd
-is given glewlwyd's shape of login_hint (phoneApprovalLoginHint), then restarted without it.
+is given glewlwyd's shape of login_hint (phoneApprovalLoginHint), then restarted without it. Last,
+glewlwyd is killed and started again in the middle of a device-code sign-in.
 
     python3 Tests/Providers/test_providers.py --broker-bin .build/debug
 """
@@ -106,7 +107,8 @@ class Run:
                     process.wait(timeout=10)
 
 
-def wait_for_line(path, needle, process, timeout):
+def wait_for_line(path, needle, process, timeout, who="brokerctl"):
+    """The first line of `path` holding `needle`, while `process` runs (bounded)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         with open(path, errors="replace") as stream:
@@ -114,9 +116,9 @@ def wait_for_line(path, needle, process, timeout):
                 if needle in line:
                     return line
         if process.poll() is not None:
-            raise Failure("brokerctl exited (%s) before showing the code" % process.returncode)
+            raise Failure("%s exited (%s) before writing %r" % (who, process.returncode, needle))
         time.sleep(0.05)
-    raise Failure("brokerctl showed no code within %d s" % timeout)
+    raise Failure("%s wrote no %r within %d s" % (who, needle, timeout))
 
 
 def device_code_sign_in_and_out(run, server):
@@ -292,6 +294,38 @@ def phone_approval_plain_hint(run, server):
     run.check(phone.requests() == [], "nothing reaches alice's phone", json.dumps(phone.requests()))
 
 
+def device_code_through_an_outage(run, server, brokerd, log_name, alice_id):
+    """A device-code sign-in while glewlwyd goes down (killed) and comes back on the same port and
+    database: brokerd waits the outage out (the code's lifetime), the code survives glewlwyd's
+    restart, and alice's approval after it signs the device in."""
+    err_path = run.path("outage.err")
+    with open(err_path, "w") as err, open(run.path("outage.out"), "w") as out:
+        process = subprocess.Popen([os.path.join(run.broker_bin, "brokerctl"), "sign-in", "--client-id", CLIENT,
+                                    "--device-code"], env=run.env, stdout=out, stderr=err, stdin=subprocess.DEVNULL)
+    run.processes.append(process)
+    words = wait_for_line(err_path, "enter the code", process, 30).split()
+    code = words[words.index("code") + 1]
+    server.crash()
+    # brokerd's own word that a poll met the outage, not a guess at how long that takes.
+    wait_for_line(run.path(log_name + ".log"), "the provider is unavailable; the device code sign-in polls again later",
+                  brokerd, 60, who="brokerd")
+    run.check(process.poll() is None, "brokerctl still waits for the device code while glewlwyd is down",
+              "it exited (%s)" % process.returncode)
+    server.restart()
+    landing = server.approve_device_code(code, *ALICE)
+    run.check("prompt=deviceComplete" in landing, "the restarted glewlwyd still knows the code and takes alice's "
+              "approval", landing)
+    status, output, errors = finished(run, process, "outage", timeout=90)
+    run.check(status == 0 and ALICE[0] in output, "brokerctl sign-in --device-code signs alice in after the outage",
+              "status %s: %s %s" % (status, output.strip(), errors.strip()[-600:]))
+    current = run.ctl(["current-account", "--client-id", CLIENT, "--json"])
+    account = (json.loads(current.stdout or "{}").get("current") or {}) if current.returncode == 0 else {}
+    run.check(account.get("username") == ALICE[0] and account.get("identifier") == alice_id,
+              "the device is alice's after the outage", current.stdout + current.stderr)
+    signed_out = run.ctl(["sign-out", "--client-id", CLIENT, "--json"])
+    run.check(signed_out.returncode == 0, "she signs out", signed_out.stderr.strip())
+
+
 def start_brokerd(run, server, name, settings):
     """brokerd in shared mode against glewlwyd, with `settings` as its --config file."""
     with open(run.path(name + ".json"), "w") as conf:
@@ -346,8 +380,9 @@ def main():
             browser_sign_in_refused(run, server)
             phone_approval(run, server, alice_id)
             stop(brokerd)
-            start_brokerd(run, server, "brokerd-plain-hint", ports_setting)
+            plain = start_brokerd(run, server, "brokerd-plain-hint", ports_setting)
             phone_approval_plain_hint(run, server)
+            device_code_through_an_outage(run, server, plain, "brokerd-plain-hint", alice_id)
     except (Failure, glewlwyd.GlewlwydError, OSError, subprocess.SubprocessError, ValueError) as error:
         run.check(False, "the suite ran to its end", str(error))
     finally:
