@@ -193,7 +193,8 @@ struct RunningDaemon {
             allowPasswordGrant: options.configuration.allowPasswordGrant == true,
             clientCapabilities: options.configuration.clientCapabilities ?? [],
             urlOpener: DesktopPortal(connection: connection, fallback: BrowserCommand(), logger: logger),
-            loopbackRedirectPorts: options.configuration.loopbackRedirectPorts?.range)
+            loopbackRedirectPorts: options.configuration.loopbackRedirectPorts?.range,
+            phoneApprovalLoginHint: options.configuration.phoneApprovalLoginHint ?? .plain)
         return Provider(identity: oidc, oidc: oidc, authority: authority)
     }
 

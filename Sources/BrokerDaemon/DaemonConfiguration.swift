@@ -105,6 +105,9 @@ public struct DaemonConfigurationFile: Decodable, Sendable {
     /// The ports of 127.0.0.1 a browser sign-in's redirect may use, for providers that match the
     /// redirect URI exactly (absent: any port the system picks, as RFC 8252 allows).
     public var loopbackRedirectPorts: LoopbackRedirectPorts?
+    /// How an approval on a phone names the person to the provider (CIBA's `login_hint`): a
+    /// template with `{username}` (absent: the username as typed).
+    public var phoneApprovalLoginHint: PhoneApprovalLoginHint?
 
     /// `loopbackRedirectPorts`: one port (`53100` or `"53100"`) or a short range (`"53100-53109"`).
     public struct LoopbackRedirectPorts: Decodable, Sendable, Equatable {
@@ -209,7 +212,7 @@ public struct DaemonConfigurationFile: Decodable, Sendable {
     private enum CodingKeys: String, CodingKey, CaseIterable {
         case deviceMode, authority, tenantId, clients, tokenStorage, allowPasswordGrant, compatibility, browserSignOut
         case maxClients, signOutAfterReboot, clearOnSignOut, signOutOnLock, idleSignOutSeconds, idleWarningSeconds
-        case sharedSignals, sessionCheckSeconds, clientCapabilities, loopbackRedirectPorts
+        case sharedSignals, sessionCheckSeconds, clientCapabilities, loopbackRedirectPorts, phoneApprovalLoginHint
     }
 
     /// Every key the file may have (broker.conf(5) documents each).
@@ -241,6 +244,15 @@ public struct DaemonConfigurationFile: Decodable, Sendable {
         sessionCheckSeconds = try values.setting(Int.self, .sessionCheckSeconds, in: 0...86_400, takes: "seconds")
         loopbackRedirectPorts = try values.setting(
             LoopbackRedirectPorts.self, .loopbackRedirectPorts, takes: Takes.loopbackRedirectPorts)
+        if let template = try values.setting(String.self, .phoneApprovalLoginHint, takes: Takes.loginHint) {
+            do throws(PhoneApprovalLoginHint.Problem) {
+                phoneApprovalLoginHint = try PhoneApprovalLoginHint(template)
+            } catch {
+                throw WrongValue(
+                    place: "phoneApprovalLoginHint", found: "is \"\(template)\"",
+                    advice: "it \(error.why); it takes \(Takes.loginHint)")
+            }
+        }
         let capabilities = #"an array of capability names, e.g. ["cp1"]"#
         clientCapabilities = try values.setting([String].self, .clientCapabilities, takes: capabilities)
         for capability in clientCapabilities ?? []
@@ -260,9 +272,10 @@ public struct DaemonConfigurationFile: Decodable, Sendable {
         maxClients: Int? = nil, signOutAfterReboot: Bool? = nil, clearOnSignOut: [String]? = nil,
         signOutOnLock: Bool? = nil, idleSignOutSeconds: Int? = nil, idleWarningSeconds: Int? = nil,
         sharedSignals: SharedSignals? = nil, sessionCheckSeconds: Int? = nil, clientCapabilities: [String]? = nil,
-        loopbackRedirectPorts: LoopbackRedirectPorts? = nil
+        loopbackRedirectPorts: LoopbackRedirectPorts? = nil, phoneApprovalLoginHint: PhoneApprovalLoginHint? = nil
     ) {
         self.loopbackRedirectPorts = loopbackRedirectPorts
+        self.phoneApprovalLoginHint = phoneApprovalLoginHint
         self.sharedSignals = sharedSignals
         self.sessionCheckSeconds = sessionCheckSeconds
         self.clientCapabilities = clientCapabilities
@@ -347,7 +360,8 @@ public struct DaemonConfigurationFile: Decodable, Sendable {
             sharedSignals: administrator.sharedSignals ?? sharedSignals,
             sessionCheckSeconds: administrator.sessionCheckSeconds ?? sessionCheckSeconds,
             clientCapabilities: administrator.clientCapabilities ?? clientCapabilities,
-            loopbackRedirectPorts: administrator.loopbackRedirectPorts ?? loopbackRedirectPorts)
+            loopbackRedirectPorts: administrator.loopbackRedirectPorts ?? loopbackRedirectPorts,
+            phoneApprovalLoginHint: administrator.phoneApprovalLoginHint ?? phoneApprovalLoginHint)
     }
 
     /// The user's configuration (`--config`): a regular file of the user's or root's that nobody
@@ -637,6 +651,9 @@ enum Takes {
         "a port of 127.0.0.1 from \(DaemonConfigurationFile.LoopbackRedirectPorts.lowest) to 65535, or a range of at "
         + "most \(DaemonConfigurationFile.LoopbackRedirectPorts.maximumCount) of them, lowest first, e.g. 53100 or "
         + #""53100-53109""#
+    static let loginHint =
+        #"a template of CIBA's login_hint in which {username} stands for the username, e.g. "#
+        + #""{\"username\":\"{username}\"}""#
     static let client = #"objects, one per app, e.g. {"clientId": "mail-app", "name": "Mail"}"#
     static let sharedSignals =
         #"an object, e.g. {"transmitter": "https://login.example/TENANT/v2.0", "clientId": "broker", "#

@@ -42,6 +42,8 @@ public final class OIDCProvider: IdentityProvider {
     let clientCapabilities: [String]
     /// The ports a browser sign-in's redirect may use (`loopbackRedirectPorts`); nil: any the system picks.
     let loopbackRedirectPorts: ClosedRange<UInt16>?
+    /// How CIBA's login_hint is formed from the username (`phoneApprovalLoginHint`).
+    let phoneApprovalLoginHint: PhoneApprovalLoginHint
     let metadata: MetadataCache
     private let signingKeys: SigningKeysCache
     let nativeAuthentication = NativeAuthenticationSupport()
@@ -55,13 +57,15 @@ public final class OIDCProvider: IdentityProvider {
         authority: Authority, http: HTTPClient = .shared, clock: any WallClock, logger: Logger,
         clientSecrets: [String: ClientSecret] = [:], tenantId: String = "", allowPasswordGrant: Bool = false,
         clientCapabilities: [String] = [], retryPolicy: RetryPolicy = .standard,
-        urlOpener: any URLOpener = BrowserCommand(), loopbackRedirectPorts: ClosedRange<UInt16>? = nil
+        urlOpener: any URLOpener = BrowserCommand(), loopbackRedirectPorts: ClosedRange<UInt16>? = nil,
+        phoneApprovalLoginHint: PhoneApprovalLoginHint = .plain
     ) {
         self.init(
             authority: authority, requester: ProviderHTTP(http: http, policy: retryPolicy, logger: logger),
             clock: clock, logger: logger, clientSecrets: clientSecrets, tenantId: tenantId,
             allowPasswordGrant: allowPasswordGrant, clientCapabilities: clientCapabilities, urlOpener: urlOpener,
-            loopbackRedirectPorts: loopbackRedirectPorts, stopTransport: { await http.stop() })
+            loopbackRedirectPorts: loopbackRedirectPorts, phoneApprovalLoginHint: phoneApprovalLoginHint,
+            stopTransport: { await http.stop() })
     }
 
     /// A provider whose requests go through `requester` (tests inject a transport, a clock and a sleeper).
@@ -69,10 +73,12 @@ public final class OIDCProvider: IdentityProvider {
         authority: Authority, requester: ProviderHTTP, clock: any WallClock, logger: Logger,
         clientSecrets: [String: ClientSecret] = [:], tenantId: String = "", allowPasswordGrant: Bool = false,
         clientCapabilities: [String] = [], urlOpener: any URLOpener = BrowserCommand(),
-        loopbackRedirectPorts: ClosedRange<UInt16>? = nil, stopTransport: @escaping @Sendable () async -> Void = {}
+        loopbackRedirectPorts: ClosedRange<UInt16>? = nil, phoneApprovalLoginHint: PhoneApprovalLoginHint = .plain,
+        stopTransport: @escaping @Sendable () async -> Void = {}
     ) {
         self.clientCapabilities = clientCapabilities
         self.loopbackRedirectPorts = loopbackRedirectPorts
+        self.phoneApprovalLoginHint = phoneApprovalLoginHint
         self.stopTransport = stopTransport
         self.urlOpener = urlOpener
         self.allowPasswordGrant = allowPasswordGrant

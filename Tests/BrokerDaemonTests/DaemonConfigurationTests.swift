@@ -1,5 +1,6 @@
 import Foundation
 import Glibc
+import Identity
 import Testing
 
 @testable import BrokerDaemon
@@ -37,6 +38,36 @@ struct DaemonConfigurationTests {
         for key in DaemonConfigurationFile.knownKeys + DaemonConfigurationFile.Client.knownKeys {
             #expect(text.contains("*\(key)*"), "broker.conf(5) does not document \(key)")
         }
+    }
+
+    @Test("phoneApprovalLoginHint: the username put in as JSON string content; absent, as typed")
+    func phoneApprovalLoginHintIsATemplate() throws {
+        let files = try Files()
+        let file = try files.write(
+            "hint.json", #"{"phoneApprovalLoginHint": "{\"username\":\"{username}\"}"}"#, mode: 0o644)
+        let hint = try #require(try DaemonConfigurationFile.load(path: file).phoneApprovalLoginHint)
+        #expect(hint.template == #"{"username":"{username}"}"#)
+        #expect(hint.hint(for: "alice") == #"{"username":"alice"}"#)
+        // A username that would end the string and add a key of its own stays one string's content.
+        let hostile = #"eve","sub":"alice"}\"#
+        let sent = hint.hint(for: hostile)
+        #expect(sent == #"{"username":"eve\",\"sub\":\"alice\"}\\"}"#)
+        let parsed = try JSONSerialization.jsonObject(with: Data(sent.utf8)) as? [String: String]
+        #expect(parsed == ["username": hostile])
+        #expect(hint.hint(for: #"o"}"#) == #"{"username":"o\"}"}"#)
+        // Every {username} is replaced.
+        let twice = try DaemonConfigurationFile.load(
+            path: try files.write("twice.json", #"{"phoneApprovalLoginHint": "{username}@{username}"}"#, mode: 0o644))
+        #expect(twice.phoneApprovalLoginHint?.hint(for: "a") == "a@a")
+        // Absent: the default, which sends the username exactly as typed (a DOMAIN\name stays one).
+        let none = try files.write("none.json", "{}", mode: 0o644)
+        #expect(try DaemonConfigurationFile.load(path: none).phoneApprovalLoginHint == nil)
+        #expect(PhoneApprovalLoginHint.plain.hint(for: #"CORP\alice"#) == #"CORP\alice"#)
+        // The administrator's template wins over the user's.
+        let user = DaemonConfigurationFile(phoneApprovalLoginHint: .plain)
+        let admin = DaemonConfigurationFile(phoneApprovalLoginHint: hint)
+        #expect(user.overridden(by: admin).phoneApprovalLoginHint == hint)
+        #expect(admin.overridden(by: DaemonConfigurationFile()).phoneApprovalLoginHint == hint)
     }
 
     @Test("loopbackRedirectPorts: one port as a number or a string, or a range; absent, any port")
@@ -413,6 +444,23 @@ struct DaemonConfigurationTests {
             (#"{"loopbackRedirectPorts": "any"}"#, #"loopbackRedirectPorts is "any"; it takes"#),
             (#"{"loopbackRedirectPorts": "+5310"}"#, #"loopbackRedirectPorts is "+5310"; it takes"#),
             (#"{"loopbackRedirectPorts": [53100]}"#, "loopbackRedirectPorts is [53100]; it takes a port"),
+            (
+                #"{"phoneApprovalLoginHint": {"username": "{username}"}}"#,
+                "phoneApprovalLoginHint is an object; it takes a template of CIBA's login_hint"
+            ),
+            (
+                #"{"phoneApprovalLoginHint": "{\"username\":\"alice\"}"}"#,
+                #"phoneApprovalLoginHint is "{"username":"alice"}"; it has no {username}, so it would name the same "#
+                    + "person whoever signs in: put {username} where the username goes; it takes a template"
+            ),
+            (
+                #"{"phoneApprovalLoginHint": "user"}"#,
+                #"phoneApprovalLoginHint is "user"; it has no {username}"#
+            ),
+            (
+                #"{"phoneApprovalLoginHint": "{\"username\":\"{username}\""}"#,
+                #"phoneApprovalLoginHint is "{"username":"{username}""; it is not JSON once a username is put in"#
+            ),
         ] as [(String, String)])
     func wrongTypes(_ text: String, _ why: String) throws {
         try Self.expectRefused(text, saying: why)

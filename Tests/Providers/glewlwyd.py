@@ -2,7 +2,7 @@
 from the package's own init script, a configuration file beside it (nothing in /etc or /var), the
 server started on 127.0.0.1 and stopped by its pid, then configured through its admin API with the
 package's default administrator: an OpenID Connect plugin instance signing RS256 with a key made
-here, a user and a public client.
+here, with CIBA in poll mode (no e-mail), a user and a public client.
 
 Run on its own (`python3 Tests/Providers/glewlwyd.py`) it starts, configures, prints the authority
 and waits for Ctrl-C; test_providers.py uses `Glewlwyd` as a context manager.
@@ -11,6 +11,7 @@ import gzip
 import http.cookiejar
 import json
 import os
+import re
 import shutil
 import socket
 import sqlite3
@@ -28,6 +29,7 @@ MODULES = "/usr/lib/glewlwyd"
 # The init script's administrator (docs/GETTING_STARTED.md: change it after the first login).
 ADMIN = ("admin", "password")
 PLUGIN = "oidc"
+CIBA_GRANT = "urn:openid:params:grant-type:ciba"
 
 
 class GlewlwydError(Exception):
@@ -109,6 +111,10 @@ class Glewlwyd:
             db.executescript(script.read())
         self.write_config()
         self.log = open(self.path("glewlwyd.log"), "w")
+        self.launch()
+
+    def launch(self):
+        """The server on the configuration and database already made, until it listens (bounded)."""
         self.process = subprocess.Popen([BINARY, "--config-file=" + self.path("glewlwyd.conf")], stdout=self.log,
                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, close_fds=True)
         with open(self.path("glewlwyd.pid"), "w") as out:
@@ -199,6 +205,13 @@ class Glewlwyd:
                 "name-claim": "mandatory", "email-claim": "mandatory",
                 "claims": [{"name": "preferred_username", "user-property": "username", "type": "string",
                             "mandatory": True, "on-demand": False, "scope": []}],
+                # CIBA in poll mode alone (ping and push need an address glewlwyd can reach, which a
+                # kiosk has not); a person's requests are listed in their glewlwyd session
+                # (ciba_user_list), which stands for the phone here, not e-mailed to them.
+                "oauth-ciba-allowed": True, "oauth-ciba-mode-poll-allowed": True,
+                "oauth-ciba-mode-ping-allowed": False, "oauth-ciba-mode-push-allowed": False,
+                "oauth-ciba-default-expiry": 600, "oauth-ciba-maximum-expiry": 600,
+                "oauth-ciba-user-code-allowed": False, "oauth-ciba-email-allowed": False,
             }})
         for username, password in self.users:
             admin.call("POST", "/api/user/", {"username": username, "name": username.title(), "email": "",
@@ -206,7 +219,10 @@ class Glewlwyd:
         admin.call("POST", "/api/client/", {
             "client_id": self.client_id, "name": "Mail", "confidential": False, "enabled": True,
             "redirect_uri": ["http://127.0.0.1:%d/" % port for port in self.redirect_ports],
-            "authorization_type": ["code", "refresh_token", "device_authorization"],
+            # CIBA's grant by its URN (glewlwyd's check_client_valid), and the poll delivery: its
+            # token endpoint answers a CIBA client of no delivery mode unauthorized_client.
+            "authorization_type": ["code", "refresh_token", "device_authorization", CIBA_GRANT],
+            "backchannel_token_delivery_mode": "poll",
             "scope": ["openid"]})
         with urllib.request.urlopen(self.authority + "/.well-known/openid-configuration", timeout=10) as response:
             self.metadata = json.load(response)
@@ -221,6 +237,20 @@ class Glewlwyd:
         _, headers, _ = person.call("GET", page, expect=(302,))
         return headers.get("Location", "")
 
+    def crash(self):
+        """An outage: the server killed (SIGKILL), its database and configuration left as they are."""
+        self.process.kill()
+        self.process.wait(timeout=10)
+
+    def restart(self):
+        """The server again, on the same port, configuration and database (what it kept survives)."""
+        self.launch()
+
+    def phone(self, username, password):
+        """The person's phone: a glewlwyd session of theirs (its login API, with their password), with
+        their consent to the client's scope, as glewlwyd's login page does before it approves."""
+        return Phone(self, username, password)
+
     def stop(self):
         if self.process is not None and self.process.poll() is None:
             self.process.terminate()
@@ -231,6 +261,45 @@ class Glewlwyd:
                 self.process.wait(timeout=10)
         if self.own_directory and os.environ.get("KEEP_GLEWLWYD") != "1":
             shutil.rmtree(self.directory, ignore_errors=True)
+
+
+class Phone:
+    """What a person's authenticator does with glewlwyd's CIBA: the requests waiting for them
+    (`GET /api/PLUGIN/ciba_user_list`, each with its binding message and its connect and cancel
+    addresses), approved (`ciba_user_check?user_req_id=ID&g_continue`) or denied (`...&cancel`), as
+    glewlwyd's login page does; each answers with a redirect to that page, whose `ciba_message`
+    says how it went."""
+
+    def __init__(self, server, username, password, scope="openid"):
+        self.server = server
+        self.session = Session(server.base)
+        self.session.sign_in(username, password)
+        self.session.call("PUT", "/api/auth/grant/" + urllib.parse.quote(server.client_id), {"scope": scope})
+
+    def requests(self):
+        _, _, text = self.session.call("GET", "/api/%s/ciba_user_list" % PLUGIN)
+        return json.loads(text)
+
+    def waiting(self, binding_message, timeout=15):
+        """The request showing `binding_message`, once glewlwyd lists it (bounded)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            listed = self.requests()
+            for request in listed:
+                if request.get("binding_message") == binding_message:
+                    return request
+            if time.monotonic() > deadline:
+                raise GlewlwydError("no CIBA request with binding message %r within %d s; listed: %s"
+                                    % (binding_message, timeout, listed))
+            time.sleep(0.2)
+
+    def answer(self, request, approve):
+        """Approves or denies `request`; returns glewlwyd's ciba_message (complete, cancelled, ...)."""
+        path = "/api/%s/ciba_user_check?user_req_id=%s" % (PLUGIN, urllib.parse.quote(request["user_req_id"]))
+        _, headers, _ = self.session.call("GET", path + ("&g_continue" if approve else "&cancel"), expect=(302,))
+        location = headers.get("Location", "")
+        found = re.search(r"[?&#]ciba_message=([^&#]*)", location)
+        return found.group(1) if found else "(no ciba_message in %r)" % location
 
 
 if __name__ == "__main__":

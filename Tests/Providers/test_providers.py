@@ -6,13 +6,17 @@ The device-code sign-in is approved as a person does it on the verification page
 API with alice's password, her consent to the client's scope, then the code (the same requests its
 login page sends; no browser is driven here). The browser sign-in goes through kiosk_browser.py,
 brokerd's $BROWSER, which does the same on glewlwyd's login page; glewlwyd's ID token there carries
-auth_time 0, and the suite holds brokerd to its refusal.
+auth_time 0, and the suite holds brokerd to its refusal. The approval on a phone (CIBA, poll mode)
+is answered from alice's glewlwyd session, which stands for her phone (glewlwyd.Phone); brokerd
+is given glewlwyd's shape of login_hint (phoneApprovalLoginHint), then restarted without it. Last,
+glewlwyd is killed and started again in the middle of a device-code sign-in.
 
     python3 Tests/Providers/test_providers.py --broker-bin .build/debug
 """
 import argparse
 import json
 import os
+import re
 import select
 import shutil
 import subprocess
@@ -103,7 +107,8 @@ class Run:
                     process.wait(timeout=10)
 
 
-def wait_for_line(path, needle, process, timeout):
+def wait_for_line(path, needle, process, timeout, who="brokerctl"):
+    """The first line of `path` holding `needle`, while `process` runs (bounded)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         with open(path, errors="replace") as stream:
@@ -111,9 +116,9 @@ def wait_for_line(path, needle, process, timeout):
                 if needle in line:
                     return line
         if process.poll() is not None:
-            raise Failure("brokerctl exited (%s) before showing the code" % process.returncode)
+            raise Failure("%s exited (%s) before writing %r" % (who, process.returncode, needle))
         time.sleep(0.05)
-    raise Failure("brokerctl showed no code within %d s" % timeout)
+    raise Failure("%s wrote no %r within %d s" % (who, needle, timeout))
 
 
 def device_code_sign_in_and_out(run, server):
@@ -143,6 +148,7 @@ def device_code_sign_in_and_out(run, server):
     current = run.ctl(["current-account", "--client-id", CLIENT, "--json"])
     account = (json.loads(current.stdout or "{}").get("current") or {}) if current.returncode == 0 else {}
     run.check(account.get("username") == ALICE[0], "current-account shows alice", current.stdout + current.stderr)
+    identifier = account.get("identifier")
     token = run.ctl(["token", "--client-id", CLIENT, "--scope", "openid"])
     run.check(token.returncode == 0 and len(token.stdout.strip()) > 20, "brokerctl token returns her access token",
               token.stderr.strip())
@@ -161,6 +167,7 @@ def device_code_sign_in_and_out(run, server):
     after = run.ctl(["current-account", "--client-id", CLIENT, "--json"])
     run.check(after.returncode == 0 and not json.loads(after.stdout or "{}").get("current"),
               "nobody is signed in after the sign-out", after.stdout + after.stderr)
+    return identifier
 
 
 def browser_sign_in_refused(run, server):
@@ -190,6 +197,156 @@ def browser_sign_in_refused(run, server):
               "brokerd opens glewlwyd's end-session page; the person's confirmation is taken (200)", pages[-800:])
 
 
+def shown_binding_message(line):
+    """KTW-482 from brokerctl's "... Approve it only if the phone shows KTW-482"."""
+    found = re.search(r"the phone shows (\S+)", line)
+    if not found:
+        raise Failure("brokerctl's line names no binding message: %r" % line)
+    return found.group(1).rstrip(".")
+
+
+def start_phone_sign_in(run, name):
+    """`brokerctl sign-in --approve-on-phone` for alice, until it shows the binding message."""
+    err_path = run.path(name + ".err")
+    with open(err_path, "w") as err, open(run.path(name + ".out"), "w") as out:
+        process = subprocess.Popen([os.path.join(run.broker_bin, "brokerctl"), "sign-in", "--client-id", CLIENT,
+                                    "--username", ALICE[0], "--approve-on-phone"], env=run.env, stdout=out,
+                                   stderr=err, stdin=subprocess.DEVNULL)
+    run.processes.append(process)
+    line = wait_for_line(err_path, "Approve it only if the phone shows", process, 30)
+    return process, shown_binding_message(line)
+
+
+def finished(run, process, name, timeout=45):
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        raise Failure("brokerctl %s did not finish within %d s after the phone answered" % (name, timeout))
+    with open(run.path(name + ".out")) as out, open(run.path(name + ".err")) as err:
+        return process.returncode, out.read(), err.read()
+
+
+def phone_approval(run, server, alice_id):
+    """Approval on a phone (CIBA, poll mode) with brokerd's phoneApprovalLoginHint set to
+    glewlwyd's shape: alice's request is listed in her glewlwyd session (her "phone") with the
+    binding message brokerctl shows; approved, the device is hers (`alice_id`, her account's
+    identifier from the device-code sign-in); denied, AccessDenied.
+
+    glewlwyd 2.7.5's CIBA ID token carries none of the user's claims (generate_ciba_token_response
+    hands generate_id_token the user's "user" member, which it does not have), so no
+    preferred_username: brokerd names her by her sub, as it does any ID token without a name."""
+    options = run.ctl(["sign-in-options", "--client-id", CLIENT, "--json"])
+    flows = (json.loads(options.stdout or "{}").get("flows") or []) if options.returncode == 0 else []
+    run.check("ciba" in flows, "sign-in-options lists ciba (glewlwyd's discovery names its CIBA endpoint, poll mode)",
+              options.stdout + options.stderr)
+    phone = server.phone(*ALICE)
+
+    process, binding = start_phone_sign_in(run, "phone-approve")
+    request = phone.waiting(binding)
+    run.check(request.get("client_id") == CLIENT and request.get("binding_message") == binding,
+              "alice's phone lists the request with the binding message brokerctl shows (%s)" % binding,
+              json.dumps(request))
+    answer = phone.answer(request, approve=True)
+    run.check(answer == "complete", "glewlwyd takes alice's approval on her phone", answer)
+    status, output, errors = finished(run, process, "phone-approve")
+    run.check(status == 0 and bool(alice_id) and alice_id in output,
+              "brokerctl sign-in --approve-on-phone signs alice in (her account, %s)" % alice_id,
+              "status %s: %s %s" % (status, output.strip(), errors.strip()[-600:]))
+    current = run.ctl(["current-account", "--client-id", CLIENT, "--json"])
+    account = (json.loads(current.stdout or "{}").get("current") or {}) if current.returncode == 0 else {}
+    run.check(account.get("identifier") == alice_id and account.get("username") in (ALICE[0], alice_id),
+              "the device is alice's after her approval (named by her sub: glewlwyd's CIBA ID token has no "
+              "preferred_username)", current.stdout + current.stderr)
+    token = run.ctl(["token", "--client-id", CLIENT, "--scope", "openid"])
+    run.check(token.returncode == 0 and len(token.stdout.strip()) > 20, "brokerctl token returns her access token",
+              token.stderr.strip())
+    signed_out = run.ctl(["sign-out", "--client-id", CLIENT, "--json"])
+    after = run.ctl(["current-account", "--client-id", CLIENT, "--json"])
+    run.check(signed_out.returncode == 0 and after.returncode == 0
+              and not json.loads(after.stdout or "{}").get("current"),
+              "she signs out; nobody is signed in", signed_out.stderr + after.stdout + after.stderr)
+
+    process, binding = start_phone_sign_in(run, "phone-deny")
+    request = phone.waiting(binding)
+    answer = phone.answer(request, approve=False)
+    run.check(answer == "cancelled", "glewlwyd takes alice's denial on her phone", answer)
+    status, output, errors = finished(run, process, "phone-deny")
+    run.check(status != 0 and "AccessDenied" in errors and "denied on the phone" in errors,
+              "the denied sign-in ends with AccessDenied", "status %s: %s %s" % (status, output.strip(),
+                                                                                errors.strip()[-600:]))
+    after = run.ctl(["current-account", "--client-id", CLIENT, "--json"])
+    run.check(after.returncode == 0 and not json.loads(after.stdout or "{}").get("current"),
+              "the device stays signed out after the denial", after.stdout + after.stderr)
+    run.check(phone.requests() == [], "nothing is left waiting on alice's phone", json.dumps(phone.requests()))
+
+
+def phone_approval_plain_hint(run, server):
+    """brokerd without phoneApprovalLoginHint sends the username as typed, which glewlwyd answers
+    with a bare 400 invalid_request: brokerd's refusal names the setting, and nobody's phone is asked."""
+    result = run.ctl(["sign-in", "--client-id", CLIENT, "--username", ALICE[0], "--approve-on-phone"], timeout=60)
+    run.check(result.returncode != 0 and "ServerError" in result.stderr
+              and "the provider answered 400 invalid_request" in result.stderr
+              and "phoneApprovalLoginHint" in result.stderr and '{"username":"NAME"}' in result.stderr,
+              "a plain login_hint: brokerd's refusal names glewlwyd's 400 invalid_request and phoneApprovalLoginHint",
+              "status %s: %s %s" % (result.returncode, result.stdout.strip(), result.stderr.strip()))
+    phone = server.phone(*ALICE)
+    run.check(phone.requests() == [], "nothing reaches alice's phone", json.dumps(phone.requests()))
+
+
+def device_code_through_an_outage(run, server, brokerd, log_name, alice_id):
+    """A device-code sign-in while glewlwyd goes down (killed) and comes back on the same port and
+    database: brokerd waits the outage out (the code's lifetime), the code survives glewlwyd's
+    restart, and alice's approval after it signs the device in."""
+    err_path = run.path("outage.err")
+    with open(err_path, "w") as err, open(run.path("outage.out"), "w") as out:
+        process = subprocess.Popen([os.path.join(run.broker_bin, "brokerctl"), "sign-in", "--client-id", CLIENT,
+                                    "--device-code"], env=run.env, stdout=out, stderr=err, stdin=subprocess.DEVNULL)
+    run.processes.append(process)
+    words = wait_for_line(err_path, "enter the code", process, 30).split()
+    code = words[words.index("code") + 1]
+    server.crash()
+    # brokerd's own word that a poll met the outage, not a guess at how long that takes.
+    wait_for_line(run.path(log_name + ".log"), "the provider is unavailable; the device code sign-in polls again later",
+                  brokerd, 60, who="brokerd")
+    run.check(process.poll() is None, "brokerctl still waits for the device code while glewlwyd is down",
+              "it exited (%s)" % process.returncode)
+    server.restart()
+    landing = server.approve_device_code(code, *ALICE)
+    run.check("prompt=deviceComplete" in landing, "the restarted glewlwyd still knows the code and takes alice's "
+              "approval", landing)
+    status, output, errors = finished(run, process, "outage", timeout=90)
+    run.check(status == 0 and ALICE[0] in output, "brokerctl sign-in --device-code signs alice in after the outage",
+              "status %s: %s %s" % (status, output.strip(), errors.strip()[-600:]))
+    current = run.ctl(["current-account", "--client-id", CLIENT, "--json"])
+    account = (json.loads(current.stdout or "{}").get("current") or {}) if current.returncode == 0 else {}
+    run.check(account.get("username") == ALICE[0] and account.get("identifier") == alice_id,
+              "the device is alice's after the outage", current.stdout + current.stderr)
+    signed_out = run.ctl(["sign-out", "--client-id", CLIENT, "--json"])
+    run.check(signed_out.returncode == 0, "she signs out", signed_out.stderr.strip())
+
+
+def start_brokerd(run, server, name, settings):
+    """brokerd in shared mode against glewlwyd, with `settings` as its --config file."""
+    with open(run.path(name + ".json"), "w") as conf:
+        json.dump(settings, conf)
+    process, _ = run.start_until(name, [os.path.join(run.broker_bin, "brokerd"), "--device-mode", "shared",
+                                        "--authority", server.authority, "--state-dir", run.path("state"),
+                                        "--config", run.path(name + ".json"),
+                                        "--token-storage", "plaintext-file", "--log-level", "debug"],
+                                 "brokerd ready:")
+    return process
+
+
+def stop(process):
+    process.terminate()
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=10)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--broker-bin", required=True, help="where brokerd and brokerctl are (swift build's bin)")
@@ -211,19 +368,21 @@ def main():
             _, line = run.start_until("dbus-daemon", ["dbus-daemon", "--config-file=" + run.path("bus.conf"),
                                                       "--nofork", "--print-address=1"], "unix:")
             run.env["DBUS_SESSION_BUS_ADDRESS"] = line.strip()
-            with open(run.path("broker.json"), "w") as conf:
-                json.dump({"loopbackRedirectPorts": "%d-%d" % (ports[0], ports[-1])}, conf)
+            ports_setting = {"loopbackRedirectPorts": "%d-%d" % (ports[0], ports[-1])}
             run.env.update({"BROWSER": "/usr/bin/python3 " + os.path.join(HERE, "kiosk_browser.py"),
                             "KIOSK_COOKIES": run.path("kiosk-cookies.txt"), "KIOSK_LOG": run.path("kiosk.log"),
                             "KIOSK_PERSON": "%s:%s" % ALICE})
             run.env.pop("INVOCATION_ID", None)
-            run.start_until("brokerd", [os.path.join(run.broker_bin, "brokerd"), "--device-mode", "shared",
-                                        "--authority", server.authority, "--state-dir", run.path("state"),
-                                        "--config", run.path("broker.json"),
-                                        "--token-storage", "plaintext-file", "--log-level", "debug"],
-                            "brokerd ready:")
-            device_code_sign_in_and_out(run, server)
+            # glewlwyd reads CIBA's login_hint as a JSON object only (docs/providers.md).
+            brokerd = start_brokerd(run, server, "brokerd",
+                                    dict(ports_setting, phoneApprovalLoginHint='{"username":"{username}"}'))
+            alice_id = device_code_sign_in_and_out(run, server)
             browser_sign_in_refused(run, server)
+            phone_approval(run, server, alice_id)
+            stop(brokerd)
+            plain = start_brokerd(run, server, "brokerd-plain-hint", ports_setting)
+            phone_approval_plain_hint(run, server)
+            device_code_through_an_outage(run, server, plain, "brokerd-plain-hint", alice_id)
     except (Failure, glewlwyd.GlewlwydError, OSError, subprocess.SubprocessError, ValueError) as error:
         run.check(False, "the suite ran to its end", str(error))
     finally:
