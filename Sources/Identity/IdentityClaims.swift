@@ -27,4 +27,26 @@ struct IdentityClaims: Sendable {
             username: username, identifier: tenant.isEmpty ? objectId : "\(objectId).\(tenant)",
             tenantId: tenant, environment: environment, name: text("name") ?? username)
     }
+
+    /// The claims that name the person to people, beside `sub` (which names them to the provider).
+    static let names = ["preferred_username", "email", "upn", "name"]
+
+    /// Whether these claims give a username to show, not only `sub`. OpenID Connect leaves the
+    /// names out of an ID token where userinfo serves them (Core 5.4), and some providers do.
+    var namesThePerson: Bool {
+        Self.names.dropLast().contains { claims[$0]?.string.map { !$0.isEmpty } ?? false }
+    }
+
+    /// These claims with the names `userinfo` gives, when it describes the same `sub` (OpenID
+    /// Connect Core 5.3.2: a userinfo answer for another subject must not be used); the ID
+    /// token's own claims win.
+    func filled(from userinfo: IdentityClaims) -> IdentityClaims? {
+        guard case .object(var own) = claims, case .object(let other) = userinfo.claims,
+            let subject = own["sub"]?.string, other["sub"]?.string == subject
+        else { return nil }
+        for name in Self.names where own[name] == nil {
+            if let value = other[name], value.string != nil { own[name] = value }
+        }
+        return IdentityClaims(claims: .object(own))
+    }
 }

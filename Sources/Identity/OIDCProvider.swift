@@ -279,11 +279,14 @@ public final class OIDCProvider: IdentityProvider {
         let expiresIn = min(max(0, body["expires_in"]?.int64 ?? 3600), Self.maximumTokenLifetime)
         let granted = body["scope"]?.string.map { Scopes($0.split(separator: " ").map(String.init)) } ?? scopes
         let idToken = body["id_token"]?.string
-        let claims: IdentityClaims
+        var claims: IdentityClaims
         if let idToken {
             // OpenID Connect Core 3.1.3.7: signature, issuer, audience, expiry and nonce.
             let validator = try await signingKeys.validator(for: endpoints)
             claims = try await validator.validate(idToken, clientId: clientId, expectedNonce: nonce, recency: recency)
+            if !claims.namesThePerson, endpoints.userinfoEndpoint != nil {
+                claims = await namesFromUserinfo(for: claims, accessToken: accessToken, endpoints: endpoints)
+            }
         } else if recency != nil {
             throw IdentityError.badResponse(
                 "it carries no ID token, so the broker cannot tell whether the person authenticated for this sign-in")
@@ -311,6 +314,24 @@ public final class OIDCProvider: IdentityProvider {
             what: "the userinfo request", replay: .idempotent)
         guard response.status == 200 else { throw IdentityError.badResponse("userinfo answered \(response.status)") }
         return IdentityClaims(claims: try JSONValue.providerObject(response.body, what: "the userinfo answer"))
+    }
+
+    /// An ID token that names the person only by `sub`, with the names userinfo gives: without
+    /// them every app would show the provider's opaque identifier. A userinfo that fails, or
+    /// describes someone else, leaves the ID token's claims as they are: the sign-in stands.
+    private func namesFromUserinfo(for claims: IdentityClaims, accessToken: String, endpoints: ProviderMetadata) async
+        -> IdentityClaims
+    {
+        do throws(IdentityError) {
+            let answer = try await userinfo(accessToken: accessToken, endpoints: endpoints)
+            if let filled = claims.filled(from: answer) { return filled }
+            logger.warning("userinfo describes another subject than the ID token: its names are not used")
+        } catch {
+            logger.notice(
+                "the ID token names nobody but its sub, and userinfo could not be read: the account is shown by sub",
+                metadata: ["error": "\(error)"])
+        }
+        return claims
     }
 
     // MARK: Helpers

@@ -111,6 +111,12 @@ struct IdpSimCommand: AsyncParsableCommand {
                 + "or absent."))
     var authTime: AuthTimeClaim = .honest
 
+    @Flag(
+        help: ArgumentHelp(
+            "ID tokens carry only the claims OpenID Connect requires (no preferred_username, name or email): the "
+                + "names are in userinfo alone, as the standard allows and some providers do."))
+    var namesInUserinfoOnly = false
+
     @Option(help: "trace, debug, info, notice, warning, error or critical.")
     var logLevel: String = "info"
 
@@ -154,7 +160,7 @@ struct IdpSimCommand: AsyncParsableCommand {
             refusesRevocation: refuseRevocation, servesLoginPageForUnknownPaths: loginPageForUnknownPaths,
             exactRedirectURIs: exactRedirectUris,
             ignoresReauthenticationWithin: ignoreReauthenticationWithin, refusesMaxAge: refuseMaxAge,
-            authTimeClaim: authTime)
+            authTimeClaim: authTime, namesInUserinfoOnly: namesInUserinfoOnly)
         if entraCommon {
             settings.without.formUnion([.revocation, .nativeAuth, .nativeSSO, .tokenExchange, .sharedSignals, .ciba])
         }

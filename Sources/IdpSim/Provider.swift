@@ -43,6 +43,8 @@ struct ProviderSettings: Sendable {
     var refusesMaxAge = false
     /// What ID tokens carry as `auth_time`.
     var authTimeClaim = AuthTimeClaim.honest
+    /// ID tokens without the person's names (`preferred_username`, `name`, `email`): userinfo has them.
+    var namesInUserinfoOnly = false
 }
 
 /// The `auth_time` of the ID tokens idp-sim issues.
@@ -118,7 +120,8 @@ struct Provider: Sendable {
         self.issuer = TokenIssuer(
             keys: keys, endpoints: endpoints, tenantId: users.tenantId,
             accessTokenLifetime: settings.accessTokenLifetime, refreshTokens: refreshTokens, revocations: revocations,
-            familyTokens: !settings.without.contains(.familyTokens), authTimeClaim: settings.authTimeClaim)
+            familyTokens: !settings.without.contains(.familyTokens), authTimeClaim: settings.authTimeClaim,
+            namesInUserinfoOnly: settings.namesInUserinfoOnly)
         self.nativeAuth = NativeAuthStore(codeLifetime: TimeInterval(settings.codeLifetime))
         self.authorization = AuthorizationStore(codeLifetime: TimeInterval(settings.codeLifetime))
         self.deviceSecrets = DeviceSecretStore(lifetime: TimeInterval(settings.refreshTokenLifetime))

@@ -75,8 +75,8 @@ struct IDTokenClaims: JWTPayload, Equatable {
     var sub: String
     var oid: String
     var tid: String
-    var preferred_username: String
-    var name: String
+    var preferred_username: String?
+    var name: String?
     var email: String?
     var nonce: String?
     var auth_time: Int?

@@ -69,6 +69,8 @@ struct TokenIssuer: Sendable {
     let familyTokens: Bool
     /// What the ID tokens carry as `auth_time` (a test's misbehaving provider, or the truth).
     var authTimeClaim = AuthTimeClaim.honest
+    /// ID tokens without the person's names: a client finds them in userinfo.
+    var namesInUserinfoOnly = false
 
     private func authTime(_ signIn: SignIn) -> Int? {
         switch authTimeClaim {
@@ -115,6 +117,11 @@ struct TokenIssuer: Sendable {
                 id.nbf = .init(value: now.addingTimeInterval(-7200))
                 id.exp = .init(value: now.addingTimeInterval(-3600))
             case .wrongKey?, nil: break
+            }
+            if namesInUserinfoOnly {
+                id.preferred_username = nil
+                id.name = nil
+                id.email = nil
             }
             response.id_token = forgery == .wrongKey ? try await keys.signWithImpostorKey(id) : try await keys.sign(id)
         }

@@ -139,3 +139,33 @@ struct ProviderDownBrowserSignInTests {
         #expect(env.browser.openedCount == 0)
     }
 }
+
+/// A provider whose ID tokens carry only the claims OpenID Connect requires, the person's names
+/// being in userinfo (Core 5.4 allows it; glewlwyd's CIBA tokens are so): brokerd reads them
+/// there, for the same subject only, and a userinfo that fails leaves the sign-in standing.
+@Suite("ID tokens without the person's names", .serialized)
+struct NamesInUserinfoTests {
+    @Test("the names come from userinfo: every app sees alice, not her sub; without userinfo, her sub")
+    func namesFromUserinfo() async throws {
+        let env = try BrokerEnvironment(idpArguments: ["--names-in-userinfo-only"])
+        let signedIn = try env.signIn(TestUsers.alice, client: "mail-app")
+        #expect(signedIn.status == 0, "\(signedIn.stderr)")
+        let current = try env.brokerctl(["current-account", "--client-id", "calendar-app", "--json"]).json()
+        let account = current["current"] as? [String: Any]
+        #expect(account?["username"] as? String == TestUsers.alice.username, "\(current)")
+        #expect(account?["name"] as? String == TestUsers.alice.name, "\(current)")
+        #expect((try await env.idpStats())["userinfo"] as? Int ?? 0 >= 1)
+        #expect(try env.brokerctl(["sign-out", "--client-id", "mail-app"]).status == 0)
+
+        // Userinfo down: the sign-in stands, shown by the ID token's sub, and the log says why.
+        try await env.setFault("unavailable", endpoint: "userinfo", count: 100)
+        let second = try env.signIn(TestUsers.alice, client: "mail-app")
+        #expect(second.status == 0, "\(second.stderr)")
+        let shown = try env.brokerctl(["current-account", "--client-id", "mail-app", "--json"]).json()
+        let username = (shown["current"] as? [String: Any])?["username"] as? String
+        #expect(username != nil && username != TestUsers.alice.username, "\(shown)")
+        _ = try env.brokerd.process.waitForLine(timeout: .seconds(10), stderr: true) {
+            $0.contains("userinfo could not be read")
+        }
+    }
+}

@@ -235,7 +235,8 @@ def phone_approval(run, server, alice_id):
 
     glewlwyd 2.7.5's CIBA ID token carries none of the user's claims (generate_ciba_token_response
     hands generate_id_token the user's "user" member, which it does not have), so no
-    preferred_username: brokerd names her by her sub, as it does any ID token without a name."""
+    preferred_username: brokerd reads her names from userinfo, as for any ID token that names
+    nobody but its sub."""
     options = run.ctl(["sign-in-options", "--client-id", CLIENT, "--json"])
     flows = (json.loads(options.stdout or "{}").get("flows") or []) if options.returncode == 0 else []
     run.check("ciba" in flows, "sign-in-options lists ciba (glewlwyd's discovery names its CIBA endpoint, poll mode)",
@@ -255,9 +256,9 @@ def phone_approval(run, server, alice_id):
               "status %s: %s %s" % (status, output.strip(), errors.strip()[-600:]))
     current = run.ctl(["current-account", "--client-id", CLIENT, "--json"])
     account = (json.loads(current.stdout or "{}").get("current") or {}) if current.returncode == 0 else {}
-    run.check(account.get("identifier") == alice_id and account.get("username") in (ALICE[0], alice_id),
-              "the device is alice's after her approval (named by her sub: glewlwyd's CIBA ID token has no "
-              "preferred_username)", current.stdout + current.stderr)
+    run.check(account.get("identifier") == alice_id and account.get("username") == ALICE[0],
+              "the device is alice's after her approval, named as userinfo names her (glewlwyd's CIBA ID token "
+              "has no preferred_username)", current.stdout + current.stderr)
     token = run.ctl(["token", "--client-id", CLIENT, "--scope", "openid"])
     run.check(token.returncode == 0 and len(token.stdout.strip()) > 20, "brokerctl token returns her access token",
               token.stderr.strip())
