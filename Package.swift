@@ -138,6 +138,9 @@ let package = Package(
         .testTarget(name: "DBusTests", dependencies: ["DBus", "Locking", "TestSupport"]),
         .testTarget(name: "HTTPTests", dependencies: ["HTTP", "Locking"]),
         .testTarget(
+            name: "TPMTests",
+            dependencies: ["TPM", "CTPM", "TestSupport", .product(name: "Crypto", package: "swift-crypto")]),
+        .testTarget(
             name: "BrokerCoreTests",
             dependencies: [
                 "BrokerCore", "BrokerAPI", "Locking", logging,
