@@ -21,6 +21,8 @@ public enum TPMError: Error, Equatable, Sendable, CustomStringConvertible {
     public var description: String {
         switch self {
         case .unavailable(let why): "no TPM: \(why)"
+        case .wrongPIN(0?): "wrong PIN; that was the last try: the TPM now refuses every PIN for a while"
+        case .wrongPIN(1?): "wrong PIN (one more wrong PIN locks the TPM for a while)"
         case .wrongPIN(let triesLeft?): "wrong PIN (\(triesLeft) more wrong PINs lock the TPM for a while)"
         case .wrongPIN(nil): "wrong PIN"
         case .lockedOut(let why): "locked out: \(why)"
