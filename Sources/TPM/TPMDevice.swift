@@ -40,7 +40,7 @@ public final class TPMDevice {
                 throw .unavailable(
                     "cannot reach the TPM at \"\(tcti)\" (\(Self.text(rc))): check that it exists and is enabled")
             }
-            throw Self.error(rc, context: nil)
+            throw Self.hierarchyError(rc, "owner", context: nil)
         }
         context = opened
     }
@@ -90,7 +90,7 @@ public final class TPMDevice {
     /// The setting is the whole TPM's, not this program's.
     public func setLockout(maxTries: UInt32, recoveryTime: UInt32, lockoutRecovery: UInt32) throws(TPMError) {
         let rc = ctpm_set_lockout(context, maxTries, recoveryTime, lockoutRecovery)
-        guard rc == 0 else { throw Self.error(rc, context: context) }
+        guard rc == 0 else { throw Self.hierarchyError(rc, "lockout", context: context) }
     }
 
     /// The TPM's lockout state: failures counted, failures tolerated, seconds to forget one.
@@ -180,6 +180,15 @@ public final class TPMDevice {
             return .unavailable("lost the connection to the TPM (\(text(rc)))")
         default: return .failed(code: rc, text: text(rc))
         }
+    }
+
+    /// The error for an operation authorized by a hierarchy's auth (assumed empty), not a PIN: a
+    /// refused auth means an administrator has set one.
+    private static func hierarchyError(_ rc: UInt32, _ hierarchy: String, context: OpaquePointer?) -> TPMError {
+        guard ctpm_kind(rc) == CTPM_WRONG_AUTH else { return error(rc, context: context) }
+        return .unavailable(
+            "the TPM's \(hierarchy) hierarchy has a password set (tpm2_changeauth); this needs it empty, "
+                + "as a TPM comes from the factory")
     }
 
     /// For a device TCTI, why its node cannot be opened, before tpm2-tss is even loaded: the
