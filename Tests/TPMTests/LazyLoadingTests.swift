@@ -16,17 +16,39 @@ struct LazyLoadingTests {
         #expect(!dynamic.stdout.contains("libtss2"))
     }
 
-    @Test func mapsHoldTss2OnlyOnceATPMWasOpened() async throws {
-        // Other tests of this process may have opened one already; the flag and the maps agree.
-        let before = try mappedFiles()
-        #expect(before.contains("libtss2-esys") == TPMDevice.isLibraryLoaded)
+    /// This test bundle run again as a fresh process, to run ``childOpensATPM()`` alone: no other
+    /// test has opened a TPM there.
+    @Test func aFreshProcessLoadsTss2OnlyWhenItOpensATPM() async throws {
         let swtpm = try SoftwareTPM()
-        try await offThePool { _ = try TPMDevice(tcti: swtpm.tcti) }
+        let exe = try FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")
+        let child = try ChildProcess(
+            "test bundle", executable: exe,
+            arguments: ["--testing-library", "swift-testing", "--filter", "childOpensATPM"],
+            environment: [Self.childVariable: swtpm.tcti])
+        let status = try await offThePool { try child.waitForExit(timeout: .seconds(60)) }
+        #expect(status == 0, "\(child.allOutput)")
+        #expect(child.allOutput.contains(Self.childDone), "\(child.allOutput)")
+    }
+
+    static let childVariable = "TPM_TESTS_LAZY_LOAD_CHILD"
+    static let childDone = "tpm2-tss mapped only after the open"
+
+    /// Runs only in the child: the maps before and after the first open.
+    @Test(.enabled(if: ProcessInfo.processInfo.environment[Self.childVariable] != nil))
+    func childOpensATPM() async throws {
+        let tcti = try #require(ProcessInfo.processInfo.environment[Self.childVariable])
+        let before = try mappedFiles()
+        #expect(!before.contains("libtss2"))
+        #expect(!TPMDevice.isLibraryLoaded)
+        try await offThePool { _ = try TPMDevice(tcti: tcti) }
         let after = try mappedFiles()
         #expect(TPMDevice.isLibraryLoaded)
-        for library in ["libtss2-esys", "libtss2-tctildr", "libtss2-mu", "libtss2-rc"] {
-            #expect(after.contains(library), "\(library) is not mapped after a TPM was opened")
+        var mapped = true
+        for library in ["libtss2-esys", "libtss2-tctildr", "libtss2-mu", "libtss2-rc"] where !after.contains(library) {
+            Issue.record("\(library) is not mapped after a TPM was opened")
+            mapped = false
         }
+        if mapped && !before.contains("libtss2") { print(Self.childDone) }
     }
 }
 
