@@ -52,6 +52,49 @@ struct LazyLoadingTests {
     }
 }
 
+/// What a person without access to the TPM's device node is told, as user 65534 (not in the tss
+/// group), in the test bundle run again as that user.
+@Suite("A TPM this user may not open")
+struct DeviceAccessTests {
+    static let deviceVariable = "TPM_TESTS_DENIED_DEVICE"
+    static let childDone = "refused, naming the tss group"
+
+    @Test func aDeviceNodeThisUserMayNotOpenNamesTheTssGroup() async throws {
+        let directory = try TemporaryDirectory()
+        // Root's node, as /dev/tpmrm0 is root:tss 0660: user 65534 may reach it, not open it.
+        let device = try directory.write("tpmrm0", "")
+        #expect(chmod(directory.path, 0o755) == 0 && chmod(device, 0o600) == 0)
+        let exe = try FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")
+        let child = try ChildProcess(
+            "test bundle as nobody", executable: "/usr/bin/setpriv",
+            arguments: [
+                "--reuid=65534", "--regid=65534", "--clear-groups", exe,
+                "--testing-library", "swift-testing", "--filter", "childOpensADeviceItMayNotUse",
+            ],
+            environment: [Self.deviceVariable: device])
+        let status = try await offThePool { try child.waitForExit(timeout: .seconds(60)) }
+        #expect(status == 0, "\(child.allOutput)")
+        #expect(child.allOutput.contains(Self.childDone), "\(child.allOutput)")
+    }
+
+    /// Runs only in the child, as user 65534.
+    @Test(.enabled(if: ProcessInfo.processInfo.environment[Self.deviceVariable] != nil))
+    func childOpensADeviceItMayNotUse() throws {
+        let device = try #require(ProcessInfo.processInfo.environment[Self.deviceVariable])
+        try #require(getuid() == 65534)
+        let error = failure { try TPMDevice(tcti: "device:" + device) }
+        guard case .unavailable(let why) = error else {
+            Issue.record("opening \(device) as nobody gave \(String(describing: error))")
+            return
+        }
+        #expect(why.contains("permission denied on \(device)"))
+        #expect(why.contains("tss group"))
+        // Refused before tpm2-tss was even loaded.
+        #expect(!TPMDevice.isLibraryLoaded)
+        if why.contains("tss group") && !TPMDevice.isLibraryLoaded { print(Self.childDone) }
+    }
+}
+
 /// /proc/self/maps, read to its end (its size reads as 0, so it is read until read(2) gives nothing).
 func mappedFiles() throws -> String {
     let fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC)
