@@ -7,11 +7,13 @@ import Foundation
 
 // Layers, bottom up (see docs/architecture.md):
 //   CDBus, CCurl            thin C shims over libdbus and libcurl
+//   CTPM                    whole TPM 2.0 operations over tpm2-tss's ESAPI, loaded on first use
 //   Locking                 the one lock every layer uses, and the one way to start a thread
 //   TaskPool                brokerd's executor for Swift concurrency: threads that sleep until there is work
 //   TextRules               the one rule for text from outside (OutsideText), every layer applies it
 //   JSON                    the one strict JSON reader (JSONReader, StrictJSON, JSONValue) and writer
 //   DBus, HTTP              generic Swift layers over them
+//   TPM                     a TPM 2.0 device: secrets sealed behind a PIN, signing keys (nothing links it yet)
 //   BrokerAPI               the D-Bus contract's names and error table, plain values only
 //   BrokerCore              the broker's logic: no D-Bus, no HTTP, no files
 //   Identity                OpenID Connect client on top of HTTP
@@ -57,6 +59,9 @@ let package = Package(
         // brokerd, and brokerctl, never load it and OpenSSL/GnuTLS/LDAP/Kerberos with it). Building
         // needs its headers only (Debian: libcurl4-openssl-dev); running an HTTP request, libcurl.so.4.
         .target(name: "CCurl", linkerSettings: [.linkedLibrary("dl")]),
+        // tpm2-tss is not linked either: CTPM opens it with dlopen when a TPM is first opened. Building
+        // needs its headers only (Debian: libtss2-dev); opening a TPM, libtss2-esys, -tctildr, -mu and -rc.
+        .target(name: "CTPM", linkerSettings: [.linkedLibrary("dl")]),
 
         .target(name: "Locking"),
         // brokerd's executor for Swift concurrency (TaskPool), and the Linux timer it sleeps on.
@@ -67,6 +72,7 @@ let package = Package(
         .target(name: "JSON"),
         .target(name: "DBus", dependencies: ["CDBus", "Locking", "TextRules", logging], exclude: ["README.md"]),
         .target(name: "HTTP", dependencies: ["CCurl", "Locking"], exclude: ["README.md"]),
+        .target(name: "TPM", dependencies: ["CTPM", .product(name: "Crypto", package: "swift-crypto")]),
         .target(name: "BrokerAPI", dependencies: ["TextRules"]),
         .target(name: "BrokerCore", dependencies: ["BrokerAPI", "Locking", logging]),
         .target(
@@ -131,6 +137,9 @@ let package = Package(
         .testTarget(name: "JSONTests", dependencies: ["JSON"]),
         .testTarget(name: "DBusTests", dependencies: ["DBus", "Locking", "TestSupport"]),
         .testTarget(name: "HTTPTests", dependencies: ["HTTP", "Locking"]),
+        .testTarget(
+            name: "TPMTests",
+            dependencies: ["TPM", "CTPM", "TestSupport", .product(name: "Crypto", package: "swift-crypto")]),
         .testTarget(
             name: "BrokerCoreTests",
             dependencies: [
