@@ -61,13 +61,24 @@ final class Brokerd: @unchecked Sendable {
         bus: PrivateBus, authority: String, stateDirectory: String, mode: String = "shared",
         browser: String, extraArguments: [String] = [], environment: [String: String] = [:]
     ) throws {
-        process = try ChildProcess(
-            "brokerd", executable: Binaries.path("brokerd"),
-            arguments: [
+        let arguments =
+            [
                 "--address", bus.address, "--device-mode", mode, "--authority", authority,
                 "--state-dir", stateDirectory, "--log-level", "debug", "--token-storage", "plaintext-file",
-            ] + extraArguments, environment: ["BROWSER": browser].merging(environment) { $1 })
+            ] + extraArguments
+        process = try ChildProcess(
+            "brokerd", executable: Binaries.path("brokerd"), arguments: arguments,
+            environment: ["BROWSER": browser].merging(environment) { $1 })
         try process.waitForLine(timeout: .seconds(20)) { $0.hasPrefix("brokerd ready:") }
+        // The readiness line is on standard output, the log on standard error, read by another
+        // thread: a test reading the start's log waits for the last line brokerd logs before it
+        // is ready ("serving", at info), so that every earlier one is in.
+        let level = arguments.lastIndex(of: "--log-level").flatMap {
+            arguments.indices.contains($0 + 1) ? arguments[$0 + 1] : nil
+        }
+        if ["trace", "debug", "info"].contains(level ?? "info") {
+            try process.waitForLine(timeout: .seconds(10), stderr: true) { $0.contains("] serving") }
+        }
     }
 
     /// SIGTERM, and waits for a clean exit.
