@@ -118,7 +118,7 @@ test-browser: build browser-deps
 ## provider-deps: Debian's glewlwyd (the packaged provider of test-providers), when missing. Where systemd
 ## runs, the package starts its own service (port 4593, /etc/glewlwyd); the suite runs its own instance.
 .PHONY: provider-deps test-providers
-provider-deps: deps
+provider-deps: browser-deps
 	@if ! test -x /usr/bin/glewlwyd || ! test -f /usr/share/doc/glewlwyd/database/init.sqlite3.sql.gz \
 		|| ! command -v openssl >/dev/null; then \
 		echo "Installing glewlwyd openssl ..."; \

@@ -2,7 +2,9 @@
 from the package's own init script, a configuration file beside it (nothing in /etc or /var), the
 server started on 127.0.0.1 and stopped by its pid, then configured through its admin API with the
 package's default administrator: an OpenID Connect plugin instance signing RS256 with a key made
-here, with CIBA in poll mode (no e-mail), a user and a public client.
+here, with CIBA in poll mode (no e-mail), users (alice, bob) and a public client. glewlwyd serves
+its own web pages (the login and end-session pages a browser is sent to) from a copy of the
+package's.
 
 Run on its own (`python3 Tests/Providers/glewlwyd.py`) it starts, configures, prints the authority
 and waits for Ctrl-C; test_providers.py uses `Glewlwyd` as a context manager.
@@ -26,6 +28,8 @@ BINARY = "/usr/bin/glewlwyd"
 INIT_SQL = "/usr/share/doc/glewlwyd/database/init.sqlite3.sql.gz"
 PACKAGE_CONF = "/etc/glewlwyd/glewlwyd.conf"
 MODULES = "/usr/lib/glewlwyd"
+# The package's web pages (the login page is a JavaScript app reading its config.json beside it).
+WEBAPP = "/usr/share/glewlwyd/webapp"
 # The init script's administrator (docs/GETTING_STARTED.md: change it after the first login).
 ADMIN = ("admin", "password")
 PLUGIN = "oidc"
@@ -77,7 +81,7 @@ class NoRedirect(urllib.request.HTTPRedirectHandler):
 
 class Glewlwyd:
     def __init__(self, directory=None, client_id="mail-app", redirect_ports=range(53100, 53110),
-                 users=(("alice", "alice-password-1"),)):
+                 users=(("alice", "alice-password-1"), ("bob", "bob-password-1"))):
         self.directory = directory or tempfile.mkdtemp(prefix="glewlwyd-")
         self.own_directory = directory is None
         os.makedirs(self.directory, mode=0o700, exist_ok=True)
@@ -109,6 +113,7 @@ class Glewlwyd:
             raise GlewlwydError("%s is missing: `apt-get install glewlwyd` (make test-providers does)" % BINARY)
         with gzip.open(INIT_SQL, "rt") as script, sqlite3.connect(self.path("glewlwyd.db")) as db:
             db.executescript(script.read())
+        self.write_webapp()
         self.write_config()
         self.log = open(self.path("glewlwyd.log"), "w")
         self.launch()
@@ -144,6 +149,10 @@ class Glewlwyd:
             "log_mode": '"file"',
             "log_file": '"%s"' % self.path("glewlwyd-server.log"),
             "log_level": '"DEBUG"',
+            # The login and end-session pages, served by glewlwyd itself at its root (the package
+            # leaves that to a web server in front, glewlwyd-apache.conf; the pages find the API
+            # relative to themselves, so either way works).
+            "static_files_path": '"%s/"' % self.path("webapp"),
         }
         out, seen = [], set()
         for line in lines:
@@ -159,6 +168,20 @@ class Glewlwyd:
         out += ['database =', '{', '  type = "sqlite3"', '  path = "%s"' % self.path("glewlwyd.db"), '};']
         with open(self.path("glewlwyd.conf"), "w") as conf:
             conf.write("\n".join(out) + "\n")
+
+    def write_webapp(self):
+        """The package's web pages as an administrator serves them, with the config.json the login
+        page reads. Copied, links resolved: glewlwyd serves no file whose real path is outside
+        static_files_path. Debian's glewlwyd-common ships that file as
+        /etc/glewlwyd/config-2.7.json/config.json, a directory where webapp/config.json's link
+        expects the file, so the pages as packaged get a 404 for it and never show their form; the
+        administrator puts the file itself there, as here."""
+        webapp = self.path("webapp")
+        shutil.copytree(WEBAPP, webapp, ignore=shutil.ignore_patterns("config.json"))
+        packaged = os.path.realpath(os.path.join(WEBAPP, "config.json"))
+        if os.path.isdir(packaged):
+            packaged = os.path.join(packaged, "config.json")
+        shutil.copy(packaged, os.path.join(webapp, "config.json"))
 
     def log_tail(self):
         for name in ("glewlwyd-server.log", "glewlwyd.log"):
@@ -200,6 +223,9 @@ class Glewlwyd:
                 "introspection-revocation-allowed": True, "introspection-revocation-allow-target-client": True,
                 "session-management-allowed": True, "session-cookie-name": "GLEWLWYD_OIDC_SESSION",
                 "session-cookie-expiration": 2419200, "scope": [],
+                # Without it the end-session page cannot be confirmed: the session's clients it
+                # asks for first are answered 400, and its Logout button then does nothing.
+                "front-channel-logout-allowed": True,
                 # glewlwyd's sub is a random string: the sign-in name, the display name and the
                 # e-mail address are claims the administrator adds to every ID token.
                 "name-claim": "mandatory", "email-claim": "mandatory",
@@ -245,6 +271,28 @@ class Glewlwyd:
     def restart(self):
         """The server again, on the same port, configuration and database (what it kept survives)."""
         self.launch()
+
+    def logged(self, needle):
+        """How many lines of glewlwyd's log hold `needle` (an event it logs: a grant, a token)."""
+        try:
+            with open(self.path("glewlwyd-server.log"), errors="replace") as log:
+                return sum(needle in line for line in log)
+        except OSError:
+            return 0
+
+    def session_users(self, session_id):
+        """The usernames glewlwyd's login session `session_id` (a GLEWLWYD2_SESSION_ID cookie's value,
+        the package's session_key) holds, as its profile API answers a browser presenting it; []
+        once that session is ended."""
+        request = urllib.request.Request(self.base + "/api/profile_list",
+                                         headers={"Cookie": "GLEWLWYD2_SESSION_ID=" + session_id})
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                return [user.get("username") for user in json.load(response)]
+        except urllib.error.HTTPError as error:
+            if error.code == 401:
+                return []
+            raise GlewlwydError("GET /api/profile_list answered %d: %s" % (error.code, error.read()[:300]))
 
     def phone(self, username, password):
         """The person's phone: a glewlwyd session of theirs (its login API, with their password), with

@@ -4,12 +4,18 @@ and brokerctl as an app uses it; nothing of the developer's session.
 
 The device-code sign-in is approved as a person does it on the verification page: glewlwyd's login
 API with alice's password, her consent to the client's scope, then the code (the same requests its
-login page sends; no browser is driven here). The browser sign-in goes through kiosk_browser.py,
-brokerd's $BROWSER, which does the same on glewlwyd's login page; glewlwyd's ID token there carries
-auth_time 0, and the suite holds brokerd to its refusal. The approval on a phone (CIBA, poll mode)
-is answered from alice's glewlwyd session, which stands for her phone (glewlwyd.Phone); brokerd
-is given glewlwyd's shape of login_hint (phoneApprovalLoginHint), then restarted without it. Last,
-glewlwyd is killed and started again in the middle of a device-code sign-in.
+login page sends). The approval on a phone (CIBA, poll mode) is answered from alice's glewlwyd
+session, which stands for her phone (glewlwyd.Phone); brokerd is given glewlwyd's shape of
+login_hint (phoneApprovalLoginHint), then restarted without it. Then glewlwyd is killed and started
+again in the middle of a device-code sign-in.
+
+Last, the kiosk (kiosk.py): the browser suite's private desktop (Tests/Browser/harness.py: Xvfb,
+the real desktop portal on a private bus, one Chromium driven by Selenium) and a brokerd on its
+bus. Alice, then Bob, sign in there in the browser (`brokerctl sign-in --interactive`) on
+glewlwyd's own login page in that one Chromium. glewlwyd's ID token carries auth_time 0, which
+brokerd refuses; it then opens glewlwyd's end-session page in the same Chromium, where the person
+confirms. The point is the next person: Bob's page must ask for his credentials with nothing of
+Alice's session left. Screenshots of each page and the kiosk's logs: --artifacts.
 
     python3 Tests/Providers/test_providers.py --broker-bin .build/debug
 """
@@ -23,12 +29,17 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import glewlwyd  # noqa: E402
+import kiosk as kiosk_module  # noqa: E402
 
 ALICE = ("alice", "alice-password-1")
+BOB = ("bob", "bob-password-1")
 HERE = os.path.dirname(os.path.abspath(__file__))
+ARTIFACTS = os.path.join(os.path.dirname(os.path.dirname(HERE)), ".build", "provider-artifacts")
 BUS_CONFIG = """<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
  "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
 <busconfig>
@@ -55,6 +66,7 @@ class Run:
         self.directory = tempfile.mkdtemp(prefix="providers-test-")
         self.processes = []
         self.failures = 0
+        self.shots = 0
         for name in ("runtime", "home", "state"):
             os.makedirs(self.path(name), mode=0o700, exist_ok=True)
         env = {key: value for key, value in os.environ.items()
@@ -66,7 +78,7 @@ class Run:
         return os.path.join(self.directory, *parts)
 
     def check(self, condition, what, details=""):
-        print("%s %s%s" % ("ok  " if condition else "FAIL", what, "" if condition else ": " + details), flush=True)
+        print("%s %s%s" % ("ok  " if condition else "FAIL", what, "" if condition else ": " + str(details)), flush=True)
         if not condition:
             self.failures += 1
         return condition
@@ -170,31 +182,168 @@ def device_code_sign_in_and_out(run, server):
     return identifier
 
 
-def browser_sign_in_refused(run, server):
-    """A browser sign-in in shared mode: glewlwyd refuses max_age=0, brokerd asks again with
-    prompt=login alone; alice signs in on the login page, and glewlwyd's ID token carries auth_time
-    0, which brokerd refuses clearly, leaving the device signed out."""
-    result = run.ctl(["sign-in", "--client-id", CLIENT, "--interactive", "--json"], timeout=90)
+def kiosk_attempt(run, kiosk, pages, person, label):
+    """`brokerctl sign-in --interactive` at the kiosk for `person`: brokerd opens glewlwyd's
+    authorization request in the kiosk's Chromium; on each login page it opens the person signs in
+    and continues (glewlwyd refuses max_age only after that, and brokerd then asks again: a second
+    login page); brokerd refuses the ID token (auth_time 0) and opens glewlwyd's end-session page in
+    the same Chromium, where the person confirms. Returns what the callers check: "pages", one
+    {"request", "form", "text", "landed"} per login page, and what came after."""
+    browser = kiosk.browser
+    known = set(browser.handles())
+    since = len(kiosk.monitor.open_uri_calls())
+    log_start = len(kiosk.broker.log())
+    seen = {"pages": [], "cookies": set()}
+    # glewlwyd logs each ID token it makes with the person's name: whose brokerd was handed.
+    id_tokens = {name: "id_token generated for client '%s' granted by user '%s'" % (CLIENT, name)
+                 for name in (ALICE[0], BOB[0])}
+    made_before = {name: pages.server.logged(event) for name, event in id_tokens.items()}
+    process = kiosk.ctl.start(["sign-in", "--client-id", CLIENT, "--interactive"], label)
+
+    def next_login_page():
+        if process.poll() is not None:
+            return "finished"
+        try:
+            return kiosk.tab(known, lambda url: pages.is_login_page(url, "login"), 0.5, "")
+        except kiosk_module.harness.Failure:
+            return None
+
+    while True:
+        tab = kiosk_module.harness.wait_until(next_login_page, 45, "glewlwyd's login page (%s) or brokerctl's end"
+                                              % label)
+        if tab == "finished":
+            break
+        known.add(tab)
+        number = len(seen["pages"]) + 1
+        request = kiosk_module.query(browser.url()).get("callback_url", [""])[0]
+        page = {"request": request, "form": pages.prefilled(), "text": browser.text()}
+        seen["pages"].append(page)
+        screenshot(run, kiosk, "%s-login-page-%d" % (label, number))
+        run.check(page["form"] is not None, "%s: glewlwyd's login page %d in the kiosk's Chromium asks for a username "
+                  "and password" % (label, number), page["text"][:300])
+        proceed = pages.sign_in(person, lambda: screenshot(run, kiosk, "%s-consent-%d" % (label, number)))
+        screenshot(run, kiosk, "%s-continue-%d" % (label, number))
+        cookie = kiosk.session_cookies().get(kiosk_module.SESSION_COOKIES[0])
+        seen["cookies"].add(cookie)
+        users = pages.server.session_users(cookie) if cookie else []
+        run.check(users == [person[0]], "%s: glewlwyd greets %s; the login session Chromium holds is %s's alone"
+                  % (label, person[0], person[0]), users)
+        proceed.click()
+        redirect = kiosk_module.query(request).get("redirect_uri", ["?"])[0]
+        page["landed"] = kiosk_module.harness.wait_until(
+            lambda: browser.url() if browser.url().startswith(redirect) else None, 20,
+            "the redirect to brokerd's listener (%s)" % redirect)
+    status, out, err = kiosk.ctl.finish(process, 30)
+    seen["brokerctl"] = out + err
+    seen["id tokens"] = {name: pages.server.logged(event) - made_before[name] for name, event in id_tokens.items()}
+    run.check(status != 0 and "AccessDenied" in err and "no usable auth_time (0)" in err
+              and "session in the browser was ended" in err,
+              "%s: brokerd refuses glewlwyd's ID token with auth_time 0 (AccessDenied) and says it ended the browser "
+              "session" % label, "status %s: %s %s" % (status, out.strip(), err.strip()[-600:]))
+    run.check(kiosk.ctl.current(CLIENT) is None, "%s: the device stays signed out" % label)
+    kiosk.tab(known, lambda url: pages.is_login_page(url, "end_session"), 20, "glewlwyd's end-session page (%s)"
+              % label)
+    logout = pages.end_session_shown()
+    screenshot(run, kiosk, label + "-end-session")
+    logout.click()
+    seen["closed"] = pages.session_closed()
+    screenshot(run, kiosk, label + "-session-closed")
+    seen["opened"] = len(kiosk.started_by_broker(since))
+    seen["log"] = kiosk.broker.log()[log_start:]
+    seen["cookies after"] = kiosk.session_cookies()
+    seen["session users after"] = sorted({user for cookie in seen["cookies"] if cookie
+                                          for user in pages.server.session_users(cookie)})
+    return seen
+
+
+def screenshot(run, kiosk, name):
+    run.shots += 1
+    path = kiosk.browser.screenshot("%02d-%s" % (run.shots, name))
+    run.check(path is not None and os.path.getsize(path) > 1000, "screenshot %s saved" % os.path.basename(path or name))
+
+
+def two_people_at_the_kiosk(run, server, kiosk):
+    """Alice, then Bob, at one kiosk with one Chromium (docs/providers.md, "Debian's glewlwyd")."""
+    pages = kiosk_module.GlewlwydPages(kiosk, server)
+    query = kiosk_module.query
+    alice = kiosk_attempt(run, kiosk, pages, ALICE, "alice")
+    requests = [query(page["request"]) for page in alice["pages"]]
+    landed = [query(page.get("landed", "")) for page in alice["pages"]]
+    forms = [page["form"] for page in alice["pages"]]
+    run.check(forms[:1] == [("", "", False)], "alice: her first login page shows an empty form", forms)
+    run.check(forms[1:] == [("alice", "", True)], "alice: her second one, with her glewlwyd session of a moment ago "
+              "in Chromium, has her username filled in and offers \"Manage connected users\"", forms)
+    run.check(len(requests) == 2 and requests[0].get("max_age") == ["0"] and requests[0].get("prompt") == ["login"]
+              and landed[0].get("error") == ["invalid_request"]
+              and "max_age" in landed[0].get("error_description", [""])[0],
+              "alice: brokerd's first request (prompt=login, max_age=0) showed glewlwyd's login page, and glewlwyd "
+              "refused max_age (invalid_request) only after she signed in", [p.get("landed") for p in alice["pages"]])
+    run.check("the provider refuses max_age" in alice["log"] and len(requests) == 2
+              and requests[1].get("prompt") == ["login"] and "max_age" not in requests[1]
+              and "code" in landed[1] and "error" not in landed[1],
+              "alice: brokerd asked again with prompt=login alone: a second login page, where she signed in again, "
+              "and glewlwyd's code went to brokerd", [p["request"] for p in alice["pages"]])
+    run.check(alice["opened"] == 3, "alice: brokerd opened three pages through the portal (the request, the request "
+              "again, the end-session page)", str(alice["opened"]))
+    run.check(alice["closed"], "alice: glewlwyd's end-session page, confirmed in Chromium (Logout), says she is "
+              "disconnected", kiosk.browser.text()[:300])
+    run.check(not alice["cookies after"] and alice["session users after"] == [],
+              "alice: her glewlwyd session is over: no glewlwyd session cookie left in Chromium, and those she had "
+              "open nothing at glewlwyd", "%s; glewlwyd's sessions hold %s" % (alice["cookies after"],
+                                                                              alice["session users after"]))
+    kiosk.browser.close_tabs()
+
+    values = {cookie.get("value") for cookie in kiosk.browser.cookies()}
+    run.check(not kiosk.session_cookies() and not (alice["cookies"] & values),
+              "before bob: Chromium holds no glewlwyd session cookie (none of alice's)", str(kiosk.session_cookies()))
+    bob = kiosk_attempt(run, kiosk, pages, BOB, "bob")
+    requests = [query(page["request"]) for page in bob["pages"]]
+    run.check(len(requests) == 1 and "the provider refuses max_age" not in bob["log"]
+              and requests[0].get("prompt") == ["login"] and "max_age" not in requests[0],
+              "bob: brokerd remembered glewlwyd's refusal of max_age: one login page, his request with prompt=login "
+              "alone", [page["request"] for page in bob["pages"]])
+    shown = bob["pages"][0] if bob["pages"] else {"form": None, "text": "no login page"}
+    run.check(shown["form"] == ("", "", False) and "alice" not in shown["text"].lower(),
+              "bob: his login page asks for credentials in an empty form, with nobody's session in Chromium (no "
+              "alice filled in, no \"Manage connected users\")", "%s %s" % (shown["form"], shown["text"][:300]))
+    run.check(bob["id tokens"] == {ALICE[0]: 0, BOB[0]: 1} and alice["id tokens"] == {ALICE[0]: 1, BOB[0]: 0},
+              "the ID token brokerd refused in bob's attempt was bob's (glewlwyd's log), in alice's hers",
+              "bob's attempt: %s; alice's: %s" % (bob["id tokens"], alice["id tokens"]))
+    run.check("alice" not in bob["brokerctl"].lower() and "alice" not in bob["log"].lower(),
+              "bob: neither brokerctl nor brokerd's log names alice for his attempt",
+              bob["brokerctl"][-300:] + bob["log"][-300:])
+    run.check(bob["opened"] == 2, "bob: brokerd opened two pages (his request, the end-session page)",
+              str(bob["opened"]))
+    run.check(bob["closed"] and not bob["cookies after"] and bob["session users after"] == [],
+              "bob: his glewlwyd session ended on the end-session page too", "%s; %s" % (
+                  bob["cookies after"], bob["session users after"]))
+    kiosk.browser.close_tabs()
+
+
+def at_the_kiosk(run, server, ports_setting, artifacts):
+    """The kiosk's part: its desktop, Chromium and brokerd, two people, then all of it stopped."""
+    begun = time.monotonic()
+    kiosk = None
     try:
-        with open(run.path("kiosk.log")) as log:
-            pages = log.read()
-    except OSError:
-        pages = "(the browser was never started)"
-    run.check("login page: signing in as alice" in pages, "the kiosk's browser reaches glewlwyd's login page", pages)
-    run.check(result.returncode != 0 and "AccessDenied" in result.stderr
-              and "no usable auth_time (0)" in result.stderr,
-              "brokerd refuses glewlwyd's ID token with auth_time 0 (AccessDenied)",
-              "status %s: %s %s" % (result.returncode, result.stdout.strip(), result.stderr.strip()))
-    current = run.ctl(["current-account", "--client-id", CLIENT, "--json"])
-    run.check(current.returncode == 0 and not json.loads(current.stdout or "{}").get("current"),
-              "the device stays signed out after the refusal", current.stdout + current.stderr)
-    # brokerd ends the refused sign-in's browser session: glewlwyd's end_session page, with the
-    # refused ID token, asks the person to confirm, which the kiosk's browser does.
-    with open(run.path("kiosk.log")) as log:
-        pages = log.read()
-    run.check("/api/oidc/end_session?" in pages and "id_token_hint=" in pages
-              and "end session confirmed: 200" in pages,
-              "brokerd opens glewlwyd's end-session page; the person's confirmation is taken (200)", pages[-800:])
+        kiosk = kiosk_module.Kiosk(run.broker_bin, server, ports_setting, artifacts)
+        print("the kiosk: Xvfb, xdg-desktop-portal (OpenURI %d), Chromium %s, brokerd on its bus, ready in %.1f s"
+              % (kiosk.portal_version, kiosk.browser.version, time.monotonic() - begun), flush=True)
+        two_people_at_the_kiosk(run, server, kiosk)
+    except Exception as error:  # a wait that ran out, or Selenium's own error: with what the tab showed
+        where = ""
+        if kiosk is not None:
+            try:
+                kiosk.browser.screenshot("failure")
+                where = "; the tab: " + kiosk.browser.url()
+            except Exception:  # the browser itself is gone
+                pass
+        run.check(False, "the kiosk's part ran to its end", "".join(
+            traceback.format_exception_only(error)).strip() + where)
+    finally:
+        if kiosk is not None:
+            kiosk.close()
+    print("the kiosk's part took %.1f s; screenshots and logs in %s" % (time.monotonic() - begun, artifacts),
+          flush=True)
 
 
 def shown_binding_message(line):
@@ -352,7 +501,14 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--broker-bin", required=True, help="where brokerd and brokerctl are (swift build's bin)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directories and print them")
+    parser.add_argument("--artifacts", default=ARTIFACTS,
+                        help="where the kiosk's screenshots and logs go (default: .build/provider-artifacts)")
     args = parser.parse_args()
+    artifacts = os.path.abspath(args.artifacts)
+    os.makedirs(artifacts, exist_ok=True)
+    for old in os.listdir(artifacts):
+        if old.endswith(".png"):
+            os.remove(os.path.join(artifacts, old))
     run = Run(os.path.abspath(args.broker_bin))
     started = time.monotonic()
     try:
@@ -370,20 +526,18 @@ def main():
                                                       "--nofork", "--print-address=1"], "unix:")
             run.env["DBUS_SESSION_BUS_ADDRESS"] = line.strip()
             ports_setting = {"loopbackRedirectPorts": "%d-%d" % (ports[0], ports[-1])}
-            run.env.update({"BROWSER": "/usr/bin/python3 " + os.path.join(HERE, "kiosk_browser.py"),
-                            "KIOSK_COOKIES": run.path("kiosk-cookies.txt"), "KIOSK_LOG": run.path("kiosk.log"),
-                            "KIOSK_PERSON": "%s:%s" % ALICE})
             run.env.pop("INVOCATION_ID", None)
             # glewlwyd reads CIBA's login_hint as a JSON object only (docs/providers.md).
             brokerd = start_brokerd(run, server, "brokerd",
                                     dict(ports_setting, phoneApprovalLoginHint='{"username":"{username}"}'))
             alice_id = device_code_sign_in_and_out(run, server)
-            browser_sign_in_refused(run, server)
             phone_approval(run, server, alice_id)
             stop(brokerd)
             plain = start_brokerd(run, server, "brokerd-plain-hint", ports_setting)
             phone_approval_plain_hint(run, server)
             device_code_through_an_outage(run, server, plain, "brokerd-plain-hint", alice_id)
+            stop(plain)
+            at_the_kiosk(run, server, ports_setting, artifacts)
     except (Failure, glewlwyd.GlewlwydError, OSError, subprocess.SubprocessError, ValueError) as error:
         run.check(False, "the suite ran to its end", str(error))
     finally:
