@@ -8,12 +8,14 @@ import Foundation
 // Layers, bottom up (see docs/architecture.md):
 //   CDBus, CCurl            thin C shims over libdbus and libcurl
 //   CTPM                    whole TPM 2.0 operations over tpm2-tss's ESAPI, loaded on first use
+//   CPCSC                   whole PC/SC operations over libpcsclite (pcscd's client), loaded on first use
 //   Locking                 the one lock every layer uses, and the one way to start a thread
 //   TaskPool                brokerd's executor for Swift concurrency: threads that sleep until there is work
 //   TextRules               the one rule for text from outside (OutsideText), every layer applies it
 //   JSON                    the one strict JSON reader (JSONReader, StrictJSON, JSONValue) and writer
 //   DBus, HTTP              generic Swift layers over them
 //   TPM                     a TPM 2.0 device: secrets sealed behind a PIN, signing keys (nothing links it yet)
+//   BadgeReader             contactless badges tapped on a PC/SC reader, as events (nothing links it yet)
 //   BrokerAPI               the D-Bus contract's names and error table, plain values only
 //   BrokerCore              the broker's logic: no D-Bus, no HTTP, no files
 //   Identity                OpenID Connect client on top of HTTP
@@ -62,6 +64,10 @@ let package = Package(
         // tpm2-tss is not linked either: CTPM opens it with dlopen when a TPM is first opened. Building
         // needs its headers only (Debian: libtss2-dev); opening a TPM, libtss2-esys, -tctildr, -mu and -rc.
         .target(name: "CTPM", linkerSettings: [.linkedLibrary("dl")]),
+        // Nor pcsc-lite: CPCSC opens libpcsclite.so.1 when a badge watcher starts. Building needs its
+        // headers only (Debian: libpcsclite-dev, which keeps them in /usr/include/PCSC); running, pcscd.
+        .target(
+            name: "CPCSC", cSettings: [.unsafeFlags(["-I/usr/include/PCSC"])], linkerSettings: [.linkedLibrary("dl")]),
 
         .target(name: "Locking"),
         // brokerd's executor for Swift concurrency (TaskPool), and the Linux timer it sleeps on.
@@ -73,6 +79,7 @@ let package = Package(
         .target(name: "DBus", dependencies: ["CDBus", "Locking", "TextRules", logging], exclude: ["README.md"]),
         .target(name: "HTTP", dependencies: ["CCurl", "Locking"], exclude: ["README.md"]),
         .target(name: "TPM", dependencies: ["CTPM", .product(name: "Crypto", package: "swift-crypto")]),
+        .target(name: "BadgeReader", dependencies: ["CPCSC", "Locking", "TextRules", logging]),
         .target(name: "BrokerAPI", dependencies: ["TextRules"]),
         .target(name: "BrokerCore", dependencies: ["BrokerAPI", "Locking", logging]),
         .target(
@@ -140,6 +147,8 @@ let package = Package(
         .testTarget(
             name: "TPMTests",
             dependencies: ["TPM", "CTPM", "TestSupport", .product(name: "Crypto", package: "swift-crypto")]),
+        // Serialized (--no-parallel or one at a time): libpcsclite reads its socket's path once per process.
+        .testTarget(name: "BadgeReaderTests", dependencies: ["BadgeReader", "TestSupport", logging]),
         .testTarget(
             name: "BrokerCoreTests",
             dependencies: [
