@@ -6,12 +6,13 @@ PREFIX       ?= /usr/local
 CONFIG       ?= debug
 BIN_DIR       = $(shell $(SWIFT) build -c $(CONFIG) --show-bin-path 2>/dev/null)
 # What building and `make demo` need: the libraries brokerd links, the headers of those it opens on
-# first use (libcurl, tpm2-tss), dbus-daemon for the demo's private bus, and python3 for the version file.
-DEMO_PACKAGES = libdbus-1-dev libcurl4-openssl-dev libtss2-dev pkg-config dbus python3
+# first use (libcurl, tpm2-tss, pcsc-lite), dbus-daemon for the demo's private bus, and python3 for the version file.
+DEMO_PACKAGES = libdbus-1-dev libcurl4-openssl-dev libtss2-dev libpcsclite-dev pkg-config dbus python3
 # What the test suite needs besides: the Secret Service, a window manager's idle monitor under
-# Xvfb, a notification server, the Python D-Bus clients, the manual pages' tool and a software TPM.
+# Xvfb, a notification server, the Python D-Bus clients, the manual pages' tool, a software TPM and
+# a virtual badge reader (pcscd with vsmartcard's vpcd driver; the badge itself is the tests' own Python).
 APT_PACKAGES  = $(DEMO_PACKAGES) python3-dbus python3-gi gjs gnome-keyring curl scdoc \
-	mutter libgl1-mesa-dri notification-daemon xvfb swtpm swtpm-tools
+	mutter libgl1-mesa-dri notification-daemon xvfb swtpm swtpm-tools pcscd vsmartcard-vpcd
 # What `make install` puts under PREFIX (and `make uninstall` removes), relative to PREFIX.
 INSTALLED_FILES = bin/brokerd bin/brokerctl share/man/man1/brokerctl.1 share/man/man5/broker.conf.5 \
 	share/man/man8/brokerd.8 share/bash-completion/completions/brokerd share/bash-completion/completions/brokerctl \
@@ -54,7 +55,7 @@ all: build
 
 ## demo-deps: what building and the demo need (DEMO_PACKAGES), when missing.
 demo-deps:
-	@if ! pkg-config --exists dbus-1 libcurl tss2-esys tss2-tctildr tss2-mu tss2-rc 2>/dev/null \
+	@if ! pkg-config --exists dbus-1 libcurl tss2-esys tss2-tctildr tss2-mu tss2-rc libpcsclite 2>/dev/null \
 		|| ! command -v dbus-daemon >/dev/null || ! command -v python3 >/dev/null; then \
 		echo "Installing $(DEMO_PACKAGES) ..."; \
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
@@ -65,6 +66,7 @@ demo-deps:
 deps: demo-deps
 	@if ! pkg-config --exists dbus-1 libcurl tss2-esys 2>/dev/null || ! command -v dbus-daemon >/dev/null \
 		|| ! command -v swtpm >/dev/null || ! command -v swtpm_setup >/dev/null \
+		|| ! test -x /usr/sbin/pcscd || ! test -f /usr/lib/pcsc/drivers/serial/libifdvpcd.so \
 		|| ! command -v gnome-keyring-daemon >/dev/null || ! command -v curl >/dev/null || ! command -v scdoc >/dev/null \
 		|| ! command -v mutter >/dev/null || ! command -v Xvfb >/dev/null \
 		|| ! test -x /usr/lib/notification-daemon/notification-daemon \
