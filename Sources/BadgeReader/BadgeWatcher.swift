@@ -1,4 +1,5 @@
 import CPCSC
+import Dispatch
 import Locking
 import Logging
 import TextRules
@@ -21,6 +22,8 @@ public final class BadgeWatcher: Sendable {
     private let retryInterval: Duration
     private let logger: Logger
     private let shared = Locked(Shared())
+    /// Ends a pause between attempts to reach pcscd early, when the watcher stops.
+    private let wake = DispatchSemaphore(value: 0)
 
     /// What the watcher's thread and its owner share.
     private struct Shared: @unchecked Sendable {
@@ -50,6 +53,7 @@ public final class BadgeWatcher: Sendable {
     deinit { stop() }
 
     /// Starts the watcher's thread (once; a second call does nothing). Throws when no thread can be started.
+    /// The thread holds the watcher until ``stop()``: call it when done.
     public func start() throws(BadgeReaderError) {
         let first = shared.withLock { state -> Bool in
             guard !state.started else { return false }
@@ -80,6 +84,7 @@ public final class BadgeWatcher: Sendable {
             continuation.finish()
             return
         }
+        wake.signal()
         // A cancel that comes before the thread enters its wait is lost (SCardCancel cancels only a
         // running wait), so it is repeated until the thread has ended.
         for _ in 0..<600 {
@@ -254,10 +259,11 @@ public final class BadgeWatcher: Sendable {
         return .success(bytes.split(separator: 0).map { String(decoding: $0, as: UTF8.self) })
     }
 
-    /// Sleeps `duration`, or less when the watcher stops.
+    /// Sleeps `duration` (on the watcher's own thread), or less when the watcher stops.
     private func pause(_ duration: Duration) {
-        let end = ContinuousClock.now + duration
-        while !isStopping && ContinuousClock.now < end { usleep(20_000) }
+        let (seconds, attoseconds) = duration.components
+        let nanoseconds = Int(clamping: seconds) &* 1_000_000_000 &+ Int(attoseconds / 1_000_000_000)
+        _ = wake.wait(timeout: .now() + .nanoseconds(max(0, nanoseconds)))
     }
 
     private static func unavailableReason(_ rc: UInt32) -> String {

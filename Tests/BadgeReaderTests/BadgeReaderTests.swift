@@ -4,11 +4,33 @@ import Logging
 import TestSupport
 import Testing
 
+/// The reader suite below, in a fresh run of this test bundle whose libpcsclite is pointed at a
+/// private pcscd socket from the start (it reads the path once, from the environment).
+@Suite("Badge reader tests, in a process of their own")
+struct BadgeReaderTests {
+    static let childVariable = "BADGE_READER_TESTS_CHILD"
+
+    @Test(.timeLimit(.minutes(3))) func theReaderSuite() async throws {
+        let run = try TemporaryDirectory()
+        let exe = try FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")
+        let child = try ChildProcess(
+            "test bundle", executable: exe,
+            arguments: ["--testing-library", "swift-testing", "--filter", "VirtualReaderTests"],
+            environment: VirtualBadgeReader.environment(for: run.path).merging([Self.childVariable: "1"]) { $1 })
+        let status = try await offThePool { try child.waitForExit(timeout: .seconds(150)) }
+        #expect(status == 0, "\(child.allOutput)")
+        #expect(child.allOutput.contains("Suite \"Badges on a PC/SC reader\" passed"), "\(child.allOutput)")
+        for line in child.stdoutLines where line.hasPrefix("tap to event") { print(line) }
+    }
+}
+
 /// A real pcscd with vsmartcard's virtual reader, and badges put on it and taken off by the test.
 /// Serialized: libpcsclite reads its socket's path once per process, so the tests share one pcscd
-/// socket (each starts and stops its own pcscd on it).
-@Suite("Badges on a PC/SC reader", .serialized, .timeLimit(.minutes(1)))
-struct BadgeReaderTests {
+/// socket (each starts and stops its own pcscd on it). Runs only in the child of ``BadgeReaderTests``.
+@Suite(
+    "Badges on a PC/SC reader", .serialized, .timeLimit(.minutes(1)),
+    .enabled(if: ProcessInfo.processInfo.environment[BadgeReaderTests.childVariable] != nil))
+struct VirtualReaderTests {
     static let alice: [UInt8] = [0x04, 0xA2, 0x3B, 0x91, 0x5C, 0x80, 0x7E]
     static let bob: [UInt8] = [0xDE, 0xAD, 0xBE, 0xEF]
 

@@ -9,21 +9,21 @@ import Foundation
 /// (`unshare --mount`, as root) where a directory of the test run is bound over /run; the client
 /// side reaches the socket there through PCSCLITE_CSOCK_NAME. Its readers come from a private
 /// reader.conf.d (`--config`), not /etc. libpcsclite reads PCSCLITE_CSOCK_NAME once per process,
-/// so every instance in a process uses the same socket: the tests that use one run serialized.
+/// and setting it in a running test process would race with other threads reading the environment,
+/// so the tests that use a reader run in a process of their own started with it
+/// (``environment(for:)``), one test at a time.
 package final class VirtualBadgeReader: @unchecked Sendable {
     /// The name pcscd gives vpcd's first slot (the one ``tap(uid:status:stall:slot:)`` connects to).
     package static let readerName = "Virtual PCD 00 00"
     package static let secondReaderName = "Virtual PCD 00 01"
 
-    /// This process's private /run for pcscd; its socket is `pcscd/pcscd.comm` below it.
-    package static let runDirectory: String = NSTemporaryDirectory() + "badge-reader-tests-\(getpid())/run"
-    package static var socketPath: String { runDirectory + "/pcscd/pcscd.comm" }
+    /// The environment of a process whose libpcsclite reaches the readers started in `runDirectory`.
+    package static func environment(for runDirectory: String) -> [String: String] {
+        ["PCSCLITE_CSOCK_NAME": runDirectory + "/pcscd/pcscd.comm"]
+    }
 
-    /// Points this process's libpcsclite at the private socket, before its first use.
-    package static let usePrivateSocket: Void = {
-        try? FileManager.default.createDirectory(atPath: runDirectory, withIntermediateDirectories: true)
-        setenv("PCSCLITE_CSOCK_NAME", socketPath, 1)
-    }()
+    /// The private /run bound for pcscd: where this process's PCSCLITE_CSOCK_NAME points.
+    private let runDirectory: String
 
     private let files: TemporaryDirectory
     private let lock = NSLock()
@@ -35,7 +35,12 @@ package final class VirtualBadgeReader: @unchecked Sendable {
     /// Starts pcscd with vpcd as its reader (unless not `started`: then ``startDaemon(timeout:)``
     /// does); returns once pcscd says it is ready, at most `timeout`.
     package init(started: Bool = true, timeout: Duration = .seconds(20)) throws {
-        _ = Self.usePrivateSocket
+        guard let socket = ProcessInfo.processInfo.environment["PCSCLITE_CSOCK_NAME"],
+            socket.hasSuffix("/pcscd/pcscd.comm")
+        else {
+            throw ProcessFailure("start this process with VirtualBadgeReader.environment(for:): PCSCLITE_CSOCK_NAME")
+        }
+        runDirectory = String(socket.dropLast("/pcscd/pcscd.comm".count))
         for (tool, hint) in [("/usr/sbin/pcscd", "pcscd"), (Self.driver, "vsmartcard-vpcd")]
         where !FileManager.default.fileExists(atPath: tool) {
             throw ProcessFailure("\(tool) is missing (Debian: apt install \(hint); `make deps` does)")
@@ -67,13 +72,13 @@ package final class VirtualBadgeReader: @unchecked Sendable {
                 CHANNELID \(port)
 
                 """)
-            try? FileManager.default.removeItem(atPath: Self.runDirectory + "/pcscd")
+            try? FileManager.default.removeItem(atPath: runDirectory + "/pcscd")
             let process = try ChildProcess(
                 "pcscd", executable: "/usr/bin/unshare",
                 arguments: [
                     "--mount", "--propagation", "private", "/bin/sh", "-c",
                     "mount --bind \"$0\" /run && exec /usr/sbin/pcscd --foreground --info --config \"$1\"",
-                    Self.runDirectory, files.path + "/reader.conf.d",
+                    runDirectory, files.path + "/reader.conf.d",
                 ])
             do {
                 try process.waitForLine(timeout: timeout) { $0.contains("daemon ready") }
