@@ -26,7 +26,7 @@ package final class SoftwareTPM: @unchecked Sendable {
         // binds it; swtpm then exits at once, and the next pair is tried.
         var lastFailure = ""
         for _ in 0..<8 {
-            guard let port = Self.freePortPair() else { continue }
+            guard let port = FreePorts.pair() else { continue }
             let process = try ChildProcess(
                 "swtpm", executable: swtpm,
                 arguments: [
@@ -68,29 +68,5 @@ package final class SoftwareTPM: @unchecked Sendable {
             usleep(10_000)
         }
         return false
-    }
-
-    /// A port P such that P and P + 1 are free on 127.0.0.1 now.
-    private static func freePortPair() -> UInt16? {
-        for _ in 0..<64 {
-            guard let port = UInt16(exactly: Int.random(in: 20_000..<60_000)) else { continue }
-            if isFree(port) && isFree(port + 1) { return port }
-        }
-        return nil
-    }
-
-    private static func isFree(_ port: UInt16) -> Bool {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        guard fd >= 0 else { return false }
-        defer { close(fd) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = in_addr_t(0x7F00_0001).bigEndian
-        address.sin_port = port.bigEndian
-        return withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0
-            }
-        }
     }
 }

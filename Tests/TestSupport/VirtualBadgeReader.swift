@@ -61,7 +61,8 @@ package final class VirtualBadgeReader: @unchecked Sendable {
         stopDaemon()
         var lastFailure = ""
         for _ in 0..<5 {
-            guard let port = Self.freePortPair() else { continue }
+            // vpcd binds the wildcard address.
+            guard let port = FreePorts.pair(everyAddress: true) else { continue }
             // vpcd's DEVICENAME: /dev/null (wait for a card to connect) and the port it listens on.
             _ = try files.write(
                 "reader.conf.d/vpcd",
@@ -123,30 +124,6 @@ package final class VirtualBadgeReader: @unchecked Sendable {
                 + (stall ? ["--stall"] : []))
         try process.waitForLine(timeout: .seconds(10)) { $0 == "connected" }
         return VirtualBadge(process)
-    }
-
-    /// A port P such that P and P + 1 are free on every address now (vpcd binds the wildcard address).
-    private static func freePortPair() -> UInt16? {
-        for _ in 0..<64 {
-            guard let port = UInt16(exactly: Int.random(in: 20_000..<60_000)) else { continue }
-            if isFree(port) && isFree(port + 1) { return port }
-        }
-        return nil
-    }
-
-    private static func isFree(_ port: UInt16) -> Bool {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        guard fd >= 0 else { return false }
-        defer { close(fd) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = in_addr_t(0)
-        address.sin_port = port.bigEndian
-        return withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0
-            }
-        }
     }
 
     /// The badge: a card for vpcd in Python's standard library only. (python3-virtualsmartcard's
